@@ -1,0 +1,343 @@
+"""perf collector: CPU counters through perf_event_open, sampled by the native thread.
+
+Data path: the C sampling thread reads every group each interval and keeps scaled
+per-series deltas in a ring; a Python drain thread moves finished ticks into
+Arrow batches (column arrays straight from C, no per-row Python) every 250 ms at
+most, and emits them to the session.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from counterprof.collector import Availability, Collector, SessionContext
+from counterprof.errors import CounterprofError, PerfEventError, UsageError, perf_error
+from counterprof.schema import SAMPLES_SCHEMA, Metric
+
+from . import native
+from .counters import CounterSet, Unit, cpu_units, open_counters, task_units
+from .events import DEFAULT_EVENTS, PERF_TYPE_SOFTWARE, EventParser, EventSpec
+from .sysfs import Sysfs
+
+DRAIN_PERIOD_S = 0.25
+RING_SECONDS = 4.0                 # how much the ring holds before ticks coalesce
+RING_MAX_RECORDS = 4 * 1024 * 1024
+
+
+class PerfCollector(Collector):
+    name = "perf"
+    start_late = True   # must see the profiler's own threads before listing the target's
+
+    DEFAULTS = {"events": DEFAULT_EVENTS, "interval_ms": 100.0, "per_thread": False,
+                "per_cpu": False, "sysfs_root": "/sys"}
+
+    def __init__(self, config: dict[str, Any] | None = None):
+        super().__init__({**self.DEFAULTS, **(config or {})})
+        self.counters: CounterSet | None = None
+        self.sampler = None
+        self._stop = threading.Event()
+        self._go = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._lock = threading.Lock()
+        self._seen_valid: set[int] = set()
+        self._seen_null: set[int] = set()
+        self._min_quality: dict[int, float] = {}
+        self._drain_cpu_s = 0.0
+
+    # -- availability ------------------------------------------------------------------
+
+    @classmethod
+    def availability(cls, config: dict[str, Any] | None = None) -> Availability:
+        if native.lib is None:
+            try:
+                native.require_native()
+            except CounterprofError as exc:
+                return Availability(False, str(exc))
+        probe = EventSpec("task-clock", PERF_TYPE_SOFTWARE, 1)
+        flags = native.OpenFlags(leader=True, enable_on_exec=False, inherit=False)
+        try:
+            fd = native.open_event(probe, flags, 0, -1)
+        except PerfEventError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM):
+                try:   # paranoid 2 and unprivileged: user-space counting still works
+                    fd = native.open_event(probe.with_user_only(), flags, 0, -1)
+                except PerfEventError as exc2:
+                    return Availability(False, str(exc2))
+            else:
+                return Availability(False, str(exc))
+        native.close_fd(fd)
+        return Availability(True)
+
+    @classmethod
+    def inventory(cls, config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        from .probe import inventory_tables
+        return inventory_tables({**cls.DEFAULTS, **(config or {})}["sysfs_root"])
+
+    @staticmethod
+    def parse(events: str, sysfs_root: str = "/sys"):
+        return EventParser(Sysfs(sysfs_root)).parse(events)
+
+    @classmethod
+    def validate(cls, config: dict[str, Any]) -> None:
+        cfg = {**cls.DEFAULTS, **config}
+        interval_ms = float(cfg["interval_ms"])
+        if not 0.1 <= interval_ms <= 3_600_000:
+            raise UsageError(f"interval {interval_ms:g} ms is out of range (0.1 ms to 1 h)")
+        cls.parse(cfg["events"], cfg["sysfs_root"])
+
+    # -- start -------------------------------------------------------------------------
+
+    def start(self, ctx: SessionContext) -> None:
+        ffi, lib = native.require_native()
+        self.ctx = ctx
+        cfg = self.config
+        interval_ms = float(cfg["interval_ms"])
+        groups = self.parse(cfg["events"], cfg["sysfs_root"])
+        target = ctx.target
+        launch = target.kind == "launch" and not target.system_wide
+
+        # Our threads exist before any counter is opened and before the target's threads
+        # are listed: a thread created later by a counted thread would inherit counters.
+        err = ffi.new("int *")
+        self.sampler = lib.cp_sampler_new(err)
+        if self.sampler == ffi.NULL:
+            self.sampler = None
+            raise perf_error(-err[0], "sampler thread")
+        with ctx.lock:
+            ctx.profiler_tids.add(lib.cp_sampler_thread_tid(self.sampler))
+        self._start_drain_thread(ctx)
+
+        if target.system_wide:
+            units = cpu_units(cfg["sysfs_root"])
+            aggregate = None if cfg["per_cpu"] else "system"
+        elif launch:
+            units = [Unit(target.pid, -1, "process")]
+            aggregate = "process"
+        else:
+            pid = target.pid if target.kind == "pid" else os.getpid()
+            with ctx.lock:
+                exclude = set(ctx.profiler_tids) if target.kind == "self" else set()
+            units = task_units(pid, exclude)
+            aggregate = None if cfg["per_thread"] else "process"
+
+        self.counters = cs = open_counters(groups, units, enable_on_exec=launch,
+                                           system_wide=target.system_wide)
+        self._record_event_status(ctx)
+        counted = cs.counted_events()
+        if not cs.groups:
+            reasons = "; ".join(f"{n}: {_short_reason(st.reason)}" for n, st in cs.status.items())
+            raise PerfEventError(f"no event could be counted ({reasons})")
+
+        # One output series (slot) per (event, entity); threads or CPUs summed unless asked.
+        self.slot_keys: list[tuple[str, str]] = []
+        slot_index: dict[tuple[str, str], int] = {}
+        for og in cs.groups:
+            for spec in og.events:
+                key = (spec.name, aggregate or og.unit.label)
+                if key not in slot_index:
+                    slot_index[key] = len(self.slot_keys)
+                    self.slot_keys.append(key)
+            slots = ffi.new("int32_t[]", [slot_index[(sp.name, aggregate or og.unit.label)]
+                                          for sp in og.events])
+            rc = lib.cp_sampler_add_group(self.sampler, og.leader_fd, len(og.events), slots)
+            if rc < 0:
+                raise perf_error(-rc, "sampler")
+
+        self._metric_names = list(dict.fromkeys(k[0] for k in self.slot_keys))
+        self._entity_names = list(dict.fromkeys(k[1] for k in self.slot_keys))
+        self._metric_idx = pa.array([self._metric_names.index(k[0]) for k in self.slot_keys], pa.int32())
+        self._entity_idx = pa.array([self._entity_names.index(k[1]) for k in self.slot_keys], pa.int32())
+        spec_by_name = {sp.name: sp for sp in counted}
+        scales = [spec_by_name[k[0]].scale for k in self.slot_keys]
+        self._scale = pa.array(scales, pa.float64()) if any(x != 1.0 for x in scales) else None
+        ctx.add_metrics([Metric(sp.name, sp.unit or "count", "delta", sp.description or sp.name,
+                                "perf") for sp in counted])
+
+        # A launched workload's counters enable themselves at exec; the rest start now.
+        if not launch:
+            for og in cs.groups:
+                native.enable(og.leader_fd)
+        nslots = len(self.slot_keys)
+        ring = max(64, min(int(RING_SECONDS * 1000 / interval_ms), RING_MAX_RECORDS // nslots))
+        rc = lib.cp_sampler_start(self.sampler, nslots, ring, int(interval_ms * 1e6))
+        if rc < 0:
+            raise perf_error(-rc, "sampler start")
+        self.details.update({"units": len(units), "units_gone": cs.units_gone,
+                             "entity": aggregate or ("cpu:N" if target.system_wide else "tid:N")})
+        self._go.set()
+
+    def _record_event_status(self, ctx: SessionContext) -> None:
+        cs = self.counters
+        events = {}
+        unsupported = []
+        for name, st in cs.status.items():
+            entry = {"status": st.status}
+            if st.reason:
+                entry["reason"] = st.reason
+            if st.user_only:
+                entry["modifiers"] = "u"
+            events[name] = entry
+            if st.status != "counted":
+                unsupported.append(name)
+        self.details["events"] = events
+        if unsupported:
+            first = cs.status[unsupported[0]]
+            ctx.warn(f"{', '.join(unsupported)}: <{first.status}> here: {_short_reason(first.reason)}")
+        user_only = [n for n, st in cs.status.items() if st.user_only]
+        if user_only:
+            ctx.warn(f"{', '.join(user_only)}: counting user space only "
+                     "(kernel.perf_event_paranoid forbids kernel counting for this user)")
+
+    # -- the drain thread -------------------------------------------------------------
+
+    def _start_drain_thread(self, ctx: SessionContext) -> None:
+        ready = threading.Event()
+        ident: list[int] = []
+
+        def run():
+            ident.append(threading.get_native_id())
+            ready.set()
+            self._drain_loop()
+
+        self._thread = threading.Thread(target=run, name="counterprof-perf-drain", daemon=True)
+        self._thread.start()
+        ready.wait()
+        with ctx.lock:
+            ctx.profiler_tids.add(ident[0])
+
+    def _drain_loop(self) -> None:
+        self._go.wait()
+        if self._stop.is_set():
+            return
+        period = max(DRAIN_PERIOD_S, min(1.0, float(self.config["interval_ms"]) / 1000))
+        try:
+            while not self._stop.wait(period):
+                self._drain_once()
+        except Exception as exc:   # never let the workload notice; say what broke
+            self.ctx.fail(self.name, f"draining samples failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._drain_cpu_s = time.thread_time()
+
+    def _drain_once(self) -> int:
+        with self._lock:
+            if self.sampler is None:
+                return 0
+            ffi, lib = native.ffi, native.lib
+            n = lib.cp_sampler_pending(self.sampler)
+            if n == 0:
+                return 0
+            t = ffi.new("int64_t[]", n)
+            d = ffi.new("int64_t[]", n)
+            slot = ffi.new("int32_t[]", n)
+            val = ffi.new("double[]", n)
+            q = ffi.new("float[]", n)
+            valid = ffi.new("uint8_t[]", (n + 7) // 8)
+            got = lib.cp_sampler_drain(self.sampler, n, t, d, slot, val, q, valid)
+            if got == 0:
+                return 0
+            batch = self._batch(ffi, got, t, d, slot, val, q, valid)
+        self.ctx.emit("samples", batch)
+        return got
+
+    def _batch(self, ffi, n, t, d, slot, val, q, valid) -> pa.RecordBatch:
+        def col(type_, arr, width, validity=None):
+            return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(ffi.buffer(arr, n * width))])
+
+        slot_arr = col(pa.int32(), slot, 4)
+        mono = col(pa.int64(), t, 8)
+        time_arr = pc.add(mono, pa.scalar(self.ctx.clock.offset_ns, pa.int64())).cast(
+            SAMPLES_SCHEMA.field("time").type)
+        validity = pa.py_buffer(ffi.buffer(valid, (n + 7) // 8))
+        value = col(pa.float64(), val, 8, validity)
+        if self._scale is not None:
+            value = pc.multiply(value, pc.take(self._scale, slot_arr))
+        quality = col(pa.float32(), q, 4)
+        zeros = pc.multiply(slot_arr, pa.scalar(0, pa.int32()))
+        batch = pa.RecordBatch.from_arrays([
+            time_arr,
+            col(pa.int64(), d, 8),
+            pa.DictionaryArray.from_arrays(zeros, pa.array(["perf"])),
+            pa.DictionaryArray.from_arrays(pc.take(self._metric_idx, slot_arr),
+                                           pa.array(self._metric_names)),
+            pa.DictionaryArray.from_arrays(pc.take(self._entity_idx, slot_arr),
+                                           pa.array(self._entity_names)),
+            value,
+            quality,
+        ], schema=SAMPLES_SCHEMA)
+        # which series ever produced a known value, for the "not counted" verdict
+        valid_slots = pc.unique(pc.filter(slot_arr, pc.is_valid(value))).to_pylist()
+        self._seen_valid.update(valid_slots)
+        null_slots = pc.unique(pc.filter(slot_arr, pc.is_null(value))).to_pylist()
+        self._seen_null.update(null_slots)
+        mins = pc.min(quality)
+        if mins.is_valid and mins.as_py() < 1.0:
+            for s, qv in zip(slot_arr.to_pylist(), quality.to_pylist()):
+                if qv < self._min_quality.get(s, 1.0):
+                    self._min_quality[s] = qv
+        return batch
+
+    # -- stop ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        lib = native.lib
+        if self.sampler is not None:
+            lib.cp_sampler_stop(self.sampler)     # one last tick: totals up to now
+        self._stop.set()
+        self._go.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self.sampler is not None:
+            try:
+                while self._drain_once():
+                    pass
+            except Exception as exc:
+                self.ctx.fail(self.name, f"final drain failed: {type(exc).__name__}: {exc}")
+            stats = native.ffi.new("struct cp_sampler_stats *")
+            lib.cp_sampler_get_stats(self.sampler, stats)
+            self.details["sampler"] = {
+                "ticks": stats.ticks, "coalesced": stats.coalesced, "late_ticks": stats.late_ticks,
+                "read_errors": stats.read_errors, "thread_cpu_s": stats.cpu_ns / 1e9,
+            }
+            if stats.read_errors:
+                self.ctx.warn(f"perf: {stats.read_errors} counter reads failed "
+                              f"(last: {errno.errorcode.get(stats.last_read_errno, stats.last_read_errno)})")
+            self.details["thread_cpu_s"] = stats.cpu_ns / 1e9 + self._drain_cpu_s
+            lib.cp_sampler_free(self.sampler)
+            with self._lock:
+                self.sampler = None
+            self._finish_status()
+        if self.counters is not None:
+            self.counters.close()
+
+    def _finish_status(self) -> None:
+        """Events whose every interval was unknown never got a counter: <not counted>."""
+        events = self.details.get("events", {})
+        by_event: dict[str, list[int]] = {}
+        for i, (name, _entity) in enumerate(self.slot_keys):
+            by_event.setdefault(name, []).append(i)
+        for name, slots in by_event.items():
+            entry = events.get(name)
+            if entry is None:
+                continue
+            if not any(s in self._seen_valid for s in slots) and any(s in self._seen_null for s in slots):
+                entry["status"] = "not counted"
+                entry["reason"] = ("enabled but never scheduled on the PMU: the group has more "
+                                   "events than the PMU has counters, or another user holds them; "
+                                   "split the group")
+            q = min((self._min_quality.get(s, 1.0) for s in slots), default=1.0)
+            if q < 1.0:
+                entry["min_quality"] = round(q, 4)
+
+
+def _short_reason(reason: str) -> str:
+    return reason.split(": ", 1)[1] if ": " in reason else reason

@@ -1,0 +1,178 @@
+"""Totals per event, like perf stat's table: a pure function over a run's tables.
+
+Delta metrics are summed over the run (and over threads or CPUs when recorded
+separately); gauges give their peak; ratios their duration-weighted mean. perf
+events also get perf stat's derived figure (CPUs utilized, GHz, insn per cycle,
+% of all branches, rates per second of task-clock) and the share of time they
+were actually counted (perf's "(xx.xx%)" when counters were multiplexed).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass
+class SummaryRow:
+    source: str
+    metric: str
+    unit: str
+    kind: str
+    value: float | None          # None: unknown (not supported, never counted)
+    status: str = "counted"      # counted | not supported | not counted | failed
+    reason: str = ""
+    coverage: float | None = None   # duration-weighted fraction counted, perf's (xx.xx%)
+    unknown_intervals: int = 0
+    note: str = ""               # perf stat's derived figure: "0.998 CPUs utilized"
+    aggregate: str = "total"     # total | peak | mean
+
+
+@dataclass
+class Summary:
+    command: list[str] | None
+    elapsed_s: float | None
+    user_s: float | None
+    system_s: float | None
+    exit_status: int | None
+    rows: list[SummaryRow] = field(default_factory=list)
+    collectors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    path: str = ""
+
+    def row(self, metric: str) -> SummaryRow | None:
+        return next((r for r in self.rows if r.metric == metric), None)
+
+    def value(self, metric: str) -> float | None:
+        r = self.row(metric)
+        return r.value if r else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __rich__(self):
+        from ..render.summary import summary_renderable
+        return summary_renderable(self)
+
+    def __str__(self) -> str:
+        from ..render.summary import summary_text
+        return summary_text(self)
+
+
+def _per_metric(samples: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
+    """(source, metric) -> sum, max, weighted quality, counts; all in Arrow kernels."""
+    if samples.num_rows == 0:
+        return {}
+    t = pa.table({
+        "source": samples["source"].cast(pa.string()),
+        "metric": samples["metric"].cast(pa.string()),
+        "value": samples["value"],
+        "dur": pc.fill_null(samples["duration_ns"], 0).cast(pa.float64()),
+        "qdur": pc.multiply(pc.fill_null(samples["quality"].cast(pa.float64()), 1.0),
+                            pc.fill_null(samples["duration_ns"], 0).cast(pa.float64())),
+        "unknown": pc.is_null(samples["value"]).cast(pa.int64()),
+        "vdur": pc.multiply(samples["value"],
+                            pc.fill_null(samples["duration_ns"], 0).cast(pa.float64())),
+    })
+    g = t.group_by(["source", "metric"]).aggregate([
+        ("value", "sum"), ("value", "max"), ("value", "count"), ("dur", "sum"),
+        ("qdur", "sum"), ("unknown", "sum"), ("vdur", "sum"),
+    ])
+    out = {}
+    for r in g.to_pylist():
+        out[(r["source"], r["metric"])] = r
+    return out
+
+
+def summarize(samples: pa.Table, catalog: dict[str, dict[str, Any]], meta: dict[str, Any]) -> Summary:
+    workload = meta.get("workload") or {}
+    elapsed = workload.get("elapsed_s")
+    if elapsed is None and meta.get("duration_ns"):
+        elapsed = meta["duration_ns"] / 1e9
+    summary = Summary(
+        command=meta.get("command"), elapsed_s=elapsed, user_s=workload.get("user_s"),
+        system_s=workload.get("system_s"), exit_status=workload.get("exit_status"),
+        collectors={k: {"status": v.get("status"), "reason": v.get("reason", "")}
+                    for k, v in (meta.get("collectors") or {}).items()},
+        path=meta.get("path", ""))
+    stats = _per_metric(samples)
+
+    # perf events first, in the order they were asked for, unsupported ones included
+    perf_events = ((meta.get("collectors") or {}).get("perf") or {}).get("events") or {}
+    listed = set()
+    for name, st in perf_events.items():
+        listed.add(name)
+        summary.rows.append(_row("perf", name, catalog.get(name, {}), stats.get(("perf", name)), st))
+    for (source, metric), s in sorted(stats.items()):
+        if source == "perf" and metric in listed:
+            continue
+        summary.rows.append(_row(source, metric, catalog.get(metric, {}), s, None))
+    _add_notes(summary)
+    return summary
+
+
+def _row(source: str, metric: str, cat: dict[str, Any], s: dict[str, Any] | None,
+         status: dict[str, Any] | None) -> SummaryRow:
+    kind = cat.get("kind", "delta")
+    row = SummaryRow(source, metric, cat.get("unit", ""), kind, None)
+    if status is not None:
+        row.status = status.get("status", "counted")
+        row.reason = status.get("reason", "")
+    if s is None or s["value_count"] == 0:
+        if row.status == "counted":
+            row.status = "not counted" if s is not None else row.status
+        return row
+    row.unknown_intervals = int(s["unknown_sum"])
+    if kind == "delta":
+        row.value = s["value_sum"]
+        row.aggregate = "total"
+        if s["dur_sum"]:
+            row.coverage = s["qdur_sum"] / s["dur_sum"]
+    elif kind == "gauge":
+        row.value = s["value_max"]
+        row.aggregate = "peak"
+    else:
+        row.value = s["vdur_sum"] / s["dur_sum"] if s["dur_sum"] else None
+        row.aggregate = "mean"
+    return row
+
+
+def _rate(count: float, seconds: float) -> str:
+    r = count / seconds
+    if r >= 1e9:
+        return f"{r / 1e9:.3f} G/sec"
+    if r >= 1e6:
+        return f"{r / 1e6:.3f} M/sec"
+    if r >= 1e3:
+        return f"{r / 1e3:.3f} K/sec"
+    return f"{r:.3f} /sec"
+
+
+def _add_notes(summary: Summary) -> None:
+    v = {r.metric.split(":")[0]: r.value for r in summary.rows
+         if r.source == "perf" and r.value is not None}
+    task_ns = v.get("task-clock") or v.get("cpu-clock")
+    elapsed = summary.elapsed_s
+    cycles = v.get("cycles") or v.get("cpu-cycles")
+    for r in summary.rows:
+        if r.source != "perf" or r.value is None:
+            continue
+        base = r.metric.split(":")[0]
+        if base in ("task-clock", "cpu-clock") and elapsed:
+            r.note = f"{r.value / 1e9 / elapsed:.3f} CPUs utilized"
+        elif base in ("cycles", "cpu-cycles") and task_ns:
+            r.note = f"{r.value / task_ns:.3f} GHz"
+        elif base == "instructions" and cycles:
+            r.note = f"{r.value / cycles:.2f} insn per cycle"
+        elif base == "branch-misses" and v.get("branches"):
+            r.note = f"{100 * r.value / v['branches']:.2f}% of all branches"
+        elif base == "cache-misses" and v.get("cache-references"):
+            r.note = f"{100 * r.value / v['cache-references']:.2f}% of all cache refs"
+        elif base.endswith("-load-misses") and v.get(base.replace("-load-misses", "-loads")):
+            r.note = f"{100 * r.value / v[base.replace('-load-misses', '-loads')]:.2f}% of all {base.split('-load')[0]} accesses"
+        elif base in ("stalled-cycles-frontend", "stalled-cycles-backend") and cycles:
+            side = base.split("-")[-1]
+            r.note = f"{100 * r.value / cycles:.2f}% {side} cycles idle"
+        elif task_ns and r.unit == "count":
+            r.note = _rate(r.value, task_ns / 1e9)

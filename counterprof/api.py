@@ -1,0 +1,63 @@
+"""The context manager / decorator over the current process."""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any
+
+from .collector import Target
+from .session import Session
+from .store.reader import Run
+
+
+class profile(contextlib.ContextDecorator):
+    """Profile the current process: all of its existing threads and those it starts.
+
+        with counterprof.profile(events="task-clock,page-faults", interval_ms=10) as run:
+            work()
+        run.summary()
+
+    As a decorator, each call makes a new run (so leave `path` unset, or pass replace=True).
+    Without `path`, a new timestamped run directory is made in the current directory.
+    """
+
+    def __init__(self, events: str | None = None, interval_ms: float = 100.0, *,
+                 path: str | os.PathLike | None = None, collectors: list[str] | None = None,
+                 host_interval_ms: float = 100.0, per_thread: bool = False,
+                 rank: int | None = None, replace: bool = False,
+                 config: dict[str, dict[str, Any]] | None = None):
+        self.events = events
+        self.interval_ms = interval_ms
+        self.path = path
+        self.collectors = collectors
+        self.host_interval_ms = host_interval_ms
+        self.per_thread = per_thread
+        self.rank = rank
+        self.replace = replace
+        self.extra_config = config or {}
+        self.session: Session | None = None
+        self.run: Run | None = None
+
+    def _config(self) -> dict[str, dict[str, Any]]:
+        perf: dict[str, Any] = {"interval_ms": self.interval_ms, "per_thread": self.per_thread}
+        if self.events is not None:
+            perf["events"] = self.events
+        cfg = {"perf": perf, "host": {"interval_ms": self.host_interval_ms}}
+        for name, extra in self.extra_config.items():
+            cfg.setdefault(name, {}).update(extra)
+        return cfg
+
+    def __enter__(self) -> Run:
+        self.session = Session(self.path, collectors=self.collectors, config=self._config(),
+                               target=Target("self"), command=list(sys.argv), rank=self.rank,
+                               replace=self.replace)
+        self.session.prepare()
+        self.session.start()
+        self.run = Run(self.session.path)
+        return self.run
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.session is not None:
+            self.session.stop()
+        return False

@@ -1,0 +1,44 @@
+"""The command line: one module per subcommand, each with main(argv) -> int.
+
+Exit codes: `run` returns the workload's status (128+N when it died of signal N,
+127/126 when it could not be found/executed); counterprof's own errors are 1;
+usage errors are 2.
+"""
+from __future__ import annotations
+
+import sys
+
+SUBCOMMANDS = {
+    "run": "profile a command, a running process (--pid) or the whole machine (-a)",
+    "list": "collectors and events usable here, and why not",
+    "recover": "compact the journal a killed profiler left into Parquet",
+}
+USAGE = "usage: counterprof {run,list,recover} ...\n\n" + "\n".join(
+    f"  {name:<9} {text}" for name, text in SUBCOMMANDS.items()) + \
+    "\n\n`counterprof SUBCOMMAND --help` for its options."
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from .. import __version__
+        print(f"counterprof {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in SUBCOMMANDS:
+        print(f"counterprof: unknown subcommand '{name}'\n\n{USAGE}", file=sys.stderr)
+        return 2
+    if name == "run":
+        from . import run as mod
+    elif name == "list":
+        from . import list_events as mod
+    else:
+        from . import recover as mod
+    return mod.main(rest)
+
+
+def console_main() -> None:
+    sys.exit(main())

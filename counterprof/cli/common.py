@@ -1,0 +1,44 @@
+"""What every subcommand shares: error printing and exit codes in one place."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable
+
+from ..errors import CounterprofError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage errors with exit code 2 through a return value."""
+
+    def error(self, message: str):
+        raise UsageFailure(message, self.format_usage())
+
+
+class UsageFailure(Exception):
+    def __init__(self, message: str, usage: str):
+        super().__init__(message)
+        self.usage = usage
+
+
+def err(message: str) -> None:
+    print(f"counterprof: {message}", file=sys.stderr, flush=True)
+
+
+def guarded(fn: Callable[[], int]) -> int:
+    """Run a subcommand body; counterprof errors become one line and an exit code."""
+    try:
+        return fn()
+    except UsageFailure as exc:
+        sys.stderr.write(exc.usage)
+        err(str(exc))
+        return EXIT_USAGE
+    except CounterprofError as exc:
+        err(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err("interrupted")
+        return 130

@@ -1,0 +1,67 @@
+"""counterprof recover RUN: compact what a killed profiler left in the journal.
+
+Safe to run twice and safe to interrupt. Refuses while the profiler that writes
+the run is still alive on this host (it will compact on its own when it stops).
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+from ..errors import RunDirectoryError
+from .common import ArgumentParser, err, guarded
+
+
+def main(argv: list[str]) -> int:
+    return guarded(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="counterprof recover", description=__doc__.split("\n\n")[0])
+    p.add_argument("run", help="run directory")
+    p.add_argument("--force", action="store_true",
+                   help="compact even though the profiler that writes the run seems alive")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary table")
+    args = p.parse_args(argv)
+
+    from ..store import rundir
+    from ..store.compact import CompactionReport, compact_rank
+    from ..store.reader import Run
+
+    run = Run(args.run)
+    meta = run.meta
+    prof = meta.get("profiler") or {}
+    if (meta.get("status") == "running" and prof.get("host") == socket.gethostname()
+            and _alive(prof.get("pid")) and not args.force):
+        raise RunDirectoryError(
+            f"{run.path} is still being written by counterprof (pid {prof.get('pid')}); "
+            "stop it first, or pass --force")
+    report = CompactionReport()
+    for _rank, d in rundir.rank_dirs(run.path):
+        compact_rank(d, report)
+    if meta.get("status") == "running":
+        meta["status"] = "recovered"
+        meta.setdefault("warnings", []).append(
+            "the profiler stopped without finishing; the journal was compacted by "
+            "`counterprof recover` (at most the last second before it died is missing)")
+        rundir.write_json(run.path / rundir.META, meta)
+    err(f"recovered {report.rows} rows from {report.segments} journal segment(s) into "
+        f"{len(report.files)} Parquet file(s) in {run.path}")
+    for problem in report.truncated:
+        err(f"cut-off segment (kept what was readable): {problem}")
+    if not args.quiet:
+        from rich.console import Console
+        Console(stderr=True, highlight=False).print(run.summary())
+    return 0
+
+
+def _alive(pid) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,162 @@
+"""counterprof run: profile a command, a running process, or the whole machine.
+
+    counterprof run [-e EVENTS] [-I MS] [-o DIR] [--collectors perf,host] -- CMD ...
+    counterprof run --pid PID [--duration S]
+    counterprof run -a [--duration S] [-- CMD ...]
+
+The summary goes to stderr, so the workload's stdout stays clean for pipes. The exit
+status is the workload's (128+N when it died of signal N).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .common import ArgumentParser, UsageFailure, err, guarded
+
+EPILOG = """\
+examples:
+  counterprof run -- python train.py
+  counterprof run -e task-clock,page-faults,cycles,instructions -I 10 -o out -- python examples/busy.py
+  counterprof run -e '{cycles,instructions}:u,cpu/event=0x3c,umask=0x0/' -- ./bench
+  counterprof run --pid 1234 --duration 10
+  counterprof run -a -A --duration 5
+"""
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="counterprof run", description=__doc__.split("\n\n")[0],
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-e", "--events", action="append",
+                   help="events in perf's syntax, comma separated; repeatable "
+                        "(default: perf stat's: task-clock, context-switches, cpu-migrations, "
+                        "page-faults, cycles, instructions, branches, branch-misses)")
+    p.add_argument("-I", "--interval-ms", type=float, default=100.0, metavar="MS",
+                   help="counter sampling interval in ms (default 100; 1 works)")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="run directory (default: ./counterprof-<date>-<time>)")
+    p.add_argument("--force", action="store_true", help="replace the run already in -o DIR")
+    p.add_argument("--collectors", metavar="LIST",
+                   help="collectors to use, comma separated (default: every available one; "
+                        "see `counterprof list`)")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("-p", "--pid", type=int, help="attach to a running process (all its threads)")
+    target.add_argument("-a", "--all-cpus", action="store_true",
+                        help="count on every CPU (needs root, CAP_PERFMON or perf_event_paranoid <= 0)")
+    p.add_argument("-A", "--no-aggr", action="store_true",
+                   help="with -a: one series per CPU instead of their sum")
+    p.add_argument("--per-thread", action="store_true",
+                   help="with --pid: one series per thread instead of their sum")
+    p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
+                   help="host collector interval in ms (default 100)")
+    p.add_argument("--duration", type=float, metavar="S",
+                   help="with --pid or -a and no command: stop after S seconds")
+    p.add_argument("-q", "--quiet", action="store_true", help="no summary table at the end")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    # Before any thread exists: threads inherit the mask, so signals stay pending for
+    # the main thread to take with sigtimedwait and forward.
+    from ..workload import block_signals
+    block_signals()
+    return guarded(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command and args.pid is None and not args.all_cpus:
+        raise UsageFailure("give a command after --, or --pid PID, or -a",
+                           build_parser().format_usage())
+    if args.duration is not None and command:
+        raise UsageFailure("--duration applies to --pid and -a without a command",
+                           build_parser().format_usage())
+
+    from ..collector import Target
+    from ..session import Session
+    from ..workload import Workload, check_command
+
+    if command:
+        check_command(command)     # 127/126 before anything is created
+    if args.pid is not None and not os.path.exists(f"/proc/{args.pid}"):
+        raise UsageFailure(f"no process with pid {args.pid}", build_parser().format_usage())
+
+    perf_cfg: dict = {"interval_ms": args.interval_ms, "per_thread": args.per_thread,
+                      "per_cpu": args.no_aggr}
+    if args.events:
+        perf_cfg["events"] = ",".join(args.events)
+    config = {"perf": perf_cfg, "host": {"interval_ms": args.host_interval_ms}}
+    collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
+
+    if args.pid is not None:
+        target = Target("pid", args.pid)
+    elif command:
+        target = Target("launch", None, system_wide=args.all_cpus)
+    else:
+        target = Target("pid", None, system_wide=True)
+
+    session = Session(args.output, collectors=collectors, config=config, target=target,
+                      command=command or None, replace=args.force, rank=0, on_warning=err)
+    session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
+
+    if not command:
+        return _observe(session, args)
+
+    workload = Workload(command)
+    pid = workload.spawn()
+    session.target = Target("launch", pid, system_wide=args.all_cpus)
+    try:
+        session.start()
+    except BaseException:
+        workload.abort()
+        session.stop(workload={"status": "not started"})
+        raise
+    from ..workload import WorkloadStartError
+    try:
+        workload.release()
+    except WorkloadStartError as exc:
+        session.stop(workload={"status": "exec failed", "error": str(exc),
+                               "exit_status": exc.exit_code})
+        raise
+    try:
+        result = workload.wait()
+    except BaseException:
+        session.stop(workload={"status": "profiler error while waiting", "pid": pid})
+        raise
+    session.stop(workload={"status": "exited", **result.to_json()})
+    _report(session, args)
+    return result.exit_status
+
+
+def _observe(session, args) -> int:
+    from ..workload import wait_for_stop
+    session.start()
+    why = "profiler error"
+    try:
+        why = wait_for_stop(args.pid, args.duration)
+    finally:
+        session.meta["stopped_because"] = why
+        session.stop(workload=None)
+    _report(session, args)
+    return 0
+
+
+def _report(session, args) -> None:
+    from ..store.reader import Run
+    if not args.quiet:
+        from rich.console import Console
+        try:
+            summary = Run(session.path).summary()
+            Console(stderr=True, highlight=False).print(summary)
+        except Exception as exc:   # the data is on disk; a rendering problem must not hide that
+            err(f"could not print the summary: {exc}")
+    print(f"counterprof: run directory: {session.path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,146 @@
+"""The collector contract, what a collector is told about its target, and the registry.
+
+The core knows no collector by name: built-in ones register through the same
+entry-point group (`counterprof.collectors`) that third-party packages use.
+
+A collector never writes files or prints. It emits Arrow record batches stamped
+with the session's clock through `ctx.emit`, samples on its own thread at its own
+cadence, and reports trouble through `ctx.fail` / `ctx.warn`.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, Callable, ClassVar
+
+import pyarrow as pa
+
+from .clock import Clock
+from .errors import UsageError
+from .schema import Metric
+
+ENTRY_POINT_GROUP = "counterprof.collectors"
+
+
+@dataclass(frozen=True)
+class Availability:
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the session observes.
+
+    kind: "launch" (a child paused before exec: counters start at exec),
+          "pid"    (a running process, all of its threads),
+          "self"   (the calling process, for the context manager),
+    system_wide: also/instead count every CPU (perf -a).
+    """
+
+    kind: str
+    pid: int | None = None
+    system_wide: bool = False
+
+    def __post_init__(self):
+        if self.kind not in ("launch", "pid", "self"):
+            raise ValueError(f"target kind {self.kind!r}")
+
+
+@dataclass
+class SessionContext:
+    """What a collector gets from the session in start()."""
+
+    clock: Clock
+    target: Target
+    config: dict[str, Any]
+    rank: int
+    emit: Callable[[str, pa.RecordBatch], None]          # (table name, batch)
+    add_metrics: Callable[[list[Metric]], None]
+    fail: Callable[[str, str], None]                      # (collector name, reason)
+    warn: Callable[[str], None]
+    # Native ids of threads the profiler itself runs. A collector that starts a
+    # thread adds it here before the counting collectors start, so they can leave it out.
+    profiler_tids: set[int] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Collector:
+    """Base class. Subclasses set `name`, implement availability/start/stop.
+
+    start_late: started after the other collectors, because it counts threads and
+    must see the profiler's own threads already registered in ctx.profiler_tids.
+    """
+
+    name: ClassVar[str] = ""
+    start_late: ClassVar[bool] = False
+    default_on: ClassVar[bool] = True
+
+    def __init__(self, config: dict[str, Any] | None = None):
+        self.config = dict(config or {})
+        self.status = "ok"
+        self.reason = ""
+        # Extra facts for meta.json (events opened, unsupported ones, fallbacks...).
+        self.details: dict[str, Any] = {}
+
+    @classmethod
+    def availability(cls, config: dict[str, Any] | None = None) -> Availability:
+        """Can it run here, and if not, why (said so a user can act on it). Cheap, no side effects."""
+        return Availability(True)
+
+    @classmethod
+    def validate(cls, config: dict[str, Any]) -> None:
+        """Raise UsageError for bad configuration, before any workload starts."""
+
+    @classmethod
+    def inventory(cls, config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """What `counterprof list` shows beyond availability: tables of
+        {"title", "columns", "rows", "note"} (events this machine counts, devices...)."""
+        return []
+
+    def start(self, ctx: SessionContext) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        """Flush what is left and release resources. Must be idempotent."""
+
+    def summary_config(self) -> dict[str, Any]:
+        """The configuration as recorded in meta.json."""
+        return dict(self.config)
+
+
+def _entry_points():
+    return metadata.entry_points(group=ENTRY_POINT_GROUP)
+
+
+def registry() -> dict[str, type[Collector] | Exception]:
+    """Every registered collector by name; a plugin that fails to import maps to its error."""
+    found: dict[str, type[Collector] | Exception] = {}
+    for ep in _entry_points():
+        try:
+            found[ep.name] = ep.load()
+        except Exception as exc:  # a broken plugin must not take the others down
+            found[ep.name] = exc
+    if not found:
+        found["perf"] = UsageError(
+            "no collectors are registered: counterprof is not installed as a package; "
+            "run `pip install .` in the source tree")
+    return found
+
+
+def resolve(names: list[str] | None) -> dict[str, type[Collector] | Exception]:
+    """The collectors to use: `names` in that order, or every default-on one."""
+    reg = registry()
+    if names is None:
+        return {n: c for n, c in reg.items()
+                if isinstance(c, Exception) or getattr(c, "default_on", True)}
+    unknown = [n for n in names if n not in reg]
+    if unknown:
+        raise UsageError(
+            f"unknown collector(s): {', '.join(unknown)}; known: {', '.join(sorted(reg))} "
+            "(see `counterprof list`)")
+    return {n: reg[n] for n in names}

@@ -1,0 +1,121 @@
+"""The error hierarchy, and the one place that turns errno values into it.
+
+Every message says what happened and what to do about it; the CLI prints the
+message alone (no traceback) and exits 1, or 2 for usage errors.
+"""
+from __future__ import annotations
+
+import errno as _errno
+import os
+
+
+class CounterprofError(Exception):
+    """Base of every error counterprof raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(CounterprofError):
+    """Bad command line or bad arguments: exit 2, before the workload starts."""
+
+    exit_code = 2
+
+
+class EventSyntaxError(UsageError):
+    """An event list that does not parse, or names an event nobody knows."""
+
+
+class RunDirectoryError(CounterprofError):
+    """A run directory that cannot be created, read or recovered."""
+
+
+class NativeUnavailable(CounterprofError):
+    """The compiled part (counterprof._native) is missing."""
+
+
+class PerfEventError(CounterprofError):
+    """perf_event_open or a counter read failed. `errno` is the kernel's."""
+
+    def __init__(self, message: str, errno: int = 0, event: str | None = None):
+        super().__init__(message)
+        self.errno = errno
+        self.event = event
+
+
+class EventNotSupported(PerfEventError):
+    """This machine cannot count the event (no PMU, unknown config): `<not supported>`."""
+
+
+class PerfPermissionError(PerfEventError):
+    """perf_event_paranoid, capabilities or seccomp forbid the counter."""
+
+
+class TargetGone(PerfEventError):
+    """The process or thread to count no longer exists."""
+
+
+def perf_event_paranoid(proc: str = "/proc") -> int | None:
+    try:
+        with open(os.path.join(proc, "sys/kernel/perf_event_paranoid")) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def perf_error(err: int, event: str, *, system_wide: bool = False, pid: int | None = None,
+               proc: str = "/proc") -> PerfEventError:
+    """The counterprof error for a perf_event_open failure with errno `err` (positive)."""
+    name = _errno.errorcode.get(err, str(err))
+    if err in (_errno.ENOENT, _errno.EOPNOTSUPP, _errno.ENODEV):
+        return EventNotSupported(
+            f"{event}: the kernel exposes no PMU that counts it ({name}; usual in virtual "
+            "machines and containers without PMU passthrough)", err, event)
+    if err in (_errno.EACCES, _errno.EPERM):
+        paranoid = perf_event_paranoid(proc)
+        if paranoid is None:
+            return PerfPermissionError(
+                f"{event}: perf_event_open is not permitted ({name}) and "
+                "/proc/sys/kernel/perf_event_paranoid is missing: the kernel may lack "
+                "CONFIG_PERF_EVENTS", err, event)
+        if err == _errno.EPERM and paranoid <= 1 and not system_wide:
+            return PerfPermissionError(
+                f"{event}: perf_event_open was refused ({name}) although "
+                f"kernel.perf_event_paranoid is {paranoid}: a seccomp profile (Docker's default "
+                "blocks it) or an LSM forbids the syscall; run the container with "
+                "--cap-add PERFMON or a seccomp profile that allows perf_event_open",
+                err, event)
+        if system_wide:
+            need = "0"
+            what = "system-wide (-a) counting"
+        else:
+            need = "2 (user space only) or 1"
+            what = "counting this process"
+        return PerfPermissionError(
+            f"{event}: {what} is not permitted ({name}): kernel.perf_event_paranoid is "
+            f"{paranoid}; run as root or with CAP_PERFMON, or lower it to {need} with "
+            f"`sudo sysctl kernel.perf_event_paranoid={need.split()[0]}`", err, event)
+    if err == _errno.ESRCH:
+        target = f"process {pid}" if pid is not None else "the target process"
+        return TargetGone(f"{event}: {target} does not exist (it may have exited)", err, event)
+    if err == _errno.EMFILE or err == _errno.ENFILE:
+        return PerfEventError(
+            f"{event}: out of file descriptors ({name}): each counter needs one per thread or "
+            "CPU; raise the limit (`ulimit -n 65536`) or count fewer events", err, event)
+    if err == _errno.EINVAL:
+        return EventNotSupported(
+            f"{event}: the kernel rejected the event's settings (EINVAL): an unknown config "
+            "value or modifier for this PMU, or an event that cannot join this group", err, event)
+    if err == _errno.EBUSY:
+        return PerfEventError(
+            f"{event}: the PMU is busy (EBUSY): another tool holds it exclusively "
+            "(a pinned or exclusive event, or the NMI watchdog)", err, event)
+    if err == _errno.E2BIG:
+        return PerfEventError(
+            f"{event}: this kernel is older than the perf_event_attr counterprof was built "
+            "with (E2BIG); rebuild counterprof on this machine", err, event)
+    if err == _errno.ENOSYS:
+        return PerfPermissionError(
+            f"{event}: perf_event_open is not available (ENOSYS): the kernel lacks "
+            "CONFIG_PERF_EVENTS or a sandbox hides the syscall", err, event)
+    return PerfEventError(f"{event}: perf_event_open failed: {os.strerror(err)} ({name})",
+                          err, event)

@@ -1,0 +1,90 @@
+"""The end-of-run table, laid out like perf stat's. Computes nothing: it formats a Summary."""
+from __future__ import annotations
+
+import io
+import shlex
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ..analysis.summary import Summary, SummaryRow
+
+
+def _number(value: float, unit: str) -> tuple[str, str]:
+    if unit == "ns":
+        return f"{value / 1e6:,.2f}", "msec"
+    if unit == "s":
+        return f"{value:,.3f}", "s"
+    if unit == "bytes":
+        for div, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+            if value >= div:
+                return f"{value / div:,.2f}", name
+        return f"{value:,.0f}", "B"
+    if unit == "percent":
+        return f"{value:,.1f}", "%"
+    if float(value).is_integer() or abs(value) >= 100:
+        return f"{value:,.0f}", ""
+    return f"{value:,.2f}", unit if unit != "count" else ""
+
+
+def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
+    if r.value is None:
+        label = {"not supported": "<not supported>", "not counted": "<not counted>"}.get(
+            r.status, f"<{r.status}>")
+        return Text(label, style="yellow"), "", Text(r.metric), Text("")
+    num, unit = _number(r.value, r.unit)
+    name = r.metric if r.aggregate == "total" else f"{r.metric} ({r.aggregate})"
+    note = f"#  {r.note}" if r.note else ""
+    if r.coverage is not None and r.coverage < 0.9999:
+        note += f"  ({100 * r.coverage:.2f}%)"
+    if r.unknown_intervals:
+        note += f"  [{r.unknown_intervals} intervals unknown]"
+    return Text(num), unit, Text(name), Text(note, style="dim")
+
+
+def summary_renderable(s: Summary):
+    what = shlex.join(s.command) if s.command else "this run"
+    title = Text(f"\n Performance counter stats for '{what}':\n", style="bold")
+    table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column(no_wrap=True)
+    table.add_column()
+    perf = [r for r in s.rows if r.source == "perf"]
+    other = [r for r in s.rows if r.source != "perf"]
+    for r in perf:
+        table.add_row(*_cells(r))
+    parts = [title, table]
+    footer = []
+    if s.elapsed_s is not None:
+        footer.append(f"{s.elapsed_s:15.9f} seconds time elapsed")
+    if s.user_s is not None:
+        footer.append(f"{s.user_s:15.9f} seconds user")
+    if s.system_s is not None:
+        footer.append(f"{s.system_s:15.9f} seconds sys")
+    if footer:
+        parts.append(Text("\n" + "\n".join(footer)))
+    if other:
+        host = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False,
+                     title=Text("process tree and system (host collector)", style="bold"),
+                     title_justify="left")
+        host.add_column(justify="right", no_wrap=True)
+        host.add_column(no_wrap=True)
+        host.add_column(no_wrap=True)
+        host.add_column()
+        for r in other:
+            host.add_row(*_cells(r))
+        parts.append(Text(""))
+        parts.append(host)
+    missing = [f"{k}: {v['status']} ({v['reason']})" for k, v in s.collectors.items()
+               if v.get("status") not in ("ok", None)]
+    if missing:
+        parts.append(Text("\n" + "\n".join(missing), style="yellow"))
+    return Group(*parts)
+
+
+def summary_text(s: Summary, width: int = 120) -> str:
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, highlight=False).print(summary_renderable(s))
+    return buf.getvalue()

@@ -1,0 +1,317 @@
+"""The session: starts and stops collectors, owns the clock, the sinks and meta.json.
+
+collectors --batch--> Session.emit --fan-out--> sinks (journal writer; live view later)
+
+A collector that fails, at start or mid-run, is marked failed in meta.json with
+its reason; the other collectors and the workload carry on.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import secrets
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+
+from . import __version__
+from .clock import Clock
+from .collector import Collector, SessionContext, Target, resolve
+from .errors import CounterprofError, perf_event_paranoid
+from .schema import Metric
+from .store import rundir
+from .store.compact import CompactionReport, compact_rank
+from .store.journal import JournalWriter
+
+# meta.json records these environment variables and no others: command lines and
+# environments can hold secrets.
+ENV_ALLOWLIST = (
+    "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+    "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+    "NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTORCH_CUDA_ALLOC_CONF",
+)
+
+
+def rank_from_env(environ=os.environ) -> int:
+    try:
+        return int(environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    for key in ("model name", "Model", "cpu model"):
+        for line in info.splitlines():
+            if line.startswith(key) and ":" in line:
+                return line.split(":", 1)[1].strip()
+    parts = {}
+    for line in info.splitlines():   # Arm: no model name, only implementer/part ids
+        if ":" in line:
+            k, v = (x.strip() for x in line.split(":", 1))
+            parts.setdefault(k, v)
+    if "CPU implementer" in parts:
+        return f"arm implementer {parts['CPU implementer']} part {parts.get('CPU part', '?')}"
+    return platform.processor() or platform.machine()
+
+
+def host_facts() -> dict[str, Any]:
+    return {
+        "hostname": socket.gethostname(),
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "cpu_model": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "perf_event_paranoid": perf_event_paranoid(),
+        "python": platform.python_version(),
+    }
+
+
+def _stderr_warning(message: str) -> None:
+    print(f"counterprof: {message}", file=sys.stderr, flush=True)
+
+
+class Session:
+    """One profiling session writing one rank of one run directory."""
+
+    def __init__(self, path: str | os.PathLike | None = None, *,
+                 collectors: list[str] | None = None,
+                 config: dict[str, dict[str, Any]] | None = None,
+                 target: Target = Target("self"),
+                 command: list[str] | None = None,
+                 rank: int | None = None,
+                 replace: bool = False,
+                 on_warning: Callable[[str], None] = _stderr_warning):
+        self.path = Path(path) if path is not None else rundir.default_run_path()
+        self.collector_names = collectors
+        self.config = config or {}
+        self.target = target
+        self.command = command
+        self.rank = rank_from_env() if rank is None else rank
+        self.replace = replace
+        self.on_warning = on_warning
+        self.clock = Clock()
+        self.writer_id = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.collectors: list[Collector] = []
+        self.statuses: dict[str, dict[str, Any]] = {}
+        self.metrics: dict[str, Metric] = {}
+        self.warnings: list[str] = []
+        self.sinks: list[Any] = []
+        self.meta: dict[str, Any] = {}
+        self.started = self.stopped = False
+        self.compaction: CompactionReport | None = None
+        self._lock = threading.RLock()
+        self._ctx: SessionContext | None = None
+        self._start_cpu = 0.0
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Create the run directory and resolve collectors: everything that can fail on bad
+        input, before any workload starts."""
+        self.classes = resolve(self.collector_names)
+        for name, cls in self.classes.items():
+            if not isinstance(cls, Exception):
+                cls.validate(self.config.get(name, {}))
+        self.path = rundir.create(self.path, replace=self.replace)
+        self.rank_path = rundir.rank_dir(self.path, self.rank)
+
+    def start(self) -> None:
+        if not hasattr(self, "classes"):
+            self.prepare()
+        self._start_cpu = _self_cpu()
+        self.start_ns = self.clock.now_ns()
+        journal = JournalWriter(self.rank_path, self.writer_id)
+        self.sinks.append(journal)
+        self.meta = self._initial_meta()
+        self._write_meta()
+
+        self._ctx = SessionContext(
+            clock=self.clock, target=self.target, config=self.config, rank=self.rank,
+            emit=self.emit, add_metrics=self.add_metrics, fail=self.fail, warn=self.warn)
+        plan: list[Collector] = []
+        for name, cls in self.classes.items():
+            cfg = self.config.get(name, {})
+            if isinstance(cls, Exception):
+                self.statuses[name] = {"status": "unavailable", "reason": str(cls), "config": cfg}
+                continue
+            try:
+                avail = cls.availability(cfg)
+            except Exception as exc:   # availability must never take the run down
+                avail_reason = f"availability check failed: {exc}"
+                self.statuses[name] = {"status": "unavailable", "reason": avail_reason, "config": cfg}
+                continue
+            if not avail.ok:
+                self.statuses[name] = {"status": "unavailable", "reason": avail.reason, "config": cfg}
+                if self.collector_names is not None:   # asked for by name: say so
+                    self.warn(f"{name} collector unavailable: {avail.reason}")
+                continue
+            plan.append(cls(cfg))
+        plan.sort(key=lambda c: c.start_late)
+        for col in plan:
+            self.statuses[col.name] = {"status": "ok", "reason": "", "config": col.summary_config()}
+            try:
+                col.start(self._ctx)
+            except CounterprofError as exc:
+                self.fail(col.name, str(exc))
+                _safe_stop(col)
+                continue
+            except Exception as exc:
+                self.fail(col.name, f"{type(exc).__name__}: {exc}")
+                _safe_stop(col)
+                continue
+            self.collectors.append(col)
+        self.started = True
+        self._refresh_statuses()
+        self._write_catalog()
+        self._write_meta()
+
+    def stop(self, workload: dict[str, Any] | None = None, compact: bool = True) -> None:
+        """Stop collectors (counting ones first, so they see the end), close sinks,
+        compact the journal into Parquet, write the final meta.json. Idempotent."""
+        with self._lock:
+            if self.stopped or not self.started:
+                return
+            self.stopped = True
+        for col in sorted(self.collectors, key=lambda c: not c.start_late):
+            try:
+                col.stop()
+            except Exception as exc:
+                self.fail(col.name, f"stop failed: {type(exc).__name__}: {exc}")
+        for sink in self.sinks:
+            try:
+                sink.close()
+            except Exception as exc:
+                self.warn(f"closing {type(sink).__name__} failed: {exc}")
+        self.end_ns = self.clock.now_ns()
+        if compact:
+            self.compaction = compact_rank(self.rank_path)
+            for problem in self.compaction.truncated:
+                self.warn(f"journal damaged: {problem}")
+        self._refresh_statuses()
+        self.meta.update({
+            "status": "complete",
+            "end_ns": self.end_ns,
+            "duration_ns": self.end_ns - self.start_ns,
+            "workload": workload or self.meta.get("workload"),
+            "profiler": self._profiler_usage(),
+            "warnings": self.warnings,
+        })
+        self._write_catalog()
+        self._write_meta()
+
+    def __enter__(self) -> "Session":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- what collectors call ----------------------------------------------------------
+
+    def emit(self, table: str, batch: pa.RecordBatch) -> None:
+        for sink in self.sinks:
+            try:
+                sink.write(table, batch)
+            except Exception as exc:   # e.g. disk full: say so once per sink, keep going
+                key = f"sink {type(sink).__name__} failed: {exc}"
+                if key not in self.warnings:
+                    self.warn(key)
+
+    def add_metrics(self, metrics: list[Metric]) -> None:
+        with self._lock:
+            for m in metrics:
+                self.metrics[m.name] = m
+
+    def fail(self, name: str, reason: str) -> None:
+        with self._lock:
+            entry = self.statuses.setdefault(name, {"config": self.config.get(name, {})})
+            entry.update(status="failed", reason=reason)
+        self.warn(f"{name} collector failed: {reason}")
+        if self.started and not self.stopped:
+            self._refresh_statuses()
+            self._write_meta()
+
+    def warn(self, message: str) -> None:
+        with self._lock:
+            self.warnings.append(message)
+        self.on_warning(message)
+
+    # -- meta ----------------------------------------------------------------------------
+
+    def _initial_meta(self) -> dict[str, Any]:
+        env = {k: os.environ[k] for k in ENV_ALLOWLIST if k in os.environ}
+        return {
+            "id": self.path.name,
+            "counterprof_version": __version__,
+            "status": "running",
+            "command": self.command,
+            "argv": list(sys.argv),
+            "cwd": os.getcwd(),
+            "host": host_facts(),
+            "gpus": [],
+            "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.start_ns / 1e9)),
+            "start_ns": self.start_ns,
+            "clock_offset_ns": self.clock.offset_ns,
+            "rank": self.rank,
+            "env": env,
+            "target": {"kind": self.target.kind, "pid": self.target.pid,
+                       "system_wide": self.target.system_wide},
+            "profiler": {"pid": os.getpid(), "host": socket.gethostname()},
+            "collectors": self.statuses,
+        }
+
+    def _refresh_statuses(self) -> None:
+        with self._lock:
+            for col in self.collectors:
+                entry = self.statuses.setdefault(col.name, {})
+                if entry.get("status") != "failed" and col.status != "ok":
+                    entry.update(status=col.status, reason=col.reason)
+                entry.update(col.details)
+            self.meta["collectors"] = self.statuses
+
+    def _profiler_usage(self) -> dict[str, Any]:
+        usage = dict(self.meta.get("profiler", {}))
+        if self.target.kind == "self":
+            # In-process: the process's CPU is the workload's; count our threads only.
+            usage["cpu_s"] = round(sum(float(c.details.get("thread_cpu_s", 0.0))
+                                       for c in self.collectors), 6)
+            usage["cpu_scope"] = "profiler threads"
+        else:
+            usage["cpu_s"] = round(_self_cpu() - self._start_cpu, 6)
+            usage["cpu_scope"] = "profiler process, after start-up"
+        usage["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return usage
+
+    def _write_meta(self) -> None:
+        with self._lock:
+            rundir.write_json(self.path / rundir.META, self.meta)
+
+    def _write_catalog(self) -> None:
+        with self._lock:
+            entries = [m.to_json() for m in sorted(self.metrics.values(), key=lambda m: (m.source, m.name))]
+            rundir.write_json(self.path / rundir.CATALOG, entries)
+
+
+def _self_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _safe_stop(col: Collector) -> None:
+    try:
+        col.stop()
+    except Exception:
+        pass

@@ -1,0 +1,1 @@
+"""The run directory: journal writer, compaction to Parquet, reader."""

@@ -1,0 +1,87 @@
+"""Compaction: journal segments -> one Parquet file per table and writer.
+
+Streams segment by segment and writes row groups of bounded size, so memory does
+not grow with the run. Safe to repeat and safe to interrupt: the Parquet file is
+written under a temporary name and renamed, and segments are deleted only after.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from itertools import groupby
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .journal import JOURNAL, SegmentRead, read_segment, segments
+
+ROW_GROUP_ROWS = 256 * 1024
+
+
+@dataclass
+class CompactionReport:
+    files: list[Path] = field(default_factory=list)
+    rows: int = 0
+    segments: int = 0
+    truncated: list[str] = field(default_factory=list)   # "segment: what was wrong"
+
+
+def parquet_name(table: str, writer: str) -> str:
+    return f"{table}-{writer}.parquet"
+
+
+def compact_rank(rank_path: Path, report: CompactionReport | None = None) -> CompactionReport:
+    report = report if report is not None else CompactionReport()
+    segs = segments(rank_path)
+    for (table, writer), group in groupby(segs, key=lambda s: (s.table, s.writer)):
+        group = list(group)
+        target = Path(rank_path) / parquet_name(table, writer)
+        if target.exists():
+            # An earlier compaction renamed its file but died before deleting segments.
+            for s in group:
+                s.path.unlink(missing_ok=True)
+            continue
+        tmp = target.with_name(target.name + ".tmp")
+        writer_obj = None
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+
+        def flush():
+            nonlocal writer_obj, pending, pending_rows
+            if not pending:
+                return
+            table_obj = pa.Table.from_batches(pending).unify_dictionaries()
+            if writer_obj is None:
+                writer_obj = pq.ParquetWriter(str(tmp), table_obj.schema, compression="zstd")
+            writer_obj.write_table(table_obj)
+            report.rows += table_obj.num_rows
+            pending, pending_rows = [], 0
+
+        try:
+            for s in group:
+                seg_report = SegmentRead()
+                for batch in read_segment(s.path, seg_report):
+                    pending.append(batch)
+                    pending_rows += batch.num_rows
+                    if pending_rows >= ROW_GROUP_ROWS:
+                        flush()
+                if seg_report.truncated:
+                    report.truncated.append(f"{s.path.name}: {seg_report.error}")
+                report.segments += 1
+            flush()
+        finally:
+            if writer_obj is not None:
+                writer_obj.close()
+        if writer_obj is not None:
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
+            report.files.append(target)
+        for s in group:
+            s.path.unlink(missing_ok=True)
+    journal = Path(rank_path) / JOURNAL
+    try:
+        journal.rmdir()
+    except OSError:
+        pass
+    return report

@@ -1,0 +1,92 @@
+"""Reading a run back: Run objects over a run directory.
+
+Reading never changes the directory: journal segments that a killed profiler left
+are read alongside the Parquet files (tolerating a cut-off tail), so a run is
+readable before, during and after `counterprof recover`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..errors import RunDirectoryError
+from ..schema import TABLES
+from .journal import read_segment, segments
+from .rundir import CATALOG, META, is_run, rank_dirs, read_json
+
+
+class Run:
+    """A run directory. `samples()` and `summary()` read it; nothing here writes."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise RunDirectoryError(f"{self.path}: no such run directory")
+        if not is_run(self.path):
+            raise RunDirectoryError(f"{self.path} is not a counterprof run (no {META})")
+
+    def __repr__(self) -> str:
+        return f"Run({str(self.path)!r})"
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        return read_json(self.path / META)
+
+    @property
+    def catalog(self) -> dict[str, dict[str, Any]]:
+        try:
+            entries = read_json(self.path / CATALOG)
+        except RunDirectoryError:
+            return {}
+        return {m["name"]: m for m in entries}
+
+    def ranks(self) -> list[int]:
+        return [r for r, _ in rank_dirs(self.path)]
+
+    def table(self, name: str, rank: int | None = None, with_rank: bool = False) -> pa.Table:
+        """One of the run's tables (samples, spans), all ranks or one, sorted by time."""
+        schema = TABLES[name]
+        parts: list[pa.Table] = []
+        for r, d in rank_dirs(self.path):
+            if rank is not None and r != rank:
+                continue
+            for f in sorted(d.glob(f"{name}-*.parquet")):
+                try:
+                    t = pq.read_table(f)
+                except (pa.ArrowInvalid, OSError) as exc:
+                    raise RunDirectoryError(f"{f} is unreadable ({exc}); move it aside to read "
+                                            "the rest of the run") from exc
+                parts.append(_with_rank(t, r, with_rank))
+            batches = [b for s in segments(d) if s.table == name for b in read_segment(s.path)]
+            if batches:
+                parts.append(_with_rank(pa.Table.from_batches(batches), r, with_rank))
+        if not parts:
+            empty = schema.empty_table()
+            return _with_rank(empty, 0, with_rank).slice(0, 0)
+        table = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
+        sort_key = "time" if "time" in table.column_names else "start"
+        return table.take(pc.sort_indices(table, [(sort_key, "ascending")]))
+
+    def samples(self, rank: int | None = None, with_rank: bool = False) -> pa.Table:
+        """Every sample (samples schema), time-ordered. with_rank adds the partition's rank."""
+        return self.table("samples", rank, with_rank)
+
+    def summary(self, rank: int | None = None):
+        """Totals per event and the workload's figures, like perf stat's table."""
+        from ..analysis.summary import summarize
+        return summarize(self.samples(rank), self.catalog, self.meta)
+
+
+def _with_rank(table: pa.Table, rank: int, add: bool) -> pa.Table:
+    if not add:
+        return table
+    return table.append_column("rank", pa.array([rank] * table.num_rows, pa.int32()))
+
+
+def load(path: str | os.PathLike) -> Run:
+    return Run(path)

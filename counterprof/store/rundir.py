@@ -1,0 +1,107 @@
+"""The run directory on disk: its creation, meta.json, catalog.json and partitions.
+
+<run>/meta.json          the run, its command, host, and each collector's status
+<run>/catalog.json       every metric: name, unit, kind, description, source
+<run>/rank=<r>/samples-<writer>.parquet, spans-<writer>.parquet
+<run>/rank=<r>/journal/  Arrow IPC stream segments not yet compacted
+
+Run directories are readable by their owner only: command lines can hold secrets.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import RunDirectoryError
+
+META = "meta.json"
+CATALOG = "catalog.json"
+JOURNAL = "journal"
+_RANK_DIR = re.compile(r"^rank=(\d+)$")
+
+
+def default_run_path(parent: str | os.PathLike = ".") -> Path:
+    """A new timestamped directory name in `parent` that does not exist yet."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(parent) / f"counterprof-{stamp}"
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = Path(f"{base}-{n}")
+    return path
+
+
+def create(path: str | os.PathLike, *, replace: bool = False) -> Path:
+    """Create a run directory (mode 0700). Refuses a directory that already holds a run."""
+    path = Path(path)
+    if path.exists():
+        if not path.is_dir():
+            raise RunDirectoryError(f"{path} exists and is not a directory; choose another -o")
+        if (path / META).exists() and not replace:
+            raise RunDirectoryError(
+                f"{path} already holds a run; choose another -o, or pass --force to replace it")
+        if any(path.iterdir()) and not (path / META).exists():
+            raise RunDirectoryError(
+                f"{path} is not empty and is not a run directory; choose another -o")
+        if replace:
+            _clear_run(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)
+    except OSError as exc:
+        raise RunDirectoryError(f"cannot create run directory {path}: {exc.strerror}") from exc
+    return path
+
+
+def _clear_run(path: Path) -> None:
+    """Remove what an earlier run left: only files counterprof writes."""
+    for child in path.iterdir():
+        if child.name in (META, CATALOG) or child.name.endswith(".tmp"):
+            child.unlink()
+        elif _RANK_DIR.match(child.name) and child.is_dir():
+            for f in sorted(child.rglob("*"), reverse=True):
+                f.rmdir() if f.is_dir() else f.unlink()
+            child.rmdir()
+
+
+def rank_dir(run: Path, rank: int) -> Path:
+    d = run / f"rank={rank}"
+    d.mkdir(mode=0o700, exist_ok=True)
+    return d
+
+
+def rank_dirs(run: Path) -> list[tuple[int, Path]]:
+    out = []
+    for child in run.iterdir():
+        m = _RANK_DIR.match(child.name)
+        if m and child.is_dir():
+            out.append((int(m.group(1)), child))
+    return sorted(out)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Atomic replace: a reader, or a profiler killed mid-write, never sees half a file."""
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise RunDirectoryError(f"{path.parent} is not a counterprof run (no {path.name})") from None
+    except json.JSONDecodeError as exc:
+        raise RunDirectoryError(f"{path} is corrupt: {exc}") from exc
+
+
+def is_run(path: str | os.PathLike) -> bool:
+    return (Path(path) / META).is_file()

@@ -1,0 +1,33 @@
+"""cffi build script (API mode) for counterprof._native.
+
+setup.py names it in cffi_modules; `pip install .` compiles native/counterprof_native.c.
+"""
+import pathlib
+import re
+
+from cffi import FFI
+
+HERE = pathlib.Path(__file__).resolve().parent
+HEADER = HERE / "counterprof_native.h"
+
+
+def _cdef_from_header(text: str) -> str:
+    """The header minus preprocessor lines and comments: cffi's cdef takes plain declarations."""
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    return "\n".join(lines)
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(_cdef_from_header(HEADER.read_text()))
+ffibuilder.set_source(
+    "counterprof._native",
+    '#include "counterprof_native.h"',
+    sources=[str((HERE / "counterprof_native.c").relative_to(HERE.parent))],
+    include_dirs=[str(HERE.relative_to(HERE.parent))],
+    extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
+    libraries=["pthread"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

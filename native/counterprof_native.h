@@ -1,0 +1,107 @@
+/* counterprof native core: perf_event_open, group reads, the sampling thread
+ * and the paused-child spawn used by `counterprof run`.
+ *
+ * Everything here is plain C with no Python API: the sampling thread never
+ * touches the interpreter, so it never needs the GIL. Python (through cffi,
+ * API mode) drains finished ticks in column arrays.
+ *
+ * Errors are returned as -errno; Python turns them into counterprof.errors
+ * types in one place (counterprof/errors.py).
+ */
+#ifndef COUNTERPROF_NATIVE_H
+#define COUNTERPROF_NATIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* What to count and how: the fields of perf_event_attr that counterprof sets. */
+struct cp_event_spec {
+    uint32_t type;
+    uint64_t config;
+    uint64_t config1;
+    uint64_t config2;
+    uint64_t read_format;
+    uint8_t disabled;
+    uint8_t inherit;
+    uint8_t enable_on_exec;
+    uint8_t pinned;
+    uint8_t exclusive;
+    uint8_t exclude_user;
+    uint8_t exclude_kernel;
+    uint8_t exclude_hv;
+    uint8_t exclude_idle;
+    uint8_t exclude_host;
+    uint8_t exclude_guest;
+    uint8_t precise_ip;
+};
+
+/* Fill `out` (at least cp_attr_size() bytes) with the perf_event_attr the
+ * syscall would receive. Exposed so tests can check every bit, as perf's own
+ * attr tests do. */
+size_t cp_attr_size(void);
+void cp_build_attr(const struct cp_event_spec *spec, void *out);
+
+/* perf_event_open with PERF_FLAG_FD_CLOEXEC: an fd, or -errno. */
+int cp_event_open(const struct cp_event_spec *spec, int pid, int cpu, int group_fd);
+int cp_ioctl_enable(int fd, int whole_group);
+int cp_ioctl_disable(int fd, int whole_group);
+int cp_ioctl_reset(int fd, int whole_group);
+/* One read() of a counter fd into `words`: the number of u64 words read, or -errno. */
+int cp_read_words(int fd, uint64_t *words, int max_words);
+int cp_close(int fd);
+int cp_gettid(void);
+
+/* Scaling for multiplexing, per counter and interval:
+ *   value * enabled / running; unknown (returns 0) when it was enabled but never ran.
+ * A counter that was not enabled at all in the interval (its task slept) is
+ * known and unchanged: returns 1 with *scaled = value. */
+int cp_scale_delta(uint64_t d_value, uint64_t d_enabled, uint64_t d_running, double *scaled);
+
+/* Sum of n counters (threads, CPUs) that make one series. Returns 1 when the
+ * sum is known; *quality is sum(running) / sum(enabled), 1.0 when nothing was enabled. */
+int cp_aggregate(int n, const uint64_t *d_value, const uint64_t *d_enabled,
+                 const uint64_t *d_running, double *value, float *quality);
+
+/* The sampler: a pthread that reads every added group each interval and keeps
+ * scaled per-slot deltas in a ring of ticks. A slot is one output series
+ * (metric x entity); several group members may feed one slot (threads summed). */
+typedef struct cp_sampler cp_sampler;
+
+struct cp_sampler_stats {
+    uint64_t ticks;          /* ticks stored in the ring since start */
+    uint64_t coalesced;      /* ticks merged into the next one because the ring was full */
+    uint64_t read_errors;    /* failed group reads */
+    int64_t last_read_errno;
+    uint64_t late_ticks;     /* deadlines missed by more than one interval */
+    int64_t cpu_ns;          /* CPU time used by the sampling thread */
+};
+
+/* Creates the sampler and its (idle) thread. NULL and *err = -errno on failure.
+ * The thread exists before any counter is opened, so inherited task counters never
+ * count it. */
+cp_sampler *cp_sampler_new(int *err);
+int cp_sampler_thread_tid(cp_sampler *s);
+/* leader_fd must have been opened with PERF_FORMAT_GROUP|TOTAL_TIME_ENABLED|TOTAL_TIME_RUNNING. */
+int cp_sampler_add_group(cp_sampler *s, int leader_fd, int nmembers, const int32_t *member_slots);
+/* Sizes the ring (ring_ticks ticks of nslots records), takes the baseline read,
+ * then ticks every interval_ns. A sampler starts once. */
+int cp_sampler_start(cp_sampler *s, int nslots, int ring_ticks, int64_t interval_ns);
+/* One last tick (so totals include everything up to now), then idle. Idempotent. */
+int cp_sampler_stop(cp_sampler *s);
+/* Move up to max_records finished records (whole ticks only) into the column
+ * arrays; validity is an Arrow bitmap (bit i set = value i known). Returns the count. */
+int cp_sampler_drain(cp_sampler *s, int max_records, int64_t *time_ns, int64_t *duration_ns,
+                     int32_t *slot, double *value, float *quality, uint8_t *validity);
+int cp_sampler_pending(cp_sampler *s);
+void cp_sampler_get_stats(cp_sampler *s, struct cp_sampler_stats *out);
+/* Stops and joins the thread; does not close the counter fds. */
+void cp_sampler_free(cp_sampler *s);
+
+/* fork, then the child waits on a pipe before exec so counters can be opened on
+ * its pid first (perf stat's handshake). Write one byte to *go_fd to let it
+ * exec; close *go_fd without writing to make it exit 255. *status_fd reads EOF
+ * when exec succeeded, or the exec errno (4 bytes) when it failed.
+ * envp NULL keeps the current environment. Returns 0 or -errno. */
+int cp_spawn_paused(char *const argv[], char *const envp[], int *pid, int *go_fd, int *status_fd);
+
+#endif
