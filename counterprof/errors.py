@@ -62,9 +62,10 @@ def perf_event_paranoid(proc: str = "/proc") -> int | None:
         return None
 
 
-def perf_error(err: int, event: str, *, system_wide: bool = False, pid: int | None = None,
-               proc: str = "/proc") -> PerfEventError:
-    """The counterprof error for a perf_event_open failure with errno `err` (positive)."""
+def perf_error(err: int, event: str, *, system_wide: bool = False, kernel: bool = False,
+               pid: int | None = None, proc: str = "/proc") -> PerfEventError:
+    """The counterprof error for a perf_event_open failure with errno `err` (positive).
+    kernel: the event counts kernel space too (no :u)."""
     name = _errno.errorcode.get(err, str(err))
     if err in (_errno.ENOENT, _errno.EOPNOTSUPP, _errno.ENODEV):
         return EventNotSupported(
@@ -77,23 +78,24 @@ def perf_error(err: int, event: str, *, system_wide: bool = False, pid: int | No
                 f"{event}: perf_event_open is not permitted ({name}) and "
                 "/proc/sys/kernel/perf_event_paranoid is missing: the kernel may lack "
                 "CONFIG_PERF_EVENTS", err, event)
-        if err == _errno.EPERM and paranoid <= 1 and not system_wide:
+        # what each level allows an unprivileged user (Documentation/admin-guide/perf-security.rst)
+        if system_wide:
+            need, what, alt = 0, "system-wide (-a) counting", ""
+        elif kernel:
+            need, what, alt = 1, "counting kernel space", "; or count user space only with :u"
+        else:
+            need, what, alt = 2, "counting this process", ""
+        if paranoid <= need:
             return PerfPermissionError(
                 f"{event}: perf_event_open was refused ({name}) although "
                 f"kernel.perf_event_paranoid is {paranoid}: a seccomp profile (Docker's default "
                 "blocks it) or an LSM forbids the syscall; run the container with "
                 "--cap-add PERFMON or a seccomp profile that allows perf_event_open",
                 err, event)
-        if system_wide:
-            need = "0"
-            what = "system-wide (-a) counting"
-        else:
-            need = "2 (user space only) or 1"
-            what = "counting this process"
         return PerfPermissionError(
             f"{event}: {what} is not permitted ({name}): kernel.perf_event_paranoid is "
-            f"{paranoid}; run as root or with CAP_PERFMON, or lower it to {need} with "
-            f"`sudo sysctl kernel.perf_event_paranoid={need.split()[0]}`", err, event)
+            f"{paranoid}; run as root or with CAP_PERFMON, or lower it with "
+            f"`sudo sysctl kernel.perf_event_paranoid={need}`{alt}", err, event)
     if err == _errno.ESRCH:
         target = f"process {pid}" if pid is not None else "the target process"
         return TargetGone(f"{event}: {target} does not exist (it may have exited)", err, event)

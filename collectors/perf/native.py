@@ -107,7 +107,8 @@ def open_event(event: EventSpec, flags: OpenFlags, pid: int, cpu: int, group_fd:
     _, lib_ = require_native()
     fd = lib_.cp_event_open(make_spec(event, flags), pid, cpu, group_fd)
     if fd < 0:
-        raise perf_error(-fd, event.name, system_wide=system_wide, pid=pid if pid > 0 else None)
+        raise perf_error(-fd, event.name, system_wide=system_wide,
+                         kernel=not event.modifiers.exclude_kernel, pid=pid if pid > 0 else None)
     return fd
 
 

@@ -1,0 +1,46 @@
+"""Helpers shared by the tests (tests/ is on sys.path through pytest's pythonpath setting).
+
+The repository root is deliberately not on sys.path: tests import the installed counterprof."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+PYTHON = sys.executable
+COUNTERPROF = [PYTHON, "-m", "counterprof"]
+
+
+def run_cli(*args: str, check: bool = False, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    """`counterprof ARGS...` as a user runs it, in a fresh interpreter."""
+    proc = subprocess.run([*COUNTERPROF, *args], capture_output=True, text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"counterprof {' '.join(args)} -> {proc.returncode}\n{proc.stderr}")
+    return proc
+
+
+def _perf_counts(event: str) -> bool:
+    perf = shutil.which("perf")
+    if not perf:
+        return False
+    out = subprocess.run([perf, "stat", "-x,", "-e", event, "true"], capture_output=True, text=True)
+    line = next((ln for ln in out.stderr.splitlines() if event in ln), "")
+    return out.returncode == 0 and line != "" and "<not" not in line
+
+
+HAS_PERF_TOOL = shutil.which("perf") is not None and _perf_counts("task-clock")
+HAS_PMU = HAS_PERF_TOOL and _perf_counts("instructions")
+
+needs_perf_tool = pytest.mark.skipif(
+    not HAS_PERF_TOOL, reason="the perf tool (Debian: linux-perf) is not installed; .ci/run installs it")
+needs_pmu = pytest.mark.skipif(
+    not HAS_PMU, reason="no hardware PMU here: `perf stat -e instructions true` says <not supported> "
+                        "(usual in VMs); hardware-event tests run only where the PMU counts")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (or CAP_PERFMON)")
+

@@ -1,0 +1,53 @@
+"""host collector over a real process tree."""
+import json
+
+import pyarrow.compute as pc
+import pytest
+
+import counterprof
+from counterprof.collectors.host import tree_pids
+from helpers import PYTHON, REPO, run_cli
+
+WORKLOADS = str(REPO / "tests" / "workloads.py")
+
+
+def metric(run, name):
+    t = run.samples()
+    return t.filter(pc.equal(t["metric"].cast("string"), name))
+
+
+def test_tree_pids_follows_children(tmp_path):
+    import subprocess
+    p = subprocess.Popen([PYTHON, "-c", "import subprocess,sys,time;"
+                          "c=subprocess.Popen([sys.executable,'-c','import time;time.sleep(5)']);"
+                          "print(c.pid, flush=True); time.sleep(5)"], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(p.stdout.readline())
+        assert tree_pids(p.pid) == [p.pid, child]
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_host_metrics_of_a_process_tree(run_dir):
+    proc = run_cli("run", "-q", "--collectors", "host", "--host-interval-ms", "50", "-o", str(run_dir),
+                   "--", PYTHON, WORKLOADS, "tree", "2", "0.4")
+    assert proc.returncode == 0, proc.stderr
+    run = counterprof.load(run_dir)
+    cpu = pc.sum(metric(run, "proc.cpu_user")["value"]).as_py() + \
+        pc.sum(metric(run, "proc.cpu_system")["value"]).as_py()
+    # 3 x 0.4 s burned; the last interval before exit is not sampled (the root is reaped)
+    assert 0.8 <= cpu <= 1.6
+    assert pc.max(metric(run, "proc.processes")["value"]).as_py() >= 3
+    assert pc.max(metric(run, "proc.rss")["value"]).as_py() > 5e6
+    gauges = metric(run, "proc.rss")
+    assert gauges["duration_ns"].null_count == gauges.num_rows     # gauges have no duration
+    util = metric(run, "system.cpu_util")["value"].to_pylist()
+    assert all(0 <= u <= 100 for u in util)
+    assert run.catalog["proc.cpu_user"]["unit"] == "s"
+
+
+def test_context_manager_gets_a_final_host_sample(tmp_path):
+    with counterprof.profile(collectors=["host"], host_interval_ms=1000, path=tmp_path / "r") as run:
+        pass      # far shorter than one interval
+    assert metric(run, "proc.rss").num_rows == 1

@@ -1,0 +1,99 @@
+"""summarize() over recorded values: totals, peaks, coverage and perf stat's derived figures."""
+import pytest
+
+from counterprof.analysis.summary import summarize
+from counterprof.render.summary import summary_text
+from counterprof.schema import samples_batch
+import pyarrow as pa
+
+MS = 1_000_000
+
+
+def table(rows):
+    """rows: (source, metric, entity, value, duration_ns, quality)"""
+    return pa.Table.from_batches([samples_batch(
+        [i for i in range(len(rows))], [r[4] for r in rows], "x", [r[1] for r in rows],
+        [r[2] for r in rows], [r[3] for r in rows], [r[5] for r in rows],
+    ).set_column(2, "source", pa.array([r[0] for r in rows]).dictionary_encode())])
+
+
+CATALOG = {
+    "task-clock": {"name": "task-clock", "unit": "ns", "kind": "delta"},
+    "page-faults": {"name": "page-faults", "unit": "count", "kind": "delta"},
+    "cycles": {"name": "cycles", "unit": "count", "kind": "delta"},
+    "instructions": {"name": "instructions", "unit": "count", "kind": "delta"},
+    "proc.rss": {"name": "proc.rss", "unit": "bytes", "kind": "gauge"},
+    "system.cpu_util": {"name": "system.cpu_util", "unit": "percent", "kind": "ratio"},
+}
+META = {
+    "command": ["python", "train.py"],
+    "workload": {"elapsed_s": 2.0, "user_s": 1.5, "system_s": 0.1, "exit_status": 0},
+    "collectors": {
+        "perf": {"status": "ok", "events": {
+            "task-clock": {"status": "counted"},
+            "page-faults": {"status": "counted"},
+            "cycles": {"status": "counted"},
+            "instructions": {"status": "counted"},
+            "branches": {"status": "not supported", "reason": "branches: no PMU (ENOENT)"},
+        }},
+        "nvml": {"status": "unavailable", "reason": "no NVIDIA driver"},
+    },
+}
+ROWS = [
+    ("perf", "task-clock", "process", 600 * MS, 1000 * MS, 1.0),
+    ("perf", "task-clock", "process", 900 * MS, 1000 * MS, 1.0),
+    ("perf", "page-faults", "process", 100.0, 1000 * MS, 1.0),
+    ("perf", "page-faults", "process", 200.0, 1000 * MS, 1.0),
+    # multiplexed: counted half of the time, and one interval never counted
+    ("perf", "cycles", "process", 3e9, 1000 * MS, 0.5),
+    ("perf", "cycles", "process", None, 1000 * MS, 0.0),
+    ("perf", "instructions", "process", 6e9, 1000 * MS, 0.5),
+    ("perf", "instructions", "process", None, 1000 * MS, 0.0),
+    ("host", "proc.rss", "process", 100e6, None, 1.0),
+    ("host", "proc.rss", "process", 300e6, None, 1.0),
+    ("host", "system.cpu_util", "system", 20.0, 100 * MS, 1.0),
+    ("host", "system.cpu_util", "system", 80.0, 300 * MS, 1.0),
+]
+
+
+def test_totals_peaks_and_means():
+    s = summarize(table(ROWS), CATALOG, META)
+    assert s.value("task-clock") == 1500 * MS
+    assert s.value("page-faults") == 300
+    assert s.row("proc.rss").value == 300e6 and s.row("proc.rss").aggregate == "peak"
+    # duration-weighted mean: (20*100 + 80*300) / 400
+    assert s.row("system.cpu_util").value == pytest.approx(65.0)
+
+
+def test_unsupported_and_never_counted_are_unknown_not_zero():
+    s = summarize(table(ROWS), CATALOG, META)
+    br = s.row("branches")
+    assert br.value is None and br.status == "not supported" and "ENOENT" in br.reason
+    cyc = s.row("cycles")
+    assert cyc.unknown_intervals == 1
+    assert cyc.coverage == pytest.approx(0.25)     # half of one interval out of two
+
+
+def test_perf_stat_derived_figures():
+    s = summarize(table(ROWS), CATALOG, META)
+    assert s.row("task-clock").note == "0.750 CPUs utilized"        # 1.5 s CPU over 2 s
+    assert s.row("page-faults").note == "200.000 /sec"               # per task-clock second
+    assert s.row("instructions").note == "2.00 insn per cycle"
+    assert s.row("cycles").note == "2.000 GHz"
+
+
+def test_rendered_like_perf_stat():
+    text = summary_text(summarize(table(ROWS), CATALOG, META))
+    assert "Performance counter stats for 'python train.py'" in text
+    assert "1,500.00  msec  task-clock" in text
+    assert "<not supported>" in text and "branches" in text
+    assert "(25.00%)" in text and "[1 intervals unknown]" in text
+    assert "2.000000000 seconds time elapsed" in text
+    assert "nvml: unavailable (no NVIDIA driver)" in text
+
+
+def test_empty_run():
+    empty = table(ROWS).slice(0, 0)
+    s = summarize(empty, {}, {"collectors": {}})
+    assert s.rows == [] and s.elapsed_s is None
+    assert "Performance counter stats" in summary_text(s)
