@@ -164,13 +164,11 @@ class Session:
             self.statuses[col.name] = {"status": "ok", "reason": "", "config": col.summary_config()}
             try:
                 col.start(self._ctx)
-            except CounterprofError as exc:
-                self.fail(col.name, str(exc))
-                _safe_stop(col)
-                continue
             except Exception as exc:
-                self.fail(col.name, f"{type(exc).__name__}: {exc}")
+                reason = str(exc) if isinstance(exc, CounterprofError) else f"{type(exc).__name__}: {exc}"
                 _safe_stop(col)
+                self.statuses[col.name].update(col.details)   # e.g. which events were unsupported
+                self.fail(col.name, reason)
                 continue
             self.collectors.append(col)
         self.started = True

@@ -37,6 +37,10 @@ def _perf_counts(event: str) -> bool:
 HAS_PERF_TOOL = shutil.which("perf") is not None and _perf_counts("task-clock")
 HAS_PMU = HAS_PERF_TOOL and _perf_counts("instructions")
 
+# CI installs perf and sets this: there, a missing perf tool fails instead of skipping.
+if os.environ.get("COUNTERPROF_REQUIRE_PERF_TOOL") and not HAS_PERF_TOOL:
+    raise RuntimeError("COUNTERPROF_REQUIRE_PERF_TOOL is set but `perf stat -e task-clock true` "
+                       "does not work: install linux-perf")
 needs_perf_tool = pytest.mark.skipif(
     not HAS_PERF_TOOL, reason="the perf tool (Debian: linux-perf) is not installed; .ci/run installs it")
 needs_pmu = pytest.mark.skipif(

@@ -41,6 +41,7 @@ class PerfCollector(Collector):
         super().__init__({**self.DEFAULTS, **(config or {})})
         self.counters: CounterSet | None = None
         self.sampler = None
+        self.slot_keys: list[tuple[str, str]] = []
         self._stop = threading.Event()
         self._go = threading.Event()
         self._thread: threading.Thread | None = None
@@ -132,11 +133,13 @@ class PerfCollector(Collector):
         self._record_event_status(ctx)
         counted = cs.counted_events()
         if not cs.groups:
+            if all(st.status == "not supported" for st in cs.status.values()):
+                raise PerfEventError("none of the events can be counted here (all <not supported>); "
+                                     "`counterprof list` shows the ones that can")
             reasons = "; ".join(f"{n}: {_short_reason(st.reason)}" for n, st in cs.status.items())
             raise PerfEventError(f"no event could be counted ({reasons})")
 
         # One output series (slot) per (event, entity); threads or CPUs summed unless asked.
-        self.slot_keys: list[tuple[str, str]] = []
         slot_index: dict[tuple[str, str], int] = {}
         for og in cs.groups:
             for spec in og.events:

@@ -85,6 +85,22 @@ def test_unsupported_hardware_event_is_reported_not_zero(run_dir):
     assert "cycles" not in run.catalog
 
 
+def test_no_countable_event_fails_the_collector_not_the_run(run_dir):
+    if HAS_PMU:
+        pytest.skip("this machine counts hardware events")
+    proc = run_cli("run", "-e", "cycles,instructions", "-o", str(run_dir), "--", "sh", "-c", "exit 3")
+    assert proc.returncode == 3
+    assert "Traceback" not in proc.stderr
+    assert "none of the events can be counted here" in proc.stderr
+    meta = json.loads((run_dir / "meta.json").read_text())
+    perf = meta["collectors"]["perf"]
+    assert perf["status"] == "failed"
+    assert perf["events"]["cycles"]["status"] == "not supported"
+    assert meta["collectors"]["host"]["status"] == "ok"
+    rows = [ln.split() for ln in proc.stderr.splitlines() if ln.strip().startswith("<not supported>")]
+    assert [r[-1] for r in rows] == ["cycles", "instructions"]
+
+
 def test_default_events_are_perf_stats(run_dir):
     proc = run_cli("run", "-o", str(run_dir), "--", "true")
     assert proc.returncode == 0
@@ -270,3 +286,35 @@ def test_python_dash_m_and_console_script_agree(tmp_path):
         pytest.skip("console script not installed next to this interpreter")
     proc = subprocess.run([str(exe), "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("counterprof ")
+
+
+def test_ctrl_c_at_the_terminal_reaches_the_workload_once(tmp_path):
+    """The terminal sends SIGINT to the whole foreground process group: the workload gets
+    it from the terminal, and the profiler must not send it a second time."""
+    import fcntl
+    import pty
+    import termios
+
+    marker = tmp_path / "got"
+    master, slave = pty.openpty()
+
+    def become_session_leader_on_the_pty():
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen([*COUNTERPROF, "run", "-q", "-o", str(tmp_path / "r"), "--", PYTHON,
+                             WORKLOADS, "on_signal", "5", str(marker)],
+                            stdin=slave, stdout=slave, stderr=slave,
+                            preexec_fn=become_session_leader_on_the_pty)
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + 30
+    while b"ready" not in out and time.monotonic() < deadline:
+        out += os.read(master, 1024)
+    os.write(master, b"\x03")          # Ctrl-C
+    assert proc.wait(timeout=30) == 5
+    os.close(master)
+    assert marker.read_text() == str(int(signal.SIGINT))
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert meta["workload"]["forwarded_signals"] == []
+    assert meta["status"] == "complete"

