@@ -76,6 +76,11 @@ CACHE_RESULTS = {
     0: ("access", ("refs", "reference", "ops", "access")),
     1: ("miss", ("misses", "miss")),
 }
+# the ops perf accepts per cache (its evsel__hw_cache_stat): L1I reads and prefetches,
+# iTLB and branch reads only; the kernel has no encoding for the rest
+CACHE_VALID_OPS = {0: (0, 1, 2), 1: (0, 2), 2: (0, 1, 2), 3: (0, 1, 2), 4: (0,), 5: (0,),
+                   6: (0, 1, 2)}
+_OP_PLURAL = {"load": "loads", "store": "stores", "prefetch": "prefetches"}
 # perf stat's default list
 DEFAULT_EVENTS = ("task-clock,context-switches,cpu-migrations,page-faults,"
                   "cycles,instructions,branches,branch-misses")
@@ -103,12 +108,25 @@ class Modifiers:
         return bool(self.text)
 
 
-def parse_modifiers(text: str, event_text: str) -> Modifiers:
+def check_modifiers(text: str, event_text: str) -> None:
+    """One modifier list as written (after ':' or '}:'); perf rejects a letter given twice."""
     if not _MODIFIER.match(text):
         bad = sorted(set(text) - set("ukhHGIDpPSWe"))
         raise EventSyntaxError(
             f"{event_text}: unknown modifier {''.join(bad)!r} (known: u user, k kernel, "
             "h hypervisor, G guest, H host, I exclude idle, D pinned, e exclusive, p precise)")
+    for ch in set(text) - {"p"}:
+        if text.count(ch) > 1:
+            raise EventSyntaxError(f"{event_text}: modifier '{ch}' is given twice")
+
+
+def parse_modifiers(text: str, event_text: str) -> Modifiers:
+    """Modifiers of an event and of its group together: the union of what each includes,
+    which is what perf gets by applying the group's list on top of the member's."""
+    if not _MODIFIER.match(text):
+        check_modifiers(text, event_text)   # raises, naming the unknown letters
+    if text.count("p") > 3:   # precise_ip is 2 bits; perf refuses rather than clamps
+        raise EventSyntaxError(f"{event_text}: at most 3 'p' modifiers (precise_ip is 0-3)")
     u, k, h = "u" in text, "k" in text, "h" in text
     any_ukh = u or k or h
     g, host = "G" in text, "H" in text
@@ -122,7 +140,7 @@ def parse_modifiers(text: str, event_text: str) -> Modifiers:
         exclude_host=any_gh and not host,
         pinned="D" in text,
         exclusive="e" in text,
-        precise_ip=min(text.count("p"), 3),
+        precise_ip=text.count("p"),
         text=text,
     )
 
@@ -213,9 +231,12 @@ class EventParser:
             if item.startswith("{"):
                 close = item.rfind("}")
                 inner, after = item[1:close], item[close + 1:]
-                group_mods = after[1:] if after.startswith(":") else after
                 if after and not after.startswith(":"):
                     raise EventSyntaxError(f"{item}: expected ':modifiers' after '}}'")
+                if after == ":":
+                    raise EventSyntaxError(f"{item}: nothing after ':' (modifiers: u k h G H I D e p W)")
+                group_mods = after[1:]
+                check_modifiers(group_mods, item)
                 members = [m for m in _split_top(inner)]
                 if not all(members):
                     raise EventSyntaxError(f"{item}: empty entry in the group")
@@ -232,15 +253,33 @@ class EventParser:
         return groups
 
     def parse_one(self, item: str, group_mods: str = "") -> EventSpec:
-        body, mods_text = _split_modifiers(item.strip())
+        item = item.strip()
+        if item.startswith("{"):
+            raise EventSyntaxError(f"{item}: groups cannot be nested")
+        if item.endswith(":"):
+            raise EventSyntaxError(f"{item}: nothing after ':' (modifiers: u k h G H I D e p)")
+        body, mods_text = _split_modifiers(item)
+        body = body.strip()
+        try:
+            spec = self._resolve(body, item)
+        except EventSyntaxError:
+            # 'sched:sched_switch': what follows ':' is no modifier list, so a tracepoint
+            if "/" not in body and mods_text and not _MODIFIER.match(mods_text):
+                raise EventSyntaxError(
+                    f"{item}: not a known event with modifiers, and tracepoints "
+                    "(subsystem:event) are not supported; use a counter event") from None
+            raise
+        check_modifiers(mods_text, item)
+        if "W" in mods_text:   # perf: "Weak modifier is for use with groups"
+            raise EventSyntaxError(f"{item}: 'W' (weak group) applies to a group: {{a,b}}:W")
         all_mods = mods_text + group_mods
         mods = parse_modifiers(all_mods, item)
-        body = body.strip()
-        if not all_mods:
+        if spec.name != body:   # a name= term: the user's own name, as perf shows it
+            name = spec.name
+        elif not all_mods:
             name = body
         else:   # normalized: cycles:uk, cpu/event=0x3c/u
             name = f"{body}{all_mods}" if body.endswith("/") else f"{body}:{all_mods}"
-        spec = self._resolve(body, item)
         return replace(spec, name=name, modifiers=mods)
 
     def _resolve(self, body: str, item: str) -> EventSpec:
@@ -251,7 +290,7 @@ class EventParser:
         if low in SOFTWARE:
             cfg, unit, desc = SOFTWARE[low]
             return EventSpec(body, PERF_TYPE_SOFTWARE, cfg, unit=unit, description=desc)
-        cache = _parse_cache(low)
+        cache = _parse_cache(low, item)
         if cache is not None:
             return EventSpec(body, PERF_TYPE_HW_CACHE, cache[0], description=cache[1])
         m = _RAW.match(body)
@@ -259,11 +298,18 @@ class EventParser:
             return EventSpec(body, PERF_TYPE_RAW, int(m.group(1), 16), description="raw PMU event")
         if "/" in body:
             return self._resolve_pmu(body, item)
-        if ":" in body:
-            raise EventSyntaxError(f"{item}: tracepoints are not supported; use a counter event")
         found = self.sysfs.find_event(body)
+        if len(found) > 1:
+            # hybrid CPUs (cpu_core + cpu_atom, big.LITTLE Arm) name it in each core PMU with
+            # its own type; one counter counts only the cores of one PMU, so any pick is wrong
+            # for a workload that runs on the others: make the user choose
+            spellings = " or ".join(f"{p.name}/{low}/" for p, _ in found)
+            raise EventSyntaxError(
+                f"{item}: '{body}' is an event of several core PMUs "
+                f"({', '.join(p.name for p, _ in found)}), each counting its own cores; "
+                f"name the PMU: {spellings}")
         if found:
-            pmu, terms = found[0]   # hybrid CPUs name it in several PMUs: take the first core PMU
+            pmu, terms = found[0]
             return self._pmu_event(pmu, parse_terms(terms), body, event_alias=low)
         raise EventSyntaxError(self._unknown_message(body))
 
@@ -286,16 +332,31 @@ class EventParser:
         display = None
         for key, value in terms:
             if key == "name":
-                display = value
+                display = (value or "").strip("'\"")
+                if not display:
+                    raise EventSyntaxError(f"{item}: 'name' needs a value (name=my_event)")
             elif value is None and key not in pmu.formats and key.lower() in pmu.events:
+                if alias is not None:
+                    raise EventSyntaxError(f"{item}: two named events ({alias}, {key}) in one; "
+                                           "list them as separate events")
                 alias = key.lower()
-                expanded.extend(parse_terms(pmu.events[alias]))
+                # first, so that terms the user writes override the named event's
+                # (perf mem writes cpu/mem-loads,ldlat=30/ over mem-loads' ldlat=3)
+                expanded[:0] = parse_terms(pmu.events[alias])
             elif key in ("period", "freq", "sample_period", "sample_freq", "call-graph", "stack-size"):
                 raise EventSyntaxError(f"{item}: '{key}' is a sampling term; counterprof counts")
+            elif value is None and key not in pmu.formats and key not in ("config", "config1",
+                                                                            "config2"):
+                close = difflib.get_close_matches(key.lower(), list(pmu.events), n=3)
+                hint = f"; did you mean {', '.join(close)}?" if close else ""
+                known = ", ".join(sorted(pmu.formats)) or "none"
+                raise EventSyntaxError(
+                    f"{item}: PMU '{pmu.name}' has no term or event '{key}'{hint} "
+                    f"(its terms: {known})")
             else:
                 expanded.append((key, value))
         spec = self._pmu_event(pmu, expanded, body, event_alias=alias)
-        return replace(spec, name=display or body) if display else spec
+        return replace(spec, name=display) if display else spec
 
     def _pmu_event(self, pmu: Pmu, terms, text: str, event_alias: str | None) -> EventSpec:
         terms = [(k, v) for k, v in terms if k not in ("period", "percore")]
@@ -311,47 +372,57 @@ class EventParser:
         return names
 
     def _unknown_message(self, body: str) -> str:
-        close = difflib.get_close_matches(body.lower(), [n.lower() for n in self.known_names()],
-                                          n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        # match case-blind, suggest as perf spells them (L1-dcache-load-misses), each once
+        names: dict[str, str] = {}
+        for n in self.known_names():
+            names.setdefault(n.lower(), n)
+        close = difflib.get_close_matches(body.lower(), list(names), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(names[c] for c in close)}?" if close else ""
         return (f"unknown event '{body}'{hint} (`counterprof list` shows the events this "
                 "machine knows; raw events: rNNNN or pmu/event=0x..,umask=0x../)")
 
 
-def _parse_cache(low: str) -> tuple[int, str] | None:
-    """'l1-dcache-load-misses' -> (config, description); None if not a cache event."""
+def _cache_word(words: list[str], i: int, table) -> tuple[int, int] | None:
+    """(id, words used) if words[i:] starts with one of the table's names."""
+    for width in (2, 1):   # speculative-read spans two words
+        if i + width > len(words):
+            continue
+        word = "-".join(words[i:i + width])
+        for tid, (_, aliases) in table.items():
+            if word in aliases:
+                return tid, width
+    return None
+
+
+def _parse_cache(low: str, text: str = "") -> tuple[int, str] | None:
+    """'l1-dcache-load-misses' -> (config, description); None if not a cache event.
+
+    As perf's parse_events__decode_legacy_cache: <cache>[-<op>][-<result>], op and result
+    in either order, op defaulting to load and result to access."""
     for cid, (cname, caliases) in CACHES.items():
         for alias in sorted(caliases, key=len, reverse=True):
             if low == alias:
-                return cid | (0 << 8) | (0 << 16), f"{cname} read accesses"
-            if not low.startswith(alias + "-"):
+                words: list[str] = []
+            elif low.startswith(alias + "-"):
+                words = low[len(alias) + 1:].split("-")
+            else:
                 continue
-            parts = low[len(alias) + 1:].split("-")
-            op, result = 0, 0
-            op_found = res_found = False
-            # the op and result names may themselves contain '-' (speculative-read)
+            op = result = None
             i = 0
-            while i < len(parts):
-                matched = False
-                for width in (2, 1):
-                    word = "-".join(parts[i:i + width])
-                    if not op_found and not res_found:
-                        for oid, (_, oaliases) in CACHE_OPS.items():
-                            if word in oaliases:
-                                op, op_found, matched = oid, True, True
-                                break
-                    if not matched and not res_found:
-                        for rid, (_, raliases) in CACHE_RESULTS.items():
-                            if word in raliases:
-                                result, res_found, matched = rid, True, True
-                                break
-                    if matched:
-                        i += width
-                        break
-                if not matched:
+            while i < len(words):
+                if op is None and (hit := _cache_word(words, i, CACHE_OPS)):
+                    op = hit[0]
+                elif result is None and (hit := _cache_word(words, i, CACHE_RESULTS)):
+                    result = hit[0]
+                else:
                     return None
-            if not (op_found or res_found):
-                return None
+                i += hit[1]
+            op = 0 if op is None else op
+            result = 0 if result is None else result
+            if op not in CACHE_VALID_OPS[cid]:
+                ops = ", ".join(_OP_PLURAL[CACHE_OPS[o][0]] for o in CACHE_VALID_OPS[cid])
+                raise EventSyntaxError(f"{text or low}: perf has no {cname} "
+                                       f"{CACHE_OPS[op][0]} events ({cname} counts {ops})")
             what = "accesses" if result == 0 else "misses"
             return cid | (op << 8) | (result << 16), f"{cname} {CACHE_OPS[op][0]} {what}"
     return None
@@ -359,11 +430,12 @@ def _parse_cache(low: str) -> tuple[int, str] | None:
 
 def cache_event_names() -> list[str]:
     """The canonical hardware-cache names perf lists (L1-dcache-load-misses, ...)."""
-    plural = {"load": "loads", "store": "stores", "prefetch": "prefetches"}
     names = []
-    for _, (cname, _) in CACHES.items():
-        for _, (oname, _) in CACHE_OPS.items():
-            names.append(f"{cname}-{plural[oname]}")
+    for cid, (cname, _) in CACHES.items():
+        for oid, (oname, _) in CACHE_OPS.items():
+            if oid not in CACHE_VALID_OPS[cid]:
+                continue
+            names.append(f"{cname}-{_OP_PLURAL[oname]}")
             names.append(f"{cname}-{oname}-misses")
     return names
 

@@ -45,12 +45,17 @@ def parse_format(text: str) -> list[tuple[str, int, int]]:
 
 
 def parse_int(text: str) -> int:
+    """0x.. is hex, digits alone decimal (leading zeros too: 010 is 10, as perf's
+    strtoull base 10 reads it); bare hex digits like 3c are taken as hex."""
     text = text.strip()
+    if re.fullmatch(r"[0-9]+", text):
+        return int(text, 10)
     try:
         return int(text, 0)
     except ValueError:
-        # sysfs writes hex values with 0x; users sometimes write leading zeros in decimal
-        return int(text, 16) if re.fullmatch(r"[0-9a-fA-F]+", text) else int(text, 10)
+        if re.fullmatch(r"[0-9a-fA-F]+", text):
+            return int(text, 16)
+        raise
 
 
 def parse_terms(text: str) -> list[tuple[str, str | None]]:
@@ -120,11 +125,18 @@ class Pmu:
     def encode(self, terms: list[tuple[str, str | None]], event_text: str) -> tuple[int, int, int]:
         """Place each term's value in the bits its format file names."""
         values = {"config": 0, "config1": 0, "config2": 0}
+        # a term given twice: the later one wins, so terms written after a named event's
+        # own (cpu/mem-loads,ldlat=30/) replace them instead of OR-ing into them
+        last = {key: i for i, (key, _) in enumerate(terms)}
+        terms = [t for i, t in enumerate(terms) if last[t[0]] == i]
         for key, raw in terms:
             if key in CONFIG_FIELDS:   # direct config=..., always allowed
                 if raw is None:
                     raise EventSyntaxError(f"{event_text}: '{key}' needs a value ({key}=0x...)")
-                values[key] = _int_term(raw, key, event_text)
+                value = _int_term(raw, key, event_text)
+                if value >> 64:
+                    raise EventSyntaxError(f"{event_text}: {key}={raw} does not fit in 64 bits")
+                values[key] = value
                 continue
             fmt = self.formats.get(key)
             if fmt is None:
@@ -133,20 +145,25 @@ class Pmu:
                     f"{event_text}: PMU '{self.name}' has no term '{key}' "
                     f"(its terms: {known}; see {self.path / 'format'})")
             value = 1 if raw is None else _int_term(raw, key, event_text)
-            width = sum(hi - lo + 1 for _, lo, hi in fmt)
-            if width < 64 and value >> width:
+            # as perf's pmu_format_value: the value's bits fill the format's bits from the
+            # lowest up, whatever order the ranges are written in and if they overlap
+            positions = sorted({(f, b) for f, lo, hi in fmt for b in range(lo, hi + 1)},
+                               key=lambda fb: (CONFIG_FIELDS.index(fb[0]), fb[1]))
+            width = len(positions)
+            if value >> width:
                 raise EventSyntaxError(
                     f"{event_text}: {key}={raw} does not fit in the {width} bits "
                     f"PMU '{self.name}' gives it")
-            for field_name, lo, hi in fmt:   # low bits of the value fill the first range
-                bits = hi - lo + 1
-                mask = (1 << bits) - 1
-                values[field_name] |= (value & mask) << lo
-                value >>= bits
+            for i, (field_name, bit) in enumerate(positions):
+                if value >> i & 1:
+                    values[field_name] |= 1 << bit
         return values["config"], values["config1"], values["config2"]
 
 
 def _int_term(raw: str, key: str, event_text: str) -> int:
+    if raw == "?":   # sysfs marks a value the user must give, e.g. a channel mask
+        raise EventSyntaxError(f"{event_text}: the event needs a value for '{key}'; "
+                               f"add {key}=N between the slashes")
     try:
         value = parse_int(raw)
     except ValueError:
