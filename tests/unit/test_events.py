@@ -5,8 +5,6 @@ Reference: include/uapi/linux/perf_event.h for the numbers, tools/perf/util/pars
 and evsel.c (hw-cache names) for the syntax."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -16,9 +14,7 @@ from counterprof.collectors.perf.events import (
 from counterprof.collectors.perf.sysfs import Sysfs
 from counterprof.errors import EventSyntaxError, UsageError
 
-# sysfs_trees sits beside this file; importable under any --import-mode
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sysfs_trees as trees  # noqa: E402
+import sysfs_trees as trees  # tests/, on sys.path through pytest's pythonpath
 
 
 @pytest.fixture

@@ -1,7 +1,6 @@
 """PMU discovery and term encoding from sysfs (format/, events/, type), on fake trees."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -9,9 +8,7 @@ import pytest
 from counterprof.collectors.perf.sysfs import Pmu, Sysfs, parse_format, parse_int, parse_terms
 from counterprof.errors import EventSyntaxError
 
-# sysfs_trees sits beside this file; importable under any --import-mode
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import sysfs_trees as trees  # noqa: E402
+import sysfs_trees as trees  # tests/, on sys.path through pytest's pythonpath
 
 
 # ---- parse_format -------------------------------------------------------------------------
