@@ -279,9 +279,9 @@ class PerfCollector(Collector):
         self._seen_valid.update(valid_slots)
         null_slots = pc.unique(pc.filter(slot_arr, pc.is_null(value))).to_pylist()
         self._seen_null.update(null_slots)
-        mins = pc.min(quality)
-        if mins.is_valid and mins.as_py() < 1.0:
-            for s, qv in zip(slot_arr.to_pylist(), quality.to_pylist()):
+        if pc.min(quality).as_py() < 1.0:   # multiplexed: remember each series' worst interval
+            worst = pa.table({"slot": slot_arr, "q": quality}).group_by("slot").aggregate([("q", "min")])
+            for s, qv in zip(worst["slot"].to_pylist(), worst["q_min"].to_pylist()):
                 if qv < self._min_quality.get(s, 1.0):
                     self._min_quality[s] = qv
         return batch
