@@ -1,0 +1,880 @@
+"""counterprof's overhead, side by side with perf stat, in one run.
+
+    python tests/bench/overhead.py                       # everything (the RSS run takes 10 min)
+    python tests/bench/overhead.py --quick               # ~2 minutes
+    python tests/bench/overhead.py --rounds 7 --rss-seconds 120 --json bench.json
+    python tests/bench/overhead.py --only overhead,startup
+
+A script, not a timed test: the machine it runs on is usually shared and noisy, so
+every figure is relative, from paired runs (each round runs every mode once, in a
+random order), summarised as the median of per-round ratios with its spread. No
+absolute time is compared with a constant, except start-up and RSS, which are the
+targets themselves.
+
+Parts (--only):
+  overhead  tests/bench/workload.py (fixed wall time, reports its iterations and CPU)
+            alone, again alone (the noise reference), under `perf stat -I 10` (and
+            `-I 1`, for reference), under `counterprof run -I 10` and `-I 1` (and
+            `-I 10 --collectors perf`, to separate the host collector's share). Work ratio = rate(mode) / rate(alone).
+            Profiler CPU = tree CPU (getrusage(RUSAGE_CHILDREN) delta around the run)
+            - the workload's own CPU - the alone runs' residue (interpreter exit)
+            - the same wrapper's start-up CPU (median of `WRAPPER -- true`), per second
+            of workload, as % of one core.
+  startup   wall time of `true`, `perf stat -- true`, `counterprof run -q -- true`.
+  cm        counterprof.profile() in one Python process: the workload function alone vs
+            inside profile(interval_ms=10) and (interval_ms=1); profiler CPU from
+            meta.json "profiler"."cpu_s" (profiler threads only).
+  rss       `counterprof run -I 1` over a long workload; the counterprof process's RSS
+            (psutil) every second: peak, first vs last quarter after warm-up, slope.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import resource
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+WORKLOAD = HERE / "workload.py"
+PARTS = ("overhead", "startup", "cm", "rss")
+EVENTS = "task-clock,page-faults,context-switches"
+
+TARGET_CPU_PCT = {10.0: 1.0, 1.0: 2.0}     # % of one core at -I 10 / -I 1
+TARGET_STARTUP_S = 0.5
+TARGET_RSS_MB = 150.0
+FLAT_SLOPE_MB_PER_MIN = 0.5                  # "flat": |slope| below this ...
+FLAT_QUARTER_DELTA_MB = 2.0                  # ... and last-quarter median within this of the first's
+
+
+# -- small statistics ----------------------------------------------------------------------
+
+def summary(values: list[float]) -> dict | None:
+    v = [x for x in values if x is not None]
+    if not v:
+        return None
+    out = {"n": len(v), "median": statistics.median(v), "min": min(v), "max": max(v)}
+    if len(v) >= 2:
+        q1, _, q3 = statistics.quantiles(v, n=4, method="inclusive")
+        out.update(q1=q1, q3=q3)
+    else:
+        out.update(q1=v[0], q3=v[0])
+    return out
+
+
+def slope_per_min(ts: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over ts (seconds), per minute."""
+    n = len(ts)
+    if n < 2:
+        return 0.0
+    mt, my = sum(ts) / n, sum(ys) / n
+    den = sum((t - mt) ** 2 for t in ts)
+    if den == 0:
+        return 0.0
+    return 60.0 * sum((t - mt) * (y - my) for t, y in zip(ts, ys)) / den
+
+
+# -- running things --------------------------------------------------------------------------
+
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_tree(cmd: list[str], timeout: float) -> dict:
+    """Run cmd to completion; its wall time and the CPU of the whole tree it reaped."""
+    c0 = children_cpu()
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout, stdin=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    return {"rc": p.returncode, "wall_s": wall, "tree_cpu_s": children_cpu() - c0,
+            "stdout": p.stdout, "stderr": p.stderr}
+
+
+def last_json_line(text: str) -> dict | None:
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                return None
+    return None
+
+
+def read_meta(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def meta_facts(meta: dict | None) -> dict:
+    """What a run's meta.json says about the profiler itself."""
+    if not meta:
+        return {"meta": "missing"}
+    perf = (meta.get("collectors") or {}).get("perf") or {}
+    host = (meta.get("collectors") or {}).get("host") or {}
+    prof = meta.get("profiler") or {}
+    return {
+        "status": meta.get("status"),
+        "profiler_cpu_s": prof.get("cpu_s"),
+        "profiler_cpu_scope": prof.get("cpu_scope"),
+        "profiler_max_rss_bytes": prof.get("max_rss_bytes"),
+        "duration_s": (meta.get("duration_ns") or 0) / 1e9,
+        "perf_status": perf.get("status"), "perf_reason": perf.get("reason") or None,
+        "host_status": host.get("status"), "host_reason": host.get("reason") or None,
+        "perf_thread_cpu_s": perf.get("thread_cpu_s"),
+        "host_thread_cpu_s": host.get("thread_cpu_s"),
+        "sampler": perf.get("sampler"),
+        "warnings": meta.get("warnings") or [],
+        "workload": meta.get("workload"),
+    }
+
+
+def interval_of(mode: str) -> float:
+    """cp-I10-perfonly -> 10.0"""
+    return float(mode.split("-I", 1)[1].split("-")[0])
+
+
+def thread_breakdown(recs: list[dict]) -> dict:
+    """Per-thread CPU from meta.json, % of one core per second of workload: the C sampler,
+    the Python drain thread (perf thread_cpu_s - sampler), the host collector's thread."""
+    out: dict[str, list[float]] = {"sampler": [], "drain": [], "host": []}
+    for x in recs:
+        wl = x.get("workload") or {}
+        el = wl.get("elapsed_s")
+        s = x.get("sampler") or {}
+        if not el:
+            continue
+        if s.get("thread_cpu_s") is not None:
+            out["sampler"].append(100.0 * s["thread_cpu_s"] / el)
+            if x.get("perf_thread_cpu_s") is not None:
+                out["drain"].append(100.0 * (x["perf_thread_cpu_s"] - s["thread_cpu_s"]) / el)
+        if x.get("host_thread_cpu_s") is not None:
+            out["host"].append(100.0 * x["host_thread_cpu_s"] / el)
+    return {k: summary(v) for k, v in out.items()}
+
+
+def fmt_breakdown(b: dict | None) -> str:
+    if not b:
+        return "n/a"
+    return ", ".join(f"{k} {v['median']:.2f}%" for k, v in b.items() if v)
+
+
+def dir_bytes(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.path.getsize(os.path.join(root, f))
+            except OSError:
+                pass
+    return total
+
+
+def stderr_lines(text: str, limit: int = 10) -> list[str]:
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-limit:]
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.py = sys.executable
+        self.cp = args.counterprof
+        self.perf = args.perf
+        self.tmp = Path(tempfile.mkdtemp(prefix="counterprof-bench-", dir=args.tmp))
+        self.rng = random.Random(args.seed)
+        self.serial = 0
+        self.problems: list[str] = []
+
+    def new_run_dir(self) -> Path:
+        self.serial += 1
+        return self.tmp / f"run-{self.serial:04d}"
+
+    def workload_cmd(self, seconds: float) -> list[str]:
+        return [self.py, str(WORKLOAD), "--seconds", f"{seconds:g}"]
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+        print(f"  ! {text}", file=sys.stderr, flush=True)
+
+    # -- wrappers -------------------------------------------------------------------------
+
+    def wrapper(self, mode: str, run_dir: Path | None) -> list[str]:
+        ev = self.args.events
+        if mode == "alone":
+            return []
+        interval = f"{interval_of(mode):g}"
+        if mode.startswith("perf-I"):
+            return [self.perf, "stat", "-I", interval, "-e", ev, "-x", ",", "-o", "/dev/null", "--"]
+        if mode.startswith("cp-I"):
+            cmd = [self.cp, "run", "-q"]
+            if ev:
+                cmd += ["-e", ev]
+            if mode.endswith("-perfonly"):
+                cmd += ["--collectors", "perf"]
+            return cmd + ["-I", interval, "-o", str(run_dir), "--"]
+        raise ValueError(mode)
+
+    def one(self, mode: str, tail: list[str], timeout: float) -> dict:
+        run_dir = self.new_run_dir() if mode.startswith("cp-") else None
+        cmd = self.wrapper(mode, run_dir) + tail
+        res = run_tree(cmd, timeout)
+        rec = {"mode": mode, "rc": res["rc"], "wall_s": res["wall_s"], "tree_cpu_s": res["tree_cpu_s"]}
+        err = stderr_lines(res["stderr"])
+        if err:
+            rec["stderr"] = err
+        if res["rc"] != 0:
+            self.problem(f"{mode}: exit status {res['rc']}: {' | '.join(err[-3:])}")
+        if run_dir is not None:
+            rec.update(meta_facts(read_meta(run_dir)))
+            if run_dir.exists():
+                rec["run_dir_bytes"] = dir_bytes(run_dir)
+                if not self.args.keep:
+                    shutil.rmtree(run_dir, ignore_errors=True)
+        return rec, res["stdout"]
+
+    # -- overhead ---------------------------------------------------------------------------
+
+    def overhead(self) -> dict:
+        a = self.args
+        modes = ["alone", "alone-again", "perf-I10", "perf-I1", "cp-I10", "cp-I1", "cp-I10-perfonly"]
+        wrapped = ["perf-I10", "perf-I1", "cp-I10", "cp-I1", "cp-I10-perfonly"]
+        runs: list[dict] = []
+        timeout = a.seconds + 120
+        print(f"[overhead] {a.rounds} rounds x {len(modes)} modes x {a.seconds:g} s "
+              f"(+ start-up baselines)", file=sys.stderr, flush=True)
+        for r in range(a.rounds):
+            jobs = [(m, "work") for m in modes] + [(m, "true") for m in wrapped]
+            self.rng.shuffle(jobs)
+            for mode, kind in jobs:
+                real_mode = "alone" if mode == "alone-again" else mode
+                tail = self.workload_cmd(a.seconds) if kind == "work" else ["true"]
+                rec, out = self.one(real_mode, tail, timeout)
+                rec.update(mode=mode, kind=kind, round=r)
+                if kind == "work":
+                    wl = last_json_line(out)
+                    if wl is None:
+                        self.problem(f"{mode}: round {r}: no JSON from the workload")
+                    else:
+                        rec["workload"] = wl
+                        # perf stat -I exits without wait()ing for its child (seen with perf
+                        # 6.1): then the workload's CPU never reaches our RUSAGE_CHILDREN
+                        rec["workload_reaped"] = rec["tree_cpu_s"] >= 0.5 * wl["cpu_s"]
+                runs.append(rec)
+            print(f"  round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+        return self._overhead_summary(runs, modes, wrapped)
+
+    def _overhead_summary(self, runs, modes, wrapped) -> dict:
+        work = {(x["round"], x["mode"]): x for x in runs if x["kind"] == "work" and "workload" in x}
+        rounds = sorted({x["round"] for x in runs})
+        # start-up CPU of a wrapper: `WRAPPER -- true`, pooled over the modes of one tool
+        # (-I changes nothing measurable for `true`; pooling halves the noise)
+        def tool(m):   # cp-I10, cp-I1 -> cp; cp-I10-perfonly -> cp-perfonly (fewer collectors start)
+            return m.split("-I", 1)[0] + ("-perfonly" if m.endswith("-perfonly") else "")
+        startup_cpu_by_mode = {m: summary([x["tree_cpu_s"] for x in runs if x["kind"] == "true"
+                                           and x["mode"] == m and x["rc"] == 0]) for m in wrapped}
+        startup_cpu = {m: summary([x["tree_cpu_s"] for x in runs if x["kind"] == "true"
+                                   and tool(x["mode"]) == tool(m) and x["rc"] == 0]) for m in wrapped}
+        # residue of a bare workload run: tree CPU its own getrusage cannot see (interpreter exit)
+        residue = summary([work[(r, "alone")]["tree_cpu_s"] - work[(r, "alone")]["workload"]["cpu_s"]
+                           for r in rounds if (r, "alone") in work])
+        res_med = residue["median"] if residue else 0.0
+        # meta.json's cpu_s counts from session start to the end of compaction: the same
+        # figure for `-- true` is its fixed part
+        meta_true = {}
+        for m in wrapped:
+            v = [x["profiler_cpu_s"] for x in runs if x["kind"] == "true" and tool(x["mode"]) == tool(m)
+                 and x.get("profiler_cpu_s") is not None]
+            meta_true[m] = statistics.median(v) if v else None
+        unreaped = sorted({x["mode"] for x in work.values() if not x["workload_reaped"]})
+        out = {"runs": runs, "startup_cpu_s": {tool(m): startup_cpu[m] for m in wrapped},
+               "startup_cpu_s_by_mode": startup_cpu_by_mode, "alone_residue_cpu_s": residue,
+               "meta_cpu_s_of_true": meta_true, "workload_not_reaped_by": unreaped, "modes": {}}
+        for m in modes:
+            ratios, cpu_pct, meta_pct, ticks_ratio, late = [], [], [], [], []
+            for r in rounds:
+                base, x = work.get((r, "alone")), work.get((r, m))
+                if base is None or x is None:
+                    continue
+                if m != "alone":
+                    ratios.append(x["workload"]["rate"] / base["workload"]["rate"])
+                wl = x["workload"]
+                if m in wrapped and startup_cpu[m]:
+                    if x["workload_reaped"]:
+                        excess = x["tree_cpu_s"] - wl["cpu_s"] - res_med - startup_cpu[m]["median"]
+                    else:   # the wrapper never reaped the workload: the tree is the wrapper alone
+                        excess = x["tree_cpu_s"] - startup_cpu[m]["median"]
+                    cpu_pct.append(100.0 * excess / wl["elapsed_s"])
+                if m.startswith("cp-") and meta_true[m] is not None:
+                    if x.get("profiler_cpu_s") is not None:
+                        meta_pct.append(100.0 * (x["profiler_cpu_s"] - meta_true[m]) / wl["elapsed_s"])
+                    s = x.get("sampler") or {}
+                    interval_s = interval_of(m) / 1000
+                    if s.get("ticks") is not None and x.get("duration_s"):
+                        ticks_ratio.append(s["ticks"] / (x["duration_s"] / interval_s))
+                        late.append(s.get("late_ticks", 0) / max(1, s["ticks"]))
+            entry = {"work_ratio": summary(ratios), "profiler_cpu_pct": summary(cpu_pct)}
+            if m.startswith("cp-"):
+                entry["meta_cpu_pct"] = summary(meta_pct)
+                entry["ticks_vs_expected"] = summary(ticks_ratio)
+                entry["late_tick_share"] = summary(late)
+                cp_runs = [x for x in runs if x["mode"] == m]
+                entry["thread_cpu_pct"] = thread_breakdown([x for x in cp_runs if x["kind"] == "work"])
+                entry["max_rss_mb"] = max((x.get("profiler_max_rss_bytes") or 0) / 2**20 for x in cp_runs)
+                entry["warnings"] = sorted({w for x in cp_runs for w in x.get("warnings", [])})
+                entry["failed_runs"] = sum(1 for x in cp_runs if x["rc"] != 0 or x.get("status") != "complete")
+                entry["read_errors"] = sum((x.get("sampler") or {}).get("read_errors", 0) for x in cp_runs)
+            out["modes"][m] = entry
+        # paired: counterprof -I 10 against perf stat -I 10, and the noise reference
+        cp_vs_perf = [work[(r, "cp-I10")]["workload"]["rate"] / work[(r, "perf-I10")]["workload"]["rate"]
+                      for r in rounds if (r, "cp-I10") in work and (r, "perf-I10") in work]
+        out["cp10_vs_perf10"] = summary(cp_vs_perf)
+        noise = out["modes"]["alone-again"]["work_ratio"]
+        cvp = out["cp10_vs_perf10"]
+        if noise and cvp:
+            # within noise: the paired cp/perf median is no further below 1 than the
+            # alone-vs-alone spread reaches (doing more work than perf stat is not a cost)
+            reach = max(abs(noise["min"] - 1), abs(noise["max"] - 1))
+            out["cp10_within_noise_of_perf"] = cvp["median"] >= 1 - reach
+            out["noise_reach"] = reach
+        return out
+
+    # -- startup ------------------------------------------------------------------------
+
+    def startup(self) -> dict:
+        a = self.args
+        cmds = {
+            "true": ["true"],
+            "perf stat": [self.perf, "stat", "-o", "/dev/null", "--", "true"],
+            "counterprof run": None,                  # default events, as a user would type it
+            "counterprof run -e EVENTS": None,
+            "python -c pass": [self.py, "-c", "pass"],
+            "python -c 'import counterprof.session'": [self.py, "-c", "import counterprof.session"],
+        }
+        print(f"[startup] {a.startup_runs} runs x {len(cmds)} commands", file=sys.stderr, flush=True)
+        samples: dict[str, list[dict]] = {k: [] for k in cmds}
+        for _ in range(a.startup_runs):
+            names = list(cmds)
+            self.rng.shuffle(names)
+            for name in names:
+                cmd = cmds[name]
+                if name.startswith("counterprof run"):
+                    cmd = [self.cp, "run", "-q"]
+                    if name.endswith("EVENTS"):
+                        cmd += ["-e", a.events]
+                    cmd += ["-o", str(self.new_run_dir()), "--", "true"]
+                res = run_tree(cmd, 120)
+                rec = {"rc": res["rc"], "wall_s": res["wall_s"], "tree_cpu_s": res["tree_cpu_s"]}
+                if res["rc"] != 0:
+                    rec["stderr"] = stderr_lines(res["stderr"])
+                    self.problem(f"startup {name}: exit status {res['rc']}: {' | '.join(rec['stderr'][-3:])}")
+                elif name.startswith("counterprof") and res["stderr"].strip():
+                    rec["stderr"] = stderr_lines(res["stderr"], 3)
+                samples[name].append(rec)
+                if name.startswith("counterprof") and not a.keep:
+                    shutil.rmtree(cmd[-3], ignore_errors=True)
+        out = {}
+        for name, recs in samples.items():
+            out[name] = {"command": " ".join(shlex.quote(c) for c in (cmds[name] or
+                         ([ "counterprof", "run", "-q"] + (["-e", a.events] if name.endswith("EVENTS") else [])
+                          + ["-o", "DIR", "--", "true"]))),
+                         "wall_s": summary([r["wall_s"] for r in recs if r["rc"] == 0]),
+                         "tree_cpu_s": summary([r["tree_cpu_s"] for r in recs if r["rc"] == 0]),
+                         "failed": sum(1 for r in recs if r["rc"] != 0),
+                         "stderr": sorted({ln for r in recs for ln in r.get("stderr", [])})}
+        return out
+
+    # -- context manager ----------------------------------------------------------------
+
+    def cm(self) -> dict:
+        a = self.args
+        print(f"[cm] {a.rounds} rounds x 3 modes (+ empty blocks) x {a.seconds:g} s in one process",
+              file=sys.stderr, flush=True)
+        cmd = [self.py, str(Path(__file__).resolve()), "--cm-child", "--rounds", str(a.rounds),
+               "--seconds", str(a.seconds), "--events", a.events, "--seed", str(a.seed),
+               "--tmp", str(self.tmp)] + (["--keep"] if a.keep else [])
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=a.rounds * 3 * (a.seconds + 30) + 60)
+        data = last_json_line(p.stdout)
+        if p.returncode != 0 or data is None:
+            self.problem(f"cm child failed ({p.returncode}): {' | '.join(stderr_lines(p.stderr, 5))}")
+            return {"error": stderr_lines(p.stderr, 20)}
+        if p.stderr.strip():
+            data["stderr"] = sorted(set(stderr_lines(p.stderr, 50)))
+        for pr in data.get("problems", []):
+            self.problem(pr)
+        return data
+
+    # -- rss ----------------------------------------------------------------------------
+
+    def rss(self) -> dict:
+        import psutil
+        a = self.args
+        run_dir = self.new_run_dir()
+        cmd = [self.cp, "run", "-q"] + (["-e", a.events] if a.events else []) + \
+              ["-I", f"{a.rss_interval_ms:g}", "-o", str(run_dir), "--"] + self.workload_cmd(a.rss_seconds)
+        print(f"[rss] {a.rss_seconds:g} s at -I {a.rss_interval_ms:g}, RSS sampled every second",
+              file=sys.stderr, flush=True)
+        c0 = children_cpu()
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             stdin=subprocess.DEVNULL)
+        proc = psutil.Process(p.pid)
+        outs: dict[str, str] = {}
+
+        def drain(name, stream):
+            outs[name] = stream.read()
+        readers = [threading.Thread(target=drain, args=(n, s), daemon=True)
+                   for n, s in (("stdout", p.stdout), ("stderr", p.stderr))]
+        for t in readers:
+            t.start()
+        ts, rss = [], []
+        next_t = t0
+        last_report = t0
+        while p.poll() is None:
+            try:
+                m = proc.memory_info().rss
+            except psutil.Error:
+                break
+            now = time.perf_counter()
+            ts.append(now - t0)
+            rss.append(m / 2**20)
+            if now - last_report >= 30:
+                print(f"  {now - t0:.0f} s: RSS {rss[-1]:.1f} MB", file=sys.stderr, flush=True)
+                last_report = now
+            next_t += 1.0
+            time.sleep(max(0.0, next_t - time.perf_counter()))
+        p.wait()
+        for t in readers:
+            t.join()
+        wall = time.perf_counter() - t0
+        tree_cpu = children_cpu() - c0
+        meta = meta_facts(read_meta(run_dir))
+        disk = dir_bytes(run_dir) if run_dir.exists() else 0
+        if not a.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        if p.returncode != 0:
+            self.problem(f"rss run: exit status {p.returncode}: {' | '.join(stderr_lines(outs.get('stderr', ''), 3))}")
+        wl = last_json_line(outs.get("stdout", "")) or {}
+        warm = min(30.0, max(5.0, 0.1 * a.rss_seconds))
+        post = [(t, y) for t, y in zip(ts, rss) if t >= warm]
+        q = max(1, len(post) // 4)
+        first = [y for _, y in post[:q]]
+        last = [y for _, y in post[-q:]]
+        slope = slope_per_min([t for t, _ in post], [y for _, y in post])
+        sampled_peak = max(rss) if rss else None
+        meta_peak = (meta.get("profiler_max_rss_bytes") or 0) / 2**20 or None
+        peak = max([v for v in (sampled_peak, meta_peak) if v is not None], default=None)
+        delta = (statistics.median(last) - statistics.median(first)) if post else None
+        flat = (delta is not None and abs(slope) <= FLAT_SLOPE_MB_PER_MIN
+                and abs(delta) <= FLAT_QUARTER_DELTA_MB)
+        excess = None
+        if wl:
+            excess = tree_cpu - wl.get("cpu_s", 0.0)
+        return {
+            "command": " ".join(shlex.quote(c) for c in
+                                ["counterprof"] + cmd[1:cmd.index("-o") + 1] + ["DIR", "--", "python",
+                                 "tests/bench/workload.py", "--seconds", f"{a.rss_seconds:g}"]),
+            "rc": p.returncode, "wall_s": wall, "samples": len(rss), "warmup_s": warm,
+            "peak_rss_mb": peak, "sampled_peak_rss_mb": sampled_peak, "first_quarter_median_mb": statistics.median(first) if first else None,
+            "last_quarter_median_mb": statistics.median(last) if last else None,
+            "quarter_delta_mb": delta, "slope_mb_per_min": slope, "flat": flat,
+            "meta_max_rss_mb": (meta.get("profiler_max_rss_bytes") or 0) / 2**20,
+            "profiler_cpu_pct_meta": (100.0 * meta["profiler_cpu_s"] / wl["elapsed_s"]
+                                      if meta.get("profiler_cpu_s") is not None and wl else None),
+            "tree_minus_workload_cpu_pct": (100.0 * excess / wl["elapsed_s"] if excess is not None and wl else None),
+            "run_dir_bytes": disk, "meta": meta, "workload": wl,
+            "stderr": stderr_lines(outs.get("stderr", ""), 10),
+            "series": [[round(t, 2), round(y, 2)] for t, y in zip(ts, rss)],
+        }
+
+
+# -- the context-manager child ---------------------------------------------------------------
+
+def cm_child(args: argparse.Namespace) -> int:
+    sys.path.insert(0, str(HERE))
+    import workload
+    import counterprof
+    rng = random.Random(args.seed + 1)
+    tmp = Path(args.tmp)
+    serial = [0]
+    problems: list[str] = []
+
+    def new_dir() -> Path:
+        serial[0] += 1
+        return tmp / f"cm-{serial[0]:04d}"
+
+    # warm-up: first-call costs (lazy imports, native library, entry points) out of the rounds
+    workload.run(0.2)
+    d = new_dir()
+    with counterprof.profile(events=args.events, interval_ms=10, path=d):
+        workload.run(0.2)
+    if not args.keep:
+        shutil.rmtree(d, ignore_errors=True)
+
+    def vol_switches() -> int:
+        """The main thread's voluntary context switches (waiting for the GIL counts)."""
+        try:
+            with open("/proc/thread-self/status") as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def self_cpu() -> float:
+        ru = resource.getrusage(resource.RUSAGE_SELF)
+        return ru.ru_utime + ru.ru_stime
+
+    runs = []
+    modes = ["alone", "cm-I10", "cm-I1"]
+    for r in range(args.rounds):
+        order = modes + ["empty-I10", "empty-I1"]     # empty: the block's fixed cost
+        rng.shuffle(order)
+        for mode in order:
+            rec = {"round": r, "mode": mode}
+            v0 = vol_switches()
+            if mode == "alone":
+                c0 = self_cpu()
+                w = workload.run(args.seconds)
+                rec["proc_cpu_s"] = self_cpu() - c0
+            else:
+                interval = float(mode.split("-I")[1])
+                seconds = 0.0 if mode.startswith("empty") else args.seconds
+                d = new_dir()
+                c0 = self_cpu()
+                t0 = time.perf_counter()
+                try:
+                    cm = counterprof.profile(events=args.events, interval_ms=interval, path=d)
+                    cm.__enter__()
+                    try:
+                        t1 = time.perf_counter()
+                        w = workload.run(seconds) if seconds else None
+                        t2 = time.perf_counter()
+                    finally:
+                        cm.__exit__(None, None, None)
+                except Exception as exc:
+                    problems.append(f"{mode}: round {r}: {type(exc).__name__}: {exc}")
+                    continue
+                t3 = time.perf_counter()
+                rec["proc_cpu_s"] = self_cpu() - c0
+                rec["enter_s"] = t1 - t0
+                rec["exit_s"] = t3 - t2
+                rec.update(meta_facts(read_meta(d)))
+                rec["run_dir_bytes"] = dir_bytes(d)
+                if rec.get("status") != "complete":
+                    problems.append(f"{mode}: round {r}: meta status {rec.get('status')}")
+                if not args.keep:
+                    shutil.rmtree(d, ignore_errors=True)
+            rec["main_voluntary_switches"] = vol_switches() - v0
+            if w is not None:
+                rec["workload"] = w
+            runs.append(rec)
+        print(f"  cm round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
+
+    by = {(x["round"], x["mode"]): x for x in runs}
+    fixed = {}
+    for m in ("cm-I10", "cm-I1"):
+        empties = [x for x in runs if x["mode"] == "empty-" + m[3:]]
+        v = [x["profiler_cpu_s"] for x in empties if x.get("profiler_cpu_s") is not None]
+        fixed[m] = statistics.median(v) if v else 0.0
+    out = {"runs": runs, "problems": problems, "modes": {}, "meta_cpu_s_of_empty_block": fixed,
+           "empty_block": {m: {"enter_s": summary([x["enter_s"] for x in runs if x["mode"] == m]),
+                               "exit_s": summary([x["exit_s"] for x in runs if x["mode"] == m])}
+                           for m in ("empty-I10", "empty-I1")}}
+    for m in modes:
+        ratios, meta_pct, meta_net, other_pct, enter, exit_, ticks_ratio = [], [], [], [], [], [], []
+        oncpu, vol = [], []
+        for r in range(args.rounds):
+            base, x = by.get((r, "alone")), by.get((r, m))
+            if base is None or x is None:
+                continue
+            w = x["workload"]
+            oncpu.append(w["thread_cpu_s"] / w["elapsed_s"])
+            vol.append(x["main_voluntary_switches"] / w["elapsed_s"])
+            if m != "alone":
+                ratios.append(w["rate"] / base["workload"]["rate"])
+                if x.get("profiler_cpu_s") is not None:
+                    meta_pct.append(100.0 * x["profiler_cpu_s"] / w["elapsed_s"])
+                    meta_net.append(100.0 * (x["profiler_cpu_s"] - fixed[m]) / w["elapsed_s"])
+                enter.append(x["enter_s"])
+                exit_.append(x["exit_s"])
+                s = x.get("sampler") or {}
+                interval_s = float(m[len("cm-I"):]) / 1000
+                if s.get("ticks") is not None and x.get("duration_s"):
+                    ticks_ratio.append(s["ticks"] / (x["duration_s"] / interval_s))
+            # everything the process spent beyond the workload thread (profiler threads,
+            # __enter__/__exit__ on the main thread), per second of workload
+            other_pct.append(100.0 * (x["proc_cpu_s"] - w["thread_cpu_s"]) / w["elapsed_s"])
+        entry = {"work_ratio": summary(ratios), "meta_cpu_pct": summary(meta_pct),
+                 "meta_cpu_pct_minus_empty_block": summary(meta_net),
+                 "workload_thread_on_cpu": summary(oncpu),
+                 "workload_thread_voluntary_switches_per_s": summary(vol),
+                 "process_minus_workload_cpu_pct": summary(other_pct)}
+        if m != "alone":
+            cm_runs = [x for x in runs if x["mode"] == m]
+            entry.update(enter_s=summary(enter), exit_s=summary(exit_),
+                         thread_cpu_pct=thread_breakdown(cm_runs),
+                         ticks_vs_expected=summary(ticks_ratio),
+                         warnings=sorted({wn for x in cm_runs for wn in x.get("warnings", [])}),
+                         read_errors=sum((x.get("sampler") or {}).get("read_errors", 0) for x in cm_runs))
+        out["modes"][m] = entry
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out["process_max_rss_mb"] = ru.ru_maxrss / 1024
+    print(json.dumps(out))
+    return 0
+
+
+# -- report ----------------------------------------------------------------------------------
+
+def fmt_ratio(s: dict | None) -> str:
+    if not s:
+        return "n/a"
+    return f"{s['median']:.3f} [{s['min']:.3f}–{s['max']:.3f}]"
+
+
+def fmt_pct(s: dict | None) -> str:
+    if not s:
+        return "n/a"
+    return f"{s['median']:.2f}% [{s['q1']:.2f}–{s['q3']:.2f}]"
+
+
+def fmt_s(s: dict | None) -> str:
+    if not s:
+        return "n/a"
+    return f"{s['median'] * 1000:.0f} ms [{s['min'] * 1000:.0f}–{s['max'] * 1000:.0f}]"
+
+
+def ok(flag: bool | None) -> str:
+    return "n/a" if flag is None else ("yes" if flag else "NO")
+
+
+def report(results: dict) -> str:
+    lines = [f"counterprof overhead benchmark — {results['host']['cpu_model']}, "
+             f"{results['host']['cpus']} CPUs, kernel {results['host']['kernel']}, "
+             f"Python {results['host']['python']}, counterprof {results['counterprof_version']} "
+             f"({results['git_commit'][:10]})",
+             f"command: {results['command']}",
+             "work ratio = iterations/s vs alone in the same round, median [min–max]; "
+             "CPU = % of one core, median [IQR]", ""]
+    o = results.get("overhead")
+    if o:
+        a = results["args"]
+        lines += [f"### `counterprof run` vs `perf stat` ({a['rounds']} rounds × {a['seconds']:g} s, events {a['events']})", "",
+                  "| mode | work vs alone | profiler CPU (tree − workload − start-up) | meta.json cpu_s − its `-- true` value | target |",
+                  "|---|---|---|---|---|"]
+        names = {"alone-again": "alone again (noise)", "perf-I10": "perf stat -I 10",
+                 "perf-I1": "perf stat -I 1 (reference)",
+                 "cp-I10": "counterprof run -I 10", "cp-I1": "counterprof run -I 1",
+                 "cp-I10-perfonly": "counterprof run -I 10 --collectors perf"}
+        for m, label in names.items():
+            e = o["modes"][m]
+            target = ""
+            if m in ("cp-I10", "cp-I1"):
+                t = TARGET_CPU_PCT[interval_of(m)]
+                med = (e["profiler_cpu_pct"] or {}).get("median")
+                target = f"≤ {t:g}%: {ok(None if med is None else med <= t)}"
+            lines.append(f"| {label} | {fmt_ratio(e['work_ratio'])} | "
+                         f"{fmt_pct(e['profiler_cpu_pct']) if m != 'alone-again' else '—'} | "
+                         f"{fmt_pct(e.get('meta_cpu_pct')) if m.startswith('cp-') else '—'} | {target} |")
+        lines += ["", f"counterprof -I 10 vs perf stat -I 10, paired work ratio: {fmt_ratio(o.get('cp10_vs_perf10'))}; "
+                  f"no less work than perf stat beyond the noise (alone-vs-alone reaches ±{o.get('noise_reach', float('nan')):.3f}): "
+                  f"{ok(o.get('cp10_within_noise_of_perf'))}",
+                  ("workload not reaped by (its CPU is absent from the tree; profiler CPU = tree − start-up): "
+                   + ", ".join(o["workload_not_reaped_by"]) if o.get("workload_not_reaped_by") else ""),
+                  "start-up CPU subtracted (median tree CPU of WRAPPER -- true, pooled per tool): " + ", ".join(
+                      f"{m} {(s or {}).get('median', float('nan')) * 1000:.0f} ms "
+                      f"[{(s or {}).get('min', float('nan')) * 1000:.0f}–{(s or {}).get('max', float('nan')) * 1000:.0f}]"
+                      for m, s in o["startup_cpu_s"].items()),
+                  "sampler ticks vs expected (median): " + ", ".join(
+                      f"{m} {(o['modes'][m].get('ticks_vs_expected') or {}).get('median', float('nan')):.3f}"
+                      for m in ("cp-I10", "cp-I1"))
+                  + "; late-tick share: " + ", ".join(
+                      f"{m} {(o['modes'][m].get('late_tick_share') or {}).get('median', float('nan')):.3f}"
+                      for m in ("cp-I10", "cp-I1")),
+                  "profiler threads (meta.json, % of a core): " + "; ".join(
+                      f"{m}: {fmt_breakdown(o['modes'][m].get('thread_cpu_pct'))}"
+                      for m in ("cp-I10", "cp-I1", "cp-I10-perfonly")), ""]
+    s = results.get("startup")
+    if s:
+        lines += [f"### Start-up ({results['args']['startup_runs']} runs each)", "",
+                  "| command | wall, median [min–max] | tree CPU, median |", "|---|---|---|"]
+        for name, e in s.items():
+            cpu = e["tree_cpu_s"]
+            lines.append(f"| `{e['command']}` | {fmt_s(e['wall_s'])} | "
+                         f"{'n/a' if not cpu else '%.0f ms' % (cpu['median'] * 1000)} |")
+        cp = (s.get("counterprof run") or {}).get("wall_s")
+        lines += ["", f"target: counterprof run start-up < {TARGET_STARTUP_S:g} s: "
+                  f"{ok(None if not cp else cp['median'] < TARGET_STARTUP_S)}", ""]
+    c = results.get("cm")
+    if c and "modes" in c:
+        lines += [f"### `counterprof.profile()` in-process ({results['args']['rounds']} rounds × "
+                  f"{results['args']['seconds']:g} s)", "",
+                  "| mode | work vs alone | profiler threads' CPU (meta.json) | same − empty block's | process − workload thread CPU | __enter__ | __exit__ |",
+                  "|---|---|---|---|---|---|---|"]
+        for m, label in (("alone", "alone"), ("cm-I10", "profile(interval_ms=10)"),
+                         ("cm-I1", "profile(interval_ms=1)")):
+            e = c["modes"][m]
+            lines.append(f"| {label} | {fmt_ratio(e['work_ratio']) if m != 'alone' else '1'} | "
+                         f"{fmt_pct(e['meta_cpu_pct']) if m != 'alone' else '—'} | "
+                         f"{fmt_pct(e['meta_cpu_pct_minus_empty_block']) if m != 'alone' else '—'} | "
+                         f"{fmt_pct(e['process_minus_workload_cpu_pct'])} | "
+                         f"{fmt_s(e.get('enter_s')) if m != 'alone' else '—'} | "
+                         f"{fmt_s(e.get('exit_s')) if m != 'alone' else '—'} |")
+        lines += ["", "profiler threads (meta.json, % of a core): " + "; ".join(
+            f"{m}: {fmt_breakdown(c['modes'][m].get('thread_cpu_pct'))}" for m in ("cm-I10", "cm-I1")),
+            "workload thread on-CPU share (thread CPU / wall; below 1 = waiting, e.g. for the GIL) and its "
+            "voluntary switches/s: " + "; ".join(
+                f"{m}: {c['modes'][m]['workload_thread_on_cpu']['median']:.4f}, "
+                f"{c['modes'][m]['workload_thread_voluntary_switches_per_s']['median']:.0f}/s"
+                for m in ("alone", "cm-I10", "cm-I1") if c['modes'][m].get('workload_thread_on_cpu'))]
+        eb = c.get("empty_block") or {}
+        lines += ["", "empty `with profile(): pass` (fixed cost): " + ", ".join(
+            f"interval_ms={m[7:]}: cpu_s {c['meta_cpu_s_of_empty_block']['cm-' + m[6:]] * 1000:.0f} ms, "
+            f"__enter__ {fmt_s(eb.get(m, {}).get('enter_s'))}, __exit__ {fmt_s(eb.get(m, {}).get('exit_s'))}"
+            for m in ("empty-I10", "empty-I1")), ""]
+    r = results.get("rss")
+    if r:
+        lines += [f"### Memory: `{r['command']}`", "",
+                  "| peak RSS (ru_maxrss) | peak of 1 s samples | first → last quarter (median) | slope | flat | profiler CPU (meta.json) | run dir |",
+                  "|---|---|---|---|---|---|---|"]
+        if r["sampled_peak_rss_mb"] is not None and r["first_quarter_median_mb"] is not None:
+            lines.append(
+                f"| {r['meta_max_rss_mb']:.1f} MB | {r['sampled_peak_rss_mb']:.1f} MB | "
+                f"{r['first_quarter_median_mb']:.1f} → {r['last_quarter_median_mb']:.1f} MB | "
+                f"{r['slope_mb_per_min']:+.3f} MB/min | {ok(r['flat'])} | "
+                f"{'n/a' if r['profiler_cpu_pct_meta'] is None else '%.2f%%' % r['profiler_cpu_pct_meta']} | "
+                f"{r['run_dir_bytes'] / 2**20:.1f} MB |")
+        lines += ["", f"target: peak < {TARGET_RSS_MB:g} MB and flat: "
+                  f"{ok(None if r['peak_rss_mb'] is None else r['peak_rss_mb'] < TARGET_RSS_MB and r['flat'])} "
+                  f"(flat: |slope| ≤ {FLAT_SLOPE_MB_PER_MIN} MB/min and |last − first quarter| ≤ "
+                  f"{FLAT_QUARTER_DELTA_MB} MB after {r['warmup_s']:g} s warm-up; {r['samples']} samples)", ""]
+    if results.get("problems"):
+        lines += ["### Problems", ""] + [f"- {p}" for p in results["problems"]] + [""]
+    lines.append(f"load average before/after: {results['loadavg_before']} / {results['loadavg_after']}; "
+                 f"took {results['took_s']:.0f} s")
+    return "\n".join(lines)
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                epilog=__doc__.split("\n\n", 1)[1],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default=",".join(PARTS), help=f"parts to run, comma separated ({','.join(PARTS)})")
+    p.add_argument("--quick", action="store_true",
+                   help="~2 minutes: --rounds 3 --seconds 1 --startup-runs 5 --rss-seconds 30 "
+                        "(explicit flags win)")
+    p.add_argument("--rounds", type=int, help="paired rounds for overhead and cm (default 7)")
+    p.add_argument("--seconds", type=float, help="workload duration per run (default 2)")
+    p.add_argument("--startup-runs", type=int, help="runs per start-up command (default 9)")
+    p.add_argument("--rss-seconds", type=float, help="duration of the memory run (default 600)")
+    p.add_argument("--rss-interval-ms", type=float, default=1.0, help="interval of the memory run (default 1)")
+    p.add_argument("--events", default=EVENTS,
+                   help=f"events for perf stat and counterprof (default {EVENTS}; the same for both, "
+                        "so they do the same work)")
+    p.add_argument("--seed", type=int, default=None, help="seed for the per-round order (default: random, recorded)")
+    p.add_argument("--json", metavar="PATH", help="write every figure and raw run to PATH")
+    p.add_argument("--counterprof", default=None, help="the counterprof executable (default: next to this Python, else PATH)")
+    p.add_argument("--perf", default=shutil.which("perf") or "/usr/bin/perf", help="the perf executable")
+    p.add_argument("--tmp", default=None, help="where run directories go (default: the system's temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep the run directories")
+    p.add_argument("--cm-child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    defaults = {"rounds": 7, "seconds": 2.0, "startup_runs": 9, "rss_seconds": 600.0}
+    quick = {"rounds": 3, "seconds": 1.0, "startup_runs": 5, "rss_seconds": 30.0}
+    for k, v in (quick if args.quick else defaults).items():
+        if getattr(args, k) is None:
+            setattr(args, k, v)
+    if args.seed is None:
+        args.seed = random.SystemRandom().randrange(1, 10**6)
+    if args.counterprof is None:
+        local = Path(sys.executable).parent / "counterprof"
+        args.counterprof = str(local) if local.exists() else (shutil.which("counterprof") or "counterprof")
+    args.only = [x.strip() for x in args.only.split(",") if x.strip()]
+    bad = [x for x in args.only if x not in PARTS]
+    if bad:
+        p.error(f"unknown part(s) {bad}; choose from {PARTS}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    if args.cm_child:
+        return cm_child(args)
+    try:
+        rel = Path(sys.argv[0]).resolve().relative_to(REPO)
+    except ValueError:
+        rel = Path(sys.argv[0])
+    command = " ".join(["python", shlex.quote(str(rel))] + [shlex.quote(a) for a in argv])
+    if "--seed" not in argv:
+        command += f"   # seed {args.seed}"
+    sys.path.insert(0, str(REPO))
+    try:
+        import counterprof
+        version = counterprof.__version__
+    except ImportError:
+        version = "?"
+    from counterprof.session import host_facts
+
+    started = time.perf_counter()
+    bench = Bench(args)
+    results: dict = {"command": command, "argv": argv,
+                     "args": {k: v for k, v in vars(args).items() if k != "cm_child"},
+                     "counterprof_version": version, "git_commit": git_commit(),
+                     "host": host_facts(), "platform": platform.platform(),
+                     "perf_version": subprocess.run([args.perf, "--version"], capture_output=True,
+                                                    text=True).stdout.strip(),
+                     "loadavg_before": loadavg()}
+    print(f"counterprof overhead benchmark: {command}", file=sys.stderr, flush=True)
+    try:
+        for part in PARTS:
+            if part in args.only:
+                results[part] = getattr(bench, part)()
+    finally:
+        if not args.keep:
+            shutil.rmtree(bench.tmp, ignore_errors=True)
+    results["problems"] = bench.problems
+    results["loadavg_after"] = loadavg()
+    results["took_s"] = time.perf_counter() - started
+    text = report(results)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str) + "\n")
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
