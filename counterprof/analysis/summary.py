@@ -9,7 +9,7 @@ were actually counted (perf's "(xx.xx%)" when counters were multiplexed).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -60,32 +60,52 @@ class Summary:
         return summary_text(self)
 
 
-def _per_metric(samples: pa.Table) -> dict[tuple[str, str], dict[str, Any]]:
-    """(source, metric) -> sum, max, weighted quality, counts; all in Arrow kernels."""
-    if samples.num_rows == 0:
-        return {}
+# what summarize() reads: a reader can project these and stream
+COLUMNS = ("source", "metric", "value", "duration_ns", "quality")
+_SUMS = ("value_sum", "value_count", "dur_sum", "qdur_sum", "unknown_sum", "vdur_sum", "vdurw_sum")
+
+
+def _aggregate(chunk) -> pa.Table:
+    dur = pc.fill_null(chunk["duration_ns"], 0).cast(pa.float64())
+    value = chunk["value"]
     t = pa.table({
-        "source": samples["source"].cast(pa.string()),
-        "metric": samples["metric"].cast(pa.string()),
-        "value": samples["value"],
-        "dur": pc.fill_null(samples["duration_ns"], 0).cast(pa.float64()),
-        "qdur": pc.multiply(pc.fill_null(samples["quality"].cast(pa.float64()), 1.0),
-                            pc.fill_null(samples["duration_ns"], 0).cast(pa.float64())),
-        "unknown": pc.is_null(samples["value"]).cast(pa.int64()),
-        "vdur": pc.multiply(samples["value"],
-                            pc.fill_null(samples["duration_ns"], 0).cast(pa.float64())),
+        "source": chunk["source"].cast(pa.string()),
+        "metric": chunk["metric"].cast(pa.string()),
+        "value": value,
+        "dur": dur,
+        "qdur": pc.multiply(pc.fill_null(chunk["quality"].cast(pa.float64()), 1.0), dur),
+        "unknown": pc.is_null(value).cast(pa.int64()),
+        "vdur": pc.multiply(value, dur),                       # null where the value is unknown
+        "vdurw": pc.if_else(pc.is_null(value), 0.0, dur),      # the durations vdur covers
     })
-    g = t.group_by(["source", "metric"]).aggregate([
-        ("value", "sum"), ("value", "max"), ("value", "count"), ("dur", "sum"),
-        ("qdur", "sum"), ("unknown", "sum"), ("vdur", "sum"),
-    ])
-    out = {}
-    for r in g.to_pylist():
-        out[(r["source"], r["metric"])] = r
+    return t.group_by(["source", "metric"]).aggregate([
+        ("value", "sum"), ("value", "max"), ("value", "count"), ("dur", "sum"), ("qdur", "sum"),
+        ("unknown", "sum"), ("vdur", "sum"), ("vdurw", "sum")])
+
+
+def _per_metric(chunks: Iterable) -> dict[tuple[str, str], dict[str, Any]]:
+    """(source, metric) -> sums, max and counts, combined chunk by chunk so a run of any
+    length is summarized in bounded memory."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for chunk in chunks:
+        if chunk.num_rows == 0:
+            continue
+        for r in _aggregate(chunk).to_pylist():
+            key = (r.pop("source"), r.pop("metric"))
+            acc = out.get(key)
+            if acc is None:
+                out[key] = r
+                continue
+            for k in _SUMS:
+                acc[k] = (acc[k] or 0) + (r[k] or 0)
+            acc["value_max"] = max((m for m in (acc["value_max"], r["value_max"]) if m is not None),
+                                   default=None)
     return out
 
 
-def summarize(samples: pa.Table, catalog: dict[str, dict[str, Any]], meta: dict[str, Any]) -> Summary:
+def summarize(samples: pa.Table | Iterable, catalog: dict[str, dict[str, Any]],
+              meta: dict[str, Any]) -> Summary:
+    """samples: the samples table, or an iterable of its batches (COLUMNS suffice)."""
     workload = meta.get("workload") or {}
     elapsed = workload.get("elapsed_s")
     if elapsed is None and meta.get("duration_ns"):
@@ -96,7 +116,7 @@ def summarize(samples: pa.Table, catalog: dict[str, dict[str, Any]], meta: dict[
         collectors={k: {"status": v.get("status"), "reason": v.get("reason", "")}
                     for k, v in (meta.get("collectors") or {}).items()},
         path=meta.get("path", ""))
-    stats = _per_metric(samples)
+    stats = _per_metric([samples] if isinstance(samples, (pa.Table, pa.RecordBatch)) else samples)
 
     # perf events first, in the order they were asked for, unsupported ones included
     perf_events = ((meta.get("collectors") or {}).get("perf") or {}).get("events") or {}
@@ -133,7 +153,7 @@ def _row(source: str, metric: str, cat: dict[str, Any], s: dict[str, Any] | None
         row.value = s["value_max"]
         row.aggregate = "peak"
     else:
-        row.value = s["vdur_sum"] / s["dur_sum"] if s["dur_sum"] else None
+        row.value = s["vdur_sum"] / s["vdurw_sum"] if s["vdurw_sum"] else None
         row.aggregate = "mean"
     return row
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -72,14 +72,28 @@ class Run:
         sort_key = "time" if "time" in table.column_names else "start"
         return table.take(pc.sort_indices(table, [(sort_key, "ascending")]))
 
+    def batches(self, name: str, columns: list[str] | None = None, rank: int | None = None,
+                batch_rows: int = 256 * 1024) -> Iterator[pa.RecordBatch]:
+        """A table's rows in bounded pieces (file order, not time order): for aggregates over
+        runs too big to hold in memory."""
+        for r, d in rank_dirs(self.path):
+            if rank is not None and r != rank:
+                continue
+            for f in sorted(d.glob(f"{name}-*.parquet")):
+                yield from pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=columns)
+            for s in segments(d):
+                if s.table == name:
+                    for b in read_segment(s.path):
+                        yield b.select(columns) if columns else b
+
     def samples(self, rank: int | None = None, with_rank: bool = False) -> pa.Table:
         """Every sample (samples schema), time-ordered. with_rank adds the partition's rank."""
         return self.table("samples", rank, with_rank)
 
     def summary(self, rank: int | None = None):
         """Totals per event and the workload's figures, like perf stat's table."""
-        from ..analysis.summary import summarize
-        return summarize(self.samples(rank), self.catalog, self.meta)
+        from ..analysis.summary import COLUMNS, summarize
+        return summarize(self.batches("samples", list(COLUMNS), rank), self.catalog, self.meta)
 
 
 def _with_rank(table: pa.Table, rank: int, add: bool) -> pa.Table:

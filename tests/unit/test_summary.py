@@ -97,3 +97,18 @@ def test_empty_run():
     s = summarize(empty, {}, {"collectors": {}})
     assert s.rows == [] and s.elapsed_s is None
     assert "Performance counter stats" in summary_text(s)
+
+
+def test_streamed_chunks_give_the_same_summary():
+    whole = summarize(table(ROWS), CATALOG, META)
+    t = table(ROWS)
+    chunks = [t.slice(i, 3) for i in range(0, t.num_rows, 3)]
+    streamed = summarize(iter(chunks), CATALOG, META)
+    assert [(r.metric, r.value, r.coverage, r.unknown_intervals) for r in streamed.rows] == \
+        [(r.metric, r.value, r.coverage, r.unknown_intervals) for r in whole.rows]
+
+
+def test_ratio_mean_ignores_unknown_intervals():
+    rows = [("host", "system.cpu_util", "system", 50.0, 100 * MS, 1.0),
+            ("host", "system.cpu_util", "system", None, 900 * MS, 0.0)]
+    assert summarize(table(rows), CATALOG, META).row("system.cpu_util").value == 50.0
