@@ -414,8 +414,9 @@ class Bench:
         if p.returncode != 0 or data is None:
             self.problem(f"cm child failed ({p.returncode}): {' | '.join(stderr_lines(p.stderr, 5))}")
             return {"error": stderr_lines(p.stderr, 20)}
-        if p.stderr.strip():
-            data["stderr"] = sorted(set(stderr_lines(p.stderr, 50)))
+        other = [ln for ln in stderr_lines(p.stderr, 200) if "cm round" not in ln]
+        if other:
+            data["stderr"] = sorted(set(other))
         for pr in data.get("problems", []):
             self.problem(pr)
         return data
