@@ -1,8 +1,14 @@
-"""host collector: the workload's process tree and the system, through psutil.
+"""host collector: the workload's process tree and the system.
 
 Per interval (default 100 ms): CPU user/system seconds, RSS, storage I/O bytes,
 context switches, threads and processes of the tree rooted at the target, and the
 system's CPU utilization and memory.
+
+The /proc reads are one call into native/procstat.c per sample rather than psutil:
+in-process (the context manager) this thread shares the GIL with the workload, and a
+Python-level sample hands it back and forth around each of a dozen syscalls. Rows are
+kept in Python lists and emitted once a second: one Arrow batch and one journal write
+per second, not per sample.
 """
 from __future__ import annotations
 
@@ -30,50 +36,70 @@ METRICS = [
     Metric("system.mem_used", "bytes", "gauge", "memory in use system-wide (total - available)", "host"),
     Metric("system.mem_available", "bytes", "gauge", "memory available to start new work without swapping", "host"),
 ]
-_PROC_DELTAS = ("proc.cpu_user", "proc.cpu_system", "proc.read_bytes", "proc.write_bytes",
-                "proc.ctx_switches_voluntary", "proc.ctx_switches_involuntary")
+EMIT_EVERY_NS = 1_000_000_000   # journal writes once a second: a killed profiler loses < 1 s
+# cumulative fields of struct cp_tree_stats -> the delta metric they feed
+_DELTAS = {"user_s": "proc.cpu_user", "system_s": "proc.cpu_system", "read_bytes": "proc.read_bytes",
+           "write_bytes": "proc.write_bytes", "ctx_voluntary": "proc.ctx_switches_voluntary",
+           "ctx_involuntary": "proc.ctx_switches_involuntary"}
+_GAUGES = {"rss_bytes": "proc.rss", "threads": "proc.threads", "processes": "proc.processes"}
 
 
-def tree_pids(root: int, proc: str = "/proc") -> list[int]:
-    """root and its descendants, from /proc/PID/task/TID/children (no scan of all of /proc)."""
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        try:
-            tids = os.listdir(f"{proc}/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"{proc}/{pid}/task/{tid}/children") as f:
-                    todo.extend(int(c) for c in f.read().split())
-            except (OSError, ValueError):
-                continue
-    return out
+def _native():
+    from counterprof._native import ffi, lib
+    return ffi, lib
+
+
+def tree_stats(root: int, proc: str = "/proc") -> dict[str, float] | None:
+    """Cumulative figures of the live tree under root; None once root is gone."""
+    ffi, lib = _native()
+    out = ffi.new("struct cp_tree_stats *")
+    rc = lib.cp_proc_tree_stats(os.fsencode(proc), root, out)
+    if rc < 0:
+        raise OSError(-rc, os.strerror(-rc), proc)
+    if not out.root_alive:
+        return None
+    return {f: float(getattr(out, f)) for f in (*_DELTAS, *_GAUGES)}
+
+
+def system_stats(proc: str = "/proc") -> dict[str, float]:
+    ffi, lib = _native()
+    out = ffi.new("struct cp_system_stats *")
+    rc = lib.cp_system_stats(os.fsencode(proc), out)
+    if rc < 0:
+        raise OSError(-rc, os.strerror(-rc), f"{proc}/stat")
+    return {f: float(getattr(out, f)) for f in ("cpu_total_s", "cpu_idle_s", "cpu_iowait_s",
+                                                 "mem_total_bytes", "mem_available_bytes")}
 
 
 class HostCollector(Collector):
     name = "host"
-    DEFAULTS = {"interval_ms": 100.0}
+    DEFAULTS = {"interval_ms": 100.0, "proc": "/proc"}
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__({**self.DEFAULTS, **(config or {})})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._procs: dict[int, Any] = {}
         self._prev: dict[str, float] | None = None
-        self._prev_cpu = None
+        self._prev_sys: dict[str, float] | None = None
         self._prev_time = 0
         self._thread_cpu_s = 0.0
+        self._rows: list[tuple] = []
+        self._last_emit = 0
         self.root_gone = False
 
     @classmethod
     def availability(cls, config=None) -> Availability:
+        proc = {**cls.DEFAULTS, **(config or {})}["proc"]
         try:
-            import psutil  # noqa: F401
-        except ImportError:
-            return Availability(False, "psutil is not installed (pip install psutil)")
+            _native()
+        except ImportError as exc:
+            return Availability(False, f"counterprof's compiled part is missing ({exc}); "
+                                       "reinstall with `pip install .`")
+        try:
+            system_stats(proc)
+        except OSError as exc:
+            return Availability(False, f"cannot read {proc}/stat and {proc}/meminfo ({exc.strerror}): "
+                                       "is /proc mounted?")
         return Availability(True)
 
     @classmethod
@@ -83,18 +109,18 @@ class HostCollector(Collector):
             raise UsageError(f"host interval {interval:g} ms is out of range (1 ms to 1 h)")
 
     def start(self, ctx: SessionContext) -> None:
-        import psutil
-        self.psutil = psutil
         self.ctx = ctx
+        self.proc = self.config["proc"]
         interval_ms = float(self.config["interval_ms"])
         t = ctx.target
         self.root = os.getpid() if t.kind == "self" else t.pid
         ctx.add_metrics(METRICS if self.root is not None else
                         [m for m in METRICS if m.name.startswith("system.")])
-        self._prev_cpu = psutil.cpu_times()
-        self._prev_time = ctx.clock.now_ns()
+        self._prev_sys = system_stats(self.proc)
+        self._prev_time = self._last_emit = ctx.clock.now_ns()
         if self.root is not None:
-            self._prev = self._tree_totals()
+            self._prev = tree_stats(self.root, self.proc)
+            self.root_gone = self._prev is None
         ready = threading.Event()
         tid: list[int] = []
 
@@ -114,96 +140,49 @@ class HostCollector(Collector):
             while not self._stop.wait(period):
                 self.sample()
         except Exception as exc:
+            self.flush()
             self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
         finally:
             self._thread_cpu_s = time.thread_time()
 
-    def _process(self, pid: int):
-        p = self._procs.get(pid)
-        if p is None:
-            p = self.psutil.Process(pid)
-            self._procs[pid] = p
-        return p
-
-    def _tree_totals(self) -> dict[str, float] | None:
-        """Cumulative figures of the live tree; None once the root is gone."""
-        psutil = self.psutil
-        totals = dict.fromkeys(_PROC_DELTAS, 0.0)
-        totals.update({"proc.rss": 0.0, "proc.threads": 0.0, "proc.processes": 0.0})
-        pids = tree_pids(self.root)
-        live = set()
-        for pid in pids:
-            try:
-                p = self._process(pid)
-                with p.oneshot():
-                    cpu = p.cpu_times()
-                    mem = p.memory_info()
-                    ctx_sw = p.num_ctx_switches()
-                    threads = p.num_threads()
-                    try:
-                        io = p.io_counters()
-                    except (psutil.AccessDenied, AttributeError):
-                        io = None
-            except (psutil.NoSuchProcess, psutil.ZombieProcess):
-                if pid == self.root:
-                    return None
-                continue
-            except psutil.AccessDenied:
-                continue
-            live.add(pid)
-            # children_* hold reaped children, whose time left the live tree with them
-            totals["proc.cpu_user"] += cpu.user + cpu.children_user
-            totals["proc.cpu_system"] += cpu.system + cpu.children_system
-            totals["proc.rss"] += mem.rss
-            totals["proc.ctx_switches_voluntary"] += ctx_sw.voluntary
-            totals["proc.ctx_switches_involuntary"] += ctx_sw.involuntary
-            totals["proc.threads"] += threads
-            totals["proc.processes"] += 1
-            if io is not None:
-                totals["proc.read_bytes"] += io.read_bytes
-                totals["proc.write_bytes"] += io.write_bytes
-        for gone in set(self._procs) - live:
-            del self._procs[gone]
-        return totals
-
     def sample(self) -> None:
-        psutil = self.psutil
+        """One sample into the pending rows; they are emitted once a second."""
         now = self.ctx.clock.now_ns()
         duration = now - self._prev_time
         self._prev_time = now
-        metrics, entities, values, durations = [], [], [], []
-
-        def add(metric, entity, value, dur):
-            metrics.append(metric)
-            entities.append(entity)
-            values.append(value)
-            durations.append(dur)
-
+        rows = self._rows
         if self.root is not None and not self.root_gone:
-            cur = self._tree_totals()
+            cur = tree_stats(self.root, self.proc)
             if cur is None:
                 self.root_gone = True
             else:
-                for m in _PROC_DELTAS:
+                for field, metric in _DELTAS.items():
                     # a process that exits unreaped takes its counts along: never go negative
-                    add(m, "process", max(0.0, cur[m] - self._prev[m]), duration)
-                for m in ("proc.rss", "proc.threads", "proc.processes"):
-                    add(m, "process", cur[m], None)
+                    rows.append((now, duration, metric, "process", max(0.0, cur[field] - self._prev[field])))
+                for field, metric in _GAUGES.items():
+                    rows.append((now, None, metric, "process", cur[field]))
                 self._prev = cur
-        cpu = psutil.cpu_times()
-        prev = self._prev_cpu
-        self._prev_cpu = cpu
-        total = sum(cpu) - sum(prev)
+        sys_now = system_stats(self.proc)
+        prev, self._prev_sys = self._prev_sys, sys_now
+        total = sys_now["cpu_total_s"] - prev["cpu_total_s"]
         if total > 0:
-            idle = (cpu.idle - prev.idle) + (getattr(cpu, "iowait", 0) - getattr(prev, "iowait", 0))
-            iowait = getattr(cpu, "iowait", 0) - getattr(prev, "iowait", 0)
-            add("system.cpu_util", "system", 100.0 * max(0.0, total - idle) / total, duration)
-            add("system.cpu_iowait", "system", 100.0 * max(0.0, iowait) / total, duration)
-        vm = psutil.virtual_memory()
-        add("system.mem_used", "system", float(vm.total - vm.available), None)
-        add("system.mem_available", "system", float(vm.available), None)
-        self.ctx.emit("samples", samples_batch([now] * len(metrics), durations, self.name,
-                                               metrics, entities, values))
+            idle = sys_now["cpu_idle_s"] - prev["cpu_idle_s"]
+            iowait = sys_now["cpu_iowait_s"] - prev["cpu_iowait_s"]
+            rows.append((now, duration, "system.cpu_util", "system",
+                         100.0 * max(0.0, total - idle - iowait) / total))
+            rows.append((now, duration, "system.cpu_iowait", "system", 100.0 * max(0.0, iowait) / total))
+        rows.append((now, None, "system.mem_used", "system",
+                     sys_now["mem_total_bytes"] - sys_now["mem_available_bytes"]))
+        rows.append((now, None, "system.mem_available", "system", sys_now["mem_available_bytes"]))
+        if now - self._last_emit >= EMIT_EVERY_NS:
+            self.flush()
+
+    def flush(self) -> None:
+        rows, self._rows = self._rows, []
+        self._last_emit = self.ctx.clock.now_ns()
+        if rows:
+            t, d, m, e, v = zip(*rows)
+            self.ctx.emit("samples", samples_batch(list(t), list(d), self.name, list(m), list(e), list(v)))
 
     def stop(self) -> None:
         if self._thread is None or self._stop.is_set():
@@ -214,4 +193,5 @@ class HostCollector(Collector):
             self.sample()
         except Exception as exc:
             self.ctx.warn(f"host: final sample failed: {exc}")
+        self.flush()
         self.details["thread_cpu_s"] = self._thread_cpu_s

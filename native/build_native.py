@@ -23,7 +23,8 @@ ffibuilder.cdef(_cdef_from_header(HEADER.read_text()))
 ffibuilder.set_source(
     "counterprof._native",
     '#include "counterprof_native.h"',
-    sources=[str((HERE / "counterprof_native.c").relative_to(HERE.parent))],
+    sources=[str((HERE / name).relative_to(HERE.parent))
+             for name in ("counterprof_native.c", "procstat.c")],
     include_dirs=[str(HERE.relative_to(HERE.parent))],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
     libraries=["pthread"],

@@ -155,7 +155,9 @@ struct cp_sampler {
 
     int nslots;
     struct cp_acc *acc;        /* per slot, reused each tick */
+    struct cp_slot_stats *slot_stats;
     int64_t prev_time;
+    int64_t time_offset_ns;    /* added at drain: monotonic -> the session's epoch axis */
 
     /* ring of ticks; each tick holds nslots records */
     int ring_ticks, head, count;
@@ -229,6 +231,10 @@ static int sampler_tick(cp_sampler *s, int store) {
             s->r_valid[r] = (uint8_t)acc_finish(&s->acc[k], &v, &q);
             s->r_value[r] = v;
             s->r_quality[r] = q;
+            struct cp_slot_stats *st = &s->slot_stats[k];
+            if (s->r_valid[r]) st->known++;
+            else st->unknown++;
+            if (q < st->min_quality) st->min_quality = q;
         }
         s->count++;
         s->stats.ticks++;
@@ -390,12 +396,16 @@ int cp_sampler_start(cp_sampler *s, int nslots, int ring_ticks, int64_t interval
     s->nslots = nslots;
     s->ring_ticks = ring_ticks;
     s->acc = calloc((size_t)nslots, sizeof(*s->acc));
+    s->slot_stats = calloc((size_t)nslots, sizeof(*s->slot_stats));
+    if (s->slot_stats)
+        for (int k = 0; k < nslots; k++) s->slot_stats[k].min_quality = 1.0f;
     s->r_time = calloc((size_t)ring_ticks, sizeof(int64_t));
     s->r_dur = calloc((size_t)ring_ticks, sizeof(int64_t));
     s->r_value = calloc((size_t)ring_ticks * nslots, sizeof(double));
     s->r_quality = calloc((size_t)ring_ticks * nslots, sizeof(float));
     s->r_valid = calloc((size_t)ring_ticks * nslots, 1);
-    if (!s->acc || !s->r_time || !s->r_dur || !s->r_value || !s->r_quality || !s->r_valid) {
+    if (!s->acc || !s->slot_stats || !s->r_time || !s->r_dur || !s->r_value || !s->r_quality ||
+        !s->r_valid) {
         rc = -ENOMEM;
         goto out;
     }
@@ -448,7 +458,7 @@ int cp_sampler_drain(cp_sampler *s, int max_records, int64_t *time_ns, int64_t *
         int idx = (s->head + t) % s->ring_ticks;
         for (int k = 0; k < s->nslots; k++, out++) {
             size_t r = (size_t)idx * s->nslots + k;
-            time_ns[out] = s->r_time[idx];
+            time_ns[out] = s->r_time[idx] + s->time_offset_ns;
             duration_ns[out] = s->r_dur[idx];
             slot[out] = k;
             value[out] = s->r_value[r];
@@ -460,6 +470,21 @@ int cp_sampler_drain(cp_sampler *s, int max_records, int64_t *time_ns, int64_t *
     s->count -= ticks;
     pthread_mutex_unlock(&s->mu);
     return out;
+}
+
+void cp_sampler_set_time_offset(cp_sampler *s, int64_t offset_ns) {
+    pthread_mutex_lock(&s->mu);
+    s->time_offset_ns = offset_ns;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int cp_sampler_slot_stats(cp_sampler *s, int slot, struct cp_slot_stats *out) {
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (!s->slot_stats || slot < 0 || slot >= s->nslots) rc = -EINVAL;
+    else *out = s->slot_stats[slot];
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 void cp_sampler_get_stats(cp_sampler *s, struct cp_sampler_stats *out) {
@@ -488,6 +513,7 @@ void cp_sampler_free(cp_sampler *s) {
     }
     free(s->groups);
     free(s->acc);
+    free(s->slot_stats);
     free(s->r_time);
     free(s->r_dur);
     free(s->r_value);

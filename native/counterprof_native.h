@@ -76,6 +76,14 @@ struct cp_sampler_stats {
     int64_t cpu_ns;          /* CPU time used by the sampling thread */
 };
 
+/* Per series, over the whole run: ticks with a known value, ticks unknown (enabled but
+ * never scheduled), and the smallest share of an interval it was counted. */
+struct cp_slot_stats {
+    uint64_t known;
+    uint64_t unknown;
+    float min_quality;
+};
+
 /* Creates the sampler and its (idle) thread. NULL and *err = -errno on failure.
  * The thread exists before any counter is opened, so inherited task counters never
  * count it. */
@@ -94,8 +102,35 @@ int cp_sampler_drain(cp_sampler *s, int max_records, int64_t *time_ns, int64_t *
                      int32_t *slot, double *value, float *quality, uint8_t *validity);
 int cp_sampler_pending(cp_sampler *s);
 void cp_sampler_get_stats(cp_sampler *s, struct cp_sampler_stats *out);
+int cp_sampler_slot_stats(cp_sampler *s, int slot, struct cp_slot_stats *out);
+/* Drained times are monotonic ns plus this offset (the session clock's epoch offset). */
+void cp_sampler_set_time_offset(cp_sampler *s, int64_t offset_ns);
 /* Stops and joins the thread; does not close the counter fds. */
 void cp_sampler_free(cp_sampler *s);
+
+/* /proc readers for the host collector (procstat.c). `proc` is procfs's mount point. */
+struct cp_tree_stats {
+    int root_alive;            /* 0: the root process is gone (or a zombie) */
+    uint32_t processes;
+    uint32_t threads;
+    double user_s;             /* utime + cutime summed over the live tree */
+    double system_s;           /* stime + cstime */
+    uint64_t rss_bytes;
+    uint64_t read_bytes;       /* storage I/O (/proc/PID/io), where readable */
+    uint64_t write_bytes;
+    uint64_t ctx_voluntary;    /* of each process's main thread (/proc/PID/status) */
+    uint64_t ctx_involuntary;
+};
+int cp_proc_tree_stats(const char *proc, int root, struct cp_tree_stats *out);
+
+struct cp_system_stats {
+    double cpu_total_s;        /* all CPUs, since boot */
+    double cpu_idle_s;
+    double cpu_iowait_s;
+    uint64_t mem_total_bytes;
+    uint64_t mem_available_bytes;
+};
+int cp_system_stats(const char *proc, struct cp_system_stats *out);
 
 /* fork, then the child waits on a pipe before exec so counters can be opened on
  * its pid first (perf stat's handshake). Write one byte to *go_fd to let it

@@ -2,8 +2,7 @@
 
 Data path: the C sampling thread reads every group each interval and keeps scaled
 per-series deltas in a ring; a Python drain thread moves finished ticks into
-Arrow batches (column arrays straight from C, no per-row Python) every 250 ms at
-most, and emits them to the session.
+Arrow batches (column arrays straight from C, no per-row Python) twice a second, and emits them to the session.
 """
 from __future__ import annotations
 
@@ -25,7 +24,9 @@ from .counters import CounterSet, Unit, cpu_units, open_counters, task_units
 from .events import DEFAULT_EVENTS, PERF_TYPE_SOFTWARE, EventParser, EventSpec
 from .sysfs import Sysfs
 
-DRAIN_PERIOD_S = 0.25
+# Each drain wakes a Python thread (and, in-process, takes the GIL from the workload):
+# twice a second keeps that rare while a SIGKILLed profiler still loses under a second.
+DRAIN_PERIOD_S = 0.5
 RING_SECONDS = 4.0                 # how much the ring holds before ticks coalesce
 RING_MAX_RECORDS = 4 * 1024 * 1024
 
@@ -47,9 +48,6 @@ class PerfCollector(Collector):
         self._thread: threading.Thread | None = None
         self._stopped = False
         self._lock = threading.Lock()
-        self._seen_valid: set[int] = set()
-        self._seen_null: set[int] = set()
-        self._min_quality: dict[int, float] = {}
         self._drain_cpu_s = 0.0
 
     # -- availability ------------------------------------------------------------------
@@ -155,6 +153,9 @@ class PerfCollector(Collector):
 
         self._metric_names = list(dict.fromkeys(k[0] for k in self.slot_keys))
         self._entity_names = list(dict.fromkeys(k[1] for k in self.slot_keys))
+        self._source_dict = pa.array([self.name])
+        self._metric_dict = pa.array(self._metric_names)
+        self._entity_dict = pa.array(self._entity_names)
         self._metric_idx = pa.array([self._metric_names.index(k[0]) for k in self.slot_keys], pa.int32())
         self._entity_idx = pa.array([self._entity_names.index(k[1]) for k in self.slot_keys], pa.int32())
         spec_by_name = {sp.name: sp for sp in counted}
@@ -169,6 +170,7 @@ class PerfCollector(Collector):
                 native.enable(og.leader_fd)
         nslots = len(self.slot_keys)
         ring = max(64, min(int(RING_SECONDS * 1000 / interval_ms), RING_MAX_RECORDS // nslots))
+        lib.cp_sampler_set_time_offset(self.sampler, ctx.clock.offset_ns)
         rc = lib.cp_sampler_start(self.sampler, nslots, ring, int(interval_ms * 1e6))
         if rc < 0:
             raise perf_error(-rc, "sampler start")
@@ -250,41 +252,25 @@ class PerfCollector(Collector):
         return got
 
     def _batch(self, ffi, n, t, d, slot, val, q, valid) -> pa.RecordBatch:
+        """Arrow columns over the C arrays (no copy, no per-row Python). Times are already
+        on the session's epoch axis (the sampler adds the clock offset)."""
         def col(type_, arr, width, validity=None):
             return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(ffi.buffer(arr, n * width))])
 
         slot_arr = col(pa.int32(), slot, 4)
-        mono = col(pa.int64(), t, 8)
-        time_arr = pc.add(mono, pa.scalar(self.ctx.clock.offset_ns, pa.int64())).cast(
-            SAMPLES_SCHEMA.field("time").type)
-        validity = pa.py_buffer(ffi.buffer(valid, (n + 7) // 8))
-        value = col(pa.float64(), val, 8, validity)
+        value = col(pa.float64(), val, 8, pa.py_buffer(ffi.buffer(valid, (n + 7) // 8)))
         if self._scale is not None:
             value = pc.multiply(value, pc.take(self._scale, slot_arr))
-        quality = col(pa.float32(), q, 4)
-        zeros = pc.multiply(slot_arr, pa.scalar(0, pa.int32()))
-        batch = pa.RecordBatch.from_arrays([
-            time_arr,
+        zeros = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))])
+        return pa.RecordBatch.from_arrays([
+            col(SAMPLES_SCHEMA.field("time").type, t, 8),
             col(pa.int64(), d, 8),
-            pa.DictionaryArray.from_arrays(zeros, pa.array(["perf"])),
-            pa.DictionaryArray.from_arrays(pc.take(self._metric_idx, slot_arr),
-                                           pa.array(self._metric_names)),
-            pa.DictionaryArray.from_arrays(pc.take(self._entity_idx, slot_arr),
-                                           pa.array(self._entity_names)),
+            pa.DictionaryArray.from_arrays(zeros, self._source_dict),
+            pa.DictionaryArray.from_arrays(pc.take(self._metric_idx, slot_arr), self._metric_dict),
+            pa.DictionaryArray.from_arrays(pc.take(self._entity_idx, slot_arr), self._entity_dict),
             value,
-            quality,
+            col(pa.float32(), q, 4),
         ], schema=SAMPLES_SCHEMA)
-        # which series ever produced a known value, for the "not counted" verdict
-        valid_slots = pc.unique(pc.filter(slot_arr, pc.is_valid(value))).to_pylist()
-        self._seen_valid.update(valid_slots)
-        null_slots = pc.unique(pc.filter(slot_arr, pc.is_null(value))).to_pylist()
-        self._seen_null.update(null_slots)
-        if pc.min(quality).as_py() < 1.0:   # multiplexed: remember each series' worst interval
-            worst = pa.table({"slot": slot_arr, "q": quality}).group_by("slot").aggregate([("q", "min")])
-            for s, qv in zip(worst["slot"].to_pylist(), worst["q_min"].to_pylist()):
-                if qv < self._min_quality.get(s, 1.0):
-                    self._min_quality[s] = qv
-        return batch
 
     # -- stop ----------------------------------------------------------------------------
 
@@ -315,31 +301,38 @@ class PerfCollector(Collector):
                 self.ctx.warn(f"perf: {stats.read_errors} counter reads failed "
                               f"(last: {errno.errorcode.get(stats.last_read_errno, stats.last_read_errno)})")
             self.details["thread_cpu_s"] = stats.cpu_ns / 1e9 + self._drain_cpu_s
+            slot = native.ffi.new("struct cp_slot_stats *")
+            per_slot = {}
+            for i in range(len(self.slot_keys)):
+                if lib.cp_sampler_slot_stats(self.sampler, i, slot) == 0:
+                    per_slot[i] = (slot.known, slot.unknown, slot.min_quality)
             lib.cp_sampler_free(self.sampler)
             with self._lock:
                 self.sampler = None
-            self._finish_status()
+            self._finish_status(per_slot)
         if self.counters is not None:
             self.counters.close()
 
-    def _finish_status(self) -> None:
-        """Events whose every interval was unknown never got a counter: <not counted>."""
+    def _finish_status(self, per_slot: dict[int, tuple[int, int, float]]) -> None:
+        """Events whose every interval was unknown never got a counter: <not counted>.
+        per_slot: slot -> (known ticks, unknown ticks, smallest share counted)."""
         events = self.details.get("events", {})
         by_event: dict[str, list[int]] = {}
         for i, (name, _entity) in enumerate(self.slot_keys):
             by_event.setdefault(name, []).append(i)
         for name, slots in by_event.items():
             entry = events.get(name)
-            if entry is None:
+            stats = [per_slot[s] for s in slots if s in per_slot]
+            if entry is None or not stats:
                 continue
-            if not any(s in self._seen_valid for s in slots) and any(s in self._seen_null for s in slots):
+            if sum(k for k, _, _ in stats) == 0 and sum(u for _, u, _ in stats) > 0:
                 entry["status"] = "not counted"
                 entry["reason"] = ("enabled but never scheduled on the PMU: the group has more "
                                    "events than the PMU has counters, or another user holds them; "
                                    "split the group")
-            q = min((self._min_quality.get(s, 1.0) for s in slots), default=1.0)
-            if q < 1.0:
-                entry["min_quality"] = round(q, 4)
+            worst = min(q for _, _, q in stats)
+            if worst < 1.0:
+                entry["min_quality"] = round(worst, 4)
 
 
 def _short_reason(reason: str) -> str:

@@ -16,7 +16,7 @@ from counterprof.errors import (EventNotSupported, PerfEventError, PerfPermissio
                                 TargetGone)
 
 from . import native
-from .events import EventGroup, EventSpec
+from .events import PERF_TYPE_SOFTWARE, EventGroup, EventSpec
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,17 @@ class _Opener:
                                  system_wide=self.system_wide)
 
 
+def pack_software(groups: list[EventGroup]) -> list[EventGroup]:
+    """Ungrouped software events, read as one group. Software events are never
+    multiplexed, so this changes no count; it turns N reads per tick into one, and each
+    read of a running task's counter costs an interrupt (IPI) on the CPU it runs on."""
+    sw = [g.leader for g in groups if not g.grouped and g.leader.type == PERF_TYPE_SOFTWARE]
+    if len(sw) < 2:
+        return groups
+    rest = [g for g in groups if g.grouped or g.leader.type != PERF_TYPE_SOFTWARE]
+    return [EventGroup(tuple(sw), grouped=False)] + rest
+
+
 def open_counters(groups: list[EventGroup], units: list[Unit], *, enable_on_exec: bool,
                   system_wide: bool) -> CounterSet:
     """Open every group on every unit. Raises only when nothing at all could be opened
@@ -109,9 +120,10 @@ def open_counters(groups: list[EventGroup], units: list[Unit], *, enable_on_exec
     recorded in the set's status and skipped."""
     opener = _Opener(enable_on_exec, system_wide)
     cs = CounterSet()
-    for g in groups:
+    for g in groups:          # status in the order the user listed the events
         for e in g.events:
             cs.status[e.name] = EventStatus(spec=e)
+    groups = pack_software(groups)
     decided: set[str] = set()     # events whose status the first unit settled
     permission_errors: list[PerfEventError] = []
 

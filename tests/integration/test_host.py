@@ -5,7 +5,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from counterprof.collectors.host import tree_pids
+from counterprof.collectors.host import system_stats, tree_stats
 from helpers import PYTHON, REPO, run_cli
 
 WORKLOADS = str(REPO / "tests" / "workloads.py")
@@ -16,17 +16,34 @@ def metric(run, name):
     return t.filter(pc.equal(t["metric"].cast("string"), name))
 
 
-def test_tree_pids_follows_children(tmp_path):
+def test_tree_stats_agree_with_psutil_on_a_real_tree():
     import subprocess
+    import psutil
     p = subprocess.Popen([PYTHON, "-c", "import subprocess,sys,time;"
                           "c=subprocess.Popen([sys.executable,'-c','import time;time.sleep(5)']);"
                           "print(c.pid, flush=True); time.sleep(5)"], stdout=subprocess.PIPE, text=True)
     try:
         child = int(p.stdout.readline())
-        assert tree_pids(p.pid) == [p.pid, child]
+        procs = [psutil.Process(p.pid), psutil.Process(child)]
+        ours = tree_stats(p.pid)
+        assert ours["processes"] == 2
+        assert ours["threads"] == sum(x.num_threads() for x in procs)
+        assert ours["rss_bytes"] == pytest.approx(sum(x.memory_info().rss for x in procs), rel=0.05)
+        cpu = sum(x.cpu_times().user + x.cpu_times().children_user for x in procs)
+        assert ours["user_s"] == pytest.approx(cpu, abs=0.05)
+        assert ours["ctx_voluntary"] == pytest.approx(sum(x.num_ctx_switches().voluntary for x in procs), abs=5)
     finally:
         p.kill()
         p.wait()
+    assert tree_stats(p.pid) is None      # reaped: gone
+
+
+def test_system_stats_agree_with_psutil():
+    import psutil
+    ours = system_stats()
+    assert ours["mem_total_bytes"] == psutil.virtual_memory().total
+    assert ours["cpu_total_s"] == pytest.approx(sum(psutil.cpu_times()) - psutil.cpu_times().guest
+                                               - psutil.cpu_times().guest_nice, rel=0.01)
 
 
 def test_host_metrics_of_a_process_tree(run_dir):

@@ -133,3 +133,24 @@ def test_bad_arguments_are_rejected():
         assert lib.cp_sampler_start(s, 2, 16, 1_000_000) < 0      # slot 3 >= 2 slots
     finally:
         lib.cp_sampler_free(s)
+
+
+def test_per_series_stats_and_time_offset():
+    fd = open_self("task-clock")
+    s = new_sampler()
+    try:
+        lib.cp_sampler_add_group(s, fd, 1, ffi.new("int32_t[]", [0]))
+        lib.cp_sampler_set_time_offset(s, 10**18)
+        lib.cp_sampler_start(s, 1, 64, 1_000_000)
+        time.sleep(0.02)
+        lib.cp_sampler_stop(s)
+        rows = drain(s, 1000)
+        st = ffi.new("struct cp_slot_stats *")
+        assert lib.cp_sampler_slot_stats(s, 0, st) == 0
+        assert lib.cp_sampler_slot_stats(s, 1, st) < 0
+        lib.cp_sampler_slot_stats(s, 0, st)
+    finally:
+        lib.cp_sampler_free(s)
+        native.close_fd(fd)
+    assert st.known == len(rows) and st.unknown == 0 and st.min_quality == 1.0
+    assert all(r[0] > 10**18 for r in rows)

@@ -76,3 +76,13 @@ def test_user_only_fallback_attr():
 def test_pinned_only_on_leaders():
     a = attr("{cycles,instructions}:D", leader=False, member=1)
     assert a["pinned"] == 0
+
+
+def test_ungrouped_software_events_are_read_as_one_group():
+    from counterprof.collectors.perf.counters import pack_software
+    groups = parse_events("cycles,task-clock,{instructions,branches},page-faults,context-switches")
+    packed = pack_software(groups)
+    assert [tuple(e.name for e in g.events) for g in packed] == [
+        ("task-clock", "page-faults", "context-switches"), ("cycles",), ("instructions", "branches")]
+    assert not packed[0].grouped          # a failing member does not take the others down
+    assert pack_software(parse_events("cycles,task-clock")) == parse_events("cycles,task-clock")

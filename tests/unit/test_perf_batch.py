@@ -12,7 +12,7 @@ from counterprof.schema import SAMPLES_SCHEMA
 
 
 class Ctx:
-    clock = Clock(offset_ns=1_000_000_000_000)
+    clock = Clock(offset_ns=0)
 
 
 def collector(slot_keys, scales=None):
@@ -21,6 +21,9 @@ def collector(slot_keys, scales=None):
     c.slot_keys = slot_keys
     c._metric_names = list(dict.fromkeys(k[0] for k in slot_keys))
     c._entity_names = list(dict.fromkeys(k[1] for k in slot_keys))
+    c._source_dict = pa.array(["perf"])
+    c._metric_dict = pa.array(c._metric_names)
+    c._entity_dict = pa.array(c._entity_names)
     c._metric_idx = pa.array([c._metric_names.index(k[0]) for k in slot_keys], pa.int32())
     c._entity_idx = pa.array([c._entity_names.index(k[1]) for k in slot_keys], pa.int32())
     c._scale = pa.array(scales, pa.float64()) if scales else None
@@ -48,14 +51,13 @@ def test_batch_columns_from_c_arrays():
     rows = [(10, 5, 0, 100.0, 1.0), (10, 5, 1, None, 0.0), (10, 5, 2, 250.0, 0.5)] * 3
     batch = c._batch(ffi, *arrays(rows))
     assert batch.schema.equals(SAMPLES_SCHEMA)
-    assert batch.column("time").cast(pa.int64()).to_pylist() == [1_000_000_000_010] * 9
+    assert batch.column("time").cast(pa.int64()).to_pylist() == [10] * 9
     assert batch.column("metric").to_pylist()[:3] == ["cycles", "cycles", "instructions"]
     assert batch.column("entity").to_pylist()[:3] == ["tid:1", "tid:2", "tid:1"]
     assert batch.column("source").to_pylist() == ["perf"] * 9
     assert batch.column("value").to_pylist()[:3] == [100.0, None, 250.0]
     assert batch.column("duration_ns").to_pylist() == [5] * 9
-    assert c._seen_valid == {0, 2} and c._seen_null == {1}
-    assert c._min_quality == {1: 0.0, 2: 0.5}
+    assert batch.column("quality").to_pylist()[:3] == [1.0, 0.0, 0.5]
 
 
 def test_sysfs_scale_applies_per_series():
@@ -65,10 +67,12 @@ def test_sysfs_scale_applies_per_series():
 
 
 def test_never_counted_event_is_reported_not_counted():
-    c = collector([("cycles", "process"), ("task-clock", "process")])
-    c.details["events"] = {"cycles": {"status": "counted"}, "task-clock": {"status": "counted"}}
-    c._batch(ffi, *arrays([(1, 1, 0, None, 0.0), (1, 1, 1, 5.0, 1.0)]))
-    c._finish_status()
+    c = collector([("cycles", "tid:1"), ("cycles", "tid:2"), ("task-clock", "tid:1"),
+                   ("instructions", "tid:1")])
+    c.details["events"] = {n: {"status": "counted"} for n in ("cycles", "task-clock", "instructions")}
+    # slot -> (known ticks, unknown ticks, smallest share counted)
+    c._finish_status({0: (0, 7, 0.0), 1: (0, 7, 0.0), 2: (7, 0, 1.0), 3: (5, 2, 0.25)})
     assert c.details["events"]["cycles"]["status"] == "not counted"
     assert "split the group" in c.details["events"]["cycles"]["reason"]
     assert c.details["events"]["task-clock"] == {"status": "counted"}
+    assert c.details["events"]["instructions"] == {"status": "counted", "min_quality": 0.25}

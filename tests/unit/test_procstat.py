@@ -1,0 +1,72 @@
+"""The /proc readers (native/procstat.c) on fake proc trees, as psutil tests its parsers."""
+import os
+
+import pytest
+
+from counterprof.collectors.host import system_stats, tree_stats
+
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGESIZE")
+
+
+def stat_line(pid, comm, state="S", utime=0, stime=0, cutime=0, cstime=0, threads=1, rss=0):
+    # fields 1..24 of /proc/PID/stat; comm may hold spaces and parentheses
+    f = [str(pid), f"({comm})", state, "1", str(pid), str(pid), "0", "-1", "4194304", "0", "0", "0", "0",
+         str(utime), str(stime), str(cutime), str(cstime), "20", "0", str(threads), "0", "100", "1000", str(rss)]
+    return " ".join(f) + " 0 0 0\n"
+
+
+def add_proc(root, pid, *, tids=None, children=None, io=None, switches=(0, 0), **stat):
+    d = root / str(pid)
+    (d / "task").mkdir(parents=True)
+    (d / "stat").write_text(stat_line(pid, stat.pop("comm", "python3"), **stat))
+    if io is not None:
+        (d / "io").write_text(f"rchar: 1\nwchar: 2\nsyscr: 3\nsyscw: 4\nread_bytes: {io[0]}\n"
+                              f"write_bytes: {io[1]}\ncancelled_write_bytes: 999\n")
+    (d / "status").write_text(f"Name:\tpython3\nThreads:\t1\nvoluntary_ctxt_switches:\t{switches[0]}\n"
+                              f"nonvoluntary_ctxt_switches:\t{switches[1]}\n")
+    children = children or {}
+    for tid in tids or [pid]:
+        t = d / "task" / str(tid)
+        t.mkdir()
+        (t / "children").write_text(" ".join(str(c) for c in children.get(tid, [])) + " ")
+
+
+def test_tree_sums_live_processes_and_reaped_children(tmp_path):
+    proc = tmp_path
+    # 100 -> 101 (from its main thread); 101's second thread 1011 -> 102; 103 listed but gone
+    add_proc(proc, 100, children={100: [101, 103]}, utime=100, stime=20, cutime=50, cstime=5,
+             threads=1, rss=1000, io=(4096, 8192), switches=(10, 2), comm="my (weird) cmd")
+    add_proc(proc, 101, tids=[101, 1011], children={1011: [102]}, utime=200, stime=10, threads=2,
+             rss=500, io=(1, 2), switches=(5, 1))
+    add_proc(proc, 102, utime=1, rss=10, switches=(1, 0))          # /proc/102/io unreadable
+    s = tree_stats(100, str(proc))
+    assert s["processes"] == 3
+    assert s["threads"] == 1 + 2 + 1
+    assert s["user_s"] == pytest.approx((100 + 50 + 200 + 1) / TICK)
+    assert s["system_s"] == pytest.approx((20 + 5 + 10) / TICK)
+    assert s["rss_bytes"] == (1000 + 500 + 10) * PAGE
+    assert (s["read_bytes"], s["write_bytes"]) == (4097, 8194)
+    assert (s["ctx_voluntary"], s["ctx_involuntary"]) == (16, 3)
+
+
+def test_root_gone_or_zombie_is_none(tmp_path):
+    assert tree_stats(100, str(tmp_path)) is None
+    add_proc(tmp_path, 100, state="Z")
+    assert tree_stats(100, str(tmp_path)) is None
+
+
+def test_system_stats_from_fake_stat_and_meminfo(tmp_path):
+    (tmp_path / "stat").write_text("cpu  100 5 50 800 40 3 2 0 7 0\ncpu0 50 2 25 400 20 1 1 0 3 0\n")
+    (tmp_path / "meminfo").write_text("MemTotal:       1000 kB\nMemFree:         100 kB\n"
+                                      "MemAvailable:    600 kB\n")
+    s = system_stats(str(tmp_path))
+    assert s["cpu_total_s"] == pytest.approx((100 + 5 + 50 + 800 + 40 + 3 + 2 + 0) / TICK)
+    assert s["cpu_idle_s"] == pytest.approx(800 / TICK)
+    assert s["cpu_iowait_s"] == pytest.approx(40 / TICK)
+    assert (s["mem_total_bytes"], s["mem_available_bytes"]) == (1000 * 1024, 600 * 1024)
+
+
+def test_missing_proc_is_an_error(tmp_path):
+    with pytest.raises(OSError):
+        system_stats(str(tmp_path / "nope"))
