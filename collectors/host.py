@@ -44,31 +44,52 @@ _DELTAS = {"user_s": "proc.cpu_user", "system_s": "proc.cpu_system", "read_bytes
 _GAUGES = {"rss_bytes": "proc.rss", "threads": "proc.threads", "processes": "proc.processes"}
 
 
-def _native():
-    from counterprof._native import ffi, lib
-    return ffi, lib
+_SYSTEM = ("cpu_total_s", "cpu_idle_s", "cpu_iowait_s", "mem_total_bytes", "mem_available_bytes")
+
+
+class ProcReader:
+    """native/procstat.c for one root (None: system figures only); close() when done."""
+
+    def __init__(self, root: int | None, proc: str = "/proc"):
+        from counterprof._native import ffi, lib
+        self.ffi, self.lib = ffi, lib
+        err = ffi.new("int *")
+        self.handle = lib.cp_procstat_open(os.fsencode(proc), root or 0, err)
+        if self.handle == ffi.NULL:
+            raise OSError(-err[0], os.strerror(-err[0]), proc)
+        self._tree = ffi.new("struct cp_tree_stats *")
+        self._sys = ffi.new("struct cp_system_stats *")
+
+    def sample(self) -> tuple[dict[str, float] | None, dict[str, float]]:
+        """(cumulative figures of the live tree, None once the root is gone; system figures)."""
+        rc = self.lib.cp_procstat_sample(self.handle, self._tree, self._sys)
+        if rc < 0:
+            raise OSError(-rc, os.strerror(-rc), "/proc")
+        t = self._tree
+        tree = {f: float(getattr(t, f)) for f in (*_DELTAS, *_GAUGES)} if t.root_alive else None
+        return tree, {f: float(getattr(self._sys, f)) for f in _SYSTEM}
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.lib.cp_procstat_close(self.handle)
+            self.handle = None
 
 
 def tree_stats(root: int, proc: str = "/proc") -> dict[str, float] | None:
-    """Cumulative figures of the live tree under root; None once root is gone."""
-    ffi, lib = _native()
-    out = ffi.new("struct cp_tree_stats *")
-    rc = lib.cp_proc_tree_stats(os.fsencode(proc), root, out)
-    if rc < 0:
-        raise OSError(-rc, os.strerror(-rc), proc)
-    if not out.root_alive:
-        return None
-    return {f: float(getattr(out, f)) for f in (*_DELTAS, *_GAUGES)}
+    """Cumulative figures of the live tree under root; None when root is gone."""
+    reader = ProcReader(root, proc)
+    try:
+        return reader.sample()[0]
+    finally:
+        reader.close()
 
 
 def system_stats(proc: str = "/proc") -> dict[str, float]:
-    ffi, lib = _native()
-    out = ffi.new("struct cp_system_stats *")
-    rc = lib.cp_system_stats(os.fsencode(proc), out)
-    if rc < 0:
-        raise OSError(-rc, os.strerror(-rc), f"{proc}/stat")
-    return {f: float(getattr(out, f)) for f in ("cpu_total_s", "cpu_idle_s", "cpu_iowait_s",
-                                                 "mem_total_bytes", "mem_available_bytes")}
+    reader = ProcReader(None, proc)
+    try:
+        return reader.sample()[1]
+    finally:
+        reader.close()
 
 
 class HostCollector(Collector):
@@ -91,7 +112,7 @@ class HostCollector(Collector):
     def availability(cls, config=None) -> Availability:
         proc = {**cls.DEFAULTS, **(config or {})}["proc"]
         try:
-            _native()
+            import counterprof._native  # noqa: F401
         except ImportError as exc:
             return Availability(False, f"counterprof's compiled part is missing ({exc}); "
                                        "reinstall with `pip install .`")
@@ -116,11 +137,10 @@ class HostCollector(Collector):
         self.root = os.getpid() if t.kind == "self" else t.pid
         ctx.add_metrics(METRICS if self.root is not None else
                         [m for m in METRICS if m.name.startswith("system.")])
-        self._prev_sys = system_stats(self.proc)
+        self.reader = ProcReader(self.root, self.proc)
+        self._prev, self._prev_sys = self.reader.sample()
         self._prev_time = self._last_emit = ctx.clock.now_ns()
-        if self.root is not None:
-            self._prev = tree_stats(self.root, self.proc)
-            self.root_gone = self._prev is None
+        self.root_gone = self._prev is None
         ready = threading.Event()
         tid: list[int] = []
 
@@ -151,8 +171,8 @@ class HostCollector(Collector):
         duration = now - self._prev_time
         self._prev_time = now
         rows = self._rows
+        cur, sys_now = self.reader.sample()
         if self.root is not None and not self.root_gone:
-            cur = tree_stats(self.root, self.proc)
             if cur is None:
                 self.root_gone = True
             else:
@@ -162,7 +182,6 @@ class HostCollector(Collector):
                 for field, metric in _GAUGES.items():
                     rows.append((now, None, metric, "process", cur[field]))
                 self._prev = cur
-        sys_now = system_stats(self.proc)
         prev, self._prev_sys = self._prev_sys, sys_now
         total = sys_now["cpu_total_s"] - prev["cpu_total_s"]
         if total > 0:
@@ -194,4 +213,5 @@ class HostCollector(Collector):
         except Exception as exc:
             self.ctx.warn(f"host: final sample failed: {exc}")
         self.flush()
+        self.reader.close()
         self.details["thread_cpu_s"] = self._thread_cpu_s

@@ -121,7 +121,6 @@ struct cp_tree_stats {
     uint64_t ctx_voluntary;    /* of each process's main thread (/proc/PID/status) */
     uint64_t ctx_involuntary;
 };
-int cp_proc_tree_stats(const char *proc, int root, struct cp_tree_stats *out);
 
 struct cp_system_stats {
     double cpu_total_s;        /* all CPUs, since boot */
@@ -130,7 +129,13 @@ struct cp_system_stats {
     uint64_t mem_total_bytes;
     uint64_t mem_available_bytes;
 };
-int cp_system_stats(const char *proc, struct cp_system_stats *out);
+/* A reader for one root (root <= 0: system figures only). The root's and the system's
+ * files stay open and are re-read with pread, so a sample costs few syscalls. */
+typedef struct cp_procstat cp_procstat;
+cp_procstat *cp_procstat_open(const char *proc, int root, int *err);
+void cp_procstat_close(cp_procstat *h);
+/* Both readings in one call (the GIL is released once per sample). */
+int cp_procstat_sample(cp_procstat *h, struct cp_tree_stats *tree, struct cp_system_stats *sys);
 
 /* fork, then the child waits on a pipe before exec so counters can be opened on
  * its pid first (perf stat's handshake). Write one byte to *go_fd to let it

@@ -56,6 +56,18 @@ static int field_u64(const char *text, const char *key, uint64_t *out) {
     return 0;
 }
 
+/* Re-read an open /proc file from the start: procfs regenerates it on every read, so
+ * one pread replaces open + read + close. */
+static int pread_small(int fd, char *buf, size_t size) {
+    ssize_t n;
+    do {
+        n = pread(fd, buf, size - 1, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return -errno;
+    buf[n] = '\0';
+    return (int)n;
+}
+
 struct pid_stack {
     int *v;
     size_t n, cap;
@@ -96,89 +108,151 @@ static int push_children(const char *proc, int pid, struct pid_stack *stack) {
     return rc;
 }
 
-int cp_proc_tree_stats(const char *proc, int root, struct cp_tree_stats *out) {
+/* Fields of one process: 1 if counted, 0 if it is gone or a zombie. */
+static int add_stat(const char *stat, struct cp_tree_stats *out, long tick, long page) {
+    /* fields after the command's closing parenthesis, starting at field 3 (state) */
+    const char *p = strrchr(stat, ')');
+    if (!p || !p[1] || !p[2]) return 0;
+    p += 2;
+    if (*p == 'Z' || *p == 'X') return 0;
+    unsigned long long f[22] = {0};   /* f[i] = field i + 3 */
+    int nf = 1;
+    while (*p && *p != ' ') p++;
+    char *end;
+    while (*p && nf < 22) {
+        f[nf++] = strtoull(p, &end, 10);
+        if (end == p) break;
+        p = end;
+    }
+    if (nf < 22) return 0;
+    /* utime 14, stime 15, cutime 16, cstime 17 (cutime: reaped children, whose time
+     * left the live tree with them), num_threads 20, rss 24 (pages) */
+    out->user_s += (double)(f[11] + f[13]) / (double)tick;
+    out->system_s += (double)(f[12] + f[14]) / (double)tick;
+    out->threads += (uint32_t)f[17];
+    out->rss_bytes += f[21] * (uint64_t)page;
+    out->processes++;
+    return 1;
+}
+
+static void add_io(const char *io, struct cp_tree_stats *out) {
+    uint64_t v;
+    if (field_u64(io, "read_bytes", &v)) out->read_bytes += v;
+    if (field_u64(io, "write_bytes", &v)) out->write_bytes += v;
+}
+
+static void add_status(const char *status, struct cp_tree_stats *out) {
+    uint64_t v;
+    if (field_u64(status, "voluntary_ctxt_switches", &v)) out->ctx_voluntary += v;
+    if (field_u64(status, "nonvoluntary_ctxt_switches", &v)) out->ctx_involuntary += v;
+}
+
+/* The root's files and the system files stay open between samples (pread from 0);
+ * descendants come and go, so theirs are opened each time. */
+struct cp_procstat {
+    char proc[256];
+    int root;
+    int root_stat, root_io, root_status;   /* -1 when not opened */
+    int sys_stat, sys_meminfo;
+    long tick, page;
+};
+
+static int open_ro(const char *proc, int pid, const char *name) {
+    char path[512];
+    if (pid > 0) snprintf(path, sizeof(path), "%s/%d/%s", proc, pid, name);
+    else snprintf(path, sizeof(path), "%s/%s", proc, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+cp_procstat *cp_procstat_open(const char *proc, int root, int *err) {
+    cp_procstat *h = calloc(1, sizeof(*h));
+    if (!h) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    snprintf(h->proc, sizeof(h->proc), "%s", proc);
+    h->root = root;
+    h->tick = sysconf(_SC_CLK_TCK);
+    h->page = sysconf(_SC_PAGESIZE);
+    h->root_stat = h->root_io = h->root_status = -1;
+    h->sys_stat = open_ro(proc, 0, "stat");
+    h->sys_meminfo = open_ro(proc, 0, "meminfo");
+    if (h->sys_stat < 0 || h->sys_meminfo < 0) {
+        *err = h->sys_stat < 0 ? h->sys_stat : h->sys_meminfo;
+        cp_procstat_close(h);
+        return NULL;
+    }
+    if (root > 0) {
+        h->root_stat = open_ro(proc, root, "stat");
+        h->root_io = open_ro(proc, root, "io");
+        h->root_status = open_ro(proc, root, "status");
+    }
+    *err = 0;
+    return h;
+}
+
+void cp_procstat_close(cp_procstat *h) {
+    if (!h) return;
+    int fds[] = {h->root_stat, h->root_io, h->root_status, h->sys_stat, h->sys_meminfo};
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+        if (fds[i] >= 0) close(fds[i]);
+    free(h);
+}
+
+static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
     memset(out, 0, sizeof(*out));
-    long tick = sysconf(_SC_CLK_TCK);
-    long page = sysconf(_SC_PAGESIZE);
-    struct pid_stack stack = {0};
-    int rc = push(&stack, root);
+    if (h->root <= 0 || h->root_stat < 0) return 0;
     char path[512], buf[4096];
+    if (pread_small(h->root_stat, buf, sizeof(buf)) <= 0 || !add_stat(buf, out, h->tick, h->page))
+        return 0;                                   /* root gone: root_alive stays 0 */
+    out->root_alive = 1;
+    if (h->root_io >= 0 && pread_small(h->root_io, buf, sizeof(buf)) > 0) add_io(buf, out);
+    if (h->root_status >= 0 && pread_small(h->root_status, buf, sizeof(buf)) > 0) add_status(buf, out);
+    struct pid_stack stack = {0};
+    int rc = push_children(h->proc, h->root, &stack);
     while (rc == 0 && stack.n > 0) {
         int pid = stack.v[--stack.n];
-        snprintf(path, sizeof(path), "%s/%d/stat", proc, pid);
-        if (read_small(path, buf, sizeof(buf)) <= 0) {
-            if (pid == root) break;   /* root gone: root_alive stays 0 */
-            continue;                 /* a child that exited meanwhile */
-        }
-        /* fields after the command's closing parenthesis, starting at field 3 (state) */
-        char *p = strrchr(buf, ')');
-        if (!p) continue;
-        p += 2;
-        unsigned long long f[22] = {0};   /* f[i] = field i+3 */
-        int nf = 0;
-        while (*p && nf < 22) {
-            while (*p == ' ') p++;
-            if (nf == 0) {                /* state is a letter */
-                char state = *p;
-                if (pid == root && (state == 'Z' || state == 'X')) break;
-                f[nf++] = 0;
-                while (*p && *p != ' ') p++;
-                continue;
-            }
-            f[nf++] = strtoull(p, &p, 10);
-        }
-        if (nf < 22) continue;
-        if (pid == root) out->root_alive = 1;
-        /* utime 14, stime 15, cutime 16, cstime 17 (cutime: reaped children, whose time
-         * left the live tree with them), num_threads 20, rss 24 (pages) */
-        out->user_s += (double)(f[11] + f[13]) / (double)tick;
-        out->system_s += (double)(f[12] + f[14]) / (double)tick;
-        out->threads += (uint32_t)f[17];
-        out->rss_bytes += f[21] * (uint64_t)page;
-        out->processes++;
-
-        snprintf(path, sizeof(path), "%s/%d/io", proc, pid);
-        if (read_small(path, buf, sizeof(buf)) > 0) {
-            uint64_t v;
-            if (field_u64(buf, "read_bytes", &v)) out->read_bytes += v;
-            if (field_u64(buf, "write_bytes", &v)) out->write_bytes += v;
-        }
-        snprintf(path, sizeof(path), "%s/%d/status", proc, pid);
-        if (read_small(path, buf, sizeof(buf)) > 0) {
-            uint64_t v;
-            if (field_u64(buf, "voluntary_ctxt_switches", &v)) out->ctx_voluntary += v;
-            if (field_u64(buf, "nonvoluntary_ctxt_switches", &v)) out->ctx_involuntary += v;
-        }
-        rc = push_children(proc, pid, &stack);
+        snprintf(path, sizeof(path), "%s/%d/stat", h->proc, pid);
+        if (read_small(path, buf, sizeof(buf)) <= 0 || !add_stat(buf, out, h->tick, h->page))
+            continue;                               /* exited meanwhile */
+        snprintf(path, sizeof(path), "%s/%d/io", h->proc, pid);
+        if (read_small(path, buf, sizeof(buf)) > 0) add_io(buf, out);
+        snprintf(path, sizeof(path), "%s/%d/status", h->proc, pid);
+        if (read_small(path, buf, sizeof(buf)) > 0) add_status(buf, out);
+        rc = push_children(h->proc, pid, &stack);
     }
     free(stack.v);
     return rc;
 }
 
-int cp_system_stats(const char *proc, struct cp_system_stats *out) {
+static int cp_procstat_system(cp_procstat *h, struct cp_system_stats *out) {
     memset(out, 0, sizeof(*out));
-    char path[512], buf[16384];
-    snprintf(path, sizeof(path), "%s/stat", proc);
-    int n = read_small(path, buf, sizeof(buf));
+    char buf[16384];
+    int n = pread_small(h->sys_stat, buf, sizeof(buf));
     if (n < 0) return n;
     /* cpu  user nice system idle iowait irq softirq steal guest guest_nice (USER_HZ);
      * guest time is already inside user, so it is not added again */
-    unsigned long long v[8] = {0};
     if (strncmp(buf, "cpu ", 4) != 0) return -EINVAL;
+    unsigned long long v[8] = {0};
     char *p = buf + 4;
     for (int i = 0; i < 8; i++) v[i] = strtoull(p, &p, 10);
-    long tick = sysconf(_SC_CLK_TCK);
     uint64_t total = 0;
     for (int i = 0; i < 8; i++) total += v[i];
-    out->cpu_total_s = (double)total / (double)tick;
-    out->cpu_idle_s = (double)v[3] / (double)tick;
-    out->cpu_iowait_s = (double)v[4] / (double)tick;
+    out->cpu_total_s = (double)total / (double)h->tick;
+    out->cpu_idle_s = (double)v[3] / (double)h->tick;
+    out->cpu_iowait_s = (double)v[4] / (double)h->tick;
 
-    snprintf(path, sizeof(path), "%s/meminfo", proc);
-    n = read_small(path, buf, sizeof(buf));
+    n = pread_small(h->sys_meminfo, buf, sizeof(buf));
     if (n < 0) return n;
     uint64_t kb;
     if (field_u64(buf, "MemTotal", &kb)) out->mem_total_bytes = kb * 1024;
     if (field_u64(buf, "MemAvailable", &kb)) out->mem_available_bytes = kb * 1024;
     return 0;
+}
+
+int cp_procstat_sample(cp_procstat *h, struct cp_tree_stats *tree, struct cp_system_stats *sys) {
+    int rc = cp_procstat_tree(h, tree);
+    if (rc < 0) return rc;
+    return cp_procstat_system(h, sys);
 }

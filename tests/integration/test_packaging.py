@@ -36,7 +36,7 @@ def test_sdist_ships_native(tmp_path):
                          text=True, timeout=300)
     name = out.stdout.strip().splitlines()[-1]
     members = tarfile.open(tmp_path / name).getnames()
-    for f in ("native/counterprof_native.c", "native/counterprof_native.h",
+    for f in ("native/counterprof_native.c", "native/procstat.c", "native/counterprof_native.h",
               "native/build_native.py", "setup.py", "pyproject.toml", "README.md"):
         assert any(m.endswith("/" + f) for m in members), f
 

@@ -32,8 +32,15 @@ def add_proc(root, pid, *, tids=None, children=None, io=None, switches=(0, 0), *
         (t / "children").write_text(" ".join(str(c) for c in children.get(tid, [])) + " ")
 
 
+def fake_system(proc):
+    (proc / "stat").write_text("cpu  100 5 50 800 40 3 2 0 7 0\ncpu0 50 2 25 400 20 1 1 0 3 0\n")
+    (proc / "meminfo").write_text("MemTotal:       1000 kB\nMemFree:         100 kB\n"
+                                  "MemAvailable:    600 kB\n")
+
+
 def test_tree_sums_live_processes_and_reaped_children(tmp_path):
     proc = tmp_path
+    fake_system(proc)
     # 100 -> 101 (from its main thread); 101's second thread 1011 -> 102; 103 listed but gone
     add_proc(proc, 100, children={100: [101, 103]}, utime=100, stime=20, cutime=50, cstime=5,
              threads=1, rss=1000, io=(4096, 8192), switches=(10, 2), comm="my (weird) cmd")
@@ -51,15 +58,14 @@ def test_tree_sums_live_processes_and_reaped_children(tmp_path):
 
 
 def test_root_gone_or_zombie_is_none(tmp_path):
+    fake_system(tmp_path)
     assert tree_stats(100, str(tmp_path)) is None
     add_proc(tmp_path, 100, state="Z")
     assert tree_stats(100, str(tmp_path)) is None
 
 
 def test_system_stats_from_fake_stat_and_meminfo(tmp_path):
-    (tmp_path / "stat").write_text("cpu  100 5 50 800 40 3 2 0 7 0\ncpu0 50 2 25 400 20 1 1 0 3 0\n")
-    (tmp_path / "meminfo").write_text("MemTotal:       1000 kB\nMemFree:         100 kB\n"
-                                      "MemAvailable:    600 kB\n")
+    fake_system(tmp_path)
     s = system_stats(str(tmp_path))
     assert s["cpu_total_s"] == pytest.approx((100 + 5 + 50 + 800 + 40 + 3 + 2 + 0) / TICK)
     assert s["cpu_idle_s"] == pytest.approx(800 / TICK)
@@ -70,3 +76,19 @@ def test_system_stats_from_fake_stat_and_meminfo(tmp_path):
 def test_missing_proc_is_an_error(tmp_path):
     with pytest.raises(OSError):
         system_stats(str(tmp_path / "nope"))
+
+
+def test_open_files_are_reread_each_sample(tmp_path):
+    """The root's files stay open and are re-read from offset 0 at every sample."""
+    from counterprof.collectors.host import ProcReader
+    fake_system(tmp_path)
+    add_proc(tmp_path, 100, utime=10)
+    reader = ProcReader(100, str(tmp_path))
+    try:
+        assert reader.sample()[0]["user_s"] == pytest.approx(10 / TICK)
+        (tmp_path / "100" / "stat").write_text(stat_line(100, "python3", utime=30))  # same inode
+        assert reader.sample()[0]["user_s"] == pytest.approx(30 / TICK)
+        (tmp_path / "100" / "stat").write_text(stat_line(100, "python3", state="Z"))
+        assert reader.sample()[0] is None
+    finally:
+        reader.close()
