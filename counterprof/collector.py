@@ -59,7 +59,7 @@ class SessionContext:
     target: Target
     config: dict[str, Any]
     rank: int
-    emit: Callable[[str, pa.RecordBatch], None]          # (table name, batch)
+    emit: Callable[..., None]             # (table name, batch[, rank]); rank defaults to ctx.rank
     add_metrics: Callable[[list[Metric]], None]
     fail: Callable[[str, str], None]                      # (collector name, reason)
     warn: Callable[[str], None]
@@ -84,8 +84,10 @@ class Collector:
         self.config = dict(config or {})
         self.status = "ok"
         self.reason = ""
-        # Extra facts for meta.json (events opened, unsupported ones, fallbacks...).
+        # Extra facts for meta.json: under this collector (events opened, fallbacks...) ...
         self.details: dict[str, Any] = {}
+        # ... and at the top level of meta.json (e.g. "gpus": the devices seen).
+        self.run_facts: dict[str, Any] = {}
 
     @classmethod
     def availability(cls, config: dict[str, Any] | None = None) -> Availability:
@@ -101,6 +103,12 @@ class Collector:
         """What `counterprof list` shows beyond availability: tables of
         {"title", "columns", "rows", "note"} (events this machine counts, devices...)."""
         return []
+
+    def launch_environment(self, run_path) -> dict[str, str]:
+        """Environment variables a launched workload needs for this collector (for example a
+        bootstrap on PYTHONPATH for collectors that run inside the workload's processes).
+        Called before the workload is spawned."""
+        return {}
 
     def start(self, ctx: SessionContext) -> None:
         raise NotImplementedError

@@ -22,12 +22,12 @@ import pyarrow as pa
 
 from . import __version__
 from .clock import Clock
-from .collector import Collector, SessionContext, Target, resolve
+from .collector import Availability, Collector, SessionContext, Target, resolve
 from .errors import CounterprofError, perf_event_paranoid
 from .schema import Metric
 from .store import rundir
 from .store.compact import CompactionReport, compact_rank
-from .store.journal import JournalWriter
+from .store.journal import JournalSet
 
 # meta.json records these environment variables and no others: command lines and
 # environments can hold secrets.
@@ -93,6 +93,7 @@ class Session:
                  command: list[str] | None = None,
                  rank: int | None = None,
                  replace: bool = False,
+                 sinks: list[Any] | None = None,
                  on_warning: Callable[[str], None] = _stderr_warning):
         self.path = Path(path) if path is not None else rundir.default_run_path()
         self.collector_names = collectors
@@ -108,7 +109,10 @@ class Session:
         self.statuses: dict[str, dict[str, Any]] = {}
         self.metrics: dict[str, Metric] = {}
         self.warnings: list[str] = []
+        # sinks take write(table, batch, rank) and close(); the journal is always first
+        self.extra_sinks: list[Any] = list(sinks or [])
         self.sinks: list[Any] = []
+        self.launch_env: dict[str, str] = {}
         self.meta: dict[str, Any] = {}
         self.started = self.stopped = False
         self.compaction: CompactionReport | None = None
@@ -119,46 +123,46 @@ class Session:
     # -- lifecycle -----------------------------------------------------------------------
 
     def prepare(self) -> None:
-        """Create the run directory and resolve collectors: everything that can fail on bad
-        input, before any workload starts."""
+        """Everything that can fail on bad input, before any workload starts: resolve and
+        validate collectors, check availability, create the run directory, and gather the
+        environment a launched workload needs (e.g. a bootstrap for in-process collectors)."""
         self.classes = resolve(self.collector_names)
+        self.plan: list[Collector] = []
         for name, cls in self.classes.items():
-            if not isinstance(cls, Exception):
-                cls.validate(self.config.get(name, {}))
+            cfg = self.config.get(name, {})
+            if isinstance(cls, Exception):
+                self.statuses[name] = {"status": "unavailable", "reason": str(cls), "config": cfg}
+                continue
+            cls.validate(cfg)
+            try:
+                avail = cls.availability(cfg)
+            except Exception as exc:   # availability must never take the run down
+                avail = Availability(False, f"availability check failed: {exc}")
+            if not avail.ok:
+                self.statuses[name] = {"status": "unavailable", "reason": avail.reason, "config": cfg}
+                if self.collector_names is not None:   # asked for by name: say so
+                    self.warn(f"{name} collector unavailable: {avail.reason}")
+                continue
+            self.plan.append(cls(cfg))
         self.path = rundir.create(self.path, replace=self.replace)
         self.rank_path = rundir.rank_dir(self.path, self.rank)
+        for col in self.plan:
+            self.launch_env.update(col.launch_environment(self.path))
 
     def start(self) -> None:
-        if not hasattr(self, "classes"):
+        if not hasattr(self, "plan"):
             self.prepare()
         self._start_cpu = _self_cpu()
         self.start_ns = self.clock.now_ns()
-        journal = JournalWriter(self.rank_path, self.writer_id)
-        self.sinks.append(journal)
+        self.journals = JournalSet(self.path, self.writer_id)
+        self.sinks = [self.journals, *self.extra_sinks]
         self.meta = self._initial_meta()
         self._write_meta()
 
         self._ctx = SessionContext(
             clock=self.clock, target=self.target, config=self.config, rank=self.rank,
             emit=self.emit, add_metrics=self.add_metrics, fail=self.fail, warn=self.warn)
-        plan: list[Collector] = []
-        for name, cls in self.classes.items():
-            cfg = self.config.get(name, {})
-            if isinstance(cls, Exception):
-                self.statuses[name] = {"status": "unavailable", "reason": str(cls), "config": cfg}
-                continue
-            try:
-                avail = cls.availability(cfg)
-            except Exception as exc:   # availability must never take the run down
-                avail_reason = f"availability check failed: {exc}"
-                self.statuses[name] = {"status": "unavailable", "reason": avail_reason, "config": cfg}
-                continue
-            if not avail.ok:
-                self.statuses[name] = {"status": "unavailable", "reason": avail.reason, "config": cfg}
-                if self.collector_names is not None:   # asked for by name: say so
-                    self.warn(f"{name} collector unavailable: {avail.reason}")
-                continue
-            plan.append(cls(cfg))
+        plan = list(self.plan)
         plan.sort(key=lambda c: c.start_late)
         for col in plan:
             self.statuses[col.name] = {"status": "ok", "reason": "", "config": col.summary_config()}
@@ -195,7 +199,9 @@ class Session:
                 self.warn(f"closing {type(sink).__name__} failed: {exc}")
         self.end_ns = self.clock.now_ns()
         if compact:
-            self.compaction = compact_rank(self.rank_path)
+            self.compaction = CompactionReport()
+            for rank_path in self.journals.rank_paths():
+                compact_rank(rank_path, self.compaction)
             for problem in self.compaction.truncated:
                 self.warn(f"journal damaged: {problem}")
         self._refresh_statuses()
@@ -219,10 +225,14 @@ class Session:
 
     # -- what collectors call ----------------------------------------------------------
 
-    def emit(self, table: str, batch: pa.RecordBatch) -> None:
+    def emit(self, table: str, batch: pa.RecordBatch, rank: int | None = None) -> None:
+        """Fan a batch out to every sink. rank: the partition it belongs to (a collector that
+        gathers other processes' data, e.g. torch traces from torchrun's ranks); default
+        the session's own."""
+        rank = self.rank if rank is None else rank
         for sink in self.sinks:
             try:
-                sink.write(table, batch)
+                sink.write(table, batch, rank)
             except Exception as exc:   # e.g. disk full: say so once per sink, keep going
                 key = f"sink {type(sink).__name__} failed: {exc}"
                 if key not in self.warnings:
@@ -278,6 +288,7 @@ class Session:
                 if entry.get("status") != "failed" and col.status != "ok":
                     entry.update(status=col.status, reason=col.reason)
                 entry.update(col.details)
+                self.meta.update(col.run_facts)
             self.meta["collectors"] = self.statuses
 
     def _profiler_usage(self) -> dict[str, Any]:

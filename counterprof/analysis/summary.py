@@ -65,12 +65,23 @@ COLUMNS = ("source", "metric", "value", "duration_ns", "quality")
 _SUMS = ("value_sum", "value_count", "dur_sum", "qdur_sum", "unknown_sum", "vdur_sum", "vdurw_sum")
 
 
-def _aggregate(chunk) -> pa.Table:
+def _codes(column) -> tuple[pa.Array, pa.Array]:
+    """(int codes, their strings) of a dictionary column, without materializing a string
+    per row; plain string columns are encoded first."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    return arr.indices, arr.dictionary
+
+
+def _aggregate(chunk) -> list[dict[str, Any]]:
     dur = pc.fill_null(chunk["duration_ns"], 0).cast(pa.float64())
     value = chunk["value"]
+    src_codes, src_names = _codes(chunk["source"])
+    met_codes, met_names = _codes(chunk["metric"])
     t = pa.table({
-        "source": chunk["source"].cast(pa.string()),
-        "metric": chunk["metric"].cast(pa.string()),
+        "s": src_codes,
+        "m": met_codes,
         "value": value,
         "dur": dur,
         "qdur": pc.multiply(pc.fill_null(chunk["quality"].cast(pa.float64()), 1.0), dur),
@@ -78,9 +89,13 @@ def _aggregate(chunk) -> pa.Table:
         "vdur": pc.multiply(value, dur),                       # null where the value is unknown
         "vdurw": pc.if_else(pc.is_null(value), 0.0, dur),      # the durations vdur covers
     })
-    return t.group_by(["source", "metric"]).aggregate([
+    rows = t.group_by(["s", "m"], use_threads=False).aggregate([
         ("value", "sum"), ("value", "max"), ("value", "count"), ("dur", "sum"), ("qdur", "sum"),
-        ("unknown", "sum"), ("vdur", "sum"), ("vdurw", "sum")])
+        ("unknown", "sum"), ("vdur", "sum"), ("vdurw", "sum")]).to_pylist()
+    src, met = src_names.to_pylist(), met_names.to_pylist()
+    for r in rows:
+        r["source"], r["metric"] = src[r.pop("s")], met[r.pop("m")]
+    return rows
 
 
 def _per_metric(chunks: Iterable) -> dict[tuple[str, str], dict[str, Any]]:
@@ -90,7 +105,7 @@ def _per_metric(chunks: Iterable) -> dict[tuple[str, str], dict[str, Any]]:
     for chunk in chunks:
         if chunk.num_rows == 0:
             continue
-        for r in _aggregate(chunk).to_pylist():
+        for r in _aggregate(chunk):
             key = (r.pop("source"), r.pop("metric"))
             acc = out.get(key)
             if acc is None:

@@ -42,3 +42,11 @@ def guarded(fn: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         err("interrupted")
         return 130
+
+
+def use_system_allocator() -> None:
+    """In counterprof's own process, Arrow allocates through malloc rather than its default
+    mimalloc pool, which keeps freed memory around: compaction and the summary at the end of a
+    long run peak ~30 MB lower. (The context manager leaves the user's process alone.)"""
+    import pyarrow as pa
+    pa.set_memory_pool(pa.system_memory_pool())

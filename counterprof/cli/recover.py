@@ -9,10 +9,11 @@ import os
 import socket
 
 from ..errors import RunDirectoryError
-from .common import ArgumentParser, err, guarded
+from .common import ArgumentParser, err, guarded, use_system_allocator
 
 
 def main(argv: list[str]) -> int:
+    use_system_allocator()
     return guarded(lambda: _main(argv))
 
 

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from .common import ArgumentParser, UsageFailure, err, guarded
+from .common import ArgumentParser, UsageFailure, err, guarded, use_system_allocator
 
 EPILOG = """\
 examples:
@@ -62,6 +62,7 @@ def main(argv: list[str]) -> int:
     # the main thread to take with sigtimedwait and forward.
     from ..workload import block_signals
     block_signals()
+    use_system_allocator()
     return guarded(lambda: _main(argv))
 
 
@@ -107,7 +108,8 @@ def _main(argv: list[str]) -> int:
     if not command:
         return _observe(session, args)
 
-    workload = Workload(command)
+    env = {**os.environ, **session.launch_env} if session.launch_env else None
+    workload = Workload(command, env=env)
     pid = workload.spawn()
     session.target = Target("launch", pid, system_wide=args.all_cpus)
     try:

@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 
 from .journal import JOURNAL, SegmentRead, read_segment, segments
 
-ROW_GROUP_ROWS = 256 * 1024
+# Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
+ROW_GROUP_ROWS = 64 * 1024
 
 
 @dataclass

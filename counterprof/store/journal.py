@@ -96,6 +96,32 @@ class JournalWriter:
             self._streams.clear()
 
 
+class JournalSet:
+    """The session's sink: one JournalWriter per rank partition, opened on first use."""
+
+    def __init__(self, run_path: Path, writer_id: str):
+        self.run_path = Path(run_path)
+        self.writer_id = writer_id
+        self.writers: dict[int, JournalWriter] = {}
+        self._lock = threading.Lock()
+
+    def write(self, table: str, batch: pa.RecordBatch, rank: int) -> None:
+        with self._lock:
+            w = self.writers.get(rank)
+            if w is None:
+                d = self.run_path / f"rank={rank}"
+                d.mkdir(mode=0o700, exist_ok=True)
+                w = self.writers[rank] = JournalWriter(d, self.writer_id)
+        w.write(table, batch)
+
+    def rank_paths(self) -> list[Path]:
+        return [w.dir.parent for _, w in sorted(self.writers.items())]
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            w.close()
+
+
 def segments(rank_path: Path) -> list[Segment]:
     d = Path(rank_path) / JOURNAL
     if not d.is_dir():

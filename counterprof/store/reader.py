@@ -73,14 +73,15 @@ class Run:
         return table.take(pc.sort_indices(table, [(sort_key, "ascending")]))
 
     def batches(self, name: str, columns: list[str] | None = None, rank: int | None = None,
-                batch_rows: int = 256 * 1024) -> Iterator[pa.RecordBatch]:
+                batch_rows: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
         """A table's rows in bounded pieces (file order, not time order): for aggregates over
         runs too big to hold in memory."""
         for r, d in rank_dirs(self.path):
             if rank is not None and r != rank:
                 continue
             for f in sorted(d.glob(f"{name}-*.parquet")):
-                yield from pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=columns)
+                yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(
+                    batch_size=batch_rows, columns=columns)
             for s in segments(d):
                 if s.table == name:
                     for b in read_segment(s.path):
