@@ -216,6 +216,12 @@ class Session:
         self._write_catalog()
         self._write_meta()
 
+    def update_meta(self, **fields: Any) -> None:
+        """Add facts to meta.json after stop (the exit of a workload that outlived profiling)."""
+        with self._lock:
+            self.meta.update(fields)
+        self._write_meta()
+
     def __enter__(self) -> "Session":
         self.start()
         return self

@@ -16,6 +16,7 @@ import errno
 import os
 import shutil
 import signal
+import threading
 import time
 from dataclasses import asdict, dataclass
 
@@ -141,12 +142,15 @@ class Workload:
             except ChildProcessError:
                 pass
 
-    def wait(self, poll_s: float = 0.5) -> WorkloadResult:
-        """Wait for the child, forwarding the signals someone sent us."""
+    def wait(self, poll_s: float = 0.5, stop: threading.Event | None = None) -> WorkloadResult | None:
+        """Wait for the child, forwarding the signals someone sent us. Returns None, with
+        the child still running, once `stop` is set (wake us with wake_main_thread())."""
         while True:
             res = self._try_reap(os.WNOHANG)
             if res is not None:
                 return res
+            if stop is not None and stop.is_set():
+                return None
             info = signal.sigtimedwait(WATCHED, poll_s)
             if info is None or info.si_signo == signal.SIGCHLD:
                 continue
@@ -175,13 +179,16 @@ class Workload:
                               ru.ru_maxrss * 1024, list(self.forwarded))
 
 
-def wait_for_stop(pid: int | None, duration_s: float | None, poll_s: float = 0.2) -> str:
-    """For --pid and -a: wait until a signal, the duration, or the process's end.
+def wait_for_stop(pid: int | None, duration_s: float | None, poll_s: float = 0.2,
+                  stop: threading.Event | None = None) -> str:
+    """For --pid and -a: wait until a signal, the duration, the process's end, or `stop`.
     Returns why it stopped."""
     deadline = time.monotonic() + duration_s if duration_s else None
     while True:
         if pid is not None and not _alive(pid):
             return "target exited"
+        if stop is not None and stop.is_set():
+            return "stopped from the live view (q)"
         timeout = poll_s
         if deadline is not None:
             left = deadline - time.monotonic()
@@ -191,6 +198,12 @@ def wait_for_stop(pid: int | None, duration_s: float | None, poll_s: float = 0.2
         info = signal.sigtimedwait(WATCHED, timeout)
         if info is not None and info.si_signo != signal.SIGCHLD:
             return f"signal {signal.Signals(info.si_signo).name}"
+
+
+def wake_main_thread() -> None:
+    """Cut short the main thread's sigtimedwait (in wait / wait_for_stop) from another
+    thread: a SIGCHLD aimed at it is taken there and changes nothing else."""
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGCHLD)
 
 
 def _alive(pid: int) -> bool:

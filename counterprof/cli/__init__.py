@@ -12,8 +12,9 @@ SUBCOMMANDS = {
     "run": "profile a command, a running process (--pid) or the whole machine (-a)",
     "list": "collectors and events usable here, and why not",
     "recover": "compact the journal a killed profiler left into Parquet",
+    "top": "a live view of this machine (GPUs, CPU, processes), or of one process (--pid)",
 }
-USAGE = "usage: counterprof {run,list,recover} ...\n\n" + "\n".join(
+USAGE = "usage: counterprof {run,list,recover,top} ...\n\n" + "\n".join(
     f"  {name:<9} {text}" for name, text in SUBCOMMANDS.items()) + \
     "\n\n`counterprof SUBCOMMAND --help` for its options."
 
@@ -35,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
         from . import run as mod
     elif name == "list":
         from . import list_events as mod
+    elif name == "top":
+        from . import top as mod
     else:
         from . import recover as mod
     return mod.main(rest)

@@ -28,6 +28,21 @@ def err(message: str) -> None:
     print(f"counterprof: {message}", file=sys.stderr, flush=True)
 
 
+class WarningRoute:
+    """Where session warnings go: stderr, or the live view while it owns the terminal
+    (a line printed under the dashboard would tear it)."""
+
+    def __init__(self):
+        self.view = None
+
+    def __call__(self, message: str) -> None:
+        view = self.view
+        if view is not None:
+            view.warn(message)
+        else:
+            err(message)
+
+
 def guarded(fn: Callable[[], int]) -> int:
     """Run a subcommand body; counterprof errors become one line and an exit code."""
     try:

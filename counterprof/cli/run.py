@@ -3,6 +3,7 @@
     counterprof run [-e EVENTS] [-I MS] [-o DIR] [--collectors perf,host] -- CMD ...
     counterprof run --pid PID [--duration S]
     counterprof run -a [--duration S] [-- CMD ...]
+    counterprof run --live -- CMD ...      (a live dashboard; q stops profiling)
 
 The summary goes to stderr, so the workload's stdout stays clean for pipes. The exit
 status is the workload's (128+N when it died of signal N).
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
-from .common import ArgumentParser, UsageFailure, err, guarded, use_system_allocator
+from .common import ArgumentParser, UsageFailure, WarningRoute, err, guarded, use_system_allocator
 
 EPILOG = """\
 examples:
@@ -22,6 +24,7 @@ examples:
   counterprof run -e '{cycles,instructions}:u,cpu/event=0x3c,umask=0x0/' -- ./bench
   counterprof run --pid 1234 --duration 10
   counterprof run -a -A --duration 5
+  counterprof run --live -- python train.py
 """
 
 
@@ -53,6 +56,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--duration", type=float, metavar="S",
                    help="with --pid or -a and no command: stop after S seconds")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at the end")
+    p.add_argument("--live", action="store_true",
+                   help="a live dashboard at the bottom of the terminal while it runs (q stops "
+                        "profiling, the workload runs on); one line a second when stderr is not "
+                        "a terminal")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     return p
 
@@ -101,12 +108,18 @@ def _main(argv: list[str]) -> int:
     else:
         target = Target("pid", None, system_wide=True)
 
+    window = None
+    if args.live:
+        from ..render.live_window import LiveWindow
+        window = LiveWindow()
+    warnings = WarningRoute()
     session = Session(args.output, collectors=collectors, config=config, target=target,
-                      command=command or None, replace=args.force, rank=0, on_warning=err)
+                      command=command or None, replace=args.force, rank=0, on_warning=warnings,
+                      sinks=[window] if window is not None else None)
     session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
 
     if not command:
-        return _observe(session, args)
+        return _observe(session, args, window, warnings)
 
     env = {**os.environ, **session.launch_env} if session.launch_env else None
     workload = Workload(command, env=env)
@@ -119,29 +132,68 @@ def _main(argv: list[str]) -> int:
         session.stop(workload={"status": "not started"})
         raise
     from ..workload import WorkloadStartError
+    view = _start_view(session, window, warnings, shlex.join(command)) if window is not None else None
     try:
-        workload.release()
-    except WorkloadStartError as exc:
-        session.stop(workload={"status": "exec failed", "error": str(exc),
-                               "exit_status": exc.exit_code})
-        raise
-    try:
+        try:
+            workload.release()
+        except WorkloadStartError as exc:
+            _close_view(view, warnings)
+            session.stop(workload={"status": "exec failed", "error": str(exc),
+                                   "exit_status": exc.exit_code})
+            raise
+        try:
+            result = workload.wait(stop=view.quit_requested if view is not None else None)
+        except BaseException:
+            _close_view(view, warnings)
+            session.stop(workload={"status": "profiler error while waiting", "pid": pid})
+            raise
+    finally:
+        _close_view(view, warnings)     # the terminal is given back on every path
+    if result is None:
+        # q in the live view: stop profiling now, write the run, let the workload finish
+        session.stop(workload={"status": "running when profiling stopped", "pid": pid,
+                               "profiling_stopped": "q pressed in the live view"})
+        err(f"profiling stopped (q); run written to {session.path}; "
+            f"waiting for the workload (pid {pid}) to finish")
         result = workload.wait()
-    except BaseException:
-        session.stop(workload={"status": "profiler error while waiting", "pid": pid})
-        raise
-    session.stop(workload={"status": "exited", **result.to_json()})
+        session.update_meta(workload_exit={"status": "exited", **result.to_json()})
+    else:
+        session.stop(workload={"status": "exited", **result.to_json()})
     _report(session, args)
     return result.exit_status
 
 
-def _observe(session, args) -> int:
+def _start_view(session, window, warnings: WarningRoute, title: str, **kw):
+    """The live view over the session's window, drawn until _close_view."""
+    from ..render.live_view import for_session
+    from ..workload import wake_main_thread
+    view = for_session(session, window, title, on_quit=wake_main_thread, **kw)
+    view.start()
+    warnings.view = view
+    return view
+
+
+def _close_view(view, warnings: WarningRoute) -> None:
+    if view is not None:
+        warnings.view = None
+        view.close()
+
+
+def _observe(session, args, window=None, warnings: WarningRoute | None = None) -> int:
     from ..workload import wait_for_stop
     session.start()
+    view = None
+    if window is not None:
+        machine = args.pid is None
+        title = f"pid {args.pid}" if not machine else "all CPUs"
+        view = _start_view(session, window, warnings, title,
+                           scope="machine" if machine else "process", cpus=os.cpu_count())
     why = "profiler error"
     try:
-        why = wait_for_stop(args.pid, args.duration)
+        why = wait_for_stop(args.pid, args.duration,
+                            stop=view.quit_requested if view is not None else None)
     finally:
+        _close_view(view, warnings)
         session.meta["stopped_because"] = why
         session.stop(workload=None)
     _report(session, args)

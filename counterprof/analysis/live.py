@@ -1,0 +1,672 @@
+"""What the live view shows, as pure functions over the last minute of samples.
+
+Input: a `Snapshot` of the live window (per (source, metric, entity), one `Bucket` of sums
+per display tick), the metric catalog and the collectors' statuses. Output: panels of
+`Figure`s (a current value, a history for the sparkline, a unit key the renderer formats)
+and a `Verdict` line from raw signals. Nothing here reads files, keeps state or prints.
+
+Rates are computed as sums over the covered time (value sum / duration the known values
+cover), never as means of per-tick rates, so ticks of different lengths weigh right.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+# One display tick of one series, as sums (so buckets merge by adding):
+#   vsum  sum of known values            vdur  sum of value x duration (ratios)
+#   kdur  duration the known values cover (ns)    qdur  duration actually counted (quality x duration)
+#   dur   all duration, known or not     known/unknown  row counts
+#   last  newest known value (gauges)    vmax  largest known value    t_last newest time (ns)
+Bucket = namedtuple("Bucket", "vsum vdur kdur qdur dur known unknown last vmax t_last")
+EMPTY = Bucket(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, None, None, 0)
+
+CURRENT_S = 1.0    # "now" values: the last second of each series' data
+VERDICT_S = 3.0    # the bottleneck line: a little longer, so it does not flicker
+
+Key = tuple  # (source, metric, entity)
+
+
+def merge(a: Bucket, b: Bucket) -> Bucket:
+    """Two buckets of one series (or two entities' buckets: see merge_entities)."""
+    if a.last is None or (b.last is not None and b.t_last >= a.t_last):
+        last = b.last
+    else:
+        last = a.last
+    vmax = a.vmax if b.vmax is None else (b.vmax if a.vmax is None else max(a.vmax, b.vmax))
+    return Bucket(a.vsum + b.vsum, a.vdur + b.vdur, a.kdur + b.kdur, a.qdur + b.qdur,
+                  a.dur + b.dur, a.known + b.known, a.unknown + b.unknown, last, vmax,
+                  max(a.t_last, b.t_last))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A copy of the live window: buckets are keyed by tick number (time // tick_ns)."""
+
+    tick_ns: int
+    window_ticks: int
+    series: Mapping[Key, Mapping[int, Bucket]]
+    newest: int | None = None          # newest tick seen in any series
+    version: int = 0                   # changes whenever data arrives
+
+    def keys(self, source: str | None = None) -> list[Key]:
+        return [k for k in self.series if source is None or k[0] == source]
+
+
+@dataclass
+class Figure:
+    key: str                       # stable id, e.g. "perf.cpus", "gpu:0.gpu.util"
+    label: str                     # "CPU utilization"
+    short: str                     # for the one-line form: "CPUs"
+    value: float | None            # None: unknown now
+    unit: str                      # cpus | ratio | percent | bytes | bytes/s | /s | a catalog unit
+    history: list[float | None] = field(default_factory=list)   # oldest first, one per point
+    scale: float | None = None     # the sparkline's top at least this (100 for percent)
+    detail: str = ""               # extra words: "sys 0.2%", "of 700 W"
+    alert: bool = False            # worth a colour: throttling, multiplexing
+    headline: bool = False         # shown in the compact and one-line forms
+
+
+@dataclass
+class PanelFigures:
+    title: str
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    status: str = "ok"             # ok | failed | unavailable | waiting
+    reason: str = ""
+
+
+@dataclass
+class Verdict:
+    label: str                     # CPU-bound | GPU-bound | waiting | waiting for I/O | starved | idle | busy | unknown
+    evidence: str                  # "1.00 CPUs busy, no GPU"
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.evidence}" if self.evidence else self.label
+
+
+@dataclass
+class LiveFigures:
+    panels: list[PanelFigures]
+    verdict: Verdict
+
+
+# Thresholds of the raw-signal verdict (the classifier of a later issue replaces this line).
+THRESHOLDS = {
+    # a process using at least this many CPUs is computing, not waiting: one thread that
+    # runs 80% of the time is CPU-bound by any practical reading
+    "cpu_bound_cpus": 0.8,
+    # this share of CPU time in the kernel is worth naming (syscalls, page faults, copies)
+    "kernel_share": 0.3,
+    # a GPU busy this share of the time is the thing to look at first (nvidia-smi's
+    # utilization is the share of time a kernel ran, so it overstates how full the SMs are)
+    "gpu_bound_util": 80.0,
+    # the machine is this busy overall while the workload does not get a full CPU: starved
+    "machine_busy_pct": 90.0,
+    # this share of all CPU time idle waiting for I/O (system-wide) points at storage
+    "iowait_pct": 20.0,
+    # a machine (counterprof top) with less than this share of its CPUs busy is idle
+    "machine_idle_pct": 10.0,
+}
+
+
+# -- series arithmetic ------------------------------------------------------------------
+
+def combined(snap: Snapshot, source: str, metric: str, entities: Iterable[str] | None = None
+             ) -> dict[int, Bucket] | None:
+    """One series for (source, metric) over the given entities (default: all). Several
+    entities (threads with --per-thread, CPUs with -A) add up: values sum, and the time
+    covered is the longest any one entity covers, so the rate of the sum is the sum of rates."""
+    parts = [b for (s, m, e), b in snap.series.items()
+             if s == source and m == metric and (entities is None or e in entities)]
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return dict(parts[0])
+    out: dict[int, Bucket] = {}
+    for part in parts:
+        for t, b in part.items():
+            a = out.get(t)
+            out[t] = b if a is None else _side_by_side(a, b)
+    return out
+
+
+def _side_by_side(a: Bucket, b: Bucket) -> Bucket:
+    """Two entities over the same interval: values add; the time covered is not doubled;
+    the share counted is the worse one."""
+    m = merge(a, b)
+    dur = max(a.dur, b.dur)
+    worst = min(coverage(a) if a.dur else 1.0, coverage(b) if b.dur else 1.0)
+    return m._replace(kdur=max(a.kdur, b.kdur), dur=dur, qdur=worst * dur)
+
+
+def recent(buckets: Mapping[int, Bucket] | None, tick_ns: int, seconds: float) -> Bucket | None:
+    """The last `seconds` of a series, ending at its own newest tick (collectors hand data
+    over up to a second late, so 'now' is what each series last said)."""
+    if not buckets:
+        return None
+    newest = max(buckets)
+    span = max(1, round(seconds * 1e9 / tick_ns))
+    acc = EMPTY
+    for t in range(newest - span + 1, newest + 1):
+        b = buckets.get(t)
+        if b is not None:
+            acc = merge(acc, b)
+    return acc if acc.known or acc.unknown else None
+
+
+def binned(buckets: Mapping[int, Bucket] | None, end: int | None, window_ticks: int,
+           points: int) -> list[Bucket | None]:
+    """The window ending at tick `end`, in `points` equal bins (oldest first); None where a
+    bin holds no data."""
+    out: list[Bucket | None] = [None] * points
+    if not buckets or end is None or points <= 0:
+        return out
+    start = end - window_ticks + 1
+    for t, b in buckets.items():
+        if start <= t <= end:
+            i = (t - start) * points // window_ticks
+            out[i] = b if out[i] is None else merge(out[i], b)
+    return out
+
+
+def rate(b: Bucket | None) -> float | None:
+    """Per second, for deltas: value sum over the time the known values cover."""
+    if b is None or not b.known or b.kdur <= 0:
+        return None
+    return b.vsum / (b.kdur / 1e9)
+
+
+def per_ns(b: Bucket | None) -> float | None:
+    """Value per nanosecond of interval (task-clock ns per ns = CPUs; s per s likewise x1e9)."""
+    if b is None or not b.known or b.kdur <= 0:
+        return None
+    return b.vsum / b.kdur
+
+
+def cpus_from_seconds(b: Bucket | None) -> float | None:
+    """CPU seconds per second of interval: CPUs kept busy."""
+    v = per_ns(b)
+    return None if v is None else v * 1e9
+
+
+def _cpu_seconds(user: Mapping[int, Bucket] | None, sys_: Mapping[int, Bucket] | None) -> dict[int, Bucket]:
+    """user + system CPU seconds per tick (both cover the same interval: time is not doubled)."""
+    user, sys_ = user or {}, sys_ or {}
+    out = {}
+    for t in set(user) | set(sys_):
+        a, b = user.get(t), sys_.get(t)
+        out[t] = a if b is None else b if a is None else merge(a, b)._replace(kdur=max(a.kdur, b.kdur), dur=max(a.dur, b.dur))
+    return out
+
+
+def weighted(b: Bucket | None) -> float | None:
+    """Duration-weighted mean, for ratios (percent over an interval)."""
+    if b is None or not b.known or b.kdur <= 0:
+        return None
+    return b.vdur / b.kdur
+
+
+def gauge_last(b: Bucket | None) -> float | None:
+    return None if b is None else b.last
+
+
+def gauge_mean(b: Bucket | None) -> float | None:
+    return None if b is None or not b.known else b.vsum / b.known
+
+
+def quotient(a: Bucket | None, b: Bucket | None, scale: float = 1.0) -> float | None:
+    """a's value sum over b's (instructions / cycles): both over the same ticks."""
+    if a is None or b is None or not a.known or not b.known or b.vsum == 0:
+        return None
+    return scale * a.vsum / b.vsum
+
+
+def coverage(b: Bucket | None) -> float | None:
+    """Share of the interval the counter actually ran (1.0 unless multiplexed)."""
+    if b is None or b.dur <= 0:
+        return None
+    return min(1.0, b.qdur / b.dur)
+
+
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def current_value(kind: str, unit: str, b: Bucket | None) -> tuple[float | None, str]:
+    """A series' value for display and its unit key, by catalog kind: gauges their newest
+    value, ratios their weighted mean, deltas a rate (time counters as % of the time)."""
+    if kind == "gauge":
+        return gauge_last(b), unit
+    if kind == "ratio":
+        return weighted(b), unit
+    if unit in TIME_UNITS:
+        v = per_ns(b)
+        return (None if v is None else 100.0 * v * 1e9 * TIME_UNITS[unit]), "percent"
+    r = rate(b)
+    if unit in ("bytes", "B"):
+        return r, "bytes/s"
+    if unit in ("", "count"):
+        return r, "/s"
+    return r, f"{unit}/s"
+
+
+def history_value(kind: str, unit: str, b: Bucket | None) -> float | None:
+    if kind == "gauge":
+        return gauge_mean(b)
+    return current_value(kind, unit, b)[0]
+
+
+def kind_of(catalog: Mapping[str, Any], metric: str, buckets: Mapping[int, Bucket] | None) -> tuple[str, str]:
+    """(kind, unit) from the catalog; without an entry, a series with durations is a delta."""
+    entry = catalog.get(metric)
+    if entry is not None:
+        kind = getattr(entry, "kind", None) or entry.get("kind")
+        unit = getattr(entry, "unit", None)
+        if unit is None:
+            unit = entry.get("unit", "")
+        return kind, unit
+    has_dur = any(b.dur > 0 for b in (buckets or {}).values())
+    return ("delta" if has_dur else "gauge"), ""
+
+
+# -- panels -------------------------------------------------------------------------------
+
+class _Ctx:
+    """What every panel builder needs: the snapshot, catalog and the sparkline width.
+    perf_system_wide: perf counts every CPU (-a, top): its task-clock is then the CPUs'
+    whole time, idle included, and says nothing about how busy anything is."""
+
+    def __init__(self, snap: Snapshot, catalog: Mapping[str, Any], points: int,
+                 perf_system_wide: bool = False):
+        self.snap, self.catalog, self.points = snap, catalog, points
+        self.perf_system_wide = perf_system_wide
+
+    def bins(self, buckets):
+        return binned(buckets, self.snap.newest, self.snap.window_ticks, self.points)
+
+    def now(self, buckets, seconds: float = CURRENT_S):
+        return recent(buckets, self.snap.tick_ns, seconds)
+
+
+def _base(metric: str) -> str:
+    return metric.split(":")[0]
+
+
+def _series_by_base(snap: Snapshot, source: str) -> dict[str, dict[int, Bucket]]:
+    """perf metrics by event name without modifiers (cycles:u -> cycles), entities summed."""
+    out: dict[str, dict[int, Bucket]] = {}
+    names: dict[str, str] = {}
+    for s, m, _e in snap.series:
+        if s == source:
+            names.setdefault(_base(m), m)
+    for base, metric in names.items():
+        out[base] = combined(snap, source, metric) or {}
+    return out
+
+
+def _mux_coverage(series: Mapping[str, Mapping[int, Bucket]], c: _Ctx, seconds: float | None):
+    """The worst share counted among the events, now (seconds) or per bin (None)."""
+    if seconds is not None:
+        vals = [coverage(c.now(b, seconds)) for b in series.values()]
+        vals = [v for v in vals if v is not None]
+        return min(vals) if vals else None
+    per_event = [c.bins(b) for b in series.values()]
+    hist = []
+    for i in range(c.points):
+        vals = [coverage(p[i]) for p in per_event if p[i] is not None]
+        vals = [v for v in vals if v is not None]
+        hist.append(min(vals) if vals else None)
+    return hist
+
+
+def perf_panel(c: _Ctx, statuses: Mapping[str, Any], title: str = "perf") -> PanelFigures:
+    panel = PanelFigures(title)
+    ser = _series_by_base(c.snap, "perf")
+    used: set[str] = set()
+    figs = panel.figures
+
+    clock = next((n for n in ("task-clock", "cpu-clock") if n in ser), None)
+    if clock and c.perf_system_wide:
+        used.add(clock)
+    elif clock:
+        used.add(clock)
+        b = ser[clock]
+        figs.append(Figure("perf.cpus", "CPU utilization", clock, per_ns(c.now(b)), "cpus",
+                           [per_ns(x) for x in c.bins(b)], scale=1.0, headline=True))
+    cyc = next((n for n in ("cycles", "cpu-cycles") if n in ser), None)
+    if cyc and "instructions" in ser:
+        used.update((cyc, "instructions"))
+        ib, cb = ser["instructions"], ser[cyc]
+        ghz = quotient(c.now(cb), c.now(ser[clock])) if clock else None
+        figs.append(Figure("perf.ipc", "IPC", "IPC",
+                           quotient(c.now(ib), c.now(cb)), "ratio",
+                           [quotient(i, k) for i, k in zip(c.bins(ib), c.bins(cb))],
+                           detail="insn per cycle" + (f", {ghz:.2f} GHz" if ghz else ""), headline=True))
+    # misses as a share of their accesses, where the PMU counts both
+    pairs = [("cache-misses", "cache-references", "cache misses", "of refs")]
+    for base in ser:
+        if base.endswith("-load-misses"):
+            pairs.append((base, base.replace("-load-misses", "-loads"),
+                          base.replace("-load-misses", " load misses"), "of loads"))
+    pairs.append(("branch-misses", "branches", "branch misses", "of branches"))
+    for miss, total, label, of in pairs:
+        if miss not in ser:
+            continue
+        used.add(miss)
+        mb = ser[miss]
+        if total in ser:
+            used.add(total)
+            tb = ser[total]
+            r = rate(c.now(mb))
+            figs.append(Figure(f"perf.{miss}", label, miss, quotient(c.now(mb), c.now(tb), 100.0),
+                               "percent", [quotient(m, t, 100.0) for m, t in zip(c.bins(mb), c.bins(tb))],
+                               detail=of + (f", {_si(r)}/s" if r is not None else ""),
+                               headline=miss == "cache-misses"))
+        else:
+            figs.append(Figure(f"perf.{miss}", label, miss, rate(c.now(mb)), "/s",
+                               [rate(x) for x in c.bins(mb)]))
+    for base, b in ser.items():      # everything else counted: a rate per second
+        if base in used:
+            continue
+        kind, unit = kind_of(c.catalog, base, b)
+        value, ukey = current_value(kind, unit, c.now(b))
+        figs.append(Figure(f"perf.{base}", base, base, value, ukey,
+                           [history_value(kind, unit, x) for x in c.bins(b)]))
+    if ser:
+        hist = _mux_coverage(ser, c, None)
+        now = _mux_coverage(ser, c, CURRENT_S)
+        if any(h is not None and h < 0.9999 for h in hist) or (now is not None and now < 0.9999):
+            figs.append(Figure("perf.mux", "multiplexed", "mux",
+                               None if now is None else 100.0 * (1 - now), "percent",
+                               [None if h is None else 100.0 * (1 - h) for h in hist], scale=100.0,
+                               detail=None if now is None else f"counters ran {100 * now:.0f}% of the time",
+                               alert=now is not None and now < 0.9999, headline=True))
+    st = statuses.get("perf") or {}
+    events = st.get("events") or {}
+    missing = [n for n, e in events.items() if e.get("status") not in (None, "counted")]
+    if missing:
+        panel.notes.append(f"not counted here: {', '.join(missing)}")
+    _status(panel, st)
+    return panel
+
+
+def host_panel(c: _Ctx, statuses: Mapping[str, Any]) -> PanelFigures:
+    panel = PanelFigures("host")
+    figs = panel.figures
+
+    def s(metric: str, entity: str):
+        return combined(c.snap, "host", metric, [entity])
+
+    user, sys_ = s("proc.cpu_user", "process"), s("proc.cpu_system", "process")
+    if user is not None or sys_ is not None:
+        tot = _cpu_seconds(user, sys_)
+        busy = cpus_from_seconds(c.now(tot))
+        sys_cpus = cpus_from_seconds(c.now(sys_)) if sys_ else None
+        figs.append(Figure("host.cpu", "CPU (tree)", "CPU",
+                           None if busy is None else 100.0 * busy, "percent",
+                           [None if v is None else 100.0 * v for v in map(cpus_from_seconds, c.bins(tot))],
+                           scale=100.0,
+                           detail="" if sys_cpus is None else f"sys {100.0 * sys_cpus:.1f}%", headline=True))
+    rss = s("proc.rss", "process")
+    if rss is not None:
+        figs.append(Figure("host.rss", "RSS", "RSS", gauge_last(c.now(rss)), "bytes",
+                           [gauge_mean(x) for x in c.bins(rss)], headline=True))
+    for metric, label, short in (("proc.read_bytes", "disk read", "read"),
+                                 ("proc.write_bytes", "disk write", "write")):
+        b = s(metric, "process")
+        if b is not None:
+            figs.append(Figure(f"host.{short}", label, short, rate(c.now(b)), "bytes/s",
+                               [rate(x) for x in c.bins(b)], headline=True))
+    vol, inv = s("proc.ctx_switches_voluntary", "process"), s("proc.ctx_switches_involuntary", "process")
+    if vol is not None or inv is not None:
+        rv, ri = rate(c.now(vol)), rate(c.now(inv))
+        tot = None if rv is None and ri is None else (rv or 0) + (ri or 0)
+        hist = [None if a is None and b is None else (a or 0) + (b or 0)
+                for a, b in zip(map(rate, c.bins(vol)), map(rate, c.bins(inv)))]
+        figs.append(Figure("host.ctx", "context switches", "ctx-sw", tot, "/s", hist,
+                           detail=f"{_si(rv or 0)} vol, {_si(ri or 0)} invol"))
+    thr, procs = s("proc.threads", "process"), s("proc.processes", "process")
+    if thr is not None:
+        np_ = gauge_last(c.now(procs)) if procs is not None else None
+        figs.append(Figure("host.threads", "threads", "threads", gauge_last(c.now(thr)), "count",
+                           [gauge_mean(x) for x in c.bins(thr)],
+                           detail="" if np_ is None else f"{np_:.0f} process{'es' if np_ != 1 else ''}"))
+    util, iow = s("system.cpu_util", "system"), s("system.cpu_iowait", "system")
+    if util is not None:
+        w = weighted(c.now(iow)) if iow is not None else None
+        figs.append(Figure("host.system_cpu", "system CPU", "sys-CPU", weighted(c.now(util)), "percent",
+                           [weighted(x) for x in c.bins(util)], scale=100.0,
+                           detail="" if w is None else f"iowait {w:.1f}%", headline=True))
+    used, avail = s("system.mem_used", "system"), s("system.mem_available", "system")
+    if used is not None:
+        a = gauge_last(c.now(avail)) if avail is not None else None
+        figs.append(Figure("host.mem", "memory used", "mem", gauge_last(c.now(used)), "bytes",
+                           [gauge_mean(x) for x in c.bins(used)],
+                           detail="" if a is None else f"{_bytes(a)} available"))
+    _status(panel, statuses.get("host") or {})
+    return panel
+
+
+# GPU and any other collector: one panel per device (entity gpu:N) or per (source, entity),
+# one row per metric, ordered by how the name (without its gpu./gpm. prefix) starts.
+_ORDER = ("util", "sm", "occupancy", "tensor", "fp", "dram", "mem", "power", "energy", "temp",
+          "clock", "throttle", "pcie", "nvlink")
+_ALERT_WORDS = ("throttle", "clock_event", "clocks_event", "xid", "ecc")
+
+
+def _order(metric: str) -> tuple[int, str]:
+    short = _short_name(metric).lower()
+    for i, w in enumerate(_ORDER):
+        if short.startswith(w):
+            return i, short
+    return len(_ORDER), short
+
+
+def _short_name(metric: str) -> str:
+    for prefix in ("gpu.", "gpm.", "nvml."):
+        if metric.startswith(prefix):
+            return metric[len(prefix):]
+    return metric
+
+
+def device_panels(c: _Ctx, exclude: Iterable[str] = ("perf", "host")) -> list[PanelFigures]:
+    groups: dict[str, list[Key]] = {}
+    skip = set(exclude)
+    for key in c.snap.series:
+        source, metric, entity = key
+        if source in skip:
+            continue
+        title = entity if entity.startswith("gpu") else f"{source} {entity}"
+        groups.setdefault(title, []).append(key)
+    panels = []
+    for title in sorted(groups, key=_device_sort):
+        keys = sorted(groups[title], key=lambda k: _order(k[1]))
+        metrics = {k[1] for k in keys}
+        panel = PanelFigures(title)
+        for key in keys:
+            source, metric, entity = key
+            if metric.endswith("_limit") and metric[: -len("_limit")] in metrics:
+                continue                        # shown as "of N" beside its metric
+            b = c.snap.series[key]
+            kind, unit = kind_of(c.catalog, metric, b)
+            value, ukey = current_value(kind, unit, c.now(b))
+            fig = Figure(f"{title}.{metric}", _short_name(metric), _short_name(metric), value, ukey,
+                         [history_value(kind, unit, x) for x in c.bins(b)],
+                         scale=100.0 if ukey == "percent" else None)
+            limit_key = (source, metric + "_limit", entity)
+            if limit_key in c.snap.series:
+                lim = gauge_last(c.now(c.snap.series[limit_key]))
+                if lim:
+                    fig.detail = f"of {_fmt_plain(lim)} {unit}".rstrip()
+                    fig.scale = lim
+            if any(w in metric.lower() for w in _ALERT_WORDS) and value:
+                fig.alert = True
+            panel.figures.append(fig)
+        for f in panel.figures[:2]:
+            f.headline = True
+        panels.append(panel)
+    return panels
+
+
+def _device_sort(title: str):
+    if title.startswith("gpu:") and title[4:].isdigit():
+        return (0, int(title[4:]), title)
+    return (1, 0, title)
+
+
+def _status(panel: PanelFigures, st: Mapping[str, Any]) -> None:
+    status = st.get("status", "ok")
+    if status in ("failed", "unavailable"):
+        panel.status, panel.reason = status, st.get("reason", "")
+    elif not panel.figures:
+        panel.status = "waiting"
+
+
+# -- the verdict ----------------------------------------------------------------------------
+
+def _gpu_util(c: _Ctx, seconds: float) -> list[tuple[str, float]]:
+    """Per GPU: the busiest utilization-like percent metric (name holds 'util')."""
+    out: dict[str, float] = {}
+    for (source, metric, entity), b in c.snap.series.items():
+        if not entity.startswith("gpu") or "util" not in metric.lower() or "mem" in metric.lower():
+            continue
+        kind, unit = kind_of(c.catalog, metric, b)
+        if unit != "percent":
+            continue
+        v, _ = current_value(kind, unit, c.now(b, seconds))
+        if v is not None:
+            out[entity] = max(out.get(entity, 0.0), v)
+    return sorted(out.items(), key=lambda kv: _device_sort(kv[0]))
+
+
+def process_busy(c: _Ctx, seconds: float) -> float | None:
+    """CPUs the workload keeps busy: task-clock where perf counts it, else the host tree's CPU."""
+    ser = {} if c.perf_system_wide else _series_by_base(c.snap, "perf")
+    for name in ("task-clock", "cpu-clock"):
+        if name in ser:
+            v = per_ns(c.now(ser[name], seconds))
+            if v is not None:
+                return v
+    user = combined(c.snap, "host", "proc.cpu_user", ["process"])
+    sys_ = combined(c.snap, "host", "proc.cpu_system", ["process"])
+    if user is None and sys_ is None:
+        return None
+    return cpus_from_seconds(c.now(_cpu_seconds(user, sys_), seconds))
+
+
+def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None) -> Verdict:
+    """The current bottleneck, said plainly from raw signals over the last VERDICT_S seconds.
+    scope "process": the workload; "machine": counterprof top without --pid."""
+    T = THRESHOLDS
+    sec = VERDICT_S
+    gpus = _gpu_util(c, sec)
+    gpu_text = ", ".join(f"{e} {v:.0f}% busy" for e, v in gpus) if gpus else "no GPU"
+    util = combined(c.snap, "host", "system.cpu_util", ["system"])
+    iow = combined(c.snap, "host", "system.cpu_iowait", ["system"])
+    sys_util = weighted(c.now(util, sec)) if util else None
+    iowait = weighted(c.now(iow, sec)) if iow else None
+
+    if scope == "machine":
+        if sys_util is None:
+            return Verdict("unknown", "no system CPU figures yet")
+        n = cpus or 1
+        busy = sys_util * n / 100.0
+        if gpus and max(v for _, v in gpus) >= T["gpu_bound_util"]:
+            return Verdict("GPU busy", f"{gpu_text}; {busy:.1f} of {n} CPUs busy")
+        if iowait is not None and iowait >= T["iowait_pct"]:
+            return Verdict("waiting for I/O", f"iowait {iowait:.0f}%, {busy:.1f} of {n} CPUs busy")
+        if sys_util < T["machine_idle_pct"]:
+            return Verdict("idle", f"{busy:.1f} of {n} CPUs busy, {gpu_text}")
+        label = "CPU-bound" if sys_util >= T["machine_busy_pct"] else "busy"
+        return Verdict(label, f"{busy:.1f} of {n} CPUs busy ({sys_util:.0f}%), {gpu_text}")
+
+    busy = process_busy(c, sec)
+    if busy is None:
+        return Verdict("unknown", "no CPU-time figures yet" + ("" if not gpus else f"; {gpu_text}"))
+    if gpus and max(v for _, v in gpus) >= T["gpu_bound_util"]:
+        return Verdict("GPU-bound", f"{gpu_text}, {busy:.2f} CPUs busy")
+    if busy >= T["cpu_bound_cpus"]:
+        words = [f"{busy:.2f} CPUs busy"]
+        user = combined(c.snap, "host", "proc.cpu_user", ["process"])
+        sys_ = combined(c.snap, "host", "proc.cpu_system", ["process"])
+        u, s = c.now(user, sec), c.now(sys_, sec)
+        if u is not None and s is not None and (u.vsum + s.vsum) > 0:
+            share = s.vsum / (u.vsum + s.vsum)
+            if share >= T["kernel_share"]:
+                words.append(f"{100 * share:.0f}% of it in the kernel")
+        words.append(gpu_text)
+        return Verdict("CPU-bound", ", ".join(words))
+    # Below one busy CPU the workload spends time off-CPU: blocked, sleeping or preempted.
+    off = 100.0 * (1.0 - busy)
+    if sys_util is not None and sys_util >= T["machine_busy_pct"]:
+        return Verdict("starved", f"{busy:.2f} CPUs busy while the machine is {sys_util:.0f}% busy")
+    if iowait is not None and iowait >= T["iowait_pct"]:
+        return Verdict("waiting for I/O", f"{busy:.2f} CPUs busy, system iowait {iowait:.0f}%")
+    return Verdict("waiting", f"{busy:.2f} CPUs busy, {off:.0f}% off-CPU, {gpu_text}")
+
+
+# -- everything the view shows ----------------------------------------------------------
+
+def live_figures(snap: Snapshot, catalog: Mapping[str, Any], statuses: Mapping[str, Any],
+                 points: int, scope: str = "process", cpus: int | None = None,
+                 perf_system_wide: bool = False) -> LiveFigures:
+    """Panels (perf, host, then one per GPU or other device) and the verdict.
+    points: sparkline width; statuses: meta.json's per-collector entries; scope: "process"
+    (the workload) or "machine" (counterprof top)."""
+    c = _Ctx(snap, catalog, points, perf_system_wide)
+    panels = []
+    if snap.keys("perf") or "perf" in statuses:
+        panels.append(perf_panel(c, statuses))
+    if snap.keys("host") or "host" in statuses:
+        panels.append(host_panel(c, statuses))
+    panels.extend(device_panels(c))
+    for name, st in statuses.items():      # a device collector that failed before any sample
+        if name in ("perf", "host") or st.get("status") == "ok":
+            continue
+        if not any(p.title.endswith(name) for p in panels):
+            panels.append(PanelFigures(name, status=st.get("status", "unavailable"),
+                                       reason=st.get("reason", "")))
+    return LiveFigures(panels, verdict(c, scope, cpus))
+
+
+# -- top: processes by CPU ---------------------------------------------------------------
+
+@dataclass
+class ProcessRow:
+    pid: int
+    name: str
+    cpu_pct: float | None       # percent of one CPU over the last poll interval
+    rss: float | None
+
+
+def top_processes(prev: Mapping[int, tuple[str, float, float]], cur: Mapping[int, tuple[str, float, float]],
+                  seconds: float, n: int) -> list[ProcessRow]:
+    """The n busiest processes between two polls. prev/cur: pid -> (name, cpu seconds, rss)."""
+    rows = []
+    for pid, (name, cpu, rss) in cur.items():
+        before = prev.get(pid)
+        pct = None if before is None or seconds <= 0 else max(0.0, 100.0 * (cpu - before[1]) / seconds)
+        rows.append(ProcessRow(pid, name, pct, rss))
+    rows.sort(key=lambda r: (-(r.cpu_pct or 0.0), -(r.rss or 0.0), r.pid))
+    return rows[:n]
+
+
+# -- small number words (used in details) -----------------------------------------------
+
+def _si(v: float) -> str:
+    for div, s in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
+        if abs(v) >= div:
+            return f"{v / div:.1f}{s}"
+    return f"{v:.0f}" if abs(v) >= 10 or v == 0 else f"{v:.1f}"
+
+
+def _bytes(v: float) -> str:
+    for div, s in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
+        if abs(v) >= div:
+            return f"{v / div:.1f} {s}"
+    return f"{v:.0f} B"
+
+
+def _fmt_plain(v: float) -> str:
+    return f"{v:.0f}" if abs(v) >= 10 else f"{v:.3g}"

@@ -1,0 +1,185 @@
+"""counterprof top: a live view of this machine, or of one running process.
+
+    counterprof top                  every GPU, system CPU and memory, the busiest processes
+    counterprof top --pid PID        one process: the perf and host collectors on it
+
+q (or Ctrl-C) quits. Nothing is kept unless -o DIR is given: the collectors write to a
+temporary run directory that is removed at the end. When stderr is not a terminal, one
+plain line a second (use --duration to stop).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+from .common import ArgumentParser, UsageFailure, WarningRoute, err, guarded, use_system_allocator
+
+EPILOG = """\
+examples:
+  counterprof top
+  counterprof top --pid 1234
+  counterprof top --duration 10 2> top.log      # one line a second, for 10 s
+  counterprof top --pid 1234 -o attach-run      # keep what was recorded
+"""
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="counterprof top", description=__doc__.split("\n\n")[0],
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-p", "--pid", type=int, help="watch one running process (all its threads)")
+    p.add_argument("-e", "--events", action="append",
+                   help="perf events, comma separated (default: perf stat's)")
+    p.add_argument("-I", "--interval-ms", type=float, default=100.0, metavar="MS",
+                   help="counter sampling interval in ms (default 100)")
+    p.add_argument("--collectors", metavar="LIST",
+                   help="collectors to use, comma separated (default: every available one)")
+    p.add_argument("-n", "--processes", type=int, default=10, metavar="N",
+                   help="processes listed without --pid (default 10)")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="keep what was recorded as a run directory (default: nothing is kept)")
+    p.add_argument("--force", action="store_true", help="replace the run already in -o DIR")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    from ..workload import block_signals
+    block_signals()          # Ctrl-C and kill are taken by the main thread's sigtimedwait
+    use_system_allocator()
+    return guarded(lambda: _main(argv))
+
+
+class ProcessPoller:
+    """The busiest processes of the machine, polled with psutil once a second on a thread.
+    rows() is the latest list (a new list object per poll)."""
+
+    def __init__(self, n: int, period_s: float = 1.0):
+        self.n, self.period_s = n, period_s
+        self._rows: list = []
+        self._prev: dict[int, tuple[str, float, float]] = {}
+        self._prev_t = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def rows(self) -> list:
+        return self._rows
+
+    def poll(self) -> None:
+        import psutil
+
+        from ..analysis.live import top_processes
+        cur = {}
+        for p in psutil.process_iter(["name", "cpu_times", "memory_info"], ad_value=None):
+            ct, mem = p.info["cpu_times"], p.info["memory_info"]
+            if ct is None:
+                continue
+            cur[p.pid] = (p.info["name"] or "?", ct.user + ct.system, mem.rss if mem else None)
+        now = time.monotonic()
+        rows = top_processes(self._prev, cur, now - self._prev_t, self.n)
+        self._prev, self._prev_t = cur, now
+        for r in rows:               # the command line says more than the name, for the few shown
+            try:
+                cmd = psutil.Process(r.pid).cmdline()
+                if cmd:
+                    r.name = " ".join(cmd)
+            except psutil.Error:
+                pass
+        self._rows = rows
+
+    def start(self) -> None:
+        self.poll()
+        self._thread = threading.Thread(target=self._loop, name="counterprof-top-procs", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                self.poll()
+            except Exception:       # a vanished process or /proc hiccup: try again next second
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2.0)
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.pid is not None and not os.path.exists(f"/proc/{args.pid}"):
+        raise UsageFailure(f"no process with pid {args.pid}", build_parser().format_usage())
+    if args.processes < 0:
+        raise UsageFailure("-n must be 0 or more", build_parser().format_usage())
+
+    from ..collector import Target
+    from ..render.live_window import LiveWindow
+    from ..session import Session
+
+    perf_cfg: dict = {"interval_ms": args.interval_ms}
+    if args.events:
+        perf_cfg["events"] = ",".join(args.events)
+    config = {"perf": perf_cfg, "host": {"interval_ms": 100.0}}
+    collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
+    machine = args.pid is None
+    target = Target("pid", None, system_wide=True) if machine else Target("pid", args.pid)
+
+    keep = args.output is not None
+    tmp = None if keep else tempfile.mkdtemp(prefix="counterprof-top-")
+    path = args.output if keep else os.path.join(tmp, "run")
+    window = LiveWindow()
+    warnings = WarningRoute()
+    session = Session(path, collectors=collectors, config=config, target=target, command=None,
+                      replace=args.force, rank=0, on_warning=warnings, sinks=[window])
+    try:
+        return _watch(session, window, warnings, args, machine, keep)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _watch(session, window, warnings: WarningRoute, args, machine: bool, keep: bool) -> int:
+    from ..render.live_view import for_session
+    from ..workload import wait_for_stop, wake_main_thread
+    session.prepare()
+    procs = ProcessPoller(args.processes) if machine and args.processes else None
+    session.start()
+    view = None
+    why = "profiler error"
+    try:
+        if procs is not None:
+            procs.start()
+        title = "this machine" if machine else f"pid {args.pid} {_name(args.pid)}".rstrip()
+        view = for_session(session, window, title, on_quit=wake_main_thread, keys_hint="q quits",
+                           scope="machine" if machine else "process", cpus=os.cpu_count(),
+                           processes=procs.rows if procs is not None else None)
+        if not keep:
+            view.run_path = None
+        view.start()
+        warnings.view = view
+        why = wait_for_stop(args.pid, args.duration, stop=view.quit_requested)
+    finally:
+        warnings.view = None
+        if view is not None:
+            view.close()
+        if procs is not None:
+            procs.stop()
+        session.meta["stopped_because"] = why
+        session.stop(workload=None, compact=keep)
+    if why == "target exited":
+        err(f"pid {args.pid} exited")
+    if keep:
+        print(f"counterprof: run directory: {session.path}", file=sys.stderr)
+    return 0
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f"({f.read().strip()})"
+    except OSError:
+        return ""
