@@ -342,7 +342,7 @@ def perf_panel(c: _Ctx, statuses: Mapping[str, Any], title: str = "perf") -> Pan
         figs.append(Figure("perf.ipc", "IPC", "IPC",
                            quotient(c.now(ib), c.now(cb)), "ratio",
                            [quotient(i, k) for i, k in zip(c.bins(ib), c.bins(cb))],
-                           detail="insn per cycle" + (f", {ghz:.2f} GHz" if ghz else ""), headline=True))
+                           detail=f"{ghz:.2f} GHz" if ghz else "", headline=True))
     # misses as a share of their accesses, where the PMU counts both
     pairs = [("cache-misses", "cache-references", "cache misses", "of refs")]
     for base in ser:
@@ -361,7 +361,7 @@ def perf_panel(c: _Ctx, statuses: Mapping[str, Any], title: str = "perf") -> Pan
             r = rate(c.now(mb))
             figs.append(Figure(f"perf.{miss}", label, miss, quotient(c.now(mb), c.now(tb), 100.0),
                                "percent", [quotient(m, t, 100.0) for m, t in zip(c.bins(mb), c.bins(tb))],
-                               detail=of + (f", {_si(r)}/s" if r is not None else ""),
+                               detail=of + (f" · {_si(r)}/s" if r is not None else ""),
                                headline=miss == "cache-misses"))
         else:
             figs.append(Figure(f"perf.{miss}", label, miss, rate(c.now(mb)), "/s",
@@ -380,7 +380,7 @@ def perf_panel(c: _Ctx, statuses: Mapping[str, Any], title: str = "perf") -> Pan
             figs.append(Figure("perf.mux", "multiplexed", "mux",
                                None if now is None else 100.0 * (1 - now), "percent",
                                [None if h is None else 100.0 * (1 - h) for h in hist], scale=100.0,
-                               detail=None if now is None else f"counters ran {100 * now:.0f}% of the time",
+                               detail="" if now is None else f"ran {100 * now:.0f}% of time",
                                alert=now is not None and now < 0.9999, headline=True))
     st = statuses.get("perf") or {}
     events = st.get("events") or {}
@@ -425,7 +425,7 @@ def host_panel(c: _Ctx, statuses: Mapping[str, Any]) -> PanelFigures:
         hist = [None if a is None and b is None else (a or 0) + (b or 0)
                 for a, b in zip(map(rate, c.bins(vol)), map(rate, c.bins(inv)))]
         figs.append(Figure("host.ctx", "context switches", "ctx-sw", tot, "/s", hist,
-                           detail=f"{_si(rv or 0)} vol, {_si(ri or 0)} invol"))
+                           detail=f"vol {_si(rv or 0)} · inv {_si(ri or 0)}"))
     thr, procs = s("proc.threads", "process"), s("proc.processes", "process")
     if thr is not None:
         np_ = gauge_last(c.now(procs)) if procs is not None else None
@@ -443,7 +443,7 @@ def host_panel(c: _Ctx, statuses: Mapping[str, Any]) -> PanelFigures:
         a = gauge_last(c.now(avail)) if avail is not None else None
         figs.append(Figure("host.mem", "memory used", "mem", gauge_last(c.now(used)), "bytes",
                            [gauge_mean(x) for x in c.bins(used)],
-                           detail="" if a is None else f"{_bytes(a)} available"))
+                           detail="" if a is None else f"{_bytes(a)} avail"))
     _status(panel, statuses.get("host") or {})
     return panel
 
@@ -657,7 +657,7 @@ def top_processes(prev: Mapping[int, tuple[str, float, float]], cur: Mapping[int
 def _si(v: float) -> str:
     for div, s in ((1e9, "G"), (1e6, "M"), (1e3, "K")):
         if abs(v) >= div:
-            return f"{v / div:.1f}{s}"
+            return f"{v / div:.0f}{s}" if abs(v) >= 100 * div else f"{v / div:.1f}{s}"
     return f"{v:.0f}" if abs(v) >= 10 or v == 0 else f"{v:.1f}"
 
 

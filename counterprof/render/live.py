@@ -26,7 +26,8 @@ BLOCKS = " ▁▂▃▄▅▆▇█"
 ASCII_LEVELS = " .:-=+*#%@"
 LABEL_W = 16
 VALUE_W = 11
-MIN_PANEL_W = 50        # two panels side by side from 2 x this many columns
+DETAIL_W = 16           # the words after the sparkline ("sys 0.2%", "of 700 W")
+MIN_PANEL_W = 60        # two panels side by side from 2 x this many columns
 MIN_SPARK_W = 8
 MAX_SPARK_W = 60
 FULL_MIN_WIDTH = 60     # narrower than this: the compact view
@@ -129,7 +130,7 @@ def spark_width(width: int) -> int:
     """Sparkline width for a terminal this wide (the same in every panel)."""
     cols = 2 if width >= 2 * MIN_PANEL_W else 1
     inner = width // cols - 4
-    return max(MIN_SPARK_W, min(MAX_SPARK_W, (inner - LABEL_W - VALUE_W - 3) * 3 // 5))
+    return max(MIN_SPARK_W, min(MAX_SPARK_W, inner - LABEL_W - VALUE_W - DETAIL_W - 3))
 
 
 def _header_lines(h: Header, verdict_text: Text, width: int) -> list[Text]:

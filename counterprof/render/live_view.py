@@ -22,6 +22,7 @@ from .terminal import BottomRegion, KeyReader, terminal_size, write_all
 
 REFRESH_S = 0.25          # at least 4 frames a second
 LINE_S = 1.0              # one plain line a second when not on a terminal
+FIRST_DRAW_S = 2.0        # longest wait for every collector's first batch before drawing
 
 
 def choose_mode(fd: int = 2, environ: Mapping[str, str] = os.environ) -> str:
@@ -77,6 +78,7 @@ class LiveView:
         self._last_key = None
         self._closed = False
         self.frame_cpu_s = 0.0
+        self.waiting = True       # some collector has not sent anything yet
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -139,8 +141,16 @@ class LiveView:
     def frame(self, size: tuple[int, int], max_rows: int) -> tuple[str, list[str]]:
         """(form, lines) for a terminal of `size` (cols, rows) with max_rows for us."""
         procs = self.processes() if self.processes is not None else None
-        return R.layout(self.figures, self.header(), size[0], max_rows, self._colors,
-                        processes=procs, ascii_only=self._ascii)
+        computed: list[LiveFigures] = []
+
+        def figures_for(points: int) -> LiveFigures:
+            computed.append(self.figures(points))
+            return computed[-1]
+
+        form, lines = R.layout(figures_for, self.header(), size[0], max_rows, self._colors,
+                               processes=procs, ascii_only=self._ascii)
+        self.waiting = any(p.status == "waiting" for p in computed[-1].panels)
+        return form, lines
 
     def _dashboard_loop(self) -> None:
         region = self._region
@@ -158,8 +168,14 @@ class LiveView:
                     if key != last_key:
                         last_key = key
                         self.form, lines = self.frame(size, region.max_rows(size))
-                        region.show(lines, size)
-                        self.frames += 1
+                        # the first draw reserves the rows: wait (briefly) until every
+                        # collector has said something, so the region does not grow later
+                        # and push the workload's first lines up
+                        if region.size is not None or not self.waiting or self.elapsed() >= FIRST_DRAW_S:
+                            region.show(lines, size)
+                            self.frames += 1
+                        else:
+                            last_key = None
                 next_at += REFRESH_S
                 self._stop.wait(max(0.0, next_at - time.monotonic()))
         except Exception as exc:   # never take the profiler down: fall back to nothing

@@ -80,7 +80,7 @@ class BottomRegion:
                 out.append(self._relayout(size, max(len(lines), 1 if self.size is None else 0)))
             elif len(lines) > self.n:
                 out.append(self._grow(len(lines)))
-            lines = lines + [""] * (self.n - len(lines))
+            lines = lines[:self.n] + [""] * (self.n - len(lines))   # never below the screen
             cols, rows = size
             top = rows - self.n + 1
             changed = [(i, ln) for i, ln in enumerate(lines)
