@@ -53,11 +53,13 @@ GPU_METRICS = [
     Metric("gpm.sm_util", "percent", "gauge", "SM activity", "nvml"),
     Metric("gpm.tensor_util", "percent", "gauge", "tensor pipe activity", "nvml"),
     Metric("gpu.mem_used", "bytes", "gauge", "device memory in use", "nvml"),
+    Metric("gpu.mem_total", "bytes", "gauge", "device memory", "nvml"),
     Metric("gpu.power", "W", "gauge", "board power", "nvml"),
     Metric("gpu.power_limit", "W", "gauge", "power limit", "nvml"),
     Metric("gpu.temperature", "C", "gauge", "GPU temperature", "nvml"),
     Metric("gpu.clock_sm", "MHz", "gauge", "SM clock", "nvml"),
     Metric("gpu.throttle_time", "ns", "delta", "time clocks were held down", "nvml"),
+    Metric("gpu.throttle_reasons", "bitmask", "gauge", "why clocks are held down", "nvml"),
 ]
 
 

@@ -128,11 +128,11 @@ def combined(snap: Snapshot, source: str, metric: str, entities: Iterable[str] |
     for part in parts:
         for t, b in part.items():
             a = out.get(t)
-            out[t] = b if a is None else _side_by_side(a, b)
+            out[t] = b if a is None else side_by_side(a, b)
     return out
 
 
-def _side_by_side(a: Bucket, b: Bucket) -> Bucket:
+def side_by_side(a: Bucket, b: Bucket) -> Bucket:
     """Two entities over the same interval: values add; the time covered is not doubled;
     the share counted is the worse one."""
     m = merge(a, b)
@@ -484,21 +484,22 @@ def device_panels(c: _Ctx, exclude: Iterable[str] = ("perf", "host")) -> list[Pa
         keys = sorted(groups[title], key=lambda k: _order(k[1]))
         metrics = {k[1] for k in keys}
         panel = PanelFigures(title)
+        shown_beside = {_companion(m) for m in metrics} & metrics
         for key in keys:
             source, metric, entity = key
-            if metric.endswith("_limit") and metric[: -len("_limit")] in metrics:
-                continue                        # shown as "of N" beside its metric
+            if metric in shown_beside:
+                continue                        # a limit or total: "of N" beside its metric
             b = c.snap.series[key]
             kind, unit = kind_of(c.catalog, metric, b)
             value, ukey = current_value(kind, unit, c.now(b))
             fig = Figure(f"{title}.{metric}", _short_name(metric), _short_name(metric), value, ukey,
                          [history_value(kind, unit, x) for x in c.bins(b)],
                          scale=100.0 if ukey == "percent" else None)
-            limit_key = (source, metric + "_limit", entity)
+            limit_key = (source, _companion(metric), entity)
             if limit_key in c.snap.series:
                 lim = gauge_last(c.now(c.snap.series[limit_key]))
                 if lim:
-                    fig.detail = f"of {_fmt_plain(lim)} {unit}".rstrip()
+                    fig.detail = f"of {_bytes(lim) if unit == 'bytes' else _fmt_plain(lim) + ' ' + unit}".rstrip()
                     fig.scale = lim
             if any(w in metric.lower() for w in _ALERT_WORDS) and value:
                 fig.alert = True
@@ -507,6 +508,13 @@ def device_panels(c: _Ctx, exclude: Iterable[str] = ("perf", "host")) -> list[Pa
             f.headline = True
         panels.append(panel)
     return panels
+
+
+def _companion(metric: str) -> str:
+    """The metric shown as "of N" beside this one: power -> power_limit, mem_used -> mem_total."""
+    if metric.endswith("_used"):
+        return metric[: -len("_used")] + "_total"
+    return metric + "_limit"
 
 
 def _device_sort(title: str):

@@ -110,6 +110,7 @@ def _main(argv: list[str]) -> int:
 
     window = None
     if args.live:
+        from ..render import live_view  # noqa: F401  (imported now: start-up, not run time)
         from ..render.live_window import LiveWindow
         window = LiveWindow()
     warnings = WarningRoute()
@@ -148,7 +149,7 @@ def _main(argv: list[str]) -> int:
             session.stop(workload={"status": "profiler error while waiting", "pid": pid})
             raise
     finally:
-        _close_view(view, warnings)     # the terminal is given back on every path
+        _close_view(view, warnings, session)     # the terminal is given back on every path
     if result is None:
         # q in the live view: stop profiling now, write the run, let the workload finish
         session.stop(workload={"status": "running when profiling stopped", "pid": pid,
@@ -173,10 +174,12 @@ def _start_view(session, window, warnings: WarningRoute, title: str, **kw):
     return view
 
 
-def _close_view(view, warnings: WarningRoute) -> None:
+def _close_view(view, warnings: WarningRoute, session=None) -> None:
     if view is not None:
         warnings.view = None
         view.close()
+        if session is not None:
+            session.meta["live_view"] = view.facts()
 
 
 def _observe(session, args, window=None, warnings: WarningRoute | None = None) -> int:
@@ -193,7 +196,7 @@ def _observe(session, args, window=None, warnings: WarningRoute | None = None) -
         why = wait_for_stop(args.pid, args.duration,
                             stop=view.quit_requested if view is not None else None)
     finally:
-        _close_view(view, warnings)
+        _close_view(view, warnings, session)
         session.meta["stopped_because"] = why
         session.stop(workload=None)
     _report(session, args)

@@ -166,6 +166,7 @@ def _watch(session, window, warnings: WarningRoute, args, machine: bool, keep: b
         warnings.view = None
         if view is not None:
             view.close()
+            session.meta["live_view"] = view.facts()
         if procs is not None:
             procs.stop()
         session.meta["stopped_because"] = why

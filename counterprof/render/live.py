@@ -10,7 +10,6 @@ and `plain_line`, one line of text per interval when stderr is not a terminal.
 from __future__ import annotations
 
 import io
-import shlex
 from dataclasses import dataclass, field
 
 from rich import box
@@ -20,7 +19,7 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
-from ..analysis.live import Figure, LiveFigures, PanelFigures, ProcessRow
+from ..analysis.live import LiveFigures, PanelFigures, ProcessRow
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 ASCII_LEVELS = " .:-=+*#%@"
@@ -80,6 +79,8 @@ def fmt_value(v: float | None, unit: str) -> str:
         return _si(v) + "/s"
     if unit == "count":
         return f"{v:.0f}" if float(v).is_integer() and abs(v) < 1e5 else _si(v)
+    if unit == "bitmask":                       # e.g. throttle reasons: the bits, not a quantity
+        return f"{int(v):#x}"
     return f"{_plain(v)} {unit}".strip()
 
 
@@ -354,7 +355,3 @@ def layout(figs_for, h: Header, width: int, max_rows: int, color_system: str | N
     if max_rows >= 3:
         return "compact", to_lines(Group(*compact(figs, h, width)), width, color_system, ascii_only)
     return "line", to_lines(Group(*one_line(figs, h, width)), width, color_system, ascii_only)
-
-
-def command_title(command: list[str] | None) -> str:
-    return shlex.join(command) if command else "this machine"

@@ -113,6 +113,11 @@ class LiveView:
             for w in self.warnings:      # shown one at a time while live; all of them now
                 write_all(self.fd, f"counterprof: {w}\n".encode("utf-8", "replace"))
 
+    def facts(self) -> dict:
+        """What meta.json records about the view (after close): its mode and its own cost."""
+        return {"mode": self.mode, "frames": self.frames, "cpu_s": round(self.frame_cpu_s, 6),
+                "rows_seen": self.window.rows_seen}
+
     def warn(self, message: str) -> None:
         """A warning while the view is up (printing it would tear the dashboard)."""
         self.warnings.append(message)

@@ -13,7 +13,7 @@ import threading
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..analysis.live import Bucket, Snapshot, merge
+from ..analysis.live import Bucket, Snapshot, merge, side_by_side
 
 TICK_NS = 250_000_000          # one display tick (the view refreshes 4 times a second)
 WINDOW_S = 60.0                # what the sparklines show
@@ -29,7 +29,8 @@ def _codes(arr: pa.Array) -> tuple[pa.Array, list[str]]:
 
 
 def fold(batch: pa.RecordBatch, tick_ns: int) -> list[tuple[tuple[str, str, str], int, Bucket]]:
-    """A samples batch as ((source, metric, entity), tick, Bucket) rows: one per series per tick."""
+    """A samples batch as ((source, metric, entity), tick, Bucket) rows: one per series per
+    tick (tid:N and cpu:N entities summed into tid:* and cpu:*)."""
     t = batch.column("time").cast(pa.int64())
     value = batch.column("value")
     dur = pc.fill_null(batch.column("duration_ns"), 0).cast(pa.float64())
@@ -54,16 +55,29 @@ def fold(batch: pa.RecordBatch, tick_ns: int) -> list[tuple[tuple[str, str, str]
         ("value", "count"), ("unknown", "sum"), ("value", "last"), ("value", "max"), ("time", "max"),
     ])
     cols = agg.to_pydict()
-    out = []
+    entity_of = [_summed_entity(e) for e in e_names]
+    out: dict[tuple, Bucket] = {}
     for i in range(agg.num_rows):
-        out.append(((s_names[cols["s"][i]], m_names[cols["m"][i]], e_names[cols["e"][i]]),
-                    cols["tick"][i],
-                    Bucket(cols["value_sum"][i] or 0.0, cols["vdur_sum"][i] or 0.0,
-                           cols["kdur_sum"][i] or 0.0, cols["qdur_sum"][i] or 0.0,
-                           cols["dur_sum"][i] or 0.0, cols["value_count"][i],
-                           cols["unknown_sum"][i], cols["value_last"][i], cols["value_max"][i],
-                           cols["time_max"][i])))
-    return out
+        key = (s_names[cols["s"][i]], m_names[cols["m"][i]], entity_of[cols["e"][i]], cols["tick"][i])
+        b = Bucket(cols["value_sum"][i] or 0.0, cols["vdur_sum"][i] or 0.0,
+                   cols["kdur_sum"][i] or 0.0, cols["qdur_sum"][i] or 0.0,
+                   cols["dur_sum"][i] or 0.0, cols["value_count"][i],
+                   cols["unknown_sum"][i], cols["value_last"][i], cols["value_max"][i],
+                   cols["time_max"][i])
+        old = out.get(key)
+        out[key] = b if old is None else side_by_side(old, b)
+    return [(k[:3], k[3], b) for k, b in out.items()]
+
+
+def _summed_entity(entity: str) -> str:
+    """Threads (--per-thread) and CPUs (-A) are summed here: the dashboard shows totals, and
+    the window then does not grow with the number of threads or CPUs. Summing side by side
+    (the interval counted once) within a batch relies on what perf does: each drain carries
+    every thread's (or CPU's) rows for the intervals it covers."""
+    for prefix in ("tid:", "cpu:"):
+        if entity.startswith(prefix):
+            return prefix + "*"
+    return entity
 
 
 class LiveWindow:

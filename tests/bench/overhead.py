@@ -26,6 +26,13 @@ Parts (--only):
             meta.json "profiler"."cpu_s" (profiler threads only).
   rss       `counterprof run -I 1` over a long workload; the counterprof process's RSS
             (psutil) every second: peak, first vs last quarter after warm-up, slope.
+  live      `counterprof run -I 10 --live` side by side with `counterprof run -I 10` and the
+            workload alone (--live-seconds each): the dashboard drawn on a real pty (120x40,
+            TERM=xterm-256color, the pty the controlling terminal so keys are read too; the
+            benchmark drains the pty like a terminal would), and the plain-line mode (stderr
+            a pipe). Live cost = meta.json profiler cpu_s of the live run − that of the plain
+            run in the same round, per second of workload; the view thread's own CPU and
+            frames from meta.json "live_view"; work ratio vs the plain run.
 """
 from __future__ import annotations
 
@@ -48,11 +55,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 WORKLOAD = HERE / "workload.py"
-PARTS = ("overhead", "startup", "cm", "rss")
+PARTS = ("overhead", "startup", "cm", "rss", "live")
 EVENTS = "task-clock,page-faults,context-switches"
 
 TARGET_CPU_PCT = {10.0: 1.0, 1.0: 2.0}     # % of one core at -I 10 / -I 1
 TARGET_STARTUP_S = 0.5
+TARGET_LIVE_CPU_PCT = 5.0                    # --live: under 5% of one core in the profiler ...
+TARGET_LIVE_WORK_LOSS = 0.01                 # ... and under 1% of the workload's wall time
 TARGET_RSS_MB = 150.0
 FLAT_SLOPE_MB_PER_MIN = 0.5                  # "flat": |slope| below this ...
 FLAT_QUARTER_DELTA_MB = 2.0                  # ... and last-quarter median within this of the first's
@@ -505,6 +514,140 @@ class Bench:
         }
 
 
+    # -- live ----------------------------------------------------------------------------
+
+    def live(self) -> dict:
+        a = self.args
+        modes = ["alone", "alone-again", "cp-I10", "cp-I10-live-tty", "cp-I10-live-lines"]
+        print(f"[live] {a.rounds} rounds x {len(modes)} modes x {a.live_seconds:g} s",
+              file=sys.stderr, flush=True)
+        runs = []
+        for r in range(a.rounds):
+            order = list(modes)
+            self.rng.shuffle(order)
+            for mode in order:
+                rec = self.live_one("alone" if mode == "alone-again" else mode, a.live_seconds)
+                rec.update(round=r, mode=mode)
+                runs.append(rec)
+            print(f"  round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+        by = {(x["round"], x["mode"]): x for x in runs if x.get("work")}
+        out = {"runs": runs, "modes": {}}
+        for m in modes[1:]:
+            vs_alone, vs_plain, extra_cpu, view_cpu, frames_per_s, tty_bps, fold = [], [], [], [], [], [], []
+            for r in range(a.rounds):
+                x, base, plain = by.get((r, m)), by.get((r, "alone")), by.get((r, "cp-I10"))
+                if x is None:
+                    continue
+                wl = x["work"]
+                if base:
+                    vs_alone.append(wl["rate"] / base["work"]["rate"])
+                if plain and m != "cp-I10":
+                    vs_plain.append(wl["rate"] / plain["work"]["rate"])
+                    if x.get("profiler_cpu_s") is not None and plain.get("profiler_cpu_s") is not None:
+                        extra_cpu.append(100.0 * (x["profiler_cpu_s"] - plain["profiler_cpu_s"]) / wl["elapsed_s"])
+                    tc = (x.get("perf_thread_cpu_s") or 0) + (x.get("host_thread_cpu_s") or 0)
+                    tp = (plain.get("perf_thread_cpu_s") or 0) + (plain.get("host_thread_cpu_s") or 0)
+                    fold.append(100.0 * (tc - tp) / wl["elapsed_s"])
+                lv = x.get("live_view") or {}
+                if lv:
+                    view_cpu.append(100.0 * lv["cpu_s"] / wl["elapsed_s"])
+                    frames_per_s.append(lv["frames"] / wl["elapsed_s"])
+                if x.get("tty_bytes") is not None:
+                    tty_bps.append(x["tty_bytes"] / wl["elapsed_s"])
+            out["modes"][m] = {"work_vs_alone": summary(vs_alone), "work_vs_plain": summary(vs_plain),
+                               "extra_profiler_cpu_pct": summary(extra_cpu),
+                               "view_thread_cpu_pct": summary(view_cpu),
+                               "collector_threads_extra_cpu_pct": summary(fold),
+                               "frames_per_s": summary(frames_per_s), "tty_bytes_per_s": summary(tty_bps),
+                               "live_mode": sorted({(x.get("live_view") or {}).get("mode", "-")
+                                                    for x in runs if x["mode"] == m}),
+                               "failed_runs": sum(1 for x in runs if x["mode"] == m and
+                                                  (x["rc"] != 0 or not x.get("work")))}
+        noise = out["modes"]["alone-again"]["work_vs_alone"]
+        # how far apart two identical runs of the workload land: a smaller effect than this
+        # cannot be seen in the work ratios on this machine today
+        out["noise_reach"] = max(abs(noise["min"] - 1), abs(noise["max"] - 1)) if noise else None
+        return out
+
+    def live_one(self, mode: str, seconds: float) -> dict:
+        """One run of the live part; for -live-tty, stderr and stdin on a pty we drain."""
+        run_dir = self.new_run_dir() if mode != "alone" else None
+        cmd = self.workload_cmd(seconds)
+        if run_dir is not None:
+            cmd = [self.cp, "run", "-q", "-e", self.args.events, "-I", "10", "-o", str(run_dir)] + \
+                  (["--live"] if "live" in mode else []) + ["--"] + cmd
+        c0 = children_cpu()
+        t0 = time.perf_counter()
+        tty_bytes = None
+        if mode == "cp-I10-live-tty":
+            rc, out, err, tty_bytes = run_on_pty(cmd, seconds + 120)
+        else:
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               timeout=seconds + 120, stdin=subprocess.DEVNULL)
+            rc, out, err = p.returncode, p.stdout, p.stderr
+        rec = {"mode": mode, "rc": rc, "wall_s": time.perf_counter() - t0,
+               "tree_cpu_s": children_cpu() - c0, "tty_bytes": tty_bytes}
+        wl = last_json_line(out)
+        if wl is None or rc != 0:
+            self.problem(f"live {mode}: exit status {rc}: {' | '.join(stderr_lines(err)[-3:])}")
+        if run_dir is not None:
+            meta = read_meta(run_dir)
+            rec.update(meta_facts(meta))
+            rec["live_view"] = (meta or {}).get("live_view")
+            if mode == "cp-I10-live-lines":
+                rec["plain_lines"] = sum(1 for ln in err.splitlines() if " s  " in ln and " | " in ln)
+            if not self.args.keep:
+                shutil.rmtree(run_dir, ignore_errors=True)
+        if wl is not None and rc == 0:
+            rec["work"] = wl        # the workload's own JSON line (meta's "workload" is the profiler's view)
+        return rec
+
+
+def run_on_pty(cmd: list[str], timeout: float, cols: int = 120, rows: int = 40):
+    """cmd with stdin and stderr on a new pty (its controlling terminal, in the foreground)
+    and stdout a pipe; the pty's output is drained as a terminal would. Returns
+    (exit status, stdout, the pty's text, bytes the pty carried)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+    def make_controlling():      # after setsid (start_new_session): fd 0 is the pty
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    env = {**os.environ, "TERM": "xterm-256color", "COLORTERM": "", "LC_ALL": "C.UTF-8"}
+    p = subprocess.Popen(cmd, stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env,
+                         start_new_session=True, preexec_fn=make_controlling)
+    os.close(slave)
+    got = bytearray()
+    total = [0]
+
+    def drain():
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:          # EIO: every holder of the pty has closed it
+                return
+            if not chunk:
+                return
+            total[0] += len(chunk)
+            got.extend(chunk[-4096:])
+            del got[:-65536]
+
+    t = threading.Thread(target=drain, daemon=True)
+    t.start()
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, _ = p.communicate()
+    t.join(5)
+    os.close(master)
+    return p.returncode, out.decode(errors="replace"), got.decode(errors="replace"), total[0]
+
+
 # -- the context-manager child ---------------------------------------------------------------
 
 def cm_child(args: argparse.Namespace) -> int:
@@ -766,6 +909,43 @@ def report(results: dict) -> str:
                   f"{ok(None if r['peak_rss_mb'] is None else r['peak_rss_mb'] < TARGET_RSS_MB and r['flat'])} "
                   f"(flat: |slope| ≤ {FLAT_SLOPE_MB_PER_MIN} MB/min and |last − first quarter| ≤ "
                   f"{FLAT_QUARTER_DELTA_MB} MB after {r['warmup_s']:g} s warm-up; {r['samples']} samples)", ""]
+    lv = results.get("live")
+    if lv and "modes" in lv:
+        a = results["args"]
+        lines += [f"### `--live` ({a['rounds']} rounds × {a['live_seconds']:g} s, -I 10, events {a['events']})", "",
+                  "| mode | work vs alone | work vs `run -I 10` | profiler CPU added (meta.json cpu_s, vs `run -I 10`) | live-view thread CPU | collector threads' extra CPU (the sink) | frames/s | pty bytes/s |",
+                  "|---|---|---|---|---|---|---|---|"]
+        names = {"alone-again": "alone again (noise)", "cp-I10": "counterprof run -I 10",
+                 "cp-I10-live-tty": "… --live, dashboard on a pty (120×40)",
+                 "cp-I10-live-lines": "… --live, stderr a pipe (a line a second)"}
+        for m, label in names.items():
+            e = lv["modes"][m]
+            live = m.startswith("cp-I10-live")
+            bps = e.get("tty_bytes_per_s")
+            lines.append(f"| {label} | {fmt_ratio(e['work_vs_alone'])} | "
+                         f"{fmt_ratio(e['work_vs_plain']) if live else ('1' if m == 'cp-I10' else '—')} | "
+                         f"{fmt_pct(e['extra_profiler_cpu_pct']) if live else '—'} | "
+                         f"{fmt_pct(e['view_thread_cpu_pct']) if live else '—'} | "
+                         f"{fmt_pct(e['collector_threads_extra_cpu_pct']) if live else '—'} | "
+                         f"{'%.1f' % e['frames_per_s']['median'] if e.get('frames_per_s') else '—'} | "
+                         f"{'%.0f' % bps['median'] if bps else '—'} |")
+        for m in ("cp-I10-live-tty", "cp-I10-live-lines"):
+            e = lv["modes"][m]
+            cpu = (e.get("extra_profiler_cpu_pct") or {}).get("median")
+            work = (e.get("work_vs_plain") or {}).get("median")
+            lines.append("")
+            reach = lv.get("noise_reach")
+            if work is None:
+                work_verdict = "n/a"
+            elif reach is not None and reach > TARGET_LIVE_WORK_LOSS:
+                work_verdict = (f"not resolvable here (two identical runs differ by up to "
+                                f"{100 * reach:.1f}%); median {work:.3f}")
+            else:
+                work_verdict = ok(work > 1 - TARGET_LIVE_WORK_LOSS)
+            lines.append(f"target for {m} (modes seen: {', '.join(e['live_mode'])}): profiler CPU added "
+                         f"< {TARGET_LIVE_CPU_PCT:g}% of a core: {ok(None if cpu is None else cpu < TARGET_LIVE_CPU_PCT)}; "
+                         f"workload loses < {100 * TARGET_LIVE_WORK_LOSS:g}% vs `run -I 10`: {work_verdict}")
+        lines.append("")
     if results.get("problems"):
         lines += ["### Problems", ""] + [f"- {p}" for p in results["problems"]] + [""]
     lines.append(f"load average before/after: {results['loadavg_before']} / {results['loadavg_after']}; "
@@ -801,6 +981,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--startup-runs", type=int, help="runs per start-up command (default 9)")
     p.add_argument("--rss-seconds", type=float, help="duration of the memory run (default 600)")
     p.add_argument("--rss-interval-ms", type=float, default=1.0, help="interval of the memory run (default 1)")
+    p.add_argument("--live-seconds", type=float,
+                   help="workload duration per run of the live part (default 8; the dashboard's "
+                        "first frame waits for the collectors' first data, about a second)")
     p.add_argument("--events", default=EVENTS,
                    help=f"events for perf stat and counterprof (default {EVENTS}; the same for both, "
                         "so they do the same work)")
@@ -812,8 +995,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the run directories")
     p.add_argument("--cm-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    defaults = {"rounds": 7, "seconds": 2.0, "startup_runs": 9, "rss_seconds": 600.0}
-    quick = {"rounds": 3, "seconds": 1.0, "startup_runs": 5, "rss_seconds": 30.0}
+    defaults = {"rounds": 7, "seconds": 2.0, "startup_runs": 9, "rss_seconds": 600.0, "live_seconds": 8.0}
+    quick = {"rounds": 3, "seconds": 1.0, "startup_runs": 5, "rss_seconds": 30.0, "live_seconds": 4.0}
     for k, v in (quick if args.quick else defaults).items():
         if getattr(args, k) is None:
             setattr(args, k, v)

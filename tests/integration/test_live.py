@@ -9,13 +9,15 @@ import re
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import COUNTERPROF, EXAMPLES, PYTHON, REPO
+from helpers import COUNTERPROF, EXAMPLES, PYTHON
 
+# CI installs tmux and sets this: there, a missing tmux fails instead of skipping.
+if os.environ.get("COUNTERPROF_REQUIRE_TMUX") and shutil.which("tmux") is None:
+    raise RuntimeError("COUNTERPROF_REQUIRE_TMUX is set but tmux is not installed")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("tmux") is None,

@@ -1,6 +1,7 @@
 """What the live view shows, computed from windows of known batches."""
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from live_batches import MS, T0, catalog, gpu_batch, host_batch, perf_batch
 
@@ -69,9 +70,11 @@ def test_multiplexing_fraction_follows_quality():
 
 
 def test_threads_add_up_without_doubling_time():
-    # --per-thread: two threads at 0.5 CPUs each are 1 CPU
-    w = window(2, lambda i, t: [perf_batch(t, 100 * MS, {"task-clock": 50 * MS}, entity="tid:1"),
-                                perf_batch(t, 100 * MS, {"task-clock": 50 * MS}, entity="tid:2")])
+    # --per-thread: two threads at 0.5 CPUs each are 1 CPU (perf drains every thread's
+    # intervals in one batch)
+    w = window(2, lambda i, t: [pa.concat_batches([
+        perf_batch(t, 100 * MS, {"task-clock": 50 * MS}, entity="tid:1"),
+        perf_batch(t, 100 * MS, {"task-clock": 50 * MS}, entity="tid:2")])])
     assert fig(figures(w), "perf.cpus").value == pytest.approx(1.0)
 
 
@@ -96,12 +99,18 @@ def test_gpu_panels_are_generic_and_ordered():
                     "gpu.temperature": 65.0, "gpu.power": 350.0, "gpu.power_limit": 700.0,
                     "gpu.throttle_time": 20 * MS if i >= 10 else 0.0, "gpu.util": 95.0,
                     "gpm.sm_util": 80.0, "gpu.clock_sm": 1980.0, "gpu.mem_used": 40.0 * 2**30,
-                    "gpm.tensor_util": 60.0, "gpu.fan": 30.0})]
+                    "gpu.mem_total": 80.0 * 2**30, "gpm.tensor_util": 60.0, "gpu.fan": 30.0,
+                    "gpu.throttle_reasons": 4.0 if i >= 10 else 0.0})]
     f = figures(window(3, make))
     assert [p.title for p in f.panels] == ["gpu:0", "gpu:1"]
     g0 = panel(f, "gpu:0")
     assert [x.label for x in g0.figures] == ["util", "sm_util", "tensor_util", "mem_used", "power",
-                                             "temperature", "clock_sm", "throttle_time", "fan"]
+                                             "temperature", "clock_sm", "throttle_reasons",
+                                             "throttle_time", "fan"]
+    mem = fig(f, "gpu:0.gpu.mem_used")
+    assert (mem.value, mem.detail, mem.scale) == (40.0 * 2**30, "of 80.0 GiB", 80.0 * 2**30)
+    reasons = fig(f, "gpu:0.gpu.throttle_reasons")
+    assert (reasons.value, reasons.unit, reasons.alert) == (4.0, "bitmask", True)
     power = fig(f, "gpu:0.gpu.power")
     assert (power.value, power.unit, power.detail, power.scale) == (350.0, "W", "of 700 W", 700.0)
     throttle = fig(f, "gpu:0.gpu.throttle_time")

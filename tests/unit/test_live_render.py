@@ -122,6 +122,7 @@ def test_sparkline_glyphs():
     (None, "percent", "—"), (0.987, "cpus", "0.99 CPUs"), (1.5, "ratio", "1.50"),
     (99.84, "percent", "99.8%"), (13.1 * 2**20, "bytes", "13.1 MiB"), (512, "bytes/s", "512 B/s"),
     (2.5e6, "/s", "2.50M/s"), (3.0, "count", "3"), (1980.0, "MHz", "1980 MHz"), (65.26, "C", "65.3 C"),
+    (68.0, "bitmask", "0x44"),
 ])
 def test_values(v, unit, text):
     assert R.fmt_value(v, unit) == text

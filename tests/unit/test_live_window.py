@@ -26,13 +26,28 @@ def test_fold_sums_rows_of_one_tick_and_keeps_unknown_apart():
 
 def test_fold_splits_ticks_series_and_entities():
     b = samples_batch([T0 + 100 * MS, T0 + 300 * MS, T0 + 300 * MS, T0 + 300 * MS],
-                      [100 * MS] * 4, "perf", ["task-clock", "task-clock", "task-clock", "page-faults"],
-                      ["tid:1", "tid:1", "tid:2", "tid:1"], [1.0, 2.0, 3.0, 4.0])
+                      [100 * MS] * 4, "nvml", ["gpu.util", "gpu.util", "gpu.util", "gpu.power"],
+                      ["gpu:0", "gpu:0", "gpu:1", "gpu:0"], [1.0, 2.0, 3.0, 4.0])
     got = {(k, t - T0 // TICK_NS): bk.vsum for k, t, bk in fold(b, TICK_NS)}
-    assert got == {(("perf", "task-clock", "tid:1"), 0): 1.0,
-                   (("perf", "task-clock", "tid:1"), 1): 2.0,
-                   (("perf", "task-clock", "tid:2"), 1): 3.0,
-                   (("perf", "page-faults", "tid:1"), 1): 4.0}
+    assert got == {(("nvml", "gpu.util", "gpu:0"), 0): 1.0,
+                   (("nvml", "gpu.util", "gpu:0"), 1): 2.0,
+                   (("nvml", "gpu.util", "gpu:1"), 1): 3.0,
+                   (("nvml", "gpu.power", "gpu:0"), 1): 4.0}
+
+
+def test_threads_and_cpus_are_summed_side_by_side():
+    # --per-thread: three threads over the same 100 ms; -A: two CPUs
+    b = samples_batch([T0 + 100 * MS] * 5, [100 * MS] * 5, "perf", ["task-clock"] * 5,
+                      ["tid:1", "tid:2", "tid:3", "cpu:0", "cpu:1"], [10.0, 20.0, None, 5.0, 6.0],
+                      [1.0, 1.0, 0.0, 0.5, 1.0])
+    got = {k[2]: bk for k, _t, bk in fold(b, TICK_NS)}
+    assert set(got) == {"tid:*", "cpu:*"}
+    threads = got["tid:*"]
+    # values add, the interval is not counted three times, the share counted is the worst
+    assert (threads.vsum, threads.kdur, threads.dur, threads.known, threads.unknown) == (
+        30.0, 100 * MS, 100 * MS, 2, 1)
+    assert threads.qdur == 0.0
+    assert (got["cpu:*"].vsum, got["cpu:*"].qdur) == (11.0, 50 * MS)
 
 
 def test_fold_takes_plain_string_columns_too():
