@@ -22,8 +22,9 @@ from typing import Any, Iterable, Mapping
 Bucket = namedtuple("Bucket", "vsum vdur kdur qdur dur known unknown last vmax t_last")
 EMPTY = Bucket(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, None, None, 0)
 
-CURRENT_S = 1.0    # "now" values: the last second of each series' data
+CURRENT_S = 1.0    # "now" values: the last second every collector has reported
 VERDICT_S = 3.0    # the bottleneck line: a little longer, so it does not flicker
+STALE_S = 2.0      # a collector this far behind the others is left out of "now"
 
 Key = tuple  # (source, metric, entity)
 
@@ -141,12 +142,31 @@ def side_by_side(a: Bucket, b: Bucket) -> Bucket:
     return m._replace(kdur=max(a.kdur, b.kdur), dur=dur, qdur=worst * dur)
 
 
-def recent(buckets: Mapping[int, Bucket] | None, tick_ns: int, seconds: float) -> Bucket | None:
-    """The last `seconds` of a series, ending at its own newest tick (collectors hand data
-    over up to a second late, so 'now' is what each series last said)."""
+def common_end(snap: Snapshot) -> int | None:
+    """The newest tick every source has completed (a source's newest tick is still filling).
+    Collectors hand data over at their own cadence (perf every 0.5 s, host every second), so
+    "now" ends where all of them have reported, and two panels never disagree only because
+    one is fresher. A source silent for more than STALE_S (failed, finished) does not hold
+    the others back."""
+    newest: dict[str, int] = {}
+    for (source, _m, _e), b in snap.series.items():
+        if b:
+            t = max(b)
+            if t > newest.get(source, t - 1):
+                newest[source] = t
+    if not newest:
+        return None
+    top = max(newest.values())
+    stale = round(STALE_S * 1e9 / snap.tick_ns)
+    return min(t for t in newest.values() if t >= top - stale) - 1
+
+
+def recent(buckets: Mapping[int, Bucket] | None, tick_ns: int, seconds: float,
+           end: int | None = None) -> Bucket | None:
+    """The `seconds` of a series up to tick `end` (default: its own newest tick)."""
     if not buckets:
         return None
-    newest = max(buckets)
+    newest = max(buckets) if end is None else end
     span = max(1, round(seconds * 1e9 / tick_ns))
     acc = EMPTY
     for t in range(newest - span + 1, newest + 1):
@@ -281,12 +301,13 @@ class _Ctx:
                  perf_system_wide: bool = False):
         self.snap, self.catalog, self.points = snap, catalog, points
         self.perf_system_wide = perf_system_wide
+        self.end = common_end(snap)
 
     def bins(self, buckets):
-        return binned(buckets, self.snap.newest, self.snap.window_ticks, self.points)
+        return binned(buckets, self.end, self.snap.window_ticks, self.points)
 
     def now(self, buckets, seconds: float = CURRENT_S):
-        return recent(buckets, self.snap.tick_ns, seconds)
+        return recent(buckets, self.snap.tick_ns, seconds, self.end)
 
 
 def _base(metric: str) -> str:
@@ -607,11 +628,25 @@ def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None) -> Verdict
         return Verdict("CPU-bound", ", ".join(words))
     # Below one busy CPU the workload spends time off-CPU: blocked, sleeping or preempted.
     off = 100.0 * (1.0 - busy)
-    if sys_util is not None and sys_util >= T["machine_busy_pct"]:
-        return Verdict("starved", f"{busy:.2f} CPUs busy while the machine is {sys_util:.0f}% busy")
+    machine_busy = sys_util is not None and sys_util >= T["machine_busy_pct"]
+    if machine_busy and _preempted(c, sec):
+        return Verdict("starved", f"{busy:.2f} CPUs busy while the machine is {sys_util:.0f}% busy, "
+                                  "preempted more than it blocks")
     if iowait is not None and iowait >= T["iowait_pct"]:
         return Verdict("waiting for I/O", f"{busy:.2f} CPUs busy, system iowait {iowait:.0f}%")
-    return Verdict("waiting", f"{busy:.2f} CPUs busy, {off:.0f}% off-CPU, {gpu_text}")
+    text = f"{busy:.2f} CPUs busy, {off:.0f}% off-CPU, {gpu_text}"
+    if machine_busy:
+        text += f"; machine {sys_util:.0f}% busy"
+    return Verdict("waiting", text)
+
+
+def _preempted(c: _Ctx, seconds: float) -> bool:
+    """Involuntary context switches outnumber voluntary ones: the scheduler takes the CPU
+    away more often than the workload gives it up (it blocks, sleeps, waits)."""
+    vol = combined(c.snap, "host", "proc.ctx_switches_voluntary", ["process"])
+    inv = combined(c.snap, "host", "proc.ctx_switches_involuntary", ["process"])
+    v, i = c.now(vol, seconds), c.now(inv, seconds)
+    return i is not None and i.vsum > 0 and i.vsum > (v.vsum if v is not None else 0.0)
 
 
 # -- everything the view shows ----------------------------------------------------------

@@ -86,7 +86,7 @@ def test_host_panel_rates_and_gauges():
     f = figures(w)
     assert fig(f, "host.cpu").value == pytest.approx(100.0)
     assert fig(f, "host.cpu").detail == "sys 20.0%"
-    assert fig(f, "host.rss").value == 129 * 2**20                     # the newest
+    assert fig(f, "host.rss").value == 128 * 2**20      # the newest of the last completed tick
     assert fig(f, "host.read").value == pytest.approx(1e6)              # bytes per second
     assert fig(f, "host.system_cpu").value == pytest.approx(60.0)
     assert fig(f, "host.system_cpu").detail == "iowait 5.0%"
@@ -119,19 +119,24 @@ def test_gpu_panels_are_generic_and_ordered():
     assert str(f.verdict) == "unknown: no CPU-time figures yet; gpu:0 95% busy, gpu:1 10% busy"
 
 
-@pytest.mark.parametrize("cpu, sys_share, sys_util, iowait, gpu, expected", [
-    (1.0, 0.0, 60.0, 0.0, None, "CPU-bound: 1.00 CPUs busy, no GPU"),
-    (1.5, 0.5, 80.0, 0.0, None, "CPU-bound: 1.50 CPUs busy, 50% of it in the kernel, no GPU"),
-    (0.1, 0.0, 10.0, 0.0, None, "waiting: 0.10 CPUs busy, 90% off-CPU, no GPU"),
-    (0.1, 0.0, 10.0, 0.0, 5.0, "waiting: 0.10 CPUs busy, 90% off-CPU, gpu:0 5% busy"),
-    (0.4, 0.0, 97.0, 0.0, None, "starved: 0.40 CPUs busy while the machine is 97% busy"),
-    (0.05, 0.0, 10.0, 35.0, None, "waiting for I/O: 0.05 CPUs busy, system iowait 35%"),
-    (0.3, 0.0, 50.0, 0.0, 97.0, "GPU-bound: gpu:0 97% busy, 0.30 CPUs busy"),
+@pytest.mark.parametrize("cpu, sys_share, sys_util, iowait, gpu, vol_inv, expected", [
+    (1.0, 0.0, 60.0, 0.0, None, (0, 1), "CPU-bound: 1.00 CPUs busy, no GPU"),
+    (1.5, 0.5, 80.0, 0.0, None, (0, 1), "CPU-bound: 1.50 CPUs busy, 50% of it in the kernel, no GPU"),
+    (0.1, 0.0, 10.0, 0.0, None, (5, 0), "waiting: 0.10 CPUs busy, 90% off-CPU, no GPU"),
+    (0.1, 0.0, 10.0, 0.0, 5.0, (5, 0), "waiting: 0.10 CPUs busy, 90% off-CPU, gpu:0 5% busy"),
+    # a busy machine: preempted more than it blocks is starved; blocking by itself is waiting
+    (0.4, 0.0, 97.0, 0.0, None, (1, 5),
+     "starved: 0.40 CPUs busy while the machine is 97% busy, preempted more than it blocks"),
+    (0.4, 0.0, 97.0, 0.0, None, (5, 1), "waiting: 0.40 CPUs busy, 60% off-CPU, no GPU; machine 97% busy"),
+    (0.05, 0.0, 10.0, 35.0, None, (5, 0), "waiting for I/O: 0.05 CPUs busy, system iowait 35%"),
+    (0.3, 0.0, 50.0, 0.0, 97.0, (5, 0), "GPU-bound: gpu:0 97% busy, 0.30 CPUs busy"),
 ])
-def test_bottleneck_line_from_raw_signals(cpu, sys_share, sys_util, iowait, gpu, expected):
+def test_bottleneck_line_from_raw_signals(cpu, sys_share, sys_util, iowait, gpu, vol_inv, expected):
     def make(i, t):
         out = [host_batch(t, 100 * MS, {"proc.cpu_user": 0.1 * cpu * (1 - sys_share),
                                         "proc.cpu_system": 0.1 * cpu * sys_share,
+                                        "proc.ctx_switches_voluntary": float(vol_inv[0]),
+                                        "proc.ctx_switches_involuntary": float(vol_inv[1]),
                                         "system.cpu_util": sys_util, "system.cpu_iowait": iowait})]
         if gpu is not None:
             out.append(gpu_batch(t, 100 * MS, "gpu:0", {"gpu.util": gpu}))
@@ -180,6 +185,23 @@ def test_history_bins_cover_the_window_oldest_first():
         w.write("samples", perf_batch(t, 100 * MS, {"task-clock": (i // 75) * 12.5 * MS}), 0)
     hist = fig(figures(w, points=8), "perf.cpus").history
     assert hist == pytest.approx([0.0, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875], abs=0.02)
+
+
+def test_now_is_where_every_collector_has_reported():
+    # perf has handed over 3 s, host only 2 s (it emits once a second): "now" ends before 2 s
+    # for both, so the two CPU figures describe the same second; a collector silent for longer
+    # than STALE_S does not hold the others back
+    def make(i, t):
+        out = [perf_batch(t, 100 * MS, {"task-clock": (100 if i >= 20 else 50) * MS})]
+        if i < 20:
+            out.append(host_batch(t, 100 * MS, {"proc.cpu_user": 0.05}))
+        return out
+    f = figures(window(3, make))
+    assert fig(f, "perf.cpus").value == pytest.approx(0.5)
+    assert fig(f, "host.cpu").value == pytest.approx(50.0)
+    stale = figures(window(6, make))                    # host silent for 4 s: left out
+    assert fig(stale, "perf.cpus").value == pytest.approx(1.0)
+    assert fig(stale, "host.cpu").value is None
 
 
 def test_binned_and_recent_edges():

@@ -35,11 +35,13 @@ def rec():
 
 
 def _cpus_over_last(table: pa.Table, metric: str, ticks: int) -> float:
-    """task-clock ns per ns over the last `ticks` display ticks, straight from the table."""
+    """task-clock ns per ns over the last `ticks` display ticks up to the last tick every
+    collector completed, straight from the table."""
+    newest = -1 + min(max(table.filter(pc.equal(table["source"].cast(pa.string()), s))["time"]
+                     .cast(pa.int64()).to_pylist()) // TICK_NS for s in ("perf", "host"))
     rows = table.filter(pc.equal(table["metric"].cast(pa.string()), metric))
     t = rows["time"].cast(pa.int64()).to_pylist()
-    newest = max(t) // TICK_NS
-    keep = [i for i, x in enumerate(t) if x // TICK_NS > newest - ticks]
+    keep = [i for i, x in enumerate(t) if newest - ticks < x // TICK_NS <= newest]
     v, d = rows["value"].to_pylist(), rows["duration_ns"].to_pylist()
     return sum(v[i] for i in keep) / sum(d[i] for i in keep)
 
