@@ -43,16 +43,32 @@ def merge(a: Bucket, b: Bucket) -> Bucket:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A copy of the live window: buckets are keyed by tick number (time // tick_ns)."""
+    """A copy of the live window at two resolutions: `series`, the last seconds in display
+    ticks (keyed by time // tick_ns), for current values and the verdict; `history`, the
+    whole window in buckets of `history_ticks` ticks (keyed by tick // history_ticks), for
+    the sparklines, so a frame merges tens of buckets per series, not hundreds."""
 
     tick_ns: int
     window_ticks: int
     series: Mapping[Key, Mapping[int, Bucket]]
+    history: Mapping[Key, Mapping[int, Bucket]] = field(default_factory=dict)
+    history_ticks: int = 1
     newest: int | None = None          # newest tick seen in any series
     version: int = 0                   # changes whenever data arrives
 
     def keys(self, source: str | None = None) -> list[Key]:
         return [k for k in self.series if source is None or k[0] == source]
+
+    def get(self, key: Key) -> "Series":
+        return Series(self.series.get(key, {}), self.history.get(key, {}))
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series (or a sum of several) at both resolutions."""
+
+    fine: Mapping[int, Bucket]
+    coarse: Mapping[int, Bucket]
 
 
 @dataclass
@@ -115,16 +131,21 @@ THRESHOLDS = {
 # -- series arithmetic ------------------------------------------------------------------
 
 def combined(snap: Snapshot, source: str, metric: str, entities: Iterable[str] | None = None
-             ) -> dict[int, Bucket] | None:
+             ) -> Series | None:
     """One series for (source, metric) over the given entities (default: all). Several
-    entities (threads with --per-thread, CPUs with -A) add up: values sum, and the time
-    covered is the longest any one entity covers, so the rate of the sum is the sum of rates."""
-    parts = [b for (s, m, e), b in snap.series.items()
-             if s == source and m == metric and (entities is None or e in entities)]
-    if not parts:
+    entities add up side by side: values sum, and the time covered is the longest any one
+    entity covers, so the rate of the sum is the sum of rates."""
+    keys = [k for k in snap.series
+            if k[0] == source and k[1] == metric and (entities is None or k[2] in entities)]
+    if not keys:
         return None
-    if len(parts) == 1:
-        return dict(parts[0])
+    if len(keys) == 1:
+        return snap.get(keys[0])
+    return Series(_sum_side_by_side([snap.series[k] for k in keys]),
+                  _sum_side_by_side([snap.history.get(k, {}) for k in keys]))
+
+
+def _sum_side_by_side(parts: list[Mapping[int, Bucket]]) -> dict[int, Bucket]:
     out: dict[int, Bucket] = {}
     for part in parts:
         for t, b in part.items():
@@ -211,14 +232,18 @@ def cpus_from_seconds(b: Bucket | None) -> float | None:
     return None if v is None else v * 1e9
 
 
-def _cpu_seconds(user: Mapping[int, Bucket] | None, sys_: Mapping[int, Bucket] | None) -> dict[int, Bucket]:
-    """user + system CPU seconds per tick (both cover the same interval: time is not doubled)."""
-    user, sys_ = user or {}, sys_ or {}
-    out = {}
-    for t in set(user) | set(sys_):
-        a, b = user.get(t), sys_.get(t)
-        out[t] = a if b is None else b if a is None else merge(a, b)._replace(kdur=max(a.kdur, b.kdur), dur=max(a.dur, b.dur))
-    return out
+def _cpu_seconds(user: Series | None, sys_: Series | None) -> Series:
+    """user + system CPU seconds (both cover the same intervals: time is not doubled)."""
+    def add(u: Mapping[int, Bucket], s: Mapping[int, Bucket]) -> dict[int, Bucket]:
+        out = {}
+        for t in set(u) | set(s):
+            a, b = u.get(t), s.get(t)
+            out[t] = a if b is None else b if a is None else merge(a, b)._replace(
+                kdur=max(a.kdur, b.kdur), dur=max(a.dur, b.dur))
+        return out
+    empty = Series({}, {})
+    user, sys_ = user or empty, sys_ or empty
+    return Series(add(user.fine, sys_.fine), add(user.coarse, sys_.coarse))
 
 
 def weighted(b: Bucket | None) -> float | None:
@@ -303,18 +328,21 @@ class _Ctx:
         self.perf_system_wide = perf_system_wide
         self.end = common_end(snap)
 
-    def bins(self, buckets):
-        return binned(buckets, self.end, self.snap.window_ticks, self.points)
+    def bins(self, series: Series | None) -> list[Bucket | None]:
+        """The sparkline's points: the history buckets up to "now", in equal bins."""
+        h = self.snap.history_ticks
+        end = None if self.end is None else self.end // h
+        return binned(series.coarse if series else None, end, self.snap.window_ticks // h, self.points)
 
-    def now(self, buckets, seconds: float = CURRENT_S):
-        return recent(buckets, self.snap.tick_ns, seconds, self.end)
+    def now(self, series: Series | None, seconds: float = CURRENT_S) -> Bucket | None:
+        return recent(series.fine if series else None, self.snap.tick_ns, seconds, self.end)
 
 
 def _base(metric: str) -> str:
     return metric.split(":")[0]
 
 
-def _series_by_base(snap: Snapshot, source: str) -> dict[str, dict[int, Bucket]]:
+def _series_by_base(snap: Snapshot, source: str) -> dict[str, Series]:
     """perf metrics by event name without modifiers (cycles:u -> cycles), entities summed."""
     out: dict[str, dict[int, Bucket]] = {}
     names: dict[str, str] = {}
@@ -322,11 +350,11 @@ def _series_by_base(snap: Snapshot, source: str) -> dict[str, dict[int, Bucket]]
         if s == source:
             names.setdefault(_base(m), m)
     for base, metric in names.items():
-        out[base] = combined(snap, source, metric) or {}
+        out[base] = combined(snap, source, metric) or Series({}, {})
     return out
 
 
-def _mux_coverage(series: Mapping[str, Mapping[int, Bucket]], c: _Ctx, seconds: float | None):
+def _mux_coverage(series: Mapping[str, Series], c: _Ctx, seconds: float | None):
     """The worst share counted among the events, now (seconds) or per bin (None)."""
     if seconds is not None:
         vals = [coverage(c.now(b, seconds)) for b in series.values()]
@@ -390,7 +418,7 @@ def perf_panel(c: _Ctx, statuses: Mapping[str, Any], title: str = "perf") -> Pan
     for base, b in ser.items():      # everything else counted: a rate per second
         if base in used:
             continue
-        kind, unit = kind_of(c.catalog, base, b)
+        kind, unit = kind_of(c.catalog, base, b.fine)
         value, ukey = current_value(kind, unit, c.now(b))
         figs.append(Figure(f"perf.{base}", base, base, value, ukey,
                            [history_value(kind, unit, x) for x in c.bins(b)]))
@@ -510,15 +538,15 @@ def device_panels(c: _Ctx, exclude: Iterable[str] = ("perf", "host")) -> list[Pa
             source, metric, entity = key
             if metric in shown_beside:
                 continue                        # a limit or total: "of N" beside its metric
-            b = c.snap.series[key]
-            kind, unit = kind_of(c.catalog, metric, b)
+            b = c.snap.get(key)
+            kind, unit = kind_of(c.catalog, metric, b.fine)
             value, ukey = current_value(kind, unit, c.now(b))
             fig = Figure(f"{title}.{metric}", _short_name(metric), _short_name(metric), value, ukey,
                          [history_value(kind, unit, x) for x in c.bins(b)],
                          scale=100.0 if ukey == "percent" else None)
             limit_key = (source, _companion(metric), entity)
             if limit_key in c.snap.series:
-                lim = gauge_last(c.now(c.snap.series[limit_key]))
+                lim = gauge_last(c.now(c.snap.get(limit_key)))
                 if lim:
                     fig.detail = f"of {_bytes(lim) if unit == 'bytes' else _fmt_plain(lim) + ' ' + unit}".rstrip()
                     fig.scale = lim
@@ -557,10 +585,12 @@ def _status(panel: PanelFigures, st: Mapping[str, Any]) -> None:
 def _gpu_util(c: _Ctx, seconds: float) -> list[tuple[str, float]]:
     """Per GPU: the busiest utilization-like percent metric (name holds 'util')."""
     out: dict[str, float] = {}
-    for (source, metric, entity), b in c.snap.series.items():
+    for key, fine in c.snap.series.items():
+        source, metric, entity = key
         if not entity.startswith("gpu") or "util" not in metric.lower() or "mem" in metric.lower():
             continue
-        kind, unit = kind_of(c.catalog, metric, b)
+        kind, unit = kind_of(c.catalog, metric, fine)
+        b = c.snap.get(key)
         if unit != "percent":
             continue
         v, _ = current_value(kind, unit, c.now(b, seconds))

@@ -3,8 +3,10 @@
 Session.emit calls write() on the collectors' own threads (perf's drain thread, the host
 thread, ...), so it is thread-safe and cheap: one Arrow group-by per batch folds its rows
 into per-display-tick sums (analysis.live.Bucket), merged under a lock that is held only
-for that merge. Memory is bounded: per series at most WINDOW_S / TICK_S buckets, and a
-series that has said nothing for a whole window (a thread that ended) is dropped.
+for that merge. Two resolutions: display ticks (250 ms) for the last RECENT_S seconds
+(current values, the verdict), and one-second buckets for the whole WINDOW_S (sparklines).
+Memory is bounded: per series at most RECENT_S / tick + WINDOW_S buckets, and a series that
+has said nothing for a whole window (a thread that ended) is dropped.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ from ..analysis.live import Bucket, Snapshot, merge, side_by_side
 
 TICK_NS = 250_000_000          # one display tick (the view refreshes 4 times a second)
 WINDOW_S = 60.0                # what the sparklines show
+HISTORY_TICKS = 4              # ticks per history bucket: one second
+RECENT_S = 8.0                 # display ticks kept: "now" (1 s), the verdict (3 s), lag (2 s)
 
 
 def _codes(arr: pa.Array) -> tuple[pa.Array, list[str]]:
@@ -28,23 +32,33 @@ def _codes(arr: pa.Array) -> tuple[pa.Array, list[str]]:
     return arr.indices, arr.dictionary.to_pylist()
 
 
+# Arrow scalars made once: pyarrow converts a Python number on every call (and, without
+# python-dateutil installed, searches sys.path for it each time)
+_ZERO = pa.scalar(0.0, pa.float64())
+_ONE = pa.scalar(1.0, pa.float64())
+_TICKS: dict[int, pa.Scalar] = {}
+
+
 def fold(batch: pa.RecordBatch, tick_ns: int) -> list[tuple[tuple[str, str, str], int, Bucket]]:
     """A samples batch as ((source, metric, entity), tick, Bucket) rows: one per series per
     tick (tid:N and cpu:N entities summed into tid:* and cpu:*)."""
+    tick = _TICKS.get(tick_ns)
+    if tick is None:
+        tick = _TICKS[tick_ns] = pa.scalar(tick_ns, pa.int64())
     t = batch.column("time").cast(pa.int64())
     value = batch.column("value")
-    dur = pc.fill_null(batch.column("duration_ns"), 0).cast(pa.float64())
+    dur = pc.fill_null(batch.column("duration_ns").cast(pa.float64()), _ZERO)
     known = pc.is_valid(value)
-    q = pc.fill_null(batch.column("quality").cast(pa.float64()), 1.0)
+    q = pc.fill_null(batch.column("quality").cast(pa.float64()), _ONE)
     s_codes, s_names = _codes(batch.column("source"))
     m_codes, m_names = _codes(batch.column("metric"))
     e_codes, e_names = _codes(batch.column("entity"))
     table = pa.table({
-        "tick": pc.divide(t, pa.scalar(tick_ns, pa.int64())),   # times are positive: floor
+        "tick": pc.divide(t, tick),      # integer division; times are positive: floor
         "s": s_codes, "m": m_codes, "e": e_codes,
         "value": value,
         "vdur": pc.multiply(value, dur),
-        "kdur": pc.if_else(known, dur, 0.0),
+        "kdur": pc.if_else(known, dur, _ZERO),
         "qdur": pc.multiply(q, dur),
         "dur": dur,
         "unknown": pc.invert(known).cast(pa.int64()),
@@ -80,13 +94,35 @@ def _summed_entity(entity: str) -> str:
     return entity
 
 
+def _trim(store: dict, oldest: int, keep: int) -> list:
+    """Delete buckets before `oldest` in every series of store; the keys left empty."""
+    empty = []
+    for key, series in store.items():
+        # buckets arrive nearly in order, so the oldest are first in the dict
+        while series:
+            first = next(iter(series))
+            if first >= oldest:
+                break
+            del series[first]
+        if len(series) > 2 * keep:       # arrived far out of order: sweep
+            for t in [t for t in series if t < oldest]:
+                del series[t]
+        if not series:
+            empty.append(key)
+    return empty
+
+
 class LiveWindow:
     """A sink: write(table, batch, rank) / close(); snapshot() for the view."""
 
-    def __init__(self, tick_ns: int = TICK_NS, window_s: float = WINDOW_S):
+    def __init__(self, tick_ns: int = TICK_NS, window_s: float = WINDOW_S,
+                 history_ticks: int = HISTORY_TICKS, recent_s: float = RECENT_S):
         self.tick_ns = tick_ns
-        self.window_ticks = max(1, round(window_s * 1e9 / tick_ns))
-        self._series: dict[tuple[str, str, str], dict[int, Bucket]] = {}
+        self.history_ticks = history_ticks
+        self.window_ticks = max(history_ticks, round(window_s * 1e9 / tick_ns) // history_ticks * history_ticks)
+        self.recent_ticks = max(1, round(recent_s * 1e9 / tick_ns))
+        self._series: dict[tuple[str, str, str], dict[int, Bucket]] = {}     # display ticks
+        self._history: dict[tuple[str, str, str], dict[int, Bucket]] = {}    # history buckets
         self._lock = threading.Lock()
         self._newest: int | None = None
         self._version = 0
@@ -98,13 +134,15 @@ class LiveWindow:
         if table != "samples" or batch.num_rows == 0:
             return
         folded = fold(batch, self.tick_ns)
+        h = self.history_ticks
         with self._lock:
             for key, tick, b in folded:
-                series = self._series.get(key)
-                if series is None:
-                    series = self._series[key] = {}
-                old = series.get(tick)
-                series[tick] = b if old is None else merge(old, b)
+                for store, at in ((self._series, tick), (self._history, tick // h)):
+                    series = store.get(key)
+                    if series is None:
+                        series = store[key] = {}
+                    old = series.get(at)
+                    series[at] = b if old is None else merge(old, b)
                 if self._newest is None or tick > self._newest:
                     self._newest = tick
             self._evict()
@@ -112,28 +150,20 @@ class LiveWindow:
             self._version += 1
 
     def _evict(self) -> None:
-        """Drop ticks older than the window, and series with nothing left in it."""
-        oldest = self._newest - self.window_ticks + 1
-        gone = []
-        for key, series in self._series.items():
-            # ticks arrive nearly in order, so the oldest are first in the dict
-            while series:
-                first = next(iter(series))
-                if first >= oldest:
-                    break
-                del series[first]
-            if len(series) > 2 * self.window_ticks:    # arrived far out of order: sweep
-                for t in [t for t in series if t < oldest]:
-                    del series[t]
-            if not series:
-                gone.append(key)
-        for key in gone:
-            del self._series[key]
+        """Drop what is older than each resolution keeps, and series with no history left."""
+        _trim(self._series, self._newest - self.recent_ticks + 1, self.recent_ticks)
+        h = self.history_ticks
+        for key in _trim(self._history, self._newest // h - self.window_ticks // h + 1,
+                         self.window_ticks // h):
+            del self._history[key]
+            self._series.pop(key, None)
 
     def snapshot(self) -> Snapshot:
         with self._lock:
-            series = {k: dict(v) for k, v in self._series.items()}
-            return Snapshot(self.tick_ns, self.window_ticks, series, self._newest, self._version)
+            return Snapshot(self.tick_ns, self.window_ticks,
+                            {k: dict(v) for k, v in self._series.items()},
+                            {k: dict(v) for k, v in self._history.items()},
+                            self.history_ticks, self._newest, self._version)
 
     @property
     def version(self) -> int:

@@ -563,6 +563,7 @@ class Bench:
                                                     for x in runs if x["mode"] == m}),
                                "failed_runs": sum(1 for x in runs if x["mode"] == m and
                                                   (x["rc"] != 0 or not x.get("work")))}
+        out["frame_cost"] = frame_cost()
         noise = out["modes"]["alone-again"]["work_vs_alone"]
         # how far apart two identical runs of the workload land: a smaller effect than this
         # cannot be seen in the work ratios on this machine today
@@ -601,6 +602,44 @@ class Bench:
         if wl is not None and rc == 0:
             rec["work"] = wl        # the workload's own JSON line (meta's "workload" is the profiler's view)
         return rec
+
+
+def frame_cost(repeat: int = 200) -> dict:
+    """The live view's work at steady state, in this process with the real classes: a full
+    60 s window of `-I 10` perf (3 events, drained every 0.5 s) and host (13 metrics, every
+    second) batches; the cost of folding one batch, and of one frame (snapshot, figures,
+    rendering at 120 columns). The runs above are too short to fill the window."""
+    sys.path.insert(0, str(REPO / "tests"))
+    import pyarrow as pa
+    from live_batches import MS, T0, catalog, host_batch, perf_batch
+
+    from counterprof.analysis.live import live_figures
+    from counterprof.render import live as R
+    from counterprof.render.live_window import LiveWindow
+    host_values = {"proc.cpu_user": 0.09, "proc.cpu_system": 0.001, "proc.rss": 1e7,
+                   "proc.read_bytes": 0.0, "proc.write_bytes": 0.0, "proc.ctx_switches_voluntary": 1.0,
+                   "proc.ctx_switches_involuntary": 2.0, "proc.threads": 1.0, "proc.processes": 1.0,
+                   "system.cpu_util": 50.0, "system.cpu_iowait": 0.0, "system.mem_used": 1e9,
+                   "system.mem_available": 2e10}
+    perf = [pa.concat_batches([perf_batch(T0 + (k * 50 + i + 1) * 10 * MS, 10 * MS,
+                                          {"task-clock": 9e6, "context-switches": 1.0, "page-faults": 2.0})
+                               for i in range(50)]) for k in range(130)]
+    host = [pa.concat_batches([host_batch(T0 + (k * 10 + i + 1) * 100 * MS, 100 * MS, host_values)
+                               for i in range(10)]) for k in range(65)]
+    w = LiveWindow()
+    t0 = time.thread_time()
+    for k in range(65):
+        w.write("samples", perf[2 * k], 0)
+        w.write("samples", perf[2 * k + 1], 0)
+        w.write("samples", host[k], 0)
+    fold_ms = 1000 * (time.thread_time() - t0) / (len(perf) + len(host))
+    cat, h = catalog(), R.Header("python train.py", 65, "run")
+    t0 = time.thread_time()
+    for _ in range(repeat):
+        R.layout(lambda p: live_figures(w.snapshot(), cat, {}, p), h, 120, 37, "256")
+    frame_ms = 1000 * (time.thread_time() - t0) / repeat
+    return {"fold_ms_per_batch": fold_ms, "frame_ms": frame_ms,
+            "batches_per_s": 3.0, "snapshot_series": len(w.snapshot().series)}
 
 
 def run_on_pty(cmd: list[str], timeout: float, cols: int = 120, rows: int = 40):
@@ -929,6 +968,13 @@ def report(results: dict) -> str:
                          f"{fmt_pct(e['collector_threads_extra_cpu_pct']) if live else '—'} | "
                          f"{'%.1f' % e['frames_per_s']['median'] if e.get('frames_per_s') else '—'} | "
                          f"{'%.0f' % bps['median'] if bps else '—'} |")
+        fc = lv.get("frame_cost")
+        fps = (lv["modes"]["cp-I10-live-tty"].get("frames_per_s") or {}).get("median")
+        if fc:
+            steady = (fc["frame_ms"] * (fps or 4.0) + fc["fold_ms_per_batch"] * fc["batches_per_s"]) / 10
+            lines += ["", f"steady state (a full 60 s window, measured in-process): fold {fc['fold_ms_per_batch']:.2f} ms "
+                      f"per batch × {fc['batches_per_s']:g} batches/s, one frame {fc['frame_ms']:.2f} ms × "
+                      f"{fps or 4.0:.1f} frames/s = {steady:.2f}% of one core"]
         for m in ("cp-I10-live-tty", "cp-I10-live-lines"):
             e = lv["modes"][m]
             cpu = (e.get("extra_profiler_cpu_pct") or {}).get("median")

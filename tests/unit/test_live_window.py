@@ -86,14 +86,19 @@ def test_memory_is_bounded_to_the_window_and_stale_series_go():
         if i < 100:
             w.write("samples", perf_batch(t, 100 * MS, {"task-clock": 1e8}, entity="tid:7"), 0)
     snap = w.snapshot()
-    assert set(snap.series) == {("perf", "task-clock", "process")}
-    ticks = snap.series[("perf", "task-clock", "process")]
-    assert len(ticks) == w.window_ticks == 240
-    assert min(ticks) == snap.newest - 239
+    key = ("perf", "task-clock", "process")
+    assert set(snap.series) == set(snap.history) == {key}
+    ticks = snap.series[key]                       # display ticks: the last 8 s
+    assert len(ticks) == w.recent_ticks == 32 and min(ticks) == snap.newest - 31
+    seconds = snap.history[key]                    # one-second buckets: the last 60 s
+    assert len(seconds) == 60 and min(seconds) == snap.newest // 4 - 59
+    # both resolutions hold the same counts for the time they share
+    assert sum(seconds[t].vsum for t in range(snap.newest // 4 - 6, snap.newest // 4 + 1)) == \
+        pytest.approx(sum(b.vsum for t, b in ticks.items() if t // 4 >= snap.newest // 4 - 6))
 
 
 def test_concurrent_writers_lose_nothing():
-    w = LiveWindow(window_s=3600)
+    w = LiveWindow(window_s=3600, recent_s=3600)
     n_threads, n_batches = 4, 300
 
     def writer(k):
