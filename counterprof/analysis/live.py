@@ -344,7 +344,7 @@ def _base(metric: str) -> str:
 
 def _series_by_base(snap: Snapshot, source: str) -> dict[str, Series]:
     """perf metrics by event name without modifiers (cycles:u -> cycles), entities summed."""
-    out: dict[str, dict[int, Bucket]] = {}
+    out: dict[str, Series] = {}
     names: dict[str, str] = {}
     for s, m, _e in snap.series:
         if s == source:
@@ -376,10 +376,11 @@ def perf_panel(c: _Ctx, statuses: Mapping[str, Any], title: str = "perf") -> Pan
     figs = panel.figures
 
     clock = next((n for n in ("task-clock", "cpu-clock") if n in ser), None)
-    if clock and c.perf_system_wide:
+    if clock:
         used.add(clock)
-    elif clock:
-        used.add(clock)
+    if c.perf_system_wide:
+        clock = None              # every CPU's whole time, idle included: no busy figure, no GHz
+    if clock:
         b = ser[clock]
         figs.append(Figure("perf.cpus", "CPU utilization", clock, per_ns(c.now(b)), "cpus",
                            [per_ns(x) for x in c.bins(b)], scale=1.0, headline=True))
