@@ -53,22 +53,24 @@ def tree(children: str, seconds: str) -> None:
 
 
 def threads_then_more(n: str, seconds: str, late_after: str) -> None:
-    """Print our pid, run N burning threads; after L s start one more (to test inherit after attach)."""
+    """Print our pid; N threads spin until L s, then one new thread spins until S s (so most
+    of the CPU is used by a thread born after a profiler attached); finally print our CPU."""
     print(os.getpid(), flush=True)
-    stop = time.monotonic() + float(seconds)
+    start = time.monotonic()
 
-    def spin():
-        while time.monotonic() < stop:
+    def spin(until):
+        while time.monotonic() < start + until:
             sum(range(1000))
 
-    ts = [threading.Thread(target=spin) for _ in range(int(n))]
-    for t in ts:
+    early = [threading.Thread(target=spin, args=(float(late_after),)) for _ in range(int(n))]
+    for t in early:
         t.start()
-    time.sleep(float(late_after))
-    late = threading.Thread(target=spin, name="late")
-    late.start()
-    for t in ts + [late]:
+    for t in early:
         t.join()
+    late = threading.Thread(target=spin, args=(float(seconds),), name="late")
+    late.start()
+    late.join()
+    print(json.dumps({"cpu_s": time.process_time()}), flush=True)
 
 
 def on_signal(exit_code: str, marker: str) -> None:
