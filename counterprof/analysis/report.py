@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import intervals as iv
-from .classify import NEXT_STEPS, Verdict, classify
-from .signals import BUCKET_NS, RunData, load_samples, load_spans, signals
+from .classify import NEXT_STEPS, Evidence, Verdict, classify
+from .signals import BUCKET_NS, MAX_BUCKETS, RunData, load_samples, load_spans, signals
 from .summary import Summary, summarize
 from .thresholds import value
 
@@ -57,7 +57,8 @@ def build_report(samples: Callable[[], Iterable], spans: pa.Table, catalog: dict
     """samples: returns a fresh iterable of sample batches each time it is called (the run is
     read in a few streaming passes, never held whole)."""
     data = RunData()
-    load_samples(data, samples(), catalog)
+    bucket = _bucket_ns(meta)
+    load_samples(data, samples(), catalog, bucket)
     load_spans(data, spans, value("short_kernel_us"))
     summary = summarize(samples(), catalog, meta)
 
@@ -95,6 +96,13 @@ def build_report(samples: Callable[[], Iterable], spans: pa.Table, catalog: dict
         v = classify(signals(data, occ), name)
         sp = iv.span(occ)
         v.start_ns, v.end_ns = sp if sp else (None, None)
+        mean_ns = iv.total(occ) / max(1, data.region_count.get(name, 1))
+        if mean_ns < 2 * bucket:
+            v.secondary.append(Evidence(
+                "region_length", mean_ns / 1e9, 2 * bucket / 1e9, "spans",
+                f"occurrences last {mean_ns / 1e6:.1f} ms on average, under twice the sampling "
+                f"interval ({bucket / 1e6:g} ms): counters are smeared across neighbours; sample "
+                "faster (-I 1) to resolve them"))
         marks = [((a - data.start_ns) / 1e9, (b - data.start_ns) / 1e9) for a, b in occ[:MAX_MARKS]]
         report.regions.append(RegionVerdict(name, data.region_kind.get(name, "region"),
                                             data.region_count.get(name, 0), iv.total(occ) / 1e9, v, marks))
@@ -107,6 +115,16 @@ def build_report(samples: Callable[[], Iterable], spans: pa.Table, catalog: dict
         if share >= 0.2 or overall.verdict == cls:
             report.next_steps.append(text)
     return report
+
+
+def _bucket_ns(meta: dict[str, Any]) -> int:
+    """Resolution for the run's samples: its finest sampling interval (regions shorter than
+    that cannot be resolved anyway), coarser only when the run is very long."""
+    intervals = [float(c["config"]["interval_ms"]) for c in (meta.get("collectors") or {}).values()
+                 if isinstance((c or {}).get("config"), dict) and c["config"].get("interval_ms")]
+    finest = int(min(intervals) * 1e6) if intervals else BUCKET_NS
+    length = max(0, (meta.get("end_ns") or 0) - (meta.get("start_ns") or 0))
+    return max(finest, length // MAX_BUCKETS, 1_000_000)
 
 
 def top_kernels(spans: pa.Table, n: int = 10) -> list[dict[str, Any]]:

@@ -16,7 +16,8 @@ import pyarrow.compute as pc
 
 from . import intervals as iv
 
-BUCKET_NS = 10_000_000
+BUCKET_NS = 10_000_000     # default resolution; build_report passes the run's finest interval
+MAX_BUCKETS = 200_000      # per metric: bounds memory however long the run
 
 # metric-name aliases: counterprof's perf names, and what the nvml collector may call things
 CPU_EVENTS = ("task-clock", "cpu-clock", "context-switches", "cpu-migrations", "page-faults",
@@ -103,7 +104,8 @@ class RunData:
         return metric in self.series
 
 
-def load_samples(data: RunData, chunks: Iterable, catalog: dict[str, dict[str, Any]]) -> None:
+def load_samples(data: RunData, chunks: Iterable, catalog: dict[str, dict[str, Any]],
+                 bucket_ns: int = BUCKET_NS) -> None:
     """Bucket samples per metric (Arrow kernels per chunk, then merged)."""
     acc: dict[tuple[str, int], list] = {}   # (metric, bucket) -> [start, end, sum, n, nulls, src]
     for chunk in chunks:
@@ -114,7 +116,7 @@ def load_samples(data: RunData, chunks: Iterable, catalog: dict[str, dict[str, A
         tab = pa.table({
             "src": chunk["source"].cast(pa.string()),
             "metric": chunk["metric"].cast(pa.string()),
-            "bucket": pc.divide(t, BUCKET_NS),
+            "bucket": pc.divide(t, bucket_ns),
             "start": pc.subtract(t, dur),
             "end": t,
             "value": chunk["value"],

@@ -136,3 +136,12 @@ def test_html_report_renders_in_a_browser(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and shot.exists(), out.stderr[-2000:]
     assert _png_ink(shot.read_bytes()) > 0.01, "the screenshot is blank"
+
+
+def test_torch_loop_starved_by_its_data_loader_is_host(tmp_path):
+    pytest.importorskip("torch")
+    r, _ = profile_and_report(tmp_path, PYTHON, str(EXAMPLES / "dataloader_starved.py"), "80")
+    assert r["overall"]["verdict"] == "host", r["overall"]
+    regions = {x["name"]: x["verdict"] for x in r["regions"]}
+    assert regions["dataloader"]["verdict"] == "host"
+    assert regions["train_step"]["shares"].get("host", 0) < regions["dataloader"]["shares"]["host"]
