@@ -1,6 +1,6 @@
 """A torch CPU training loop starved by a slow data loader.
 
-Each batch takes the loader ~60 ms to produce (decoding and augmentation stood in for by a
+Each batch takes the loader ~100 ms to produce (decoding and augmentation stood in for by a
 sleep, as when reading from slow storage), while the model step takes ~15 ms: the training
 loop waits on its input most of the time.
 
@@ -21,7 +21,7 @@ class SlowDataset(torch.utils.data.Dataset):
         return 10_000
 
     def __getitem__(self, i):
-        time.sleep(0.06 / 16)          # per-sample decode cost: 60 ms per batch of 16
+        time.sleep(0.1 / 16)           # per-sample decode cost: 100 ms per batch of 16
         return torch.randn(64), torch.randint(0, 10, ())
 
 

@@ -70,6 +70,7 @@ def classify(sig: dict[str, Signal], scope: str = "run") -> Verdict:
     gpu_used = (sig.get("gpu_active_share") and sig["gpu_active_share"].value >= value("gpu_in_use")) or \
         (sig.get("gpu_util") and sig["gpu_util"].value >= value("gpu_in_use"))
     v = _classify_gpu(sig, scope) if gpu_used else _classify_cpu(sig, scope)
+    v.shares = {k: round(s, 6) for k, s in v.shares.items() if s > 0}
     _secondary(sig, v)
     return v
 
