@@ -99,6 +99,9 @@ def _classify_cpu(sig: dict[str, Signal], scope: str) -> Verdict:
     v.evidence.append(_ev(sig, busy_key, "cpu_busy", words))
     if host_share > 0.2:
         why = []
+        if "run_queue_wait" in sig and sig["run_queue_wait"].value > 0.05:
+            why.append(f"{_pct(sig['run_queue_wait'].value)} of the time runnable but waiting for a "
+                       "CPU (the machine is oversubscribed)")
         if "voluntary_switches_per_s" in sig:
             why.append(f"{sig['voluntary_switches_per_s'].value:,.0f} voluntary context switches/s (blocking)")
         elif "ctx_switches_per_s" in sig:

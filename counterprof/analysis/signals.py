@@ -258,6 +258,10 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
         v = delta(metric)
         if v is not None:
             out[key] = Signal(v * 1e9 / wall, data.sources.get(metric, ""), f"{metric} per second")
+    rd = delta("proc.run_delay")
+    if rd is not None:
+        out["run_queue_wait"] = Signal(rd * 1e9 / wall, "host",
+                                       "main threads' run-queue delay / wall (runnable, no CPU free)")
     io = [v for m in ("proc.read_bytes", "proc.write_bytes") if (v := delta(m)) is not None]
     if io:
         out["io_bytes_per_s"] = Signal(sum(io) * 1e9 / wall, "host", "storage bytes read+written per second")
