@@ -114,15 +114,7 @@ def _classify_cpu(sig: dict[str, Signal], scope: str) -> Verdict:
             v.evidence.append(Evidence("off_cpu", round(host_share, 6), None, "host",
                                        f"off-CPU {_pct(host_share)} of the time: " + ", ".join(why)))
 
-    split, decided_by, missing = _compute_or_memory_cpu(sig)
-    v.evidence.extend(decided_by)
-    if split is None:
-        v.shares["compute|memory"] = busy_share
-        v.missing = missing
-    else:
-        v.shares["compute"] = busy_share * split
-        v.shares["memory"] = busy_share * (1 - split)
-    _decide(v, ("compute", "memory") if split is None else None)
+    _split_busy(v, busy_share, *_compute_or_memory_cpu(sig))
     return v
 
 
@@ -187,32 +179,15 @@ def _classify_gpu(sig: dict[str, Signal], scope: str) -> Verdict:
         v.evidence.append(_ev(sig, "gpu_compute", None, f"compute kernels {_pct(comp)} of the active span"))
         if mem > 0.01:
             v.evidence.append(_ev(sig, "gpu_memory", None, f"memcpy/memset {_pct(mem)} of the active span"))
-        busy = max(0.0, 1 - idle - comm)
-        kernel_busy = max(0.0, busy - mem)
         v.shares["memory"] = mem
-        split, ev, missing = _compute_or_memory_gpu(sig)
-        v.evidence.extend(ev)
-        if split is None:
-            v.shares["compute|memory"] = kernel_busy
-            v.missing = missing
-        else:
-            v.shares["compute"] = kernel_busy * split
-            v.shares["memory"] += kernel_busy * (1 - split)
-        _decide(v, ("compute", "memory") if split is None else None)
+        kernel_busy = max(0.0, 1 - idle - comm - mem)
+        _split_busy(v, kernel_busy, *_compute_or_memory_gpu(sig))
         return v
     # NVML/GPM samples only
     util = sig["gpu_util"].value
     v.shares = {"host": 1 - util}
     v.evidence.append(_ev(sig, "gpu_util", "nvml_util_busy", f"GPU busy {_pct(util)} of the time (NVML)"))
-    split, ev, missing = _compute_or_memory_gpu(sig)
-    v.evidence.extend(ev)
-    if split is None:
-        v.shares["compute|memory"] = util
-        v.missing = missing
-    else:
-        v.shares["compute"] = util * split
-        v.shares["memory"] = util * (1 - split)
-    _decide(v, ("compute", "memory") if split is None else None)
+    _split_busy(v, util, *_compute_or_memory_gpu(sig))
     if v.verdict != "host" and not v.undecided:
         v.missing.append("kernel traces (--torch) to separate collectives")
     return v
@@ -240,6 +215,20 @@ def _compute_or_memory_gpu(sig: dict[str, Signal]) -> tuple[float | None, list[E
 
 
 # ---- shared -------------------------------------------------------------------------------
+
+def _split_busy(v: Verdict, busy: float, split: float | None, evidence: list[Evidence],
+                missing: list[str]) -> None:
+    """Share the device's busy time out between compute and memory (or both, undecided),
+    then call the verdict."""
+    v.evidence.extend(evidence)
+    if split is None:
+        v.shares["compute|memory"] = busy
+        v.missing = missing
+    else:
+        v.shares["compute"] = v.shares.get("compute", 0.0) + busy * split
+        v.shares["memory"] = v.shares.get("memory", 0.0) + busy * (1 - split)
+    _decide(v, ("compute", "memory") if split is None else None)
+
 
 def _decide(v: Verdict, undecided_pair: tuple[str, str] | None) -> None:
     """The leading class, if it leads clearly; else unknown, naming the candidates."""
