@@ -29,6 +29,7 @@ METRICS = [
     Metric("proc.write_bytes", "bytes", "delta", "bytes the tree caused to be written to storage", "host"),
     Metric("proc.ctx_switches_voluntary", "count", "delta", "voluntary context switches of each process's main thread (perf's context-switches counts every thread)", "host"),
     Metric("proc.ctx_switches_involuntary", "count", "delta", "involuntary context switches of each process's main thread", "host"),
+    Metric("proc.run_delay", "s", "delta", "time each process's main thread was runnable but waiting for a CPU (/proc/PID/schedstat): CPU contention", "host"),
     Metric("proc.threads", "count", "gauge", "threads in the tree", "host"),
     Metric("proc.processes", "count", "gauge", "processes in the tree", "host"),
     Metric("system.cpu_util", "percent", "ratio", "busy share of all CPUs over the interval", "host"),
@@ -40,7 +41,7 @@ EMIT_EVERY_NS = 1_000_000_000   # journal writes once a second: a killed profile
 # cumulative fields of struct cp_tree_stats -> the delta metric they feed
 _DELTAS = {"user_s": "proc.cpu_user", "system_s": "proc.cpu_system", "read_bytes": "proc.read_bytes",
            "write_bytes": "proc.write_bytes", "ctx_voluntary": "proc.ctx_switches_voluntary",
-           "ctx_involuntary": "proc.ctx_switches_involuntary"}
+           "ctx_involuntary": "proc.ctx_switches_involuntary", "run_delay_s": "proc.run_delay"}
 _GAUGES = {"rss_bytes": "proc.rss", "threads": "proc.threads", "processes": "proc.processes"}
 
 

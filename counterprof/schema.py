@@ -84,3 +84,21 @@ def samples_batch(time_ns: list[int], duration_ns: list[int | None], source: str
         pa.array(value, pa.float64()),
         pa.array(quality, pa.float32()),
     ], schema=SAMPLES_SCHEMA)
+
+
+def spans_batch(start: list[int], end: list[int], name: list[str], category: list[str],
+                **columns: list) -> pa.RecordBatch:
+    """A spans batch from Python lists; columns not given are null."""
+    n = len(start)
+    arrays = []
+    given = {"start": start, "end": end, "name": name, "category": category, **columns}
+    for field in SPANS_SCHEMA:
+        values = given.get(field.name)
+        if field.name in ("start", "end"):
+            arrays.append(pa.array(values, pa.int64()).cast(field.type))
+        elif pa.types.is_dictionary(field.type):
+            arrays.append(_dictionary(values) if values is not None
+                          else pa.nulls(n, field.type))
+        else:
+            arrays.append(pa.array(values, field.type) if values is not None else pa.nulls(n, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=SPANS_SCHEMA)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from . import __version__
+from . import __version__, regions
 from .clock import Clock
 from .collector import Availability, Collector, SessionContext, Target, resolve
 from .errors import CounterprofError, perf_event_paranoid
@@ -146,6 +146,9 @@ class Session:
             self.plan.append(cls(cfg))
         self.path = rundir.create(self.path, replace=self.replace)
         self.rank_path = rundir.rank_dir(self.path, self.rank)
+        # counterprof.region() in a launched workload writes its spans into this run, on our clock
+        self.launch_env.update({regions.ENV_RUN_DIR: str(self.path.resolve()),
+                                regions.ENV_CLOCK_OFFSET: str(self.clock.offset_ns)})
         for col in self.plan:
             self.launch_env.update(col.launch_environment(self.path))
 
@@ -159,6 +162,8 @@ class Session:
         self.meta = self._initial_meta()
         self._write_meta()
 
+        if self.target.kind == "self":
+            regions.recorder.attach(self.emit, self.clock.offset_ns)
         self._ctx = SessionContext(
             clock=self.clock, target=self.target, config=self.config, rank=self.rank,
             emit=self.emit, add_metrics=self.add_metrics, fail=self.fail, warn=self.warn)
@@ -192,6 +197,8 @@ class Session:
                 col.stop()
             except Exception as exc:
                 self.fail(col.name, f"stop failed: {type(exc).__name__}: {exc}")
+        if self.target.kind == "self":
+            regions.recorder.detach()
         for sink in self.sinks:
             try:
                 sink.close()
@@ -199,8 +206,9 @@ class Session:
                 self.warn(f"closing {type(sink).__name__} failed: {exc}")
         self.end_ns = self.clock.now_ns()
         if compact:
+            # every partition: ours, and those the workload's processes wrote (regions, traces)
             self.compaction = CompactionReport()
-            for rank_path in self.journals.rank_paths():
+            for _rank, rank_path in rundir.rank_dirs(self.path):
                 compact_rank(rank_path, self.compaction)
             for problem in self.compaction.truncated:
                 self.warn(f"journal damaged: {problem}")

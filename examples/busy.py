@@ -1,6 +1,7 @@
 """A CPU-bound pure-Python loop: the simplest thing to count.
 
-Expected verdict: busy CPU (compute); compute vs memory needs hardware counters.
+Expected verdict: busy CPU. Compute vs memory cannot be told apart without hardware counters
+(unknown, naming the counters that would decide it); compute where the PMU counts (high IPC).
 Usage: python examples/busy.py [SECONDS]   (default 1.0; prints the iterations done)
 """
 import sys

@@ -120,6 +120,7 @@ struct cp_tree_stats {
     uint64_t write_bytes;
     uint64_t ctx_voluntary;    /* of each process's main thread (/proc/PID/status) */
     uint64_t ctx_involuntary;
+    double run_delay_s;        /* main threads' time runnable but waiting for a CPU (schedstat) */
 };
 
 struct cp_system_stats {

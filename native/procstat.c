@@ -141,6 +141,13 @@ static void add_io(const char *io, struct cp_tree_stats *out) {
     if (field_u64(io, "write_bytes", &v)) out->write_bytes += v;
 }
 
+/* /proc/PID/schedstat: "on-CPU ns, run-queue wait ns, timeslices" (of the main thread) */
+static void add_schedstat(const char *text, struct cp_tree_stats *out) {
+    char *p;
+    strtoull(text, &p, 10);
+    out->run_delay_s += (double)strtoull(p, NULL, 10) / 1e9;
+}
+
 static void add_status(const char *status, struct cp_tree_stats *out) {
     uint64_t v;
     if (field_u64(status, "voluntary_ctxt_switches", &v)) out->ctx_voluntary += v;
@@ -152,7 +159,7 @@ static void add_status(const char *status, struct cp_tree_stats *out) {
 struct cp_procstat {
     char proc[256];
     int root;
-    int root_stat, root_io, root_status;   /* -1 when not opened */
+    int root_stat, root_io, root_status, root_sched;   /* -1 when not opened */
     int sys_stat, sys_meminfo;
     long tick, page;
 };
@@ -175,7 +182,7 @@ cp_procstat *cp_procstat_open(const char *proc, int root, int *err) {
     h->root = root;
     h->tick = sysconf(_SC_CLK_TCK);
     h->page = sysconf(_SC_PAGESIZE);
-    h->root_stat = h->root_io = h->root_status = -1;
+    h->root_stat = h->root_io = h->root_status = h->root_sched = -1;
     h->sys_stat = open_ro(proc, 0, "stat");
     h->sys_meminfo = open_ro(proc, 0, "meminfo");
     if (h->sys_stat < 0 || h->sys_meminfo < 0) {
@@ -187,6 +194,7 @@ cp_procstat *cp_procstat_open(const char *proc, int root, int *err) {
         h->root_stat = open_ro(proc, root, "stat");
         h->root_io = open_ro(proc, root, "io");
         h->root_status = open_ro(proc, root, "status");
+        h->root_sched = open_ro(proc, root, "schedstat");
     }
     *err = 0;
     return h;
@@ -194,7 +202,7 @@ cp_procstat *cp_procstat_open(const char *proc, int root, int *err) {
 
 void cp_procstat_close(cp_procstat *h) {
     if (!h) return;
-    int fds[] = {h->root_stat, h->root_io, h->root_status, h->sys_stat, h->sys_meminfo};
+    int fds[] = {h->root_stat, h->root_io, h->root_status, h->root_sched, h->sys_stat, h->sys_meminfo};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         if (fds[i] >= 0) close(fds[i]);
     free(h);
@@ -209,6 +217,7 @@ static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
     out->root_alive = 1;
     if (h->root_io >= 0 && pread_small(h->root_io, buf, sizeof(buf)) > 0) add_io(buf, out);
     if (h->root_status >= 0 && pread_small(h->root_status, buf, sizeof(buf)) > 0) add_status(buf, out);
+    if (h->root_sched >= 0 && pread_small(h->root_sched, buf, sizeof(buf)) > 0) add_schedstat(buf, out);
     struct pid_stack stack = {0};
     int rc = push_children(h->proc, h->root, &stack);
     while (rc == 0 && stack.n > 0) {
@@ -220,6 +229,8 @@ static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
         if (read_small(path, buf, sizeof(buf)) > 0) add_io(buf, out);
         snprintf(path, sizeof(path), "%s/%d/status", h->proc, pid);
         if (read_small(path, buf, sizeof(buf)) > 0) add_status(buf, out);
+        snprintf(path, sizeof(path), "%s/%d/schedstat", h->proc, pid);
+        if (read_small(path, buf, sizeof(buf)) > 0) add_schedstat(buf, out);
         rc = push_children(h->proc, pid, &stack);
     }
     free(stack.v);

@@ -12,9 +12,11 @@ SUBCOMMANDS = {
     "run": "profile a command, a running process (--pid) or the whole machine (-a)",
     "list": "collectors and events usable here, and why not",
     "recover": "compact the journal a killed profiler left into Parquet",
+    "report": "the verdict (compute, memory, collectives, host) with its evidence; --json, --html",
     "top": "a live view of this machine (GPUs, CPU, processes), or of one process (--pid)",
 }
-USAGE = "usage: counterprof {run,list,recover,top} ...\n\n" + "\n".join(
+MODULES = {"list": "list_events"}   # subcommand -> module, where the names differ
+USAGE = "usage: counterprof {" + ",".join(SUBCOMMANDS) + "} ...\n\n" + "\n".join(
     f"  {name:<9} {text}" for name, text in SUBCOMMANDS.items()) + \
     "\n\n`counterprof SUBCOMMAND --help` for its options."
 
@@ -32,15 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         print(f"counterprof: unknown subcommand '{name}'\n\n{USAGE}", file=sys.stderr)
         return 2
-    if name == "run":
-        from . import run as mod
-    elif name == "list":
-        from . import list_events as mod
-    elif name == "top":
-        from . import top as mod
-    else:
-        from . import recover as mod
-    return mod.main(rest)
+    import importlib
+    return importlib.import_module(f".{MODULES.get(name, name)}", __name__).main(rest)
 
 
 def console_main() -> None:

@@ -5,10 +5,6 @@ the run is still alive on this host (it will compact on its own when it stops).
 """
 from __future__ import annotations
 
-import os
-import socket
-
-from ..errors import RunDirectoryError
 from .common import ArgumentParser, err, guarded, use_system_allocator
 
 
@@ -25,27 +21,11 @@ def _main(argv: list[str]) -> int:
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table")
     args = p.parse_args(argv)
 
-    from ..store import rundir
-    from ..store.compact import CompactionReport, compact_rank
     from ..store.reader import Run
+    from ..store.recover import recover
 
     run = Run(args.run)
-    meta = run.meta
-    prof = meta.get("profiler") or {}
-    if (meta.get("status") == "running" and prof.get("host") == socket.gethostname()
-            and _alive(prof.get("pid")) and not args.force):
-        raise RunDirectoryError(
-            f"{run.path} is still being written by counterprof (pid {prof.get('pid')}); "
-            "stop it first, or pass --force")
-    report = CompactionReport()
-    for _rank, d in rundir.rank_dirs(run.path):
-        compact_rank(d, report)
-    if meta.get("status") == "running":
-        meta["status"] = "recovered"
-        meta.setdefault("warnings", []).append(
-            "the profiler stopped without finishing; the journal was compacted by "
-            "`counterprof recover` (at most the last second before it died is missing)")
-        rundir.write_json(run.path / rundir.META, meta)
+    report = recover(run.path, force=args.force)
     err(f"recovered {report.rows} rows from {report.segments} journal segment(s) into "
         f"{len(report.files)} Parquet file(s) in {run.path}")
     for problem in report.truncated:
@@ -54,15 +34,3 @@ def _main(argv: list[str]) -> int:
         from rich.console import Console
         Console(stderr=True, highlight=False).print(run.summary())
     return 0
-
-
-def _alive(pid) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

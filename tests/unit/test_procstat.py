@@ -23,6 +23,7 @@ def add_proc(root, pid, *, tids=None, children=None, io=None, switches=(0, 0), *
     if io is not None:
         (d / "io").write_text(f"rchar: 1\nwchar: 2\nsyscr: 3\nsyscw: 4\nread_bytes: {io[0]}\n"
                               f"write_bytes: {io[1]}\ncancelled_write_bytes: 999\n")
+    (d / "schedstat").write_text(f"{stat.get('utime', 0) * 1000} {switches[0] * 1000000} 7\n")
     (d / "status").write_text(f"Name:\tpython3\nThreads:\t1\nvoluntary_ctxt_switches:\t{switches[0]}\n"
                               f"nonvoluntary_ctxt_switches:\t{switches[1]}\n")
     children = children or {}
@@ -55,6 +56,7 @@ def test_tree_sums_live_processes_and_reaped_children(tmp_path):
     assert s["rss_bytes"] == (1000 + 500 + 10) * PAGE
     assert (s["read_bytes"], s["write_bytes"]) == (4097, 8194)
     assert (s["ctx_voluntary"], s["ctx_involuntary"]) == (16, 3)
+    assert s["run_delay_s"] == pytest.approx((10 + 5 + 1) * 1e-3)   # schedstat's 2nd field, ns
 
 
 def test_root_gone_or_zombie_is_none(tmp_path):

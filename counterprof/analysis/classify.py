@@ -1,0 +1,273 @@
+"""The verdict: what held a stretch of the run back, how sure, and why.
+
+classify(signals) -> Verdict, for any scope (the run, a window, a region). Time is shared
+out between the classes (compute, memory, collectives, host); the verdict is the class
+that clearly leads. When the signals that separate two classes are missing, the share
+goes to both ("compute|memory") and the verdict is unknown, naming the counters that
+would decide it: it never guesses. Thresholds live in thresholds.py.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .signals import Signal
+from .thresholds import T, value
+
+CLASSES = ("compute", "memory", "collectives", "host")
+NEXT_STEPS = {
+    "host": "the host: look at the input pipeline (DataLoader workers, pin_memory, prefetch) and the "
+            "Python between kernels (CUDA graphs or torch.compile cut launch overhead); for I/O and "
+            "sleeps, find where the process blocks (an off-CPU profile)",
+    "compute": "compute: use the fast units (bf16/fp8 tensor cores, matmul shapes in multiples of "
+               "64), check achieved FLOP/s against peak; on the CPU, vectorization and threads",
+    "memory": "memory: fuse elementwise ops (torch.compile), cut bytes moved (lower precision, "
+              "fewer copies), compare achieved bandwidth to peak; on the CPU, data layout and "
+              "cache blocking",
+    "collectives": "collectives: overlap communication with compute (DDP bucket size, FSDP prefetch), "
+                   "compare bus bandwidth to the link's peak, look for stragglers",
+}
+
+
+@dataclass
+class Evidence:
+    metric: str
+    value: float | None
+    threshold: float | None
+    source: str
+    text: str
+
+
+@dataclass
+class Verdict:
+    scope: str
+    verdict: str                         # compute | memory | collectives | host | unknown
+    device: str                          # the compute device: cpu | gpu | none
+    shares: dict[str, float] = field(default_factory=dict)    # share of time per class
+    confidence: float = 0.0
+    evidence: list[Evidence] = field(default_factory=list)
+    secondary: list[Evidence] = field(default_factory=list)   # worth knowing, not the verdict
+    undecided: list[str] = field(default_factory=list)        # classes it cannot tell apart
+    missing: list[str] = field(default_factory=list)          # what would decide it
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _ev(sig: dict[str, Signal], key: str, threshold: str | None, text: str) -> Evidence:
+    s = sig[key]
+    return Evidence(key, round(s.value, 6), value(threshold) if threshold else None, s.source, text)
+
+
+def classify(sig: dict[str, Signal], scope: str = "run") -> Verdict:
+    if "wall_s" not in sig:
+        return Verdict(scope, "unknown", "none", missing=["samples or spans covering this time"])
+    gpu_used = (sig.get("gpu_active_share") and sig["gpu_active_share"].value >= value("gpu_in_use")) or \
+        (sig.get("gpu_util") and sig["gpu_util"].value >= value("gpu_in_use"))
+    v = _classify_gpu(sig, scope) if gpu_used else _classify_cpu(sig, scope)
+    v.shares = {k: round(s, 6) for k, s in v.shares.items() if s > 0}
+    _secondary(sig, v)
+    return v
+
+
+# ---- the CPU as the compute device --------------------------------------------------------
+
+def _classify_cpu(sig: dict[str, Signal], scope: str) -> Verdict:
+    v = Verdict(scope, "unknown", "cpu")
+    if "cpu_busy" not in sig:
+        v.missing = ["task-clock (perf) or proc.cpu_user (host)"]
+        v.evidence.append(Evidence("cpu_busy", None, None, "", "no CPU time was measured here"))
+        return v
+    coll = sig["cpu_collective"].value if "cpu_collective" in sig else 0.0
+    busy_key = "cpu_busy_outside_collectives" if "cpu_busy_outside_collectives" in sig else "cpu_busy"
+    on_cpu = min(1.0, sig[busy_key].value)
+    rest = max(0.0, 1.0 - coll)
+    busy_share, host_share = rest * on_cpu, rest * (1 - on_cpu)
+    v.shares = {"collectives": coll, "host": host_share}
+
+    if coll > 0:
+        v.evidence.append(_ev(sig, "cpu_collective", "collective_share",
+                              f"{_pct(coll)} of the time inside CPU collectives (gloo)"))
+    busy_cpus = sig["cpu_busy"].value
+    words = (f"the workload used {busy_cpus:.2f} CPUs over the wall time ({sig['cpu_busy'].detail})"
+             + (f"; {sig[busy_key].value:.2f} outside collectives" if busy_key != "cpu_busy" else ""))
+    v.evidence.append(_ev(sig, busy_key, "cpu_busy", words))
+    if host_share > 0.2:
+        why = []
+        if "run_queue_wait" in sig and sig["run_queue_wait"].value > 0.05:
+            why.append(f"{_pct(sig['run_queue_wait'].value)} of the time runnable but waiting for a "
+                       "CPU (the machine is oversubscribed)")
+        if "voluntary_switches_per_s" in sig:
+            why.append(f"{sig['voluntary_switches_per_s'].value:,.0f} voluntary context switches/s (blocking)")
+        elif "ctx_switches_per_s" in sig:
+            why.append(f"{sig['ctx_switches_per_s'].value:,.0f} context switches/s")
+        if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > 1e6:
+            why.append(f"{sig['io_bytes_per_s'].value / 1e6:,.1f} MB/s of storage I/O")
+        if "system_iowait" in sig and sig["system_iowait"].value > 0.05:
+            why.append(f"{_pct(sig['system_iowait'].value)} of CPU time in iowait")
+        if why:
+            v.evidence.append(Evidence("off_cpu", round(host_share, 6), None, "host",
+                                       f"off-CPU {_pct(host_share)} of the time: " + ", ".join(why)))
+
+    _split_busy(v, busy_share, *_compute_or_memory_cpu(sig))
+    return v
+
+
+def _compute_or_memory_cpu(sig: dict[str, Signal]) -> tuple[float | None, list[Evidence], list[str]]:
+    """Share of busy time that is compute (the rest memory); None when undecidable."""
+    ev: list[Evidence] = []
+    if "td_backend" in sig and "td_retiring" in sig:
+        be, ret = sig["td_backend"].value, sig["td_retiring"].value
+        mem = sig["td_memory"].value if "td_memory" in sig else None
+        ev.append(_ev(sig, "td_retiring", "topdown_retiring", f"top-down: retiring {_pct(ret)} of slots"))
+        ev.append(_ev(sig, "td_backend", "topdown_backend", f"top-down: backend-bound {_pct(be)} of slots"))
+        if mem is not None:
+            ev.append(_ev(sig, "td_memory", "topdown_memory", f"top-down: memory-bound {_pct(mem)}"))
+            if be >= value("topdown_backend") and mem >= value("topdown_memory"):
+                return max(0.0, 1 - mem / max(be, 1e-9)), ev, []
+            return 1.0 if ret >= value("topdown_retiring") or mem < value("topdown_memory") else 0.5, ev, []
+        # level 1 only: backend-bound does not say memory or core
+        if be < value("topdown_backend") or ret >= value("topdown_retiring"):
+            return 1.0, ev, []
+        return None, ev, ["topdown-mem-bound (level 2) or stall_backend_mem to split backend-bound"]
+    if "ipc" in sig:
+        ipc = sig["ipc"].value
+        ev.append(_ev(sig, "ipc", "ipc_compute", f"IPC {ipc:.2f} instructions per cycle"))
+        mpki = sig["llc_mpki"].value if "llc_mpki" in sig else None
+        stall = sig["backend_stall"].value if "backend_stall" in sig else None
+        if mpki is not None:
+            ev.append(_ev(sig, "llc_mpki", "llc_mpki_memory", f"{mpki:.1f} LLC misses per 1000 instructions"))
+        if stall is not None:
+            ev.append(_ev(sig, "backend_stall", "backend_stall_memory", f"backend stalled {_pct(stall)} of cycles"))
+        memory_signs = ((mpki is not None and mpki >= value("llc_mpki_memory"))
+                        or (stall is not None and stall >= value("backend_stall_memory")))
+        if ipc >= value("ipc_compute") and not memory_signs:
+            return 1.0, ev, []
+        if ipc < value("ipc_memory") or (memory_signs and ipc < value("ipc_compute")):
+            return 0.0, ev, []
+        return None, ev, ["LLC-load-misses or stalled-cycles-backend (IPC alone is in between)"]
+    return None, ev, ["instructions and cycles (IPC), LLC-load-misses, or topdown-* events: this "
+                      "machine has no hardware PMU (usual in VMs)"]
+
+
+# ---- the GPU as the compute device -----------------------------------------------------------
+
+def _classify_gpu(sig: dict[str, Signal], scope: str) -> Verdict:
+    v = Verdict(scope, "unknown", "gpu")
+    if "gpu_idle" in sig:      # kernel spans: time shares of the GPU-active span
+        idle = sig["gpu_idle"].value
+        comm = sig["gpu_comm_exposed"].value
+        mem = sig["gpu_memory"].value
+        comp = sig["gpu_compute"].value
+        v.shares = {"host": idle, "collectives": comm}
+        v.evidence.append(_ev(sig, "gpu_idle", "gpu_idle_host",
+                              f"GPU idle {_pct(idle)} of the active span (waiting for the host)"))
+        if "short_kernel_share" in sig and sig["short_kernel_share"].value > 0.5 and idle > 0.1:
+            v.evidence.append(_ev(sig, "short_kernel_share", None,
+                                  f"{_pct(sig['short_kernel_share'].value)} of kernels are shorter than "
+                                  f"{value('short_kernel_us'):.0f} µs: launch-bound"))
+        if comm > 0 or "comm_overlap" in sig:
+            text = f"communication not hidden by compute {_pct(comm)} of the active span"
+            if "comm_overlap" in sig:
+                text += f" ({_pct(sig['comm_overlap'].value)} of communication overlapped)"
+            v.evidence.append(_ev(sig, "gpu_comm_exposed", "collective_share", text))
+        v.evidence.append(_ev(sig, "gpu_compute", None, f"compute kernels {_pct(comp)} of the active span"))
+        if mem > 0.01:
+            v.evidence.append(_ev(sig, "gpu_memory", None, f"memcpy/memset {_pct(mem)} of the active span"))
+        v.shares["memory"] = mem
+        kernel_busy = max(0.0, 1 - idle - comm - mem)
+        _split_busy(v, kernel_busy, *_compute_or_memory_gpu(sig))
+        return v
+    # NVML/GPM samples only
+    util = sig["gpu_util"].value
+    v.shares = {"host": 1 - util}
+    v.evidence.append(_ev(sig, "gpu_util", "nvml_util_busy", f"GPU busy {_pct(util)} of the time (NVML)"))
+    _split_busy(v, util, *_compute_or_memory_gpu(sig))
+    if v.verdict != "host" and not v.undecided:
+        v.missing.append("kernel traces (--torch) to separate collectives")
+    return v
+
+
+def _compute_or_memory_gpu(sig: dict[str, Signal]) -> tuple[float | None, list[Evidence], list[str]]:
+    ev: list[Evidence] = []
+    if "gpm_tensor" in sig or "gpm_dram" in sig:
+        tensor = sig["gpm_tensor"].value if "gpm_tensor" in sig else None
+        dram = sig["gpm_dram"].value if "gpm_dram" in sig else None
+        if tensor is not None:
+            ev.append(_ev(sig, "gpm_tensor", "tensor_util_compute", f"tensor cores busy {_pct(tensor)} (GPM)"))
+        if dram is not None:
+            ev.append(_ev(sig, "gpm_dram", "dram_util_memory", f"DRAM bandwidth {_pct(dram)} of peak (GPM)"))
+        if dram is not None and dram >= value("dram_util_memory") and (tensor is None or tensor < value("tensor_util_compute")):
+            return 0.0, ev, []
+        if tensor is not None and tensor >= value("tensor_util_compute") and (dram is None or dram < value("dram_util_memory")):
+            return 1.0, ev, []
+        if tensor is not None and dram is not None:
+            total = tensor / value("tensor_util_compute") + dram / value("dram_util_memory")
+            return (tensor / value("tensor_util_compute")) / total if total else 0.5, ev, []
+        return None, ev, ["both GPM tensor and DRAM utilization"]
+    return None, ev, ["GPM metrics (tensor and DRAM utilization; Hopper and newer) to tell "
+                      "compute-bound kernels from memory-bound ones"]
+
+
+# ---- shared -------------------------------------------------------------------------------
+
+def _split_busy(v: Verdict, busy: float, split: float | None, evidence: list[Evidence],
+                missing: list[str]) -> None:
+    """Share the device's busy time out between compute and memory (or both, undecided),
+    then call the verdict."""
+    v.evidence.extend(evidence)
+    if split is None:
+        v.shares["compute|memory"] = busy
+        v.missing = missing
+    else:
+        v.shares["compute"] = v.shares.get("compute", 0.0) + busy * split
+        v.shares["memory"] = v.shares.get("memory", 0.0) + busy * (1 - split)
+    _decide(v, ("compute", "memory") if split is None else None)
+
+
+def _decide(v: Verdict, undecided_pair: tuple[str, str] | None) -> None:
+    """The leading class, if it leads clearly; else unknown, naming the candidates."""
+    ranked = sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True)
+    if not ranked:
+        return
+    top, top_share = ranked[0]
+    second, second_share = ranked[1] if len(ranked) > 1 else (None, 0.0)
+    margin = top_share - second_share
+    v.confidence = round(max(0.0, min(1.0, margin / 0.5)), 3)
+    if top == "compute|memory":
+        v.verdict, v.undecided = "unknown", list(undecided_pair or ("compute", "memory"))
+    elif margin < value("verdict_margin"):
+        names: list[str] = []
+        for n in (top, second):
+            names += ["compute", "memory"] if n == "compute|memory" else [n] if n else []
+        v.verdict, v.undecided = "unknown", sorted(set(names))
+    else:
+        v.verdict = top
+
+
+def _secondary(sig: dict[str, Signal], v: Verdict) -> None:
+    if "major_faults_per_s" in sig and sig["major_faults_per_s"].value > 10:
+        v.secondary.append(_ev(sig, "major_faults_per_s", None,
+                               f"{sig['major_faults_per_s'].value:,.0f} major page faults/s (reading from disk)"))
+    if "power_ratio" in sig and sig["power_ratio"].value >= value("power_limit"):
+        v.secondary.append(_ev(sig, "power_ratio", "power_limit",
+                               f"drawing {_pct(sig['power_ratio'].value)} of the power limit: clocks capped"))
+    if "throttle" in sig and sig["throttle"].value > 0:
+        v.secondary.append(_ev(sig, "throttle", None, "clock throttling reported by the driver"))
+
+
+def describe(v: Verdict) -> str:
+    """The verdict in one phrase (what would decide an unknown one is in v.missing)."""
+    if v.verdict == "unknown":
+        if v.undecided:
+            lead = "mixed"
+            if set(v.undecided) == {"compute", "memory"}:
+                lead = f"busy {v.device.upper()}"
+            return f"unknown ({lead}: {' vs '.join(v.undecided)} cannot be told apart)"
+        return "unknown (" + ("; ".join(v.missing) or "no signal") + ")"
+    return f"{v.verdict}-bound ({_pct(v.shares.get(v.verdict, 0))} of the time)"

@@ -1,0 +1,168 @@
+"""Everything `counterprof report` shows, as data: the overall verdict, per-window and
+per-region verdicts, counter totals, GPU figures, top kernels. Pure: it takes a run's
+tables (samples as an iterable of batches, so any length fits in memory) and returns a
+Report; render/ turns that into a terminal page, JSON or HTML.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import intervals as iv
+from .classify import NEXT_STEPS, Evidence, Verdict, classify
+from .signals import BUCKET_NS, MAX_BUCKETS, RunData, load_samples, load_spans, signals
+from .summary import Summary, summarize
+from .thresholds import value
+
+MAX_REGIONS = 20
+PLOT_POINTS = 200          # plots get their own resolution: finer than the verdict windows
+MAX_MARKS = 200            # region occurrences kept for the HTML markers
+PLOT_SIGNALS = ("cpu_busy", "ipc", "gpu_util", "gpm_tensor", "gpm_dram", "gpu_idle")
+
+
+@dataclass
+class RegionVerdict:
+    name: str
+    kind: str              # region | annotation | step
+    count: int
+    total_s: float
+    verdict: Verdict
+    occurrences_s: list[tuple[float, float]] = field(default_factory=list)   # from the run's start
+
+
+@dataclass
+class Report:
+    run: dict[str, Any]
+    overall: Verdict
+    window_s: float
+    windows: list[Verdict] = field(default_factory=list)
+    plot_step_s: float = 0.0
+    plot: list[dict[str, float]] = field(default_factory=list)   # signals at plot resolution
+    regions: list[RegionVerdict] = field(default_factory=list)
+    summary: Summary | None = None
+    collectors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    devices: list[dict[str, Any]] = field(default_factory=list)          # per GPU: metric means/peaks
+    top_kernels: list[dict[str, Any]] = field(default_factory=list)
+    next_steps: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_report(samples: Callable[[], Iterable], spans: pa.Table, catalog: dict[str, dict[str, Any]],
+                 meta: dict[str, Any], window_s: float = 1.0) -> Report:
+    """samples: returns a fresh iterable of sample batches each time it is called (the run is
+    read in a few streaming passes, never held whole)."""
+    data = RunData()
+    bucket = _bucket_ns(meta)
+    load_samples(data, samples(), catalog, bucket)
+    load_spans(data, spans, value("short_kernel_us"))
+    summary = summarize(samples(), catalog, meta)
+
+    run_info = {k: meta.get(k) for k in ("id", "command", "status", "start_time", "host", "rank")}
+    collectors = {k: {"status": c.get("status"), "reason": c.get("reason", "")}
+                  for k, c in (meta.get("collectors") or {}).items()}
+    if data.end_ns <= data.start_ns:
+        overall = Verdict("run", "unknown", "none", missing=["samples or spans: the run holds none"])
+        return Report(run_info, overall, window_s, summary=summary, collectors=collectors)
+
+    whole = [(data.start_ns, data.end_ns)]
+    overall = classify(signals(data, whole), "run")
+    overall.start_ns, overall.end_ns = data.start_ns, data.end_ns
+    report = Report(run_info, overall, window_s, summary=summary, collectors=collectors)
+
+    step = int(window_s * 1e9)
+    t = data.start_ns
+    while t < data.end_ns:
+        hi = min(t + step, data.end_ns)
+        sig = signals(data, [(t, hi)])
+        w = classify(sig, f"{(t - data.start_ns) / 1e9:.1f}s")
+        w.start_ns, w.end_ns = t, hi
+        report.windows.append(w)
+        t = hi
+
+    pstep = max(BUCKET_NS, (data.end_ns - data.start_ns) // PLOT_POINTS)
+    report.plot_step_s = pstep / 1e9
+    for t in range(data.start_ns, data.end_ns, pstep):
+        sig = signals(data, [(t, min(t + pstep, data.end_ns))])
+        report.plot.append({"t_s": (t - data.start_ns) / 1e9,
+                            **{k: round(sig[k].value, 6) for k in PLOT_SIGNALS if k in sig}})
+
+    ranked = sorted(data.regions.items(), key=lambda kv: iv.total(kv[1]), reverse=True)
+    for name, occ in ranked[:MAX_REGIONS]:
+        v = classify(signals(data, occ), name)
+        sp = iv.span(occ)
+        v.start_ns, v.end_ns = sp if sp else (None, None)
+        mean_ns = iv.total(occ) / max(1, data.region_count.get(name, 1))
+        if mean_ns < 2 * bucket:
+            v.secondary.append(Evidence(
+                "region_length", mean_ns / 1e9, 2 * bucket / 1e9, "spans",
+                f"occurrences last {mean_ns / 1e6:.1f} ms on average, under twice the sampling "
+                f"interval ({bucket / 1e6:g} ms): counters are smeared across neighbours; sample "
+                "faster (-I 1) to resolve them"))
+        marks = [((a - data.start_ns) / 1e9, (b - data.start_ns) / 1e9) for a, b in occ[:MAX_MARKS]]
+        report.regions.append(RegionVerdict(name, data.region_kind.get(name, "region"),
+                                            data.region_count.get(name, 0), iv.total(occ) / 1e9, v, marks))
+
+    report.top_kernels = top_kernels(spans)
+    report.devices = device_figures(samples(), catalog)
+    shares = overall.shares
+    for cls, text in NEXT_STEPS.items():
+        share = shares.get(cls, 0.0) + (shares.get("compute|memory", 0.0) if cls in ("compute", "memory") else 0.0)
+        if share >= 0.2 or overall.verdict == cls:
+            report.next_steps.append(text)
+    return report
+
+
+def _bucket_ns(meta: dict[str, Any]) -> int:
+    """Resolution for the run's samples: its finest sampling interval (regions shorter than
+    that cannot be resolved anyway), coarser only when the run is very long."""
+    intervals = [float(c["config"]["interval_ms"]) for c in (meta.get("collectors") or {}).values()
+                 if isinstance((c or {}).get("config"), dict) and c["config"].get("interval_ms")]
+    finest = int(min(intervals) * 1e6) if intervals else BUCKET_NS
+    length = max(0, (meta.get("end_ns") or 0) - (meta.get("start_ns") or 0))
+    return max(finest, length // MAX_BUCKETS, 1_000_000)
+
+
+def top_kernels(spans: pa.Table, n: int = 10) -> list[dict[str, Any]]:
+    if spans.num_rows == 0:
+        return []
+    cat = spans["category"].cast(pa.string())
+    k = spans.filter(pc.equal(cat, "kernel"))
+    if k.num_rows == 0:
+        return []
+    dur = pc.subtract(k["end"].cast(pa.int64()), k["start"].cast(pa.int64()))
+    t = pa.table({"name": k["name"], "kclass": k["kernel_class"].cast(pa.string()), "dur": dur})
+    g = t.group_by(["name", "kclass"], use_threads=False).aggregate([("dur", "sum"), ("dur", "count")])
+    total = pc.sum(dur).as_py() or 1
+    rows = sorted(g.to_pylist(), key=lambda r: r["dur_sum"], reverse=True)[:n]
+    return [{"name": r["name"], "class": r["kclass"], "count": r["dur_count"],
+             "total_ms": r["dur_sum"] / 1e6, "share": r["dur_sum"] / total} for r in rows]
+
+
+def device_figures(chunks: Iterable, catalog: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per GPU entity: mean and peak of each GPU metric (sources nvml/gpm)."""
+    acc: dict[tuple[str, str], list[float]] = {}
+    for chunk in chunks:
+        src = chunk["source"].cast(pa.string())
+        mask = pc.or_(pc.equal(src, "nvml"), pc.equal(src, "gpm"))
+        if not pc.any(mask).as_py():
+            continue
+        t = pa.table({"metric": chunk["metric"].cast(pa.string()), "entity": chunk["entity"].cast(pa.string()),
+                      "value": chunk["value"]}).filter(mask)
+        g = t.group_by(["entity", "metric"], use_threads=False).aggregate(
+            [("value", "sum"), ("value", "count"), ("value", "max")])
+        for r in g.to_pylist():
+            a = acc.setdefault((r["entity"], r["metric"]), [0.0, 0, None])
+            a[0] += r["value_sum"] or 0.0
+            a[1] += r["value_count"]
+            a[2] = r["value_max"] if a[2] is None else max(a[2], r["value_max"] or a[2])
+    devices: dict[str, dict[str, Any]] = {}
+    for (entity, metric), (s, n, peak) in sorted(acc.items()):
+        d = devices.setdefault(entity, {"entity": entity, "metrics": {}})
+        d["metrics"][metric] = {"mean": s / n if n else None, "peak": peak,
+                                "unit": (catalog.get(metric) or {}).get("unit", "")}
+    return list(devices.values())

@@ -1,0 +1,368 @@
+"""What the classifier reads, measured over any stretch of a run (the whole run, a 1 s
+window, the occurrences of a region).
+
+RunData holds a run's samples bucketed to a fixed resolution (10 ms: memory stays bounded
+however fine the sampling was) and its spans as interval sets. `signals(data, scope)` turns
+them into named values over a scope, each with where it came from. Pure: no files, no prints.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import intervals as iv
+
+BUCKET_NS = 10_000_000     # default resolution; build_report passes the run's finest interval
+MAX_BUCKETS = 200_000      # per metric: bounds memory however long the run
+
+# metric-name aliases: counterprof's perf names, and what the nvml collector may call things
+CPU_EVENTS = ("task-clock", "cpu-clock", "context-switches", "cpu-migrations", "page-faults",
+              "major-faults", "instructions", "cycles", "cpu-cycles", "LLC-load-misses",
+              "cache-misses", "stalled-cycles-backend", "stalled-cycles-frontend",
+              # Intel top-down level 1 (Icelake and newer: slots + topdown-*)
+              "slots", "topdown-retiring", "topdown-bad-spec", "topdown-fe-bound",
+              "topdown-be-bound", "topdown-mem-bound",
+              # Arm Neoverse
+              "stall_slot", "stall_slot_backend", "stall_slot_frontend", "stall_backend_mem",
+              "cpu_cycles", "inst_retired",
+              # AMD Zen 4 pipeline utilization (PPR names, as perf lists them)
+              "ls_not_halted_cyc", "ex_ret_ops", "de_src_op_disp.all",
+              "de_no_dispatch_per_slot.backend_stalls", "de_no_dispatch_per_slot.no_ops_from_frontend")
+GPU_UTIL = ("gpu.util", "gpu.utilization")
+GPM = {"tensor": ("gpm.tensor_util", "gpm.any_tensor_util"), "dram": ("gpm.dram_bw_util", "gpm.dram_util"),
+       "sm": ("gpm.sm_util",)}
+GPU_KERNEL_CATEGORIES = ("kernel", "memcpy", "memset", "sync")
+
+
+@dataclass
+class Series:
+    """One metric summed over its entities (threads, CPUs) or averaged (GPUs), in buckets."""
+
+    kind: str                       # delta | gauge | ratio
+    starts: list[int]               # bucket's first covered ns (deltas: end - duration)
+    ends: list[int]                 # bucket's last sample time; sorted
+    values: list[float | None]      # deltas: sum; gauges/ratios: mean; None: unknown
+
+    def delta(self, lo: int, hi: int) -> tuple[float, float] | None:
+        """Sum over [lo, hi), each bucket pro-rated by its overlap; (sum, share of the range
+        covered by known values). None when nothing overlaps."""
+        if not self.ends:
+            return None
+        i = bisect_right(self.ends, lo)
+        total = covered = 0.0
+        seen = False
+        while i < len(self.ends) and self.starts[i] < hi:
+            s, e, v = self.starts[i], self.ends[i], self.values[i]
+            i += 1
+            width = max(e - s, 1)
+            ov = min(e, hi) - max(s, lo)
+            if ov <= 0:
+                continue
+            seen = True
+            if v is not None:
+                total += v * ov / width
+                covered += ov
+        if not seen:
+            return None
+        return total, covered / max(hi - lo, 1)
+
+    def mean(self, lo: int, hi: int) -> float | None:
+        """Mean of the gauge/ratio buckets ending inside [lo, hi)."""
+        i, j = bisect_left(self.ends, lo), bisect_left(self.ends, hi)
+        vals = [v for v in self.values[i:j] if v is not None]
+        if not vals:
+            return None
+        return sum(vals) / len(vals)
+
+    def peak(self, lo: int, hi: int) -> float | None:
+        i, j = bisect_left(self.ends, lo), bisect_left(self.ends, hi)
+        vals = [v for v in self.values[i:j] if v is not None]
+        return max(vals) if vals else None
+
+
+@dataclass
+class RunData:
+    series: dict[str, Series] = field(default_factory=dict)     # metric -> series
+    sources: dict[str, str] = field(default_factory=dict)       # metric -> collector
+    start_ns: int = 0
+    end_ns: int = 0
+    gpu_busy: iv.Intervals = field(default_factory=list)         # any GPU activity
+    gpu_class: dict[str, iv.Intervals] = field(default_factory=dict)   # kernel_class -> union
+    gpu_kernel_count: int = 0
+    short_kernels: int = 0                                       # shorter than the threshold
+    cpu_collectives: iv.Intervals = field(default_factory=list)  # gloo & co. on the CPU
+    regions: dict[str, iv.Intervals] = field(default_factory=dict)   # name -> its occurrences
+    region_kind: dict[str, str] = field(default_factory=dict)    # name -> region|annotation|step
+    region_count: dict[str, int] = field(default_factory=dict)
+    kernel_durations_us: list[float] = field(default_factory=list)
+
+    def has(self, metric: str) -> bool:
+        return metric in self.series
+
+
+def load_samples(data: RunData, chunks: Iterable, catalog: dict[str, dict[str, Any]],
+                 bucket_ns: int = BUCKET_NS) -> None:
+    """Bucket samples per metric (Arrow kernels per chunk, then merged)."""
+    acc: dict[tuple[str, int], list] = {}   # (metric, bucket) -> [start, end, sum, n, nulls, src]
+    for chunk in chunks:
+        if chunk.num_rows == 0:
+            continue
+        t = chunk["time"].cast(pa.int64())
+        dur = pc.fill_null(chunk["duration_ns"], 0)
+        tab = pa.table({
+            "src": chunk["source"].cast(pa.string()),
+            "metric": chunk["metric"].cast(pa.string()),
+            "bucket": pc.divide(t, bucket_ns),
+            "start": pc.subtract(t, dur),
+            "end": t,
+            "value": chunk["value"],
+            "null": pc.is_null(chunk["value"]).cast(pa.int64()),
+        })
+        g = tab.group_by(["src", "metric", "bucket"], use_threads=False).aggregate([
+            ("start", "min"), ("end", "max"), ("value", "sum"), ("value", "count"),
+            ("null", "sum")])
+        for r in g.to_pylist():
+            key = (r["metric"], r["bucket"])
+            a = acc.get(key)
+            vsum = r["value_sum"] if r["value_count"] else None
+            if a is None:
+                acc[key] = [r["start_min"], r["end_max"], vsum, r["value_count"], r["null_sum"], r["src"]]
+            else:
+                a[0] = min(a[0], r["start_min"])
+                a[1] = max(a[1], r["end_max"])
+                a[2] = vsum if a[2] is None else (a[2] + (vsum or 0.0))
+                a[3] += r["value_count"]
+                a[4] += r["null_sum"]
+    by_metric: dict[str, list] = {}
+    for (metric, bucket), a in acc.items():
+        by_metric.setdefault(metric, []).append((bucket, a))
+    lo, hi = None, None
+    for metric, rows in by_metric.items():
+        rows.sort()
+        kind = (catalog.get(metric) or {}).get("kind", "delta")
+        s = Series(kind, [], [], [])
+        for _, (start, end, vsum, n, nulls, src) in rows:
+            if kind == "delta":
+                value = None if nulls else vsum    # any unknown member makes the sum unknown
+            else:
+                value = vsum / n if n else None
+            s.starts.append(start)
+            s.ends.append(end)
+            s.values.append(value)
+            data.sources[metric] = src
+            lo = start if lo is None else min(lo, start)
+            hi = end if hi is None else max(hi, end)
+        data.series[metric] = s
+    if lo is not None:
+        data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
+        data.end_ns = max(data.end_ns, hi)
+
+
+def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
+    if spans.num_rows == 0:
+        return
+    cols = {n: spans[n] for n in ("start", "end", "name", "category", "kernel_class", "device")}
+    start = cols["start"].cast(pa.int64()).to_pylist()
+    end = cols["end"].cast(pa.int64()).to_pylist()
+    cat = cols["category"].cast(pa.string()).to_pylist()
+    kclass = cols["kernel_class"].cast(pa.string()).to_pylist()
+    device = cols["device"].to_pylist()
+    name = cols["name"].to_pylist()
+    busy, by_class, cpu_coll, regions = [], {}, [], {}
+    short_ns = short_kernel_us * 1000
+    for s, e, c, k, d, n in zip(start, end, cat, kclass, device, name):
+        if c in GPU_KERNEL_CATEGORIES and d is not None:
+            busy.append((s, e))
+            by_class.setdefault(k or "other", []).append((s, e))
+            if c == "kernel":
+                data.gpu_kernel_count += 1
+                data.kernel_durations_us.append((e - s) / 1000)
+                if e - s < short_ns:
+                    data.short_kernels += 1
+        elif c == "collective":
+            if d is None:
+                cpu_coll.append((s, e))
+            else:
+                by_class.setdefault("communication", []).append((s, e))
+        elif c in ("region", "annotation", "step"):
+            key = "ProfilerStep" if c == "step" else n
+            regions.setdefault(key, []).append((s, e))
+            data.region_kind[key] = c
+            data.region_count[key] = data.region_count.get(key, 0) + 1
+    data.gpu_busy = iv.merge(busy)
+    data.gpu_class = {k: iv.merge(v) for k, v in by_class.items()}
+    data.cpu_collectives = iv.merge(cpu_coll)
+    data.regions = {k: iv.merge(v) for k, v in regions.items()}
+    all_times = [p for p in (iv.span(data.gpu_busy), iv.span(data.cpu_collectives)) if p]
+    for lo, hi in all_times:
+        data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
+        data.end_ns = max(data.end_ns, hi)
+
+
+@dataclass
+class Signal:
+    value: float
+    source: str          # collector / table it came from
+    detail: str = ""     # how it was computed, in words
+
+
+def _first(data: RunData, names: Iterable[str]) -> str | None:
+    return next((n for n in names if n in data.series), None)
+
+
+def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
+    """Every signal measurable over `scope` (a merged interval set)."""
+    out: dict[str, Signal] = {}
+    wall = iv.total(scope)
+    if wall <= 0:
+        return out
+    out["wall_s"] = Signal(wall / 1e9, "run", "wall time of the scope")
+
+    def delta(metric: str) -> float | None:
+        s = data.series.get(metric)
+        if s is None or s.kind != "delta":
+            return None
+        tot, cov = 0.0, 0.0
+        found = False
+        for lo, hi in scope:
+            r = s.delta(lo, hi)
+            if r is not None:
+                found = True
+                tot += r[0]
+                cov += r[1] * (hi - lo)
+        return tot if found and cov > 0 else None
+
+    def mean(metric: str) -> float | None:
+        s = data.series.get(metric)
+        if s is None:
+            return None
+        vals = [m for lo, hi in scope if (m := s.mean(lo, hi)) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    # --- CPU: how busy, how it waits ----------------------------------------------------
+    task = delta("task-clock")
+    if task is not None:
+        out["cpu_busy"] = Signal(task / wall, "perf", "task-clock / wall")
+    else:
+        user, system = delta("proc.cpu_user"), delta("proc.cpu_system")
+        if user is not None:
+            out["cpu_busy"] = Signal((user + (system or 0.0)) * 1e9 / wall, "host",
+                                     "(proc.cpu_user + proc.cpu_system) / wall")
+    for metric, key in (("context-switches", "ctx_switches_per_s"), ("page-faults", "page_faults_per_s"),
+                        ("major-faults", "major_faults_per_s"),
+                        ("proc.ctx_switches_voluntary", "voluntary_switches_per_s")):
+        v = delta(metric)
+        if v is not None:
+            out[key] = Signal(v * 1e9 / wall, data.sources.get(metric, ""), f"{metric} per second")
+    rd = delta("proc.run_delay")
+    if rd is not None:
+        out["run_queue_wait"] = Signal(rd * 1e9 / wall, "host",
+                                       "main threads' run-queue delay / wall (runnable, no CPU free)")
+    io = [v for m in ("proc.read_bytes", "proc.write_bytes") if (v := delta(m)) is not None]
+    if io:
+        out["io_bytes_per_s"] = Signal(sum(io) * 1e9 / wall, "host", "storage bytes read+written per second")
+    iowait = mean("system.cpu_iowait")
+    if iowait is not None:
+        out["system_iowait"] = Signal(iowait / 100, "host", "share of CPU time idle waiting for I/O")
+
+    # --- CPU: what the busy time is made of (hardware counters) ----------------------------
+    ins = delta("instructions") or delta("inst_retired")
+    cyc = delta("cycles") or delta("cpu-cycles") or delta("cpu_cycles")
+    if ins is not None and cyc:
+        out["ipc"] = Signal(ins / cyc, "perf", "instructions / cycles")
+    llc = delta("LLC-load-misses")
+    if llc is not None and ins:
+        out["llc_mpki"] = Signal(1000 * llc / ins, "perf", "LLC-load-misses per 1000 instructions")
+    be = delta("stalled-cycles-backend")
+    if be is not None and cyc:
+        out["backend_stall"] = Signal(be / cyc, "perf", "stalled-cycles-backend / cycles")
+    slots = delta("slots")
+    if slots:   # Intel top-down level 1 (and topdown-mem-bound from level 2)
+        for ev, key in (("topdown-retiring", "td_retiring"), ("topdown-bad-spec", "td_bad_spec"),
+                        ("topdown-fe-bound", "td_frontend"), ("topdown-be-bound", "td_backend"),
+                        ("topdown-mem-bound", "td_memory")):
+            v = delta(ev)
+            if v is not None:
+                out[key] = Signal(v / slots, "perf", f"{ev} / slots")
+    amd_cyc = delta("ls_not_halted_cyc")
+    if amd_cyc:   # AMD Zen 4: 6 dispatch slots per cycle
+        total_slots = 6 * amd_cyc
+        for ev, key in (("ex_ret_ops", "td_retiring"), ("de_no_dispatch_per_slot.backend_stalls", "td_backend"),
+                        ("de_no_dispatch_per_slot.no_ops_from_frontend", "td_frontend")):
+            v = delta(ev)
+            if v is not None:
+                out[key] = Signal(v / total_slots, "perf", f"{ev} / (6 x ls_not_halted_cyc)")
+    arm_slots = delta("stall_slot")
+    arm_cyc = delta("cpu_cycles")
+    if arm_slots is not None and arm_cyc:   # Arm Neoverse: STALL_SLOT_* over slots
+        for ev, key in (("stall_slot_backend", "td_backend"), ("stall_slot_frontend", "td_frontend")):
+            v = delta(ev)
+            if v is not None and arm_slots:
+                out[key] = Signal(v / arm_slots, "perf", f"{ev} / stall_slot")
+        mem = delta("stall_backend_mem")
+        if mem is not None:
+            out["td_memory"] = Signal(mem / arm_cyc, "perf", "stall_backend_mem / cpu_cycles")
+
+    # --- GPU: from NVML/GPM samples ----------------------------------------------------------
+    util_metric = _first(data, GPU_UTIL)
+    if util_metric:
+        u = mean(util_metric)
+        if u is not None:
+            out["gpu_util"] = Signal(u / 100 if u > 1.0 else u, data.sources.get(util_metric, "nvml"),
+                                     f"{util_metric} mean (share of time a kernel ran)")
+    for key, names in GPM.items():
+        m = _first(data, names)
+        if m:
+            v = mean(m)
+            if v is not None:
+                out[f"gpm_{key}"] = Signal(v / 100 if v > 1.0 else v, data.sources.get(m, "gpm"), f"{m} mean")
+
+    # --- GPU and collectives: from spans -----------------------------------------------------
+    if data.gpu_busy:
+        busy = iv.intersect(data.gpu_busy, scope)
+        sp = iv.span(busy)
+        if sp:
+            active = iv.intersect([sp], scope)
+            active_ns = iv.total(active)
+            busy_ns = iv.total(busy)
+            out["gpu_active_share"] = Signal(active_ns / wall, "spans", "GPU-active span / wall")
+            out["gpu_idle"] = Signal(1 - busy_ns / active_ns if active_ns else 0.0, "spans",
+                                     "time no kernel, copy or sync ran / GPU-active span")
+            cls = {k: iv.intersect(v, active) for k, v in data.gpu_class.items()}
+            compute = cls.get("compute", [])
+            comm = cls.get("communication", [])
+            memory = cls.get("memory", [])
+            out["gpu_compute"] = Signal(iv.total(compute) / active_ns, "spans", "compute kernels / active span")
+            exposed_comm = iv.subtract(comm, compute)
+            out["gpu_comm_exposed"] = Signal(iv.total(exposed_comm) / active_ns, "spans",
+                                             "communication not overlapped by compute / active span")
+            out["gpu_memory"] = Signal(iv.total(iv.subtract(iv.subtract(memory, compute), comm)) / active_ns,
+                                       "spans", "memcpy/memset not overlapped by compute or communication / active span")
+            if comm:
+                out["comm_overlap"] = Signal(iv.total(iv.intersect(comm, compute)) / iv.total(comm), "spans",
+                                             "communication overlapped by compute / communication")
+    if data.gpu_kernel_count:
+        out["short_kernel_share"] = Signal(data.short_kernels / data.gpu_kernel_count, "spans",
+                                           "kernels shorter than the launch-cost threshold / kernels")
+    if data.cpu_collectives:
+        coll = iv.intersect(data.cpu_collectives, scope)
+        if coll:
+            out["cpu_collective"] = Signal(iv.total(coll) / wall, "spans",
+                                           "time inside CPU collectives (gloo) / wall")
+            rest = iv.subtract(scope, coll)
+            rest_ns = iv.total(rest)
+            if rest_ns > 0 and "cpu_busy" in out:
+                task_rest = None
+                s = data.series.get("task-clock")
+                if s is not None:
+                    parts = [r for lo, hi in rest if (r := s.delta(lo, hi)) is not None]
+                    if parts:
+                        task_rest = sum(p[0] for p in parts)
+                if task_rest is not None:
+                    out["cpu_busy_outside_collectives"] = Signal(task_rest / rest_ns, "perf",
+                                                                 "task-clock / wall, outside collectives")
+    return out

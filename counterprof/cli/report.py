@@ -1,0 +1,63 @@
+"""counterprof report RUN: what held the workload back, with the evidence.
+
+    counterprof report RUN                 terminal report
+    counterprof report RUN --json          the same, for machines
+    counterprof report RUN --html r.html   one self-contained file with plots
+
+A run a killed profiler left is recovered (compacted) first.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import ArgumentParser, err, guarded, use_system_allocator
+
+
+def main(argv: list[str]) -> int:
+    use_system_allocator()
+    return guarded(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="counterprof report", description=__doc__.split("\n\n")[0])
+    p.add_argument("run", help="run directory")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p.add_argument("--window", type=float, default=1.0, metavar="S",
+                   help="length of the timeline's windows in seconds (default 1)")
+    args = p.parse_args(argv)
+    if not args.window > 0:
+        from .common import UsageFailure
+        raise UsageFailure("--window must be positive", p.format_usage())
+
+    from ..analysis.report import build_report
+    from ..errors import RunDirectoryError
+    from ..store.reader import Run
+    from ..store.recover import needs_recovery, recover
+
+    run = Run(args.run)
+    meta = run.meta
+    if needs_recovery(meta):
+        rep = recover(run.path)
+        err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
+        meta = run.meta
+    spans = run.table("spans")
+    report = build_report(lambda: run.batches("samples"), spans, run.catalog, meta, args.window)
+    if report.overall.device == "none" and not report.windows:
+        raise RunDirectoryError(
+            f"{run.path} holds no samples or spans to judge: every collector was unavailable or "
+            "failed (see `counterprof list` and meta.json's collectors)")
+    if args.json:
+        json.dump(report.to_json(), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        from rich.console import Console
+        from ..render.report_text import report_renderable
+        Console(highlight=False).print(report_renderable(report))
+    if args.html:
+        from ..render.report_html import report_html
+        with open(args.html, "w") as f:
+            f.write(report_html(report))
+        err(f"HTML report: {args.html}")
+    return 0

@@ -1,0 +1,118 @@
+"""`counterprof report --html`: one self-contained file (inline SVG and CSS, no scripts,
+nothing fetched), so it opens anywhere, offline, and can be attached to a ticket.
+Formats a Report; computes nothing."""
+from __future__ import annotations
+
+import html
+import shlex
+
+from ..analysis.classify import Verdict, describe
+from ..analysis.report import Report
+
+COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", "collectives": "#1f8fb5", "host": "#d9a400",
+          "unknown": "#9a9a9a", "compute|memory": "#4a6fd6"}
+PLOTS = [("cpu_busy", "CPU utilization (CPUs busy)", None), ("ipc", "IPC (instructions per cycle)", None),
+         ("gpu_util", "GPU utilization", 1.0), ("gpm_tensor", "tensor-core utilization (GPM)", 1.0),
+         ("gpm_dram", "DRAM bandwidth utilization (GPM)", 1.0), ("gpu_idle", "GPU idle share (traces)", 1.0)]
+W, H, PAD = 900, 120, 40
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:980px}
+h1{font-size:20px} h2{font-size:16px;margin-top:28px} .verdict{font-size:18px;font-weight:600}
+.ev{margin:2px 0 2px 12px} .dim{color:#777;font-size:12px} table{border-collapse:collapse;font-size:13px}
+td,th{padding:2px 10px 2px 0;text-align:left} svg{display:block;margin:6px 0} .legend span{margin-right:14px}
+"""
+
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _bar(v: Verdict, width: int = W) -> str:
+    x, out = 0.0, []
+    for cls, share in sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True):
+        w = share * width
+        if w >= 0.5:
+            out.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="18" fill="{COLORS.get(cls, "#999")}">'
+                       f'<title>{_e(cls)} {100 * share:.1f}%</title></rect>')
+        x += w
+    return f'<svg class="bar" width="{width}" height="18" role="img">{"".join(out)}</svg>'
+
+
+def _plot(r: Report, key: str, title: str, ymax: float | None) -> str:
+    pts = [(p["t_s"], p[key]) for p in r.plot if key in p]
+    if not pts:
+        return ""
+    t_end = max((r.overall.end_ns - r.overall.start_ns) / 1e9, 1e-9)
+    top = ymax or max(1e-9, max(v for _, v in pts) * 1.1)
+    x = lambda t: PAD + (W - 2 * PAD) * min(max(t, 0.0), t_end) / t_end   # noqa: E731
+    y = lambda v: 8 + (H - 16) * (1 - min(v, top) / top)                 # noqa: E731
+    half = r.plot_step_s / 2
+    poly = " ".join(f"{x(t + half):.1f},{y(v):.1f}" for t, v in pts)
+    band = []
+    for w in r.windows:   # the verdict band under the plot
+        x0, x1 = x((w.start_ns - r.overall.start_ns) / 1e9), x((w.end_ns - r.overall.start_ns) / 1e9)
+        band.append(f'<rect x="{x0:.1f}" y="{H}" width="{max(x1 - x0, 0.5):.1f}" height="8" '
+                    f'fill="{COLORS.get(w.verdict, "#999")}"><title>{_e(describe(w))}</title></rect>')
+    marks = []
+    for i, rv in enumerate(r.regions[:5]):   # region markers: where each of the top regions ran
+        yy = H + 12 + 6 * i
+        for a, b in rv.occurrences_s:
+            marks.append(f'<rect x="{x(a):.1f}" y="{yy}" width="{max(x(b) - x(a), 1):.1f}" height="4" '
+                         f'fill="#555"><title>{_e(rv.name)}</title></rect>')
+        marks.append(f'<text x="{W - PAD + 4}" y="{yy + 4}" font-size="9">{_e(rv.name[:18])}</text>')
+    axis = (f'<line x1="{PAD}" y1="{H - 8}" x2="{W - PAD}" y2="{H - 8}" stroke="#ccc"/>'
+            f'<text x="2" y="14" font-size="10">{top:.2g}</text><text x="2" y="{H - 8}" font-size="10">0</text>'
+            f'<text x="{W - PAD}" y="{H + 48}" font-size="10" text-anchor="end">{t_end:.1f} s</text>')
+    return (f'<h3 class="dim">{_e(title)}</h3><svg class="plot" data-signal="{_e(key)}" width="{W + 60}" '
+            f'height="{H + 52}" role="img">{axis}<polyline fill="none" stroke="#333" stroke-width="1.5" '
+            f'points="{poly}"/>{"".join(band)}{"".join(marks)}</svg>')
+
+
+def _evidence(v: Verdict) -> str:
+    out = []
+    for e in v.evidence:
+        extra = f" <span class='dim'>[threshold {e.threshold:g}; {_e(e.source)}]</span>" if e.threshold is not None \
+            else (f" <span class='dim'>[{_e(e.source)}]</span>" if e.source else "")
+        out.append(f"<div class='ev'>• {_e(e.text)}{extra}</div>")
+    for e in v.secondary:
+        out.append(f"<div class='ev dim'>◦ also: {_e(e.text)}</div>")
+    if v.missing and v.verdict == "unknown":
+        out.append(f"<div class='ev'><i>→ would decide it: {_e('; '.join(v.missing))}</i></div>")
+    return "".join(out)
+
+
+def report_html(r: Report) -> str:
+    o = r.overall
+    cmd = shlex.join(r.run.get("command") or []) or "(no command)"
+    legend = "".join(f"<span><svg width='10' height='10' style='display:inline'><rect width='10' height='10' "
+                     f"fill='{c}'/></svg> {_e(k)}</span>" for k, c in COLORS.items())
+    body = [f"<h1>counterprof report: {_e(r.run.get('id'))}</h1><div class='dim'>{_e(cmd)}</div>",
+            f"<p class='verdict' style='color:{COLORS.get(o.verdict, '#333')}'>{_e(describe(o))}</p>",
+            _bar(o), f"<div class='legend dim'>{legend}</div>", _evidence(o)]
+    plots = [_plot(r, k, t, m) for k, t, m in PLOTS]
+    plots = [p for p in plots if p]
+    if plots:
+        body.append(f"<h2>over time ({r.window_s:g} s windows; band: verdict per window; "
+                    f"bars: top regions)</h2>")
+        body.extend(plots)
+    if r.regions:
+        rows = "".join(f"<tr><td>{_e(rv.name)}</td><td>{_e(rv.kind)}</td><td>{rv.count}</td>"
+                       f"<td>{rv.total_s:.3f} s</td><td>{_bar(rv.verdict, 240)}</td><td>{_e(describe(rv.verdict))}</td></tr>"
+                       for rv in r.regions)
+        body.append("<h2>regions</h2><table><tr><th>region</th><th>kind</th><th>count</th><th>time</th>"
+                    f"<th>breakdown</th><th>verdict</th></tr>{rows}</table>")
+    rows = "".join(f"<tr><td>{_e(n)}</td><td>{_e(c.get('status'))}</td><td>{_e(c.get('reason', ''))}</td></tr>"
+                   for n, c in r.collectors.items())
+    body.append(f"<h2>collectors</h2><table>{rows}</table>")
+    if r.summary is not None and r.summary.rows:
+        rows = "".join(f"<tr><td>{_e(x.metric)}</td><td>{'&lt;' + _e(x.status) + '&gt;' if x.value is None else f'{x.value:,.4g}'}"
+                       f"</td><td>{_e(x.unit)}</td><td>{_e(x.note)}</td></tr>" for x in r.summary.rows)
+        body.append(f"<h2>counters</h2><table>{rows}</table>")
+    if r.top_kernels:
+        rows = "".join(f"<tr><td>{_e(k['name'][:90])}</td><td>{_e(k['class'])}</td><td>{k['count']}</td>"
+                       f"<td>{k['total_ms']:.2f} ms</td><td>{100 * k['share']:.1f}%</td></tr>" for k in r.top_kernels)
+        body.append(f"<h2>top kernels</h2><table>{rows}</table>")
+    if r.next_steps:
+        body.append("<h2>what to look at next</h2>" + "".join(f"<div class='ev'>→ {_e(s)}</div>" for s in r.next_steps))
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>counterprof: {_e(r.run.get('id'))}</title>"
+            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")

@@ -1,0 +1,133 @@
+"""`counterprof report` in the terminal. Formats a Report; computes nothing."""
+from __future__ import annotations
+
+import shlex
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from ..analysis.classify import Verdict, describe
+from ..analysis.report import Report
+
+COLORS = {"compute": "green", "memory": "magenta", "collectives": "cyan", "host": "yellow",
+          "unknown": "white", "compute|memory": "blue"}
+LETTER = {"compute": "C", "memory": "M", "collectives": "X", "host": "H", "unknown": "?"}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def shares_bar(v: Verdict, width: int = 40) -> Text:
+    text = Text()
+    for cls, share in sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True):
+        n = round(share * width)
+        if n:
+            text.append("█" * n, style=COLORS.get(cls, "white"))
+    text.append("  ")
+    parts = [f"{cls} {_pct(s)}" for cls, s in sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True)
+             if s >= 0.005]
+    text.append("  ".join(parts))
+    return text
+
+
+def evidence_lines(v: Verdict, indent: str = "  ") -> list[Text]:
+    out = []
+    for e in v.evidence:
+        line = Text(f"{indent}• {e.text}")
+        if e.threshold is not None:
+            line.append(f"  [threshold {e.threshold:g}; {e.source}]", style="dim")
+        elif e.source:
+            line.append(f"  [{e.source}]", style="dim")
+        out.append(line)
+    for e in v.secondary:
+        out.append(Text(f"{indent}◦ also: {e.text}", style="dim"))
+    if v.missing and v.verdict == "unknown":
+        out.append(Text(f"{indent}→ would decide it: " + "; ".join(v.missing), style="italic"))
+    return out
+
+
+def timeline(r: Report, width: int = 100) -> Text:
+    text = Text()
+    wins = r.windows
+    if not wins:
+        return text
+    stride = max(1, -(-len(wins) // width))   # ceil: one character per `stride` windows
+    for i in range(0, len(wins), stride):
+        group = wins[i:i + stride]
+        verdicts = [w.verdict for w in group]
+        top = max(set(verdicts), key=verdicts.count)
+        text.append(LETTER.get(top, "?"), style=COLORS.get(top, "white"))
+    return text
+
+
+def report_renderable(r: Report):
+    parts = []
+    cmd = shlex.join(r.run.get("command") or []) or "(no command)"
+    parts.append(Text(f"counterprof report: {r.run.get('id')}  '{cmd}'", style="bold"))
+    o = r.overall
+    head = Text("\nverdict: ", style="bold")
+    head.append(describe(o), style=f"bold {COLORS.get(o.verdict, 'white')}")
+    if o.verdict != "unknown":
+        head.append(f"   confidence {o.confidence:.2f}", style="dim")
+    head.append(f"   (compute device: {o.device})", style="dim")
+    parts.append(head)
+    if o.shares:
+        parts.append(Text("time: ") + shares_bar(o))
+    parts.extend(evidence_lines(o))
+
+    if r.windows:
+        parts.append(Text(f"\ntimeline ({r.window_s:g} s windows, {len(r.windows)} of them): ", style="bold"))
+        parts.append(timeline(r))
+        parts.append(Text("  C compute  M memory  X collectives  H host  ? unknown", style="dim"))
+
+    if r.regions:
+        t = Table(title="regions", title_justify="left", box=None, pad_edge=False)
+        for col in ("region", "kind", "count", "time", "verdict", "evidence"):
+            t.add_column(col, overflow="fold")
+        for rv in r.regions:
+            first = rv.verdict.evidence[0].text if rv.verdict.evidence else ""
+            t.add_row(rv.name, rv.kind, str(rv.count), f"{rv.total_s:.3f} s",
+                      Text(describe(rv.verdict), style=COLORS.get(rv.verdict.verdict, "white")), first)
+        parts.extend([Text(""), t])
+
+    t = Table(title="collectors", title_justify="left", box=None, pad_edge=False)
+    t.add_column("collector")
+    t.add_column("status")
+    t.add_column("why")
+    for name, c in r.collectors.items():
+        style = "green" if c.get("status") == "ok" else "yellow"
+        t.add_row(name, Text(str(c.get("status")), style=style), c.get("reason", ""))
+    parts.extend([Text(""), t])
+
+    if r.summary is not None and r.summary.rows:
+        parts.append(r.summary)
+
+    if r.devices:
+        t = Table(title="GPUs", title_justify="left", box=None, pad_edge=False)
+        for col in ("gpu", "metric", "mean", "peak", "unit"):
+            t.add_column(col)
+        for d in r.devices:
+            for metric, m in d["metrics"].items():
+                t.add_row(d["entity"], metric, _num(m["mean"]), _num(m["peak"]), m["unit"])
+        parts.extend([Text(""), t])
+
+    if r.top_kernels:
+        t = Table(title="top kernels", title_justify="left", box=None, pad_edge=False)
+        for col in ("kernel", "class", "count", "total", "share"):
+            t.add_column(col, overflow="fold")
+        for k in r.top_kernels:
+            t.add_row(k["name"][:80], k["class"] or "", str(k["count"]), f"{k['total_ms']:.2f} ms", _pct(k["share"]))
+        parts.extend([Text(""), t])
+
+    if r.next_steps:
+        parts.append(Text("\nwhat to look at next:", style="bold"))
+        parts.extend(Text(f"  → {s}") for s in r.next_steps)
+    return Group(*parts)
+
+
+def _num(x) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"

@@ -1,0 +1,47 @@
+"""A 2-rank torch.distributed job on the CPU (gloo) doing large all_reduce calls.
+
+Expected verdict: collectives (most of each step is inside all_reduce). Needs the torch
+collector to see the collectives: counterprof run --torch -- python examples/gloo_allreduce.py
+
+Run as is, it starts its two ranks itself (each with RANK/WORLD_SIZE in its environment,
+as torchrun would); under torchrun (RANK already set) it is one rank.
+Usage: python examples/gloo_allreduce.py [STEPS]   (default 30; 32 MB per all_reduce)
+"""
+import os
+import socket
+import subprocess
+import sys
+
+
+def rank_main(steps: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    t = torch.ones(8 * 1024 * 1024)              # 32 MB of float32
+    for _ in range(steps):
+        dist.all_reduce(t)
+        t.mul_(1.0 / dist.get_world_size())      # a little compute between collectives
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def launch(steps: int, world: int = 2) -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen([sys.executable, __file__, str(steps)], env=env))
+    return max(p.wait() for p in procs)
+
+
+if __name__ == "__main__":
+    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    if "RANK" in os.environ:
+        rank_main(steps)
+    else:
+        sys.exit(launch(steps))

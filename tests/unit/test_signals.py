@@ -1,0 +1,74 @@
+"""Signals over scopes from recorded samples and spans: pro-rating, buckets, span classes."""
+import pyarrow as pa
+import pytest
+
+from counterprof.analysis.signals import RunData, load_samples, load_spans, signals
+from counterprof.schema import samples_batch, spans_batch
+
+MS = 1_000_000
+CATALOG = {"task-clock": {"kind": "delta"}, "instructions": {"kind": "delta"},
+           "cycles": {"kind": "delta"}, "gpu.util": {"kind": "gauge"}}
+
+
+def samples(rows):
+    """rows: (end_ns, duration_ns, metric, entity, value)"""
+    return samples_batch([r[0] for r in rows], [r[1] for r in rows], "perf", [r[2] for r in rows],
+                         [r[3] for r in rows], [r[4] for r in rows])
+
+
+def test_deltas_are_pro_rated_over_a_scope():
+    # task-clock: 100 ms intervals, fully busy (100 ms of CPU per 100 ms), two threads
+    rows = []
+    for k in range(1, 11):
+        for tid in ("tid:1", "tid:2"):
+            rows.append((k * 100 * MS, 100 * MS, "task-clock", tid, 100.0 * MS))
+    data = RunData()
+    load_samples(data, [samples(rows)], CATALOG)
+    assert (data.start_ns, data.end_ns) == (0, 1000 * MS)
+    s = signals(data, [(0, 1000 * MS)])
+    assert s["cpu_busy"].value == pytest.approx(2.0)
+    s = signals(data, [(150 * MS, 250 * MS)])        # straddles two intervals: pro-rated
+    assert s["cpu_busy"].value == pytest.approx(2.0)
+    s = signals(data, [(0, 100 * MS), (500 * MS, 600 * MS)])
+    assert s["wall_s"].value == pytest.approx(0.2)
+
+
+def test_unknown_interval_does_not_count_as_zero():
+    rows = [(100 * MS, 100 * MS, "instructions", "process", 1e9),
+            (100 * MS, 100 * MS, "cycles", "process", 5e8),
+            (200 * MS, 100 * MS, "instructions", "process", None),
+            (200 * MS, 100 * MS, "cycles", "process", 5e8)]
+    data = RunData()
+    load_samples(data, [samples(rows)], CATALOG)
+    assert signals(data, [(0, 100 * MS)])["ipc"].value == pytest.approx(2.0)
+    assert "ipc" not in signals(data, [(100 * MS, 200 * MS)])
+
+
+def test_spans_give_gpu_shares():
+    # stream: compute 0-40, comm 30-70 (overlaps compute 30-40), memcpy 80-90; active 0-90
+    t = pa.Table.from_batches([spans_batch(
+        start=[0, 30 * MS, 80 * MS], end=[40 * MS, 70 * MS, 90 * MS],
+        name=["gemm", "ncclDevKernel_AllReduce", "Memcpy DtoD"], category=["kernel", "kernel", "memcpy"],
+        kernel_class=["compute", "communication", "memory"], device=[0, 0, 0], stream=[7, 8, 7])])
+    data = RunData()
+    load_spans(data, t, short_kernel_us=10)
+    s = signals(data, [(0, 100 * MS)])
+    assert s["gpu_active_share"].value == pytest.approx(0.9)
+    assert s["gpu_idle"].value == pytest.approx(1 - 80 / 90)      # busy 0-70 and 80-90
+    assert s["gpu_compute"].value == pytest.approx(40 / 90)
+    assert s["gpu_comm_exposed"].value == pytest.approx(30 / 90)
+    assert s["gpu_memory"].value == pytest.approx(10 / 90)
+    assert s["comm_overlap"].value == pytest.approx(10 / 40)
+
+
+def test_regions_and_cpu_collectives_from_spans():
+    t = pa.Table.from_batches([spans_batch(
+        start=[0, 50 * MS, 10 * MS, 20 * MS], end=[10 * MS, 60 * MS, 15 * MS, 40 * MS],
+        name=["dataloader", "dataloader", "ProfilerStep#3", "gloo:all_reduce"],
+        category=["region", "region", "step", "collective"])])
+    data = RunData()
+    load_spans(data, t, short_kernel_us=10)
+    assert data.regions["dataloader"] == [(0, 10 * MS), (50 * MS, 60 * MS)]
+    assert data.region_count == {"dataloader": 2, "ProfilerStep": 1}
+    s = signals(data, [(0, 100 * MS)])
+    assert s["cpu_collective"].value == pytest.approx(0.2)
