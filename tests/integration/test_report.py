@@ -1,6 +1,7 @@
 """`counterprof report` on labelled workloads (examples/, expected verdict in each docstring),
 on damaged and empty runs, and the HTML report in a real headless browser."""
 import json
+import os
 import shutil
 import struct
 import subprocess
@@ -12,6 +13,8 @@ import pytest
 from helpers import EXAMPLES, HAS_PMU, PYTHON, REPO, run_cli
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None and os.environ.get("COUNTERPROF_REQUIRE_CHROMIUM"):
+    raise RuntimeError("COUNTERPROF_REQUIRE_CHROMIUM is set but chromium is not installed")
 
 
 def profile_and_report(tmp_path, *cmd, run_args=("-I", "10"), report_args=()):
