@@ -30,8 +30,9 @@ from .metrics import METRICS
 from .procs import tree_pids
 from .sampler import MIN_GPM_WINDOW_MS, GpuSampler, WallClock
 
-EMIT_EVERY_NS = 1_000_000_000   # one batch a second: a killed profiler loses < 1 s
-SLOW_EVERY_NS = 1_000_000_000   # the driver's sample buffer and per-process memory
+# once a second: the driver's sample buffer, per-process memory, and the emit (one batch a
+# second: a killed profiler loses < 1 s)
+SLOW_EVERY_NS = 1_000_000_000
 
 
 def _open(config: dict[str, Any]) -> Nvml:
@@ -57,7 +58,6 @@ class NvmlCollector(Collector):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rows: list[tuple] = []
-        self._last_emit = 0
         self._thread_cpu_s = 0.0
         self._failures: list[str] = []
         self._cataloged: set[str] = set()
@@ -76,7 +76,9 @@ class NvmlCollector(Collector):
         try:
             physical = devices.physical_gpus(nvml)
             if not physical:
-                return Availability(False, "the NVIDIA driver is loaded but reports no GPU")
+                why = "; ".join(nvml.errors.values())
+                return Availability(False, "the NVIDIA driver is loaded but reports no GPU"
+                                    + (f" ({why})" if why else ""))
             visible = devices.visible_gpus(nvml, physical, os.environ.get("CUDA_VISIBLE_DEVICES"))
             if not visible:
                 return Availability(False, f"CUDA_VISIBLE_DEVICES="
@@ -177,7 +179,6 @@ class NvmlCollector(Collector):
         self.run_facts["gpus"] = [g.facts(driver) for g in gpus]
         self._catalog(set().union(*(s.metrics() for s in self.samplers)) if self.samplers else set())
         self._update_details()
-        self._last_emit = self._last_slow = ctx.clock.now_ns()
         ready = threading.Event()
         tid: list[int] = []
 
@@ -200,45 +201,38 @@ class NvmlCollector(Collector):
             self.ctx.add_metrics([m for m in METRICS if m.name in new])
 
     def _loop(self) -> None:
+        """Three deadlines: the fast tick, the GPM window, and once a second the slow part
+        and the emit (so a batch leaves at least once a second whatever the intervals)."""
         period = float(self.config["interval_ms"]) * 1e6
         gpm_period = float(self.config["gpm_interval_ms"]) * 1e6
         clock = self.ctx.clock
-        next_tick = next_gpm = clock.now_ns()
-        next_tick += period
-        next_gpm += gpm_period
+        now = clock.now_ns()
+        next_tick, next_gpm, next_slow = now + period, now + gpm_period, now + SLOW_EVERY_NS
         try:
-            while True:
-                wait = (min(next_tick, next_gpm) - clock.now_ns()) / 1e9
+            while self.samplers:
+                wait = (min(next_tick, next_gpm, next_slow) - clock.now_ns()) / 1e9
                 if self._stop.wait(max(0.0, wait)):
                     break
                 now = clock.now_ns()
                 if now >= next_tick:
-                    self.tick()
-                    next_tick = max(next_tick + period, now)   # behind: skip, do not burst
+                    self.wall.refresh()
+                    self._each(GpuSampler.tick)
+                    next_tick = max(next_tick + period, now)       # behind: skip, do not burst
                 if now >= next_gpm:
                     self._each(GpuSampler.gpm_tick)
                     # from the end of this tick, not a fixed grid: a late tick must not make
                     # the next window shorter than asked (NVML wants >= 100 ms)
                     next_gpm = clock.now_ns() + gpm_period
-                if not self.samplers:
-                    break
+                if now >= next_slow:
+                    self._slow()
+                    self.flush()
+                    next_slow = max(next_slow + SLOW_EVERY_NS, now)
         except NvmlUnavailable as exc:
             self._fail(f"NVML stopped answering: {exc}")
         except Exception as exc:
             self._fail(f"{type(exc).__name__}: {exc}")
         finally:
             self._thread_cpu_s = time.thread_time()
-
-    def tick(self) -> None:
-        """One fast tick of every GPU; once a second also the slow part and an emit."""
-        self.wall.refresh()
-        self._each(GpuSampler.tick)
-        now = self.ctx.clock.now_ns()
-        if now - self._last_slow >= SLOW_EVERY_NS:
-            self._last_slow = now
-            self._slow()
-        if now - self._last_emit >= EMIT_EVERY_NS:
-            self.flush()
 
     def _slow(self) -> None:
         pids = tree_pids(self.root) if self.root is not None else None
@@ -273,7 +267,6 @@ class NvmlCollector(Collector):
 
     def flush(self) -> None:
         rows, self._rows = self._rows, []
-        self._last_emit = self.ctx.clock.now_ns()
         if rows:
             t, d, m, e, v = zip(*rows)
             self.ctx.emit("samples", samples_batch(list(t), list(d), self.name, list(m), list(e), list(v)))

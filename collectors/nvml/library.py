@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import importlib
+import struct
 from typing import Any
 
 from counterprof.errors import (
@@ -31,6 +32,33 @@ _VALUE_MEMBERS = {
     5: ("siVal", None),
     6: ("usVal", 16),
 }
+
+
+# nvmlValue_t's 8 bytes decoded by value type (little-endian, as the structs are on x86/Arm)
+_RAW = {0: struct.Struct("<d"), 1: struct.Struct("<I4x"),
+        2: struct.Struct("<Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "<I4x"),
+        3: struct.Struct("<Q"), 4: struct.Struct("<q"), 5: struct.Struct("<i4x"), 6: struct.Struct("<H6x")}
+
+
+def _record_format(cls) -> struct.Struct | None:
+    """One struct.Struct for the whole c_nvmlFieldValue_t record, laid out from the ctypes
+    class's own offsets: (timestamp, valueType, nvmlReturn, value bytes). Decoding the array
+    at once skips pynvml's Python-level __getattribute__ on every member of every field.
+    None when the layout is not the one this code knows (then members are read one by one)."""
+    try:
+        want = [("timestamp", "q", 8), ("valueType", "I", 4), ("nvmlReturn", "I", 4), ("value", "8s", 8)]
+        parts, pos = [], 0
+        for name, code, size in sorted(want, key=lambda w: getattr(cls, w[0]).offset):
+            member = getattr(cls, name)
+            if member.size != size or member.offset < pos:
+                return None
+            parts.append("x" * (member.offset - pos) + code)
+            pos = member.offset + size
+        parts.append("x" * (ctypes.sizeof(cls) - pos))
+        fmt = struct.Struct("<" + "".join(parts))
+        return fmt if fmt.size == ctypes.sizeof(cls) else None
+    except (AttributeError, TypeError):
+        return None
 
 
 def union_value(value_type: int, value) -> tuple[float | None, int | None]:
@@ -59,6 +87,7 @@ class Nvml:
         self.unsupported: dict[str, list[str]] = {}
         # name -> the first error message seen (errors other than NOT_SUPPORTED)
         self.errors: dict[str, str] = {}
+        self._record: struct.Struct | None | bool = None     # see _record_format
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -120,13 +149,24 @@ class Nvml:
         if values is None:
             return [None] * len(fields)
         out: list[tuple[float, int | None, int] | None] = []
-        for v, name in zip(values, names):
-            if v.nvmlReturn != NVML_SUCCESS:
-                self.note(name, v.nvmlReturn, where)
+        if self._record is None:
+            self._record = _record_format(getattr(self.lib, "c_nvmlFieldValue_t", None)) or False
+        if self._record and isinstance(values, ctypes.Array):
+            records = self._record.iter_unpack(memoryview(values).cast("B"))
+        else:
+            records = ((v.timestamp, v.valueType, v.nvmlReturn, v.value) for v in values)
+        for (stamp, vtype, ret, raw), name in zip(records, names):
+            if ret != NVML_SUCCESS:
+                self.note(name, ret, where)
                 out.append(None)
                 continue
-            number, width = union_value(v.valueType, v.value)
-            out.append(None if number is None else (number, width, int(v.timestamp)))
+            if isinstance(raw, bytes):
+                dec = _RAW.get(vtype)
+                number = float(dec.unpack(raw)[0]) if dec else None
+                width = _VALUE_MEMBERS.get(vtype, (None, None))[1]
+            else:
+                number, width = union_value(vtype, raw)
+            out.append(None if number is None else (number, width, int(stamp)))
         return out
 
     def is_unsupported(self, name: str, where: str = "") -> bool:

@@ -85,6 +85,9 @@ class GpuSampler:
         # calls without a field: on until the first read says NOT_SUPPORTED
         self.use = {"util": True, "memory": True, "sm_clock": True, "mem_clock": True,
                     "temp": True, "reasons": True, "procs": True}
+        self.clock_sm = nvml.const("NVML_CLOCK_SM", 1)
+        self.clock_mem = nvml.const("NVML_CLOCK_MEM", 2)
+        self.temp_gpu = nvml.const("NVML_TEMPERATURE_GPU", 0)
         self.reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons"
                            if hasattr(lib, "nvmlDeviceGetCurrentClocksEventReasons")
                            else "nvmlDeviceGetCurrentClocksThrottleReasons")
@@ -98,6 +101,7 @@ class GpuSampler:
         # GPM
         self.gpm_metrics: list[tuple[int, str, float, str]] = []
         self.gpm_samples: list = []
+        self.gpm_request = None
         self.gpm_prev_ns = 0
         self.gpm_status = "off"
         if gpm:
@@ -230,34 +234,35 @@ class GpuSampler:
                         continue
                     self.last_stamp[i] = stamp
                     rows.append((wall.run_ns(stamp), None, spec.metric, entity, value * spec.scale))
-        use = self.use
+        use, now_ns = self.use, wall.clock.now_ns       # each reading stamped when its call returned
         if use["util"]:
             u = nvml.call("nvmlDeviceGetUtilizationRates", h, where=w)
             if u is not None:
+                now = now_ns()
                 rows.append((now, None, "gpu.util", w, float(u.gpu)))
                 rows.append((now, None, "gpu.mem_util", w, float(u.memory)))
         if use["memory"]:
             m = nvml.call("nvmlDeviceGetMemoryInfo", h, where=w)
             if m is not None:
-                rows.append((now, None, "gpu.mem_used", w, float(m.used)))
+                rows.append((now_ns(), None, "gpu.mem_used", w, float(m.used)))
         if use["sm_clock"]:
-            c = nvml.call("nvmlDeviceGetClockInfo", h, nvml.const("NVML_CLOCK_SM", 1), where=w,
+            c = nvml.call("nvmlDeviceGetClockInfo", h, self.clock_sm, where=w,
                           name="nvmlDeviceGetClockInfo(NVML_CLOCK_SM)")
             if c is not None:
-                rows.append((now, None, "gpu.sm_clock", w, float(c)))
+                rows.append((now_ns(), None, "gpu.sm_clock", w, float(c)))
         if use["mem_clock"]:
-            c = nvml.call("nvmlDeviceGetClockInfo", h, nvml.const("NVML_CLOCK_MEM", 2), where=w,
+            c = nvml.call("nvmlDeviceGetClockInfo", h, self.clock_mem, where=w,
                           name="nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)")
             if c is not None:
-                rows.append((now, None, "gpu.mem_clock", w, float(c)))
+                rows.append((now_ns(), None, "gpu.mem_clock", w, float(c)))
         if use["temp"]:
-            t = nvml.call("nvmlDeviceGetTemperature", h, nvml.const("NVML_TEMPERATURE_GPU", 0), where=w)
+            t = nvml.call("nvmlDeviceGetTemperature", h, self.temp_gpu, where=w)
             if t is not None:
-                rows.append((now, None, "gpu.temp", w, float(t)))
+                rows.append((now_ns(), None, "gpu.temp", w, float(t)))
         if use["reasons"]:
             r = nvml.call(self.reasons_fn, h, where=w)
             if r is not None:
-                rows.append((now, None, "gpu.throttle_reasons", w, float(r)))
+                rows.append((now_ns(), None, "gpu.throttle_reasons", w, float(r)))
 
     def gpm_tick(self, rows: list) -> None:
         """The GPM metrics over the window since the previous GPM sample."""
@@ -270,12 +275,16 @@ class GpuSampler:
         if nvml.call("nvmlGpmSampleGet", self.gpu.handle, cur, where=w) is None:
             return
         now = self.wall.clock.now_ns()
-        req = lib.c_nvmlGpmMetricsGet_t()
-        req.version = nvml.const("NVML_GPM_METRICS_GET_VERSION", 1)
-        req.numMetrics = len(self.gpm_metrics)
+        req = self.gpm_request
+        if req is None or req.numMetrics != len(self.gpm_metrics):
+            # built once (it holds room for every GPM metric NVML knows, ~19 KB); NVML fills
+            # in value and nvmlReturn per metric and leaves the ids alone
+            req = self.gpm_request = lib.c_nvmlGpmMetricsGet_t()
+            req.version = nvml.const("NVML_GPM_METRICS_GET_VERSION", 1)
+            req.numMetrics = len(self.gpm_metrics)
+            for i, (mid, *_rest) in enumerate(self.gpm_metrics):
+                req.metrics[i].metricId = mid
         req.sample1, req.sample2 = prev, cur
-        for i, (mid, *_rest) in enumerate(self.gpm_metrics):
-            req.metrics[i].metricId = mid
         got = nvml.call("nvmlGpmMetricsGet", req, where=w)
         if got is not None:
             window = now - self.gpm_prev_ns

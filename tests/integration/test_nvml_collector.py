@@ -348,9 +348,20 @@ def test_cli_run_and_list_with_a_gpu(tmp_path):
     assert [g["index"] for g in run.meta["gpus"]] == [0, 1]
     util = rows(run, "gpu.util")
     assert {e for *_, e in util} == {"gpu:0", "gpu:1"} and len(util) >= 2 * 15
+    text = str(run.summary())
+    assert "(nvml collector)" in text and "gpu.energy" in text
     listing = cli_with_fake("list", "--json")
     nv = next(c for c in json.loads(listing.stdout)["collectors"] if c["name"] == "nvml")
     assert nv["available"] is True
     table = nv["tables"][0]
     assert table["title"] == "GPUs" and table["rows"][0][:2] == ["gpu:0", "NVIDIA H100 80GB HBM3"]
     assert table["rows"][0][-1] == "yes"                     # GPM
+
+
+def test_a_batch_leaves_every_second_whatever_the_interval(tmp_path):
+    log = BatchLog()
+    run = record(tmp_path / "r", FakeNvml([hopper()]), seconds=2.6, sinks=[log], interval_ms=5000)
+    arrivals = [t for t, _ in log.arrivals]
+    assert len(arrivals) >= 3                       # at ~1 s, ~2 s and at stop
+    assert all(b - a < 1.3 for a, b in zip(arrivals, arrivals[1:]))
+    assert rows(run, "gpm.sm_util", "gpu:0")        # GPM kept its own 100 ms windows

@@ -233,3 +233,40 @@ def test_nvml_wall_clock_stamps_land_on_the_runs_axis_after_a_wall_clock_step():
     stamp_us = time.time_ns() // 1000          # what NVML stamps a reading taken now with
     assert abs(wall.run_ns(stamp_us) - stepped.now_ns()) < 50_000_000
     assert abs(wall.now_us() - stamp_us) < 50_000
+
+
+def test_field_values_decode_the_array_at_once_as_member_by_member():
+    """The chokepoint unpacks nvidia-ml-py's c_nvmlFieldValue_t array in one go; it must read
+    what the members say, for every value type and per-field return code."""
+    T = pynvml
+    cases = [(T.NVML_VALUE_TYPE_DOUBLE, "dVal", -2.5, T.NVML_SUCCESS),
+             (T.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 2**32 - 1, T.NVML_SUCCESS),
+             (T.NVML_VALUE_TYPE_UNSIGNED_LONG, "ulVal", 2**40, T.NVML_SUCCESS),
+             (T.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**63 + 9, T.NVML_SUCCESS),
+             (T.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -(2**40), T.NVML_SUCCESS),
+             (T.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -7, T.NVML_SUCCESS),
+             (T.NVML_VALUE_TYPE_UNSIGNED_SHORT, "usVal", 65535, T.NVML_SUCCESS),
+             (T.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 5, T.NVML_ERROR_NOT_SUPPORTED)]
+    array = (T.c_nvmlFieldValue_t * len(cases))()
+    for i, (vtype, member, value, ret) in enumerate(cases):
+        array[i].fieldId, array[i].timestamp = 100 + i, 1_700_000_000_000_000 + i
+        array[i].valueType, array[i].nvmlReturn = vtype, ret
+        setattr(array[i].value, member, value)
+
+    class Stub(FakeNvml):
+        def nvmlDeviceGetFieldValues(self, handle, ids):
+            return self.result
+
+    names = [f"f{i}" for i in range(len(cases))]
+    got = {}
+    for label, result in (("array", array), ("list", list(array))):   # fast path, member path
+        stub = Stub([hopper()])
+        stub.result = result
+        nvml = open_nvml(stub)
+        got[label] = nvml.field_values(None, [(0, 0)] * len(cases), names, "gpu:0")
+        assert nvml.unsupported == {"f7": ["gpu:0"]}
+        nvml.close()
+    assert got["array"] == got["list"]
+    expect = [(float(v), w, 1_700_000_000_000_000 + i) for i, (v, w) in enumerate(
+        [(-2.5, None), (2**32 - 1, 32), (2**40, 64), (2**63 + 9, 64), (-(2**40), None), (-7, None), (65535, 16)])]
+    assert got["array"] == expect + [None]
