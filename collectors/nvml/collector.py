@@ -33,6 +33,7 @@ from .sampler import MIN_GPM_WINDOW_MS, GpuSampler, WallClock
 # once a second: the driver's sample buffer, per-process memory, and the emit (one batch a
 # second: a killed profiler loses < 1 s)
 SLOW_EVERY_NS = 1_000_000_000
+MERGE_NS = 5_000_000            # deadlines this close together are met in one wake-up
 
 
 def _open(config: dict[str, Any]) -> Nvml:
@@ -202,7 +203,13 @@ class NvmlCollector(Collector):
 
     def _loop(self) -> None:
         """Three deadlines: the fast tick, the GPM window, and once a second the slow part
-        and the emit (so a batch leaves at least once a second whatever the intervals)."""
+        and the emit (so a batch leaves at least once a second whatever the intervals).
+
+        The fast tick and GPM are each scheduled from the end of the work, not on a fixed
+        grid: a late wake-up never makes a GPM window shorter than asked (NVML wants >= 100 ms),
+        and with equal periods (the default) both fall due together, so the thread wakes once
+        per period instead of twice. In-process every wake-up is a GIL hand-off with the
+        workload. A fast tick or the slow part due within MERGE_NS is done at the same wake-up."""
         period = float(self.config["interval_ms"]) * 1e6
         gpm_period = float(self.config["gpm_interval_ms"]) * 1e6
         clock = self.ctx.clock
@@ -214,19 +221,24 @@ class NvmlCollector(Collector):
                 if self._stop.wait(max(0.0, wait)):
                     break
                 now = clock.now_ns()
-                if now >= next_tick:
+                soon = now + MERGE_NS
+                ticked = windowed = False
+                if next_gpm <= now:
+                    self._each(GpuSampler.gpm_tick)
+                    windowed = True
+                if next_tick <= soon:
                     self.wall.refresh()
                     self._each(GpuSampler.tick)
-                    next_tick = max(next_tick + period, now)       # behind: skip, do not burst
-                if now >= next_gpm:
-                    self._each(GpuSampler.gpm_tick)
-                    # from the end of this tick, not a fixed grid: a late tick must not make
-                    # the next window shorter than asked (NVML wants >= 100 ms)
-                    next_gpm = clock.now_ns() + gpm_period
-                if now >= next_slow:
+                    ticked = True
+                if next_slow <= soon:
                     self._slow()
                     self.flush()
                     next_slow = max(next_slow + SLOW_EVERY_NS, now)
+                done = clock.now_ns()
+                if ticked:
+                    next_tick = done + period
+                if windowed:
+                    next_gpm = done + gpm_period
         except NvmlUnavailable as exc:
             self._fail(f"NVML stopped answering: {exc}")
         except Exception as exc:

@@ -1,6 +1,6 @@
 """The nvml collector's cost, with the fake NVML of tests/fake_nvml.py (no GPU needed).
 
-    python tests/bench/nvml_tick.py                 # ~1.5 minutes
+    python tests/bench/nvml_tick.py                 # ~4 minutes
     python tests/bench/nvml_tick.py --quick
     python tests/bench/nvml_tick.py --gpus 8 --rounds 9 --json nvml-bench.json
 
@@ -15,6 +15,9 @@ Parts:
             library's), so the rest is counterprof's own Python per tick. These are hot-loop
             figures: in the live thread, which wakes every interval with cold caches, the same
             tick costs several times more (the slowdown part's thread CPU shows it).
+  cli       tests/bench/workload.py as its own process, alone (twice: the second is the noise
+            reference) and under `counterprof run --collectors nvml` at 10 Hz and 100 Hz, with
+            the fake in the profiler's process: the slowdown a launched workload sees.
   slowdown  tests/bench/workload.py's CPU-bound loop in this process: alone, alone again
             (the noise reference), and inside
             counterprof.profile(collectors=["nvml"]) at 10 Hz and at 100 Hz (GPM at its
@@ -168,6 +171,55 @@ def slowdown(n_gpus: int, seconds: float, rounds: int, seed: int) -> dict:
     return out
 
 
+CLI_WITH_FAKE = ("import sys; sys.path.insert(0, {tests!r}); import fake_nvml; "
+                 "sys.modules['pynvml'] = fake_nvml.FakeNvml([fake_nvml.hopper(bus_id='00000000:%02X:00.0' % (16 + i)) "
+                 "for i in range({gpus})]); from counterprof.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def cli_slowdown(n_gpus: int, seconds: float, rounds: int, seed: int) -> dict:
+    """tests/bench/workload.py as its own process: alone, and under `counterprof run
+    --collectors nvml` (the fake in the profiler's process) at 10 Hz and 100 Hz."""
+    import subprocess
+    rng = random.Random(seed)
+    tmp = Path(tempfile.mkdtemp(prefix="counterprof-nvml-bench-cli-"))
+    wl = [sys.executable, str(HERE / "workload.py"), "--seconds", str(seconds)]
+    code = CLI_WITH_FAKE.format(tests=str(HERE.parent), gpus=n_gpus)
+    modes = {"alone": wl, "alone again": wl}
+    for label, interval in (("10Hz", "100"), ("100Hz", "10")):
+        modes[label] = [sys.executable, "-c", code, "run", "-q", "--collectors", "nvml",
+                        "--nvml-interval-ms", interval, "-o", str(tmp / label), "--force", "--", *wl]
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {"10Hz": [], "100Hz": []}
+    for _ in range(rounds):
+        order = list(modes)
+        rng.shuffle(order)
+        for mode in order:
+            p = subprocess.run(modes[mode], capture_output=True, text=True, timeout=120)
+            line = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+            if p.returncode != 0 or not line:
+                raise RuntimeError(f"{mode}: rc {p.returncode}: {p.stderr[-500:]}")
+            got = json.loads(line[-1])
+            rates[mode].append(got["rate"])
+            if mode in cpu:
+                meta = json.loads((tmp / mode / "meta.json").read_text())
+                cpu[mode].append(100.0 * meta["collectors"]["nvml"]["thread_cpu_s"] / got["elapsed_s"])
+    out = {}
+    for mode in ("alone again", "10Hz", "100Hz"):
+        ratios = [a / b for a, b in zip(rates[mode], rates["alone"])]
+        out[mode] = {"work_ratio": summary(ratios), "slowdown_pct": 100.0 * (1 - statistics.median(ratios)),
+                     "profiler_thread_cpu_pct": summary(cpu[mode]) if mode in cpu else None}
+    return out
+
+
+def _print_slowdown(title: str, r: dict) -> None:
+    print(title)
+    for mode, v in r.items():
+        w, c = v["work_ratio"], v["profiler_thread_cpu_pct"]
+        thread = f"nvml thread {c['median']:.2f} % of a core" if c else "(noise reference)"
+        print(f"  {mode:11} work ratio {w['median']:.4f} [{w['q1']:.4f}-{w['q3']:.4f}]  "
+              f"slowdown {v['slowdown_pct']:+.2f} %   {thread}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="fewer repeats and rounds")
@@ -175,7 +227,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--seconds", type=float, default=3.0, help="workload seconds per run (default 3)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--only", default="tick,slowdown")
+    p.add_argument("--only", default="tick,cli,slowdown", help="parts: tick, cli, slowdown")
     p.add_argument("--real", action="store_true", help="tick part on the real pynvml (needs a GPU)")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
@@ -204,15 +256,16 @@ def main(argv=None) -> int:
                       f"NVML {alone}   ({v['calls_per_gpu']:.0f} calls)")
             if args.real:
                 break
+    if "cli" in parts:
+        r = cli_slowdown(args.gpus, args.seconds, args.rounds, args.seed)
+        result["cli"] = r
+        _print_slowdown(f"workload slowdown, `counterprof run` (own process), {args.gpus} fake GPU(s), "
+                        f"{args.rounds} rounds x {args.seconds:g} s:", r)
     if "slowdown" in parts:
         r = slowdown(args.gpus, args.seconds, args.rounds, args.seed)
         result["slowdown"] = r
-        print(f"workload slowdown in-process, {args.gpus} fake GPU(s), {args.rounds} rounds x {args.seconds:g} s:")
-        for mode, v in r.items():
-            w, c = v["work_ratio"], v["profiler_thread_cpu_pct"]
-            thread = f"nvml thread {c['median']:.2f} % of a core" if c else "(noise reference)"
-            print(f"  {mode:11} work ratio {w['median']:.4f} [{w['q1']:.4f}-{w['q3']:.4f}]  "
-                  f"slowdown {v['slowdown_pct']:+.2f} %   {thread}")
+        _print_slowdown(f"workload slowdown in-process (profile()), {args.gpus} fake GPU(s), "
+                        f"{args.rounds} rounds x {args.seconds:g} s:", r)
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
