@@ -94,10 +94,13 @@ class NvmlCollector(Collector):
     @classmethod
     def validate(cls, config: dict[str, Any]) -> None:
         cfg = {**cls.DEFAULTS, **config}
-        interval = float(cfg["interval_ms"])
+        try:
+            interval, gpm = float(cfg["interval_ms"]), float(cfg["gpm_interval_ms"])
+        except (TypeError, ValueError):
+            raise UsageError(f"nvml intervals must be numbers of ms, not {cfg['interval_ms']!r} "
+                             f"and {cfg['gpm_interval_ms']!r}") from None
         if not 1 <= interval <= 3_600_000:
             raise UsageError(f"nvml interval {interval:g} ms is out of range (1 ms to 1 h)")
-        gpm = float(cfg["gpm_interval_ms"])
         if not MIN_GPM_WINDOW_MS <= gpm <= 3_600_000:
             raise UsageError(f"GPM window {gpm:g} ms is out of range: NVML's GPM metrics need "
                              f"windows of at least {MIN_GPM_WINDOW_MS:g} ms (up to 1 h)")

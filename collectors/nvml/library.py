@@ -34,10 +34,11 @@ _VALUE_MEMBERS = {
 }
 
 
-# nvmlValue_t's 8 bytes decoded by value type (little-endian, as the structs are on x86/Arm)
-_RAW = {0: struct.Struct("<d"), 1: struct.Struct("<I4x"),
-        2: struct.Struct("<Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "<I4x"),
-        3: struct.Struct("<Q"), 4: struct.Struct("<q"), 5: struct.Struct("<i4x"), 6: struct.Struct("<H6x")}
+# nvmlValue_t's 8 bytes decoded by value type ("=": the machine's byte order, as ctypes lays
+# the union out; every member starts at offset 0)
+_RAW = {0: struct.Struct("=d"), 1: struct.Struct("=I4x"),
+        2: struct.Struct("=Q" if ctypes.sizeof(ctypes.c_ulong) == 8 else "=I4x"),
+        3: struct.Struct("=Q"), 4: struct.Struct("=q"), 5: struct.Struct("=i4x"), 6: struct.Struct("=H6x")}
 
 
 def _record_format(cls) -> struct.Struct | None:
@@ -55,7 +56,7 @@ def _record_format(cls) -> struct.Struct | None:
             parts.append("x" * (member.offset - pos) + code)
             pos = member.offset + size
         parts.append("x" * (ctypes.sizeof(cls) - pos))
-        fmt = struct.Struct("<" + "".join(parts))
+        fmt = struct.Struct("=" + "".join(parts))
         return fmt if fmt.size == ctypes.sizeof(cls) else None
     except (AttributeError, TypeError):
         return None

@@ -239,7 +239,8 @@ def test_gpus_selects_and_a_missing_gpu_fails_before_anything_starts(tmp_path):
 
 @pytest.mark.parametrize("cfg,message", [({"gpm_interval_ms": 50}, "at least 100 ms"),
                                          ({"interval_ms": 0}, "out of range"),
-                                         ({"gpus": "0,a"}, "not a GPU number")])
+                                         ({"gpus": "0,a"}, "not a GPU number"),
+                                         ({"interval_ms": "fast"}, "numbers of ms")])
 def test_bad_settings_are_usage_errors(cfg, message):
     with pytest.raises(UsageError, match=message):
         NvmlCollector.validate({"module": FakeNvml([hopper()]), **cfg})
