@@ -121,3 +121,87 @@ def perf_error(err: int, event: str, *, system_wide: bool = False, kernel: bool 
             "CONFIG_PERF_EVENTS or a sandbox hides the syscall", err, event)
     return PerfEventError(f"{event}: perf_event_open failed: {os.strerror(err)} ({name})",
                           err, event)
+
+
+# -- NVML ------------------------------------------------------------------------------------
+# Return codes from nvml.h (a stable ABI; nvidia-ml-py's NVML_ERROR_* constants have the same
+# values), so this module needs no vendor import.
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+NVML_ERROR_RESET_REQUIRED = 16
+NVML_ERROR_OPERATING_SYSTEM = 17
+NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+NVML_ERROR_GPU_NOT_FOUND = 28
+
+
+class NvmlError(CounterprofError):
+    """An NVML call failed. `code` is NVML's return code, `function` the call or field."""
+
+    def __init__(self, message: str, code: int = 0, function: str = ""):
+        super().__init__(message)
+        self.code = code
+        self.function = function
+
+
+class NvmlUnavailable(NvmlError):
+    """NVML cannot be used at all here: no driver, driver not loaded, library mismatch.
+    Mid-run it ends the GPU collector."""
+
+
+class GpuLost(NvmlError):
+    """One GPU stopped answering (fell off the bus, needs a reset); the others may still work."""
+
+
+_NVML_LOST = (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED, NVML_ERROR_GPU_NOT_FOUND)
+_NVML_FATAL = (NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED,
+               NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_LIB_RM_VERSION_MISMATCH)
+
+
+def nvml_error(code: int, function: str, where: str = "") -> NvmlError:
+    """The counterprof error for NVML return code `code` from `function` (a call or a field
+    name); `where` names the device (gpu:N) when there is one."""
+    at = f"{where}: " if where else ""
+    if code == NVML_ERROR_LIBRARY_NOT_FOUND:
+        return NvmlUnavailable(
+            "no NVIDIA driver here: libnvidia-ml.so.1 was not found (install the NVIDIA driver; "
+            "in a container, start it with the NVIDIA container toolkit, e.g. `docker run --gpus all`)",
+            code, function)
+    if code == NVML_ERROR_DRIVER_NOT_LOADED:
+        return NvmlUnavailable(
+            "the NVIDIA kernel driver is not loaded (`modprobe nvidia`, or check `nvidia-smi` and dmesg)",
+            code, function)
+    if code == NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+        return NvmlUnavailable(
+            "libnvidia-ml and the NVIDIA kernel driver are different versions (a driver upgrade "
+            "without a reboot): reboot, or reload the nvidia kernel modules", code, function)
+    if code == NVML_ERROR_UNINITIALIZED:
+        return NvmlUnavailable(
+            f"{at}{function}: NVML is not initialized (was nvmlShutdown called elsewhere in this "
+            "process?)", code, function)
+    if code in _NVML_LOST:
+        what = {NVML_ERROR_GPU_IS_LOST: "the GPU is lost (fell off the bus or stopped responding)",
+                NVML_ERROR_RESET_REQUIRED: "the GPU needs a reset",
+                NVML_ERROR_GPU_NOT_FOUND: "the GPU is no longer found"}[code]
+        return GpuLost(f"{at}{what}; {function} failed. Check `nvidia-smi` and dmesg for Xid "
+                       "errors; the GPU needs a reset (`nvidia-smi -r`) or a reboot", code, function)
+    if code == NVML_ERROR_NOT_SUPPORTED:
+        return NvmlError(f"{at}{function} is not supported on this GPU", code, function)
+    if code == NVML_ERROR_FUNCTION_NOT_FOUND:
+        return NvmlError(f"{at}{function} is not in this driver's NVML (the driver is older than "
+                         "the function)", code, function)
+    if code == NVML_ERROR_NO_PERMISSION:
+        return NvmlError(f"{at}{function} is not permitted for this user (run as root, or ask "
+                         "the administrator to allow it)", code, function)
+    if code == NVML_ERROR_OPERATING_SYSTEM:
+        return NvmlError(f"{at}{function} was blocked by the operating system", code, function)
+    if code == NVML_ERROR_TIMEOUT:
+        return NvmlError(f"{at}{function} timed out in the driver", code, function)
+    return NvmlError(f"{at}{function} failed with NVML error {code}", code, function)

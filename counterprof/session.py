@@ -254,8 +254,13 @@ class Session:
 
     def add_metrics(self, metrics: list[Metric]) -> None:
         with self._lock:
-            for m in metrics:
+            new = [m for m in metrics if self.metrics.get(m.name) != m]
+            for m in new:
                 self.metrics[m.name] = m
+            # added mid-run (a metric known only once it first has a value): on disk now,
+            # so a run recovered after a crash has it in its catalog too
+            if new and self.started and not self.stopped:
+                self._write_catalog()
 
     def fail(self, name: str, reason: str) -> None:
         with self._lock:

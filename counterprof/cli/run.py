@@ -1,6 +1,6 @@
 """counterprof run: profile a command, a running process, or the whole machine.
 
-    counterprof run [-e EVENTS] [-I MS] [-o DIR] [--collectors perf,host] -- CMD ...
+    counterprof run [-e EVENTS] [-I MS] [-o DIR] [--collectors perf,host,nvml] [--gpus 0,1] -- CMD ...
     counterprof run --pid PID [--duration S]
     counterprof run -a [--duration S] [-- CMD ...]
     counterprof run --live -- CMD ...      (a live dashboard; q stops profiling)
@@ -25,6 +25,7 @@ examples:
   counterprof run --pid 1234 --duration 10
   counterprof run -a -A --duration 5
   counterprof run --live -- python train.py
+  counterprof run --gpus 0,1 --nvml-interval-ms 50 -- python train.py
 """
 
 
@@ -53,6 +54,13 @@ def build_parser() -> ArgumentParser:
                    help="with --pid: one series per thread instead of their sum")
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
+    p.add_argument("--gpus", metavar="LIST",
+                   help="GPUs to sample, by CUDA ordinal as the workload sees them (after "
+                        "CUDA_VISIBLE_DEVICES), comma separated (default: every visible GPU)")
+    p.add_argument("--nvml-interval-ms", type=float, default=100.0, metavar="MS",
+                   help="GPU (NVML) sampling interval in ms (default 100)")
+    p.add_argument("--gpm-interval-ms", type=float, default=100.0, metavar="MS",
+                   help="GPM window in ms, Hopper and newer (default 100; at least 100)")
     p.add_argument("--duration", type=float, metavar="S",
                    help="with --pid or -a and no command: stop after S seconds")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at the end")
@@ -98,8 +106,14 @@ def _main(argv: list[str]) -> int:
                       "per_cpu": args.no_aggr}
     if args.events:
         perf_cfg["events"] = ",".join(args.events)
-    config = {"perf": perf_cfg, "host": {"interval_ms": args.host_interval_ms}}
+    nvml_cfg: dict = {"interval_ms": args.nvml_interval_ms, "gpm_interval_ms": args.gpm_interval_ms}
+    if args.gpus is not None:
+        nvml_cfg["gpus"] = args.gpus
+    config = {"perf": perf_cfg, "host": {"interval_ms": args.host_interval_ms}, "nvml": nvml_cfg}
     collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
+    if args.gpus is not None and collectors is not None and "nvml" not in collectors:
+        raise UsageFailure("--gpus selects GPUs for the nvml collector, which --collectors leaves out",
+                           build_parser().format_usage())
 
     if args.pid is not None:
         target = Target("pid", args.pid)

@@ -43,6 +43,10 @@ def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
     return Text(num), unit, Text(name), Text(note, style="dim")
 
 
+_SECTION_TITLES = {"host": "process tree and system (host collector)",
+                   "nvml": "GPUs, all sampled GPUs together (nvml collector)"}
+
+
 def summary_renderable(s: Summary):
     what = shlex.join(s.command) if s.command else "this run"
     title = Text(f"\n Performance counter stats for '{what}':\n", style="bold")
@@ -65,18 +69,19 @@ def summary_renderable(s: Summary):
         footer.append(f"{s.system_s:15.9f} seconds sys")
     if footer:
         parts.append(Text("\n" + "\n".join(footer)))
-    if other:
-        host = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False,
-                     title=Text("process tree and system (host collector)", style="bold"),
-                     title_justify="left")
-        host.add_column(justify="right", no_wrap=True)
-        host.add_column(no_wrap=True)
-        host.add_column(no_wrap=True)
-        host.add_column()
+    for source in dict.fromkeys(r.source for r in other):     # one section per collector
+        title = _SECTION_TITLES.get(source, f"{source} collector")
+        section = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False,
+                        title=Text(title, style="bold"), title_justify="left")
+        section.add_column(justify="right", no_wrap=True)
+        section.add_column(no_wrap=True)
+        section.add_column(no_wrap=True)
+        section.add_column()
         for r in other:
-            host.add_row(*_cells(r))
+            if r.source == source:
+                section.add_row(*_cells(r))
         parts.append(Text(""))
-        parts.append(host)
+        parts.append(section)
     missing = [f"{k}: {v['status']} ({v['reason']})" for k, v in s.collectors.items()
                if v.get("status") not in ("ok", None)]
     if missing:

@@ -19,13 +19,15 @@ def test_wheel_contents(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("counterprof/_native") and n.endswith(".so") for n in names)
     for module in ("counterprof/collectors/__init__.py", "counterprof/collectors/host.py",
-                   "counterprof/collectors/perf/events.py", "counterprof/cli/run.py",
+                   "counterprof/collectors/perf/events.py", "counterprof/collectors/nvml/library.py",
+                   "counterprof/cli/run.py",
                    "counterprof/store/journal.py"):
         assert module in names
     assert not any(n.startswith("collectors/") for n in names), "never a top-level 'collectors'"
     ep = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "[counterprof.collectors]" in ep
     assert "perf = counterprof.collectors.perf:PerfCollector" in ep
+    assert "nvml = counterprof.collectors.nvml:NvmlCollector" in ep
     assert "counterprof = counterprof.cli:console_main" in ep
 
 
