@@ -82,11 +82,22 @@ def summary_renderable(s: Summary):
                 section.add_row(*_cells(r))
         parts.append(Text(""))
         parts.append(section)
-    missing = [f"{k}: {v['status']} ({v['reason']})" for k, v in s.collectors.items()
-               if v.get("status") not in ("ok", None)]
-    if missing:
-        parts.append(Text("\n" + "\n".join(missing), style="yellow"))
+    failed = [f"{k}: {v['status']} ({v['reason']})" for k, v in s.collectors.items()
+              if v.get("status") not in ("ok", "unavailable", None)]
+    if failed:
+        parts.append(Text("\n" + "\n".join(failed), style="yellow"))
+    # a default collector this machine cannot run (no GPU, say): one short line, not a paragraph
+    absent = [f"{k} ({_first_clause(v.get('reason', ''))})" for k, v in s.collectors.items()
+              if v.get("status") == "unavailable"]
+    if absent:
+        parts.append(Text("not available here: " + "; ".join(absent) + "  (`counterprof list` says why)",
+                          style="dim"))
     return Group(*parts)
+
+
+def _first_clause(reason: str, limit: int = 60) -> str:
+    head = reason.split(":")[0].split(" (")[0].strip()
+    return head if len(head) <= limit else head[: limit - 1] + "…"
 
 
 def summary_text(s: Summary, width: int = 120) -> str:

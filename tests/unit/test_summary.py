@@ -89,7 +89,7 @@ def test_rendered_like_perf_stat():
     assert "<not supported>" in text and "branches" in text
     assert "(25.00%)" in text and "[1 intervals unknown]" in text
     assert "2.000000000 seconds time elapsed" in text
-    assert "nvml: unavailable (no NVIDIA driver)" in text
+    assert "not available here: nvml (no NVIDIA driver)" in text
 
 
 def test_empty_run():
