@@ -9,7 +9,7 @@ clock, in Parquet, with the evidence for what held a workload back.
 """
 __version__ = "0.1.0"
 
-from .api import profile  # noqa: E402
+from .api import profile, step  # noqa: E402
 from .store.reader import Run, load  # noqa: E402
 
-__all__ = ["profile", "load", "Run", "__version__"]
+__all__ = ["profile", "step", "load", "Run", "__version__"]

@@ -12,8 +12,10 @@ SUBCOMMANDS = {
     "run": "profile a command, a running process (--pid) or the whole machine (-a)",
     "list": "collectors and events usable here, and why not",
     "recover": "compact the journal a killed profiler left into Parquet",
+    "import": "turn torch profiler traces (.json, .json.gz) into a run directory",
+    "breakdown": "where the GPU's time went: HTA-style breakdowns of a run's torch traces",
 }
-USAGE = "usage: counterprof {run,list,recover} ...\n\n" + "\n".join(
+USAGE = "usage: counterprof {run,list,recover,import,breakdown} ...\n\n" + "\n".join(
     f"  {name:<9} {text}" for name, text in SUBCOMMANDS.items()) + \
     "\n\n`counterprof SUBCOMMAND --help` for its options."
 
@@ -35,6 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         from . import run as mod
     elif name == "list":
         from . import list_events as mod
+    elif name == "import":
+        from . import import_trace as mod
+    elif name == "breakdown":
+        from . import breakdown as mod
     else:
         from . import recover as mod
     return mod.main(rest)

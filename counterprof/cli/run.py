@@ -22,6 +22,7 @@ examples:
   counterprof run -e '{cycles,instructions}:u,cpu/event=0x3c,umask=0x0/' -- ./bench
   counterprof run --pid 1234 --duration 10
   counterprof run -a -A --duration 5
+  counterprof run --torch -- torchrun --nproc_per_node 2 train.py
 """
 
 
@@ -48,6 +49,11 @@ def build_parser() -> ArgumentParser:
                    help="with -a: one series per CPU instead of their sum")
     p.add_argument("--per-thread", action="store_true",
                    help="with --pid: one series per thread instead of their sum")
+    p.add_argument("--torch", action="store_true",
+                   help="record torch.profiler traces in every Python process of the command that "
+                        "imports torch (a window of steps every N), converted into spans")
+    p.add_argument("--torch-window", metavar="ACTIVE/EVERY", default="5/50",
+                   help="with --torch: record ACTIVE steps every EVERY steps (default 5/50)")
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
     p.add_argument("--duration", type=float, metavar="S",
@@ -93,6 +99,17 @@ def _main(argv: list[str]) -> int:
         perf_cfg["events"] = ",".join(args.events)
     config = {"perf": perf_cfg, "host": {"interval_ms": args.host_interval_ms}}
     collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
+    if args.torch:
+        from ..collector import resolve
+        active, _, every = args.torch_window.partition("/")
+        if not (active.isdigit() and every.isdigit()):
+            raise UsageFailure(f"--torch-window {args.torch_window!r}: give ACTIVE/EVERY, e.g. 5/50",
+                               build_parser().format_usage())
+        config["torch"] = {"active": int(active), "every": int(every)}
+        if collectors is None:
+            collectors = list(resolve(None))
+        if "torch" not in collectors:
+            collectors.append("torch")
 
     if args.pid is not None:
         target = Target("pid", args.pid)
