@@ -17,8 +17,8 @@ Where things happen:
 Data loss: a window is on disk once torch has written it, so a killed workload loses only the
 window it was recording (it lives in torch's memory until then). A killed profiler loses
 nothing either: the trace files stay in the run, and `counterprof recover` converts the ones
-whose spans are not complete (a trace's window span is emitted last; rows of a trace cut off
-mid-conversion are replaced).
+whose spans are not complete (recovery.py: a trace's window span is emitted last, so a trace
+without one was cut off; its partial rows are replaced).
 """
 from __future__ import annotations
 
@@ -194,6 +194,12 @@ class TorchCollector(Collector):
             msg = f"torch: {path.name}: {p}"
             self.problems.append(msg)
             self.ctx.warn(msg)
+
+    @classmethod
+    def recover(cls, run_path) -> list[str]:
+        """Convert the trace files a killed profiler left unconverted (or half converted)."""
+        from .recovery import recover_traces
+        return recover_traces(Path(run_path))
 
     def stop(self) -> None:
         if self._thread is None or self._stop.is_set():

@@ -40,6 +40,7 @@ class ImportedTrace:
     gpu_spans: int = 0
     events: int = 0
     window: tuple[int, int] | None = None     # epoch ns of the recorded window
+    host_pid: int | None = None
     problems: list[str] = field(default_factory=list)
     failed: str = ""                           # why nothing could be read
     seconds: float = 0.0
@@ -107,6 +108,7 @@ def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,
     trace.spans, trace.gpu_spans, trace.events = conv.spans, conv.gpu_spans, conv.scanner.events
     trace.problems = list(conv.problems)
     trace.window = window
+    trace.host_pid = conv.host_pid
     trace.seconds = time.perf_counter() - t0
     if writer is None and not trace.failed:
         trace.failed = "; ".join(trace.problems) or "no events"

@@ -210,8 +210,9 @@ class KinetoScanner:
                 return ""
             self._fill()
 
-    def _value(self) -> Any:
-        """Decode one JSON value at self.pos (refilling as needed)."""
+    def _value(self, decoder: json.JSONDecoder | None = None) -> Any:
+        """Decode one JSON value at self.pos (refilling as needed). The reference decoder reads
+        events with exact numbers (Decimal); top-level values read as json.loads would."""
         self._peek()
         while True:
             try:
@@ -219,7 +220,7 @@ class KinetoScanner:
                     end = _native_skip(self.buf, self.pos, self.eof)
                     value = json.loads(self.buf[self.pos:end])
                 else:
-                    value, end = _decode_one(self.buf, self.pos, self.eof)
+                    value, end = _decode_one(self.buf, self.pos, self.eof, decoder or _META_DECODER)
             except _Incomplete:
                 self._check_size()
                 self._fill()
@@ -360,7 +361,7 @@ class KinetoScanner:
                 self.pos += 1
                 break
             try:
-                ev = self._value()
+                ev = self._value(_DECODER)
             except _Corrupt:
                 yield from self._flush_python(rows, args)
                 raise
@@ -528,6 +529,8 @@ def _true_indices(mask) -> list[int]:
 _WS_BYTES = re.compile(rb"[ \t\r\n]*")
 _WS_STR = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder(parse_float=decimal.Decimal, strict=False)
+_META_DECODER = json.JSONDecoder(strict=False)
+_NUMBER_TAIL = re.compile(r"[0-9.eE+-]*")
 _NS_CONTEXT = decimal.Context(prec=400, rounding=decimal.ROUND_HALF_UP)
 
 
@@ -543,16 +546,23 @@ def _native_skip(buf: bytes, pos: int, eof: bool) -> int:
     return int(end[0])
 
 
-def _decode_one(buf: str, pos: int, eof: bool) -> tuple[Any, int]:
+def _decode_one(buf: str, pos: int, eof: bool, decoder: json.JSONDecoder) -> tuple[Any, int]:
     """raw_decode that tells "needs more text" from "damaged"."""
     try:
-        value, end = _DECODER.raw_decode(buf, pos)
+        value, end = decoder.raw_decode(buf, pos)
     except json.JSONDecodeError as exc:
         if not eof:
             raise _Incomplete() from None
+        # at the end of the file: text that stops mid-value was cut off, not damaged
+        if exc.msg.startswith("Unterminated string") or exc.pos >= len(buf.rstrip()):
+            raise _Incomplete() from None
         raise _Corrupt(exc.msg, exc.pos) from None
-    if end >= len(buf) and not eof:
-        raise _Incomplete()          # a number or literal may go on in the next chunk
+    if not eof:
+        if end >= len(buf):
+            raise _Incomplete()      # a number or literal may go on in the next chunk
+        if isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool) \
+                and _NUMBER_TAIL.match(buf, end).end() == len(buf):
+            raise _Incomplete()      # "0" of "0.5" cut after the "0."
     return value, end
 
 
@@ -575,6 +585,16 @@ def us_to_ns(v: Any) -> int | None:
     return ns if NONE < ns < 2 ** 63 else None
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(v: Any) -> str | None:
+    """A JSON string as the native decoder gives it: lone surrogates become U+FFFD."""
+    if not isinstance(v, str):
+        return None
+    return v if v.isascii() else _SURROGATE.sub("\ufffd", v)
+
+
 def _python_row(ev: Any) -> tuple | None:
     """The reference decoder's reading of one element of traceEvents."""
     if not isinstance(ev, dict):
@@ -589,6 +609,6 @@ def _python_row(ev: Any) -> tuple | None:
     args = ev.get("args")
     if not isinstance(args, dict):
         args = {}
-    return (cat if isinstance(cat, str) else None, name if isinstance(name, str) else None,
+    return (_text(cat), _text(name),
             ts, dur, _int_or_none(ev.get("pid")), _int_or_none(ev.get("tid")),
             *(_int_or_none(args.get(k)) for k in ARG_INTS))

@@ -1,4 +1,4 @@
-"""Kernel classes: what a span on the GPU spends its time on.
+r"""Kernel classes: what a span on the GPU spends its time on.
 
     compute        kernels doing arithmetic on the SMs/CUs (GEMMs, elementwise, reductions, Triton...)
     communication  collective kernels (NCCL, RCCL, MSCCL)
