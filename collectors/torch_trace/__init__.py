@@ -37,7 +37,7 @@ from counterprof.errors import CounterprofError, UsageError
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 DRIVER = "_counterprof_torch_driver"
-TRACE_GLOB = "rank=*/traces/*.pt.trace.json"
+TRACE_GLOBS = ("rank=*/traces/*.pt.trace.json", "rank=*/traces/*.pt.trace.json.gz")
 
 
 def load_driver():
@@ -167,7 +167,7 @@ class TorchCollector(Collector):
     def sweep(self) -> int:
         """Convert the complete trace files not converted yet; returns how many."""
         found = []
-        for path in self.run_path.glob(TRACE_GLOB):
+        for path in (p for g in TRACE_GLOBS for p in self.run_path.glob(g)):
             if str(path) not in self.done:
                 try:
                     found.append((path.stat().st_mtime_ns, path))

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+from array import array
 import re
 import tempfile
 from collections import Counter
@@ -134,7 +135,7 @@ class TraceConversion:
         self.host_pid: int | None = None
         self._pids: Counter = Counter()
         self._skipped_categories: Counter = Counter()
-        self._collectives: dict[int, tuple] = {}     # External id -> (collective, bytes, group, attrs)
+        self._collectives = _CollectiveIndex()      # External id -> (collective, bytes, group, attrs)
         self._trace_extent: tuple[int, int] | None = None
         self._extent = [None, None]
         self._single_group: int | None = None
@@ -301,7 +302,6 @@ class TraceConversion:
         group: list[int | None] = [None] * len(rows)
         attrs: list[str | None] = [None] * len(rows)
         bytes_list = None
-        ext = cols["external_id"]
         special = {}
         if raw.args:
             for raw_row, args in raw.args.items():
@@ -309,17 +309,16 @@ class TraceConversion:
                 if i < len(rows) and rows[i] == raw_row:
                     special[i] = args
         if special or comm_rows:
+            ext = cols["external_id"]
+            ext_np = np.where(_np_bool(pc.is_null(ext)), -1, _np(ext))[rows]
             bytes_list = bytes_col.to_pylist()
-            names_list = None
-            for i, args in special.items():
-                name = names[i].as_py()
+            idx = sorted(special)
+            for i, name in zip(idx, pc.take(names, pa.array(idx, pa.int64())).to_pylist()):
+                args = special[i]
                 if category[i] == _CAT_CODE["collective"] and name == "record_param_comms":
                     info = _record_param_comms(args)
-                    x = ext[int(rows[i])].as_py()
-                    if x is not None:
-                        self._collectives[x] = info
-                        if len(self._collectives) > 1_000_000:   # bounded, whatever the trace
-                            self._collectives.pop(next(iter(self._collectives)))
+                    if ext_np[i] >= 0:
+                        self._collectives.add(int(ext_np[i]), info)
                 elif name.startswith("gloo:"):
                     info = _shaped_collective(name[5:], args, self._single_group)
                 elif name.startswith("c10d::"):
@@ -327,14 +326,13 @@ class TraceConversion:
                 else:
                     continue
                 collective[i], bytes_list[i], group[i], attrs[i] = info
-            for i in comm_rows:
-                x = ext[int(rows[i])].as_py()
-                info = self._collectives.get(x) if x is not None else None
-                if info is None:
-                    if names_list is None:
-                        names_list = names
-                    info = (collective_in_kernel_name(names_list[i].as_py()), None, None, None)
-                collective[i], bytes_list[i], group[i], attrs[i] = info
+            if comm_rows:
+                found = self._collectives.lookup(ext_np[comm_rows])
+                comm_names = pc.take(names, pa.array(comm_rows, pa.int64())).to_pylist()
+                for i, info, name in zip(comm_rows, found, comm_names):
+                    if info is None:
+                        info = (collective_in_kernel_name(name), None, None, None)
+                    collective[i], bytes_list[i], group[i], attrs[i] = info
 
         self.spans += len(rows)
         self.gpu_spans += int(np.count_nonzero(np.isin(kind, (KERNEL, MEMCPY, MEMSET, SYNC))))
@@ -451,8 +449,58 @@ def _single_group_size(dist: Any) -> int | None:
     return None
 
 
+class _CollectiveIndex:
+    """External id -> collective info, for the NCCL kernels that come after their
+    record_param_comms in the file. Compact (12 bytes an entry; each distinct info once), since
+    a long trace holds many collectives."""
+
+    def __init__(self):
+        self.ext = array("q")
+        self.idx = array("i")
+        self.infos: list[tuple] = []
+        self._ids: dict[tuple, int] = {}
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+
+    def add(self, ext: int, info: tuple) -> None:
+        i = self._ids.get(info)
+        if i is None:
+            i = self._ids[info] = len(self.infos)
+            self.infos.append(info)
+        self.ext.append(ext)
+        self.idx.append(i)
+        self._sorted = None
+
+    def lookup(self, exts: np.ndarray) -> list[tuple | None]:
+        if not self.ext:
+            return [None] * len(exts)
+        if self._sorted is None:
+            keys = np.array(self.ext, np.int64)
+            order = np.argsort(keys, kind="stable")
+            self._sorted = keys[order], np.array(self.idx, np.int32)[order]
+        keys, ids = self._sorted
+        pos = np.clip(np.searchsorted(keys, exts), 0, len(keys) - 1)
+        hit = (keys[pos] == exts) & (exts >= 0)
+        return [self.infos[ids[p]] if h else None for p, h in zip(pos.tolist(), hit.tolist())]
+
+
+_RPC_FIELDS = ("Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size",
+               "Process Group Name", "Process Group Description", "Process Group Ranks")
+_rpc_cache: dict[tuple, tuple] = {}
+
+
 def _record_param_comms(args: dict) -> tuple:
-    """(collective, bytes, group size, attrs json) from record_param_comms's args."""
+    """(collective, bytes, group size, attrs json) from record_param_comms's args (the same
+    arguments recur all through a trace: computed once each)."""
+    key = tuple(str(args.get(k)) for k in _RPC_FIELDS)
+    info = _rpc_cache.get(key)
+    if info is None:
+        if len(_rpc_cache) > 10_000:
+            _rpc_cache.clear()
+        info = _rpc_cache[key] = _record_param_comms_uncached(args)
+    return info
+
+
+def _record_param_comms_uncached(args: dict) -> tuple:
     size = dtype_bytes(args.get("dtype"))
     in_n, out_n = _int(args.get("In msg nelems")), _int(args.get("Out msg nelems"))
     in_b = in_n * size if in_n is not None and size else None

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from counterprof.store import rundir
 
-from . import TRACE_GLOB, rank_of_trace_dir
+from . import TRACE_GLOBS, rank_of_trace_dir
 from .convert import CATEGORIES
 from .importer import ImportedTrace, convert_to_parquet
 
@@ -70,10 +70,10 @@ def _drop_rows(parquet: Path, pid: int, start: int, end: int) -> int:
 def recover_traces(run_path: Path) -> list[str]:
     lines = []
     done = converted_traces(run_path)
-    for tmp in run_path.glob("rank=*/traces/*.pt.trace.json.tmp"):
+    for tmp in run_path.glob("rank=*/traces/*.tmp"):
         lines.append(f"{tmp}: a trace the workload did not finish writing (the process was "
                      "killed while exporting it); left as is")
-    for path in sorted(run_path.glob(TRACE_GLOB)):
+    for path in sorted(p for g in TRACE_GLOBS for p in run_path.glob(g)):
         rank = rank_of_trace_dir(path)
         if (rank, path.name) in done:
             continue

@@ -26,6 +26,7 @@ def pct(value: float | None) -> str:
 def short_name(name: str, width: int = 60) -> str:
     """A kernel's name without template and argument lists (like HTA's shorten_name)."""
     if not name.startswith(("Memcpy", "Memset")):
+        name = name.replace("(anonymous namespace)::", "")
         prev = None
         while prev != name:   # innermost first
             prev = name
@@ -35,11 +36,14 @@ def short_name(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def _table(title: str, *columns: str) -> Table:
+def _table(title: str, *columns: str, shrink_first: bool = False) -> Table:
     t = Table(title=title, title_justify="left", title_style="bold", box=None, pad_edge=False,
               padding=(0, 1))
     for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", no_wrap=i != 0)
+        if i == 0:
+            t.add_column(c, justify="left", no_wrap=True, min_width=None if shrink_first else 9)
+        else:
+            t.add_column(c, justify="right", no_wrap=True)
     return t
 
 
@@ -87,21 +91,19 @@ def render(b: Breakdown, rules: str = "counterprof") -> Group:
                           duration(s.kernel_wait_ns), duration(s.other_ns))
         parts += [t, Text("")]
 
-        t = _table("Kernel launches (runtime call -> GPU span)", "", "launches", "CPU mean",
-                   "CPU p95", "GPU mean", "GPU p95", "delay mean", "delay p95", "> 50 µs call",
-                   "> 100 µs delay")
+        t = _table("Kernel launches (runtime call, then the delay until the GPU starts it)", "",
+                   "launches", "call mean", "delay mean", "delay p95", ">50µs calls",
+                   ">100µs delays")
         for r in rows:
             ls = r.launches
             t.add_row(_who(r), f"{ls.launches:,}", duration(ls.cpu_duration.mean_ns),
-                      duration(ls.cpu_duration.p95_ns), duration(ls.gpu_duration.mean_ns),
-                      duration(ls.gpu_duration.p95_ns), duration(ls.launch_delay.mean_ns),
-                      duration(ls.launch_delay.p95_ns), f"{ls.slow_launches:,}",
-                      f"{ls.delayed_launches:,}")
+                      duration(ls.launch_delay.mean_ns), duration(ls.launch_delay.p95_ns),
+                      f"{ls.slow_launches:,}", f"{ls.delayed_launches:,}")
         parts += [t, Text("")]
 
         top = (b.total or b.ranks[0]).top
         t = _table(f"Top kernels ({'all ranks' if len(b.ranks) > 1 else _who(b.ranks[0])})",
-                   "kernel", "class", "count", "total", "mean", "share")
+                   "kernel", "class", "count", "total", "mean", "share", shrink_first=True)
         for k in top:
             t.add_row(short_name(k.name), k.kernel_class, f"{k.count:,}", duration(k.total_ns),
                       duration(k.mean_ns), pct(k.share_pct))

@@ -10,7 +10,7 @@ before each window), step 0 being the first step mark. Step marks, in order of p
 counterprof.step(), the step() of a torch.profiler.profile the script runs itself, and
 otherwise every optimizer.step() (a global post hook), so an unmodified training script is
 windowed with no change. A script that runs its own torch.profiler keeps it: counterprof stands
-down and exports a copy of each trace that profiler produces instead.
+down and keeps a copy of each trace the script exports from that profiler instead.
 
 Each finished window is written by torch (export_chrome_trace) to
 <run>/rank=<rank>/traces/<host>_<pid>.<n>.pt.trace.json under a temporary name, then renamed:
@@ -25,6 +25,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -136,23 +137,40 @@ class Driver:
         self.step("optimizer")
 
     def _user_profiler_starts(self, prof) -> None:
-        """The script starts its own torch.profiler: ours makes way, and we keep a copy of each
-        trace theirs produces (their on_trace_ready runs first)."""
+        """The script starts its own torch.profiler: ours makes way, and each trace the script
+        exports from it (its on_trace_ready, tensorboard_trace_handler, or an explicit
+        export_chrome_trace) is copied into the run. Kineto saves a trace only once, so we never
+        export a script's profiler ourselves: that would make the script's own export fail."""
         with self.lock:
             self.user_profilers += 1
             self.adopted = True
             if self.prof is not None:
                 self._stop_ours(discard=True)
-            theirs = prof.on_trace_ready
+            if getattr(prof, "_counterprof_copies", False):
+                return
+            prof._counterprof_copies = True
+            original = prof.export_chrome_trace
 
-            def chained(p, theirs=theirs):
-                try:
-                    if theirs is not None:
-                        theirs(p)
-                finally:
-                    self._export(p)
+            def export_chrome_trace(path, *args, **kwargs):
+                result = original(path, *args, **kwargs)
+                self._copy(str(path))
+                return result
 
-            prof.on_trace_ready = chained
+            prof.export_chrome_trace = export_chrome_trace
+
+    def _copy(self, path: str) -> None:
+        if os.getpid() != self.pid:
+            return
+        try:
+            suffix = ".pt.trace.json.gz" if path.endswith(".gz") else ".pt.trace.json"
+            target = self._next_path(suffix)
+            tmp = target + ".tmp"
+            shutil.copyfile(path, tmp)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
+            self.written.append(target)
+        except Exception as exc:   # the script's own trace is written; only our copy is missing
+            _say(f"could not copy the trace {path} into the run: {exc}")
 
     # -- steps ------------------------------------------------------------------------------
 
@@ -235,16 +253,19 @@ class Driver:
                 pass
         return 0
 
+    def _next_path(self, suffix: str) -> str:
+        folder = os.path.join(self.run, f"rank={self.current_rank()}", "traces")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        with self.lock:
+            self.seq += 1
+            seq = self.seq
+        return os.path.join(folder, f"{self.host}_{self.pid}.{seq}{suffix}")
+
     def _export(self, prof) -> None:
         if self.discard or os.getpid() != self.pid:
             return
         try:
-            folder = os.path.join(self.run, f"rank={self.current_rank()}", "traces")
-            os.makedirs(folder, mode=0o700, exist_ok=True)
-            with self.lock:
-                self.seq += 1
-                seq = self.seq
-            path = os.path.join(folder, f"{self.host}_{self.pid}.{seq}.pt.trace.json")
+            path = self._next_path(".pt.trace.json")
             tmp = path + ".tmp"
             prof.export_chrome_trace(tmp)
             os.chmod(tmp, 0o600)
