@@ -125,6 +125,17 @@ static int utf8_len(const unsigned char *p, int64_t n)
     return k;
 }
 
+/* A byte of v is '"', '\\' or >= 0x80 (8 bytes at a time: names run to kilobytes). */
+static inline int special8(const unsigned char *p)
+{
+    uint64_t v, q, b;
+    memcpy(&v, p, 8);
+    q = v ^ 0x2222222222222222ULL;
+    b = v ^ 0x5C5C5C5C5C5C5C5CULL;
+    return ((((q - 0x0101010101010101ULL) & ~q) | ((b - 0x0101010101010101ULL) & ~b) | v)
+            & 0x8080808080808080ULL) != 0;
+}
+
 /* c->i at the opening quote. Decodes into s (may be NULL). Invalid UTF-8 bytes and lone
  * surrogates become U+FFFD, so the output is always valid UTF-8. */
 static int parse_string(cur_t *c, sink_t *s)
@@ -132,6 +143,8 @@ static int parse_string(cur_t *c, sink_t *s)
     c->i++;   /* opening quote */
     for (;;) {
         int64_t run = c->i;
+        while (c->i + 8 <= c->n && !special8(c->b + c->i))
+            c->i += 8;
         while (c->i < c->n) {
             unsigned char ch = c->b[c->i];
             if (ch == '"' || ch == '\\' || ch >= 0x80)

@@ -229,7 +229,7 @@ class TraceConversion:
             self._trace_extent = (int(ts[r]), int(ts[r] + dur[r]))
         host = (kind == CPU_OP) | (kind == RUNTIME) | (kind == ANNOT)
         if host.any():
-            host_pids = pc.filter(pid, pa.array(host))
+            host_pids = pc.filter(pid, _bools(host))
             vc = pc.value_counts(host_pids.drop_null())
             for item in vc.to_pylist():
                 self._pids[item["values"]] += item["counts"]
@@ -241,7 +241,7 @@ class TraceConversion:
             return None
         rows = np.nonzero(keep)[0]
         kind = kind[rows]
-        take = pa.array(rows)
+        take = _ints(rows)
         names = pc.take(names, take)
         gpu = np.isin(kind, _GPU_KINDS)
 
@@ -261,12 +261,12 @@ class TraceConversion:
         gpu_work = np.nonzero(np.isin(kind, (KERNEL, MEMCPY, MEMSET, SYNC)))[0]
         comm_rows: list[int] = []
         if len(gpu_work):
-            enc = pc.dictionary_encode(pc.take(names, pa.array(gpu_work)))
+            enc = pc.dictionary_encode(pc.take(names, _ints(gpu_work)))
             dict_names = enc.dictionary.to_pylist()
             codes = enc.indices.to_numpy(zero_copy_only=False)
             kinds_here = kind[gpu_work]
             cat_name = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "sync"}
-            for k in np.unique(kinds_here):
+            for k in np.nonzero(np.bincount(kinds_here))[0]:   # (np.unique imports numpy.ma)
                 sel = kinds_here == k
                 per_name = np.array([_CLASS_CODE[kernel_class(cat_name[int(k)], nm)] for nm in dict_names],
                                     np.int32)
@@ -286,7 +286,7 @@ class TraceConversion:
         tid_r = pc.take(cols["tid"], take)
         device_r = pc.take(cols["device"], take)
         stream_r = pc.take(cols["stream"], take)
-        gpu_mask = pa.array(gpu)
+        gpu_mask = _bools(gpu)
         # GPU spans: the device (args.device, else Kineto's pid), the stream (args.stream, else
         # Kineto's tid), and the host process's pid
         device_col = pc.if_else(gpu_mask, pc.coalesce(device_r, pid_r), None).cast(pa.int32())
@@ -294,7 +294,7 @@ class TraceConversion:
         pid_col = pc.if_else(gpu_mask, pa.scalar(self.host_pid, pa.int64()), pid_r)
         tid_col = pc.if_else(gpu_mask, pa.scalar(None, pa.int64()), tid_r)
         correlation = pc.take(cols["correlation"], take)
-        bytes_col = pc.if_else(pa.array(np.isin(kind, (MEMCPY, MEMSET))),
+        bytes_col = pc.if_else(_bools(np.isin(kind, (MEMCPY, MEMSET))),
                                pc.take(cols["bytes"], take), None)
 
         # collectives: a few rows, handled one by one
@@ -337,12 +337,11 @@ class TraceConversion:
         self.spans += len(rows)
         self.gpu_spans += int(np.count_nonzero(np.isin(kind, (KERNEL, MEMCPY, MEMSET, SYNC))))
         return pa.RecordBatch.from_arrays([
-            pa.array(start, pa.int64()).cast(SPANS_SCHEMA.field("start").type),
-            pa.array(end, pa.int64()).cast(SPANS_SCHEMA.field("end").type),
+            _ints(start).cast(SPANS_SCHEMA.field("start").type),
+            _ints(end).cast(SPANS_SCHEMA.field("end").type),
             names,
-            pa.DictionaryArray.from_arrays(pa.array(category, pa.int32()), pa.array(CATEGORIES)),
-            pa.DictionaryArray.from_arrays(pa.array(klass, pa.int32(), mask=klass < 0),
-                                           pa.array(CLASSES)),
+            pa.DictionaryArray.from_arrays(_int32_or_null(category), pa.array(CATEGORIES)),
+            pa.DictionaryArray.from_arrays(_int32_or_null(klass), pa.array(CLASSES)),
             device_col,
             stream_col,
             pid_col,
@@ -406,6 +405,26 @@ class TraceConversion:
 
 
 # ---- helpers ------------------------------------------------------------------------------
+
+# numpy -> Arrow through buffers: pa.array(ndarray) imports numpy.ma (15 ms) to look for masks
+
+def _ints(values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _bools(mask: np.ndarray) -> pa.Array:
+    bits = np.packbits(np.asarray(mask, bool), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
+
+
+def _int32_or_null(codes: np.ndarray) -> pa.Array:
+    """int32 codes with negative ones as nulls (without pa.array's mask=, which imports numpy.ma)."""
+    codes = codes.astype(np.int32, copy=False)
+    missing = codes < 0
+    validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing.any() else None
+    return pa.Array.from_buffers(pa.int32(), len(codes), [validity, pa.py_buffer(codes)])
+
 
 def _np(arr: pa.Array) -> np.ndarray:
     return arr.fill_null(0).to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy(zero_copy_only=False)

@@ -28,7 +28,7 @@ from .convert import TraceConversion
 from .scan import TraceFileError
 
 SUFFIXES = (".json", ".json.gz")
-ROW_GROUP_ROWS = 64 * 1024
+ROW_GROUP_ROWS = 32 * 1024
 
 
 @dataclass
@@ -70,26 +70,36 @@ def find_traces(paths: list[str | os.PathLike]) -> list[Path]:
     return unique
 
 
+class _ParquetSink:
+    """The spans of one trace as one Parquet file, row group by row group."""
+
+    def __init__(self, target: Path):
+        self.target = target
+        self.writer = None
+
+    def write(self, batches: list[pa.RecordBatch]) -> None:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(str(self.target), SPANS_SCHEMA, compression="zstd")
+        self.writer.write_table(pa.Table.from_batches(batches, schema=SPANS_SCHEMA),
+                                row_group_size=ROW_GROUP_ROWS)
+
+    def close(self) -> bool:
+        """True when a file was written."""
+        if self.writer is None:
+            return False
+        self.writer.close()
+        return True
+
+
 def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,
                        spill_dir: Path) -> None:
-    """Convert one file into `target` (Parquet, row groups of up to 64k spans)."""
+    """Convert one file into `target` (Parquet, row groups of up to ROW_GROUP_ROWS spans)."""
     t0 = time.perf_counter()
     conv = TraceConversion(trace.path, default_rank=default_rank, spill_dir=spill_dir)
-    writer = None
+    sink = _ParquetSink(target)
     pending: list[pa.RecordBatch] = []
     rows = 0
     window = None
-
-    def flush():
-        nonlocal writer, pending, rows
-        if not pending:
-            return
-        table = pa.Table.from_batches(pending, schema=SPANS_SCHEMA)
-        if writer is None:
-            writer = pq.ParquetWriter(str(target), SPANS_SCHEMA, compression="zstd")
-        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-        pending, rows = [], 0
-
     try:
         for batch in conv:
             if batch.num_rows == 1 and batch.column(3)[0].as_py() == "window":
@@ -97,22 +107,23 @@ def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,
             pending.append(batch)
             rows += batch.num_rows
             if rows >= ROW_GROUP_ROWS:
-                flush()
-        flush()
+                sink.write(pending)
+                pending, rows = [], 0
+        if pending:
+            sink.write(pending)
     except TraceFileError as exc:
         trace.failed = str(exc)
     finally:
-        if writer is not None:
-            writer.close()
+        written = sink.close()
     trace.rank, trace.rank_source = conv.rank, conv.rank_source
     trace.spans, trace.gpu_spans, trace.events = conv.spans, conv.gpu_spans, conv.scanner.events
     trace.problems = list(conv.problems)
     trace.window = window
     trace.host_pid = conv.host_pid
     trace.seconds = time.perf_counter() - t0
-    if writer is None and not trace.failed:
+    if not written and not trace.failed:
         trace.failed = "; ".join(trace.problems) or "no events"
-    if writer is not None:
+    if written:
         os.chmod(target, 0o600)
         trace.tmp = target
 

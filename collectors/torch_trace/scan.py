@@ -23,7 +23,6 @@ import decimal
 import json
 import os
 import re
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -31,13 +30,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+try:   # ISA-L inflates gzip twice as fast as zlib (x86-64, Arm); the same API
+    from isal import isal_zlib as _zlib
+except ImportError:
+    import zlib as _zlib
+
 NONE = -(2 ** 63)            # CP_KINETO_NONE: an absent integer
 INT_COLUMNS = ("ts_ns", "dur_ns", "pid", "tid", "stream", "device", "correlation",
                "external_id", "bytes")
 ARG_INTS = {"stream": "stream", "device": "device", "correlation": "correlation",
             "External id": "external_id", "bytes": "bytes"}
-CHUNK_BYTES = 4 << 20
-BATCH_ROWS = 64 * 1024
+CHUNK_BYTES = 1 << 20         # bigger chunks cost memory and gain no speed
+BATCH_ROWS = 16 * 1024
 MAX_VALUE_CHARS = 64 << 20   # a longer event or top-level value means damaged text (an open quote)
 NAME_BYTES = 32 << 20         # name text per batch (kernel names run to kilobytes)
 CAT_BYTES = 2 << 20
@@ -69,8 +73,8 @@ def wants_nothing(cat: pa.Array, name: pa.Array) -> pa.Array | None:
 class _Source:
     """Bytes of a .json or .json.gz file (gzip recognised by its magic, not its name).
 
-    gzip goes through zlib directly (the CRC is checked inside inflate, not in a second pass
-    as gzip.GzipFile does); concatenated gzip members are read one after the other."""
+    gzip goes through ISA-L's (or zlib's) inflate directly: the CRC is checked inside inflate,
+    not in a second pass as gzip.GzipFile does; concatenated members are read one after another."""
 
     RAW_BYTES = 1 << 20
 
@@ -83,7 +87,7 @@ class _Source:
         magic = self.raw.read(2)
         self.raw.seek(0)
         self.compressed = magic == b"\x1f\x8b"
-        self._z = zlib.decompressobj(31) if self.compressed else None
+        self._z = _zlib.decompressobj(31) if self.compressed else None
         self._pending = b""          # compressed input not yet given to zlib
         self._member_started = False
         self.problem = ""
@@ -105,6 +109,10 @@ class _Source:
                     data = self.raw.read(self.RAW_BYTES)
                     if not data:
                         if self._member_started and not self._z.eof:
+                            try:              # what inflate still holds of a cut-off stream
+                                out.append(self._z.flush())
+                            except _zlib.error:
+                                pass
                             self.problem = ("the gzip stream is cut off (the file was not "
                                             "written to the end)")
                         break
@@ -114,11 +122,11 @@ class _Source:
                 size += len(chunk)
                 if self._z.eof:            # the end of one gzip member; another may follow
                     rest = self._z.unused_data
-                    self._z = zlib.decompressobj(31)
+                    self._z = _zlib.decompressobj(31)
                     self._member_started = False
                     if rest.strip(b"\0"):
                         self._pending = rest
-        except zlib.error as exc:
+        except _zlib.error as exc:
             self.problem = f"the gzip data is damaged ({exc})"
         return b"".join(out)
 
@@ -218,7 +226,7 @@ class KinetoScanner:
             try:
                 if self.native:
                     end = _native_skip(self.buf, self.pos, self.eof)
-                    value = json.loads(self.buf[self.pos:end])
+                    value = json.loads(self.buf[self.pos:end].decode("utf-8", "replace"))
                 else:
                     value, end = _decode_one(self.buf, self.pos, self.eof, decoder or _META_DECODER)
             except _Incomplete:
@@ -503,7 +511,7 @@ class _NativeBatch:
             row = r0 + i
             if starts[row] >= 0:
                 try:
-                    self.args[row] = json.loads(buf[starts[row]:ends[row]])
+                    self.args[row] = json.loads(buf[starts[row]:ends[row]].decode("utf-8", "replace"))
                 except ValueError:
                     pass
 
@@ -513,7 +521,8 @@ class _NativeBatch:
         for name in INT_COLUMNS:
             values = self.ints[name][:n]
             missing = values == NONE
-            columns[name] = pa.array(values, pa.int64(), mask=missing if missing.any() else None)
+            validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing.any() else None
+            columns[name] = pa.Array.from_buffers(pa.int64(), n, [validity, pa.py_buffer(values)])
         return RawEvents(columns, self.args)
 
 

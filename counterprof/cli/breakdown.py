@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from .common import ArgumentParser, guarded, use_system_allocator
 
@@ -34,6 +35,8 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    # numpy's OpenBLAS starts a thread per core that spins at start-up; no BLAS is used here
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     use_system_allocator()
     return guarded(lambda: _main(argv))
 

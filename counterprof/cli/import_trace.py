@@ -10,6 +10,7 @@ Then `counterprof breakdown RUN`.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .common import ArgumentParser, err, guarded, use_system_allocator
@@ -31,6 +32,8 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
+    # numpy's OpenBLAS starts a thread per core that spins at start-up; no BLAS is used here
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     use_system_allocator()
     return guarded(lambda: _main(argv))
 
