@@ -206,7 +206,6 @@ class TraceConversion:
 
     def _convert(self, raw, base: int) -> pa.RecordBatch | None:
         cols = raw.columns
-        n = raw.num_rows
         cat_enc = pc.dictionary_encode(cols["cat"])
         cat_kinds = np.array([kind_of_category(c) for c in cat_enc.dictionary.to_pylist()] + [SKIP],
                              dtype=np.uint8)

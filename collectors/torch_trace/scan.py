@@ -43,8 +43,8 @@ ARG_INTS = {"stream": "stream", "device": "device", "correlation": "correlation"
 CHUNK_BYTES = 1 << 20         # bigger chunks cost memory and gain no speed
 BATCH_ROWS = 16 * 1024
 MAX_VALUE_CHARS = 64 << 20   # a longer event or top-level value means damaged text (an open quote)
-NAME_BYTES = 32 << 20         # name text per batch (kernel names run to kilobytes)
-CAT_BYTES = 2 << 20
+NAME_BYTES = 8 << 20          # name text per batch (kernel names run to kilobytes; a full buffer ends the batch)
+CAT_BYTES = 1 << 20
 
 
 class TraceFileError(Exception):
@@ -411,7 +411,7 @@ class KinetoScanner:
         from counterprof._native import ffi, lib
         batch = _NativeBatch(ffi, self.batch_rows)
         scan = ffi.new("struct cp_kineto_scan *")
-        scan.min_headroom = 1 << 20
+        scan.min_headroom = min(1 << 20, NAME_BYTES // 8)
         while True:
             buf = self.buf
             scan.pos = self.pos

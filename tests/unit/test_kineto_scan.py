@@ -186,3 +186,16 @@ def test_damaged_gzip(tmp_path):
     p.write_bytes(bytes(data))
     t, s = events_of(p)
     assert s.problems and ("damaged" in s.problems[0] or "cut off" in s.problems[0])
+
+
+def test_long_names_fill_the_name_buffer_and_end_batches_early(tmp_path, monkeypatch):
+    monkeypatch.setattr(scan, "NAME_BYTES", 1 << 16)
+    names = [f"kernel_{i}_" + "x" * 3000 for i in range(200)]
+    p = write_trace(tmp_path / "long.json", [X("kernel", n, i, 1) for i, n in enumerate(names)])
+    s = KinetoScanner(p, chunk_bytes=1 << 14)
+    batches = list(s)
+    assert len(batches) > 5 and sum(b.num_rows for b in batches) == 200
+    assert [n for b in batches for n in b.columns["name"].to_pylist()] == names
+    p = write_trace(tmp_path / "huge.json", [X("kernel", "y" * (1 << 17), 1, 1)])
+    s = KinetoScanner(p)
+    assert list(s) == [] and "longer than the output buffer" in s.problems[0]
