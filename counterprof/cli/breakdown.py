@@ -50,14 +50,22 @@ def read_spans(run, ranks=None):
     from ..schema import SPANS_SCHEMA
     out = {}
     wanted = pa.array(NEEDED)
-    schema = pa.schema([SPANS_SCHEMA.field(c) for c in COLUMNS])
+    # names as dictionaries: a kernel's name recurs thousands of times (a 1 GB trace's spans
+    # would otherwise hold hundreds of MB of repeated names)
+    fields = [SPANS_SCHEMA.field(c) for c in COLUMNS]
+    name_at = COLUMNS.index("name")
+    fields[name_at] = pa.field("name", pa.dictionary(pa.int32(), pa.string()), nullable=False)
+    schema = pa.schema(fields)
     for rank in run.ranks():
         if ranks and rank not in ranks:
             continue
         parts = []
         for batch in run.batches("spans", columns=COLUMNS, rank=rank):
-            mask = pc.is_in(batch.column(3).cast(pa.string()), value_set=wanted)
-            parts.append(batch.filter(mask))
+            batch = batch.filter(pc.is_in(batch.column(3).cast(pa.string()), value_set=wanted))
+            names = batch.column(name_at)
+            if not pa.types.is_dictionary(names.type):
+                batch = batch.set_column(name_at, "name", pc.dictionary_encode(names))
+            parts.append(batch.cast(schema))
         if parts:
             out[rank] = pa.Table.from_batches(parts, schema=schema).unify_dictionaries()
     return out
