@@ -9,8 +9,8 @@ clock, in Parquet, with the evidence for what held a workload back.
 """
 __version__ = "0.1.0"
 
-from .api import profile  # noqa: E402
+from .api import profile, step  # noqa: E402
 from .regions import region  # noqa: E402
 from .store.reader import Run, load  # noqa: E402
 
-__all__ = ["profile", "region", "load", "Run", "__version__"]
+__all__ = ["profile", "region", "step", "load", "Run", "__version__"]

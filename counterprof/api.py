@@ -11,6 +11,16 @@ from .session import Session
 from .store.reader import Run
 
 
+def step() -> None:
+    """Mark the end of a training step for the torch collector (its windows count steps).
+
+    Cheap and safe anywhere: without the torch collector running in this process it does
+    nothing. Scripts that call optimizer.step() need no marks; this one takes precedence."""
+    driver = sys.modules.get("_counterprof_torch_driver")
+    if driver is not None:
+        driver.step("counterprof")
+
+
 class profile(contextlib.ContextDecorator):
     """Profile the current process: all of its existing threads and those it starts.
 

@@ -110,6 +110,13 @@ class Collector:
         Called before the workload is spawned."""
         return {}
 
+    @classmethod
+    def recover(cls, run_path) -> list[str]:
+        """`counterprof recover`, after the journal is compacted: finish what a killed profiler
+        left undone on disk for this collector (e.g. trace files not converted yet). Idempotent.
+        Returns what it did, one line each."""
+        return []
+
     def start(self, ctx: SessionContext) -> None:
         raise NotImplementedError
 

@@ -24,7 +24,7 @@ ffibuilder.set_source(
     "counterprof._native",
     '#include "counterprof_native.h"',
     sources=[str((HERE / name).relative_to(HERE.parent))
-             for name in ("counterprof_native.c", "procstat.c")],
+             for name in ("counterprof_native.c", "procstat.c", "kineto.c")],
     include_dirs=[str(HERE.relative_to(HERE.parent))],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
     libraries=["pthread"],

@@ -145,4 +145,50 @@ int cp_procstat_sample(cp_procstat *h, struct cp_tree_stats *tree, struct cp_sys
  * envp NULL keeps the current environment. Returns 0 or -errno. */
 int cp_spawn_paused(char *const argv[], char *const envp[], int *pid, int *go_fd, int *status_fd);
 
+/* Kineto trace events -> column arrays (kineto.c). Python allocates the arrays (capacity rows;
+ * the *_off arrays capacity + 1, with *_off[0] = 0) and calls cp_kineto_events repeatedly on
+ * a refilled buffer; rows accumulate until status FULL. Integers absent from an event (or not
+ * integers) are CP_KINETO_NONE. */
+#define CP_KINETO_NONE INT64_MIN
+enum { CP_KINETO_MORE = 0, CP_KINETO_END = 1, CP_KINETO_FULL = 2, CP_KINETO_ERROR = -1 };
+struct cp_kineto_cols {
+    int capacity;
+    int rows;
+    int64_t *ts_ns;
+    int64_t *dur_ns;
+    int64_t *pid;
+    int64_t *tid;
+    int64_t *stream;
+    int64_t *device;
+    int64_t *correlation;
+    int64_t *external_id;
+    int64_t *bytes;
+    int64_t *args_start;       /* byte offsets of the args object in the buffer; -1: none */
+    int64_t *args_end;
+    uint8_t *ph;
+    uint8_t *cat_valid;
+    uint8_t *name_valid;
+    int32_t *cat_off;
+    int32_t *name_off;
+    char *cat_data;
+    char *name_data;
+    int64_t cat_cap;
+    int64_t name_cap;
+};
+struct cp_kineto_scan {
+    int64_t pos;               /* in/out: where the next event (or separator) starts */
+    int need_comma;            /* in/out: an event was just read */
+    int64_t rows_in_array;     /* in/out: elements seen so far */
+    int64_t skipped;           /* in/out: elements that are not complete events */
+    int64_t min_headroom;      /* in: stop (FULL) when less name space than this is left */
+    int status;                /* out: CP_KINETO_* */
+    const char *error;         /* out, for CP_KINETO_ERROR */
+    int64_t error_pos;
+};
+int cp_kineto_events(const char *buf, int64_t len, int eof, struct cp_kineto_cols *cols,
+                     struct cp_kineto_scan *scan);
+/* The end of the JSON value at pos: 0 (ok, *end), 1 (needs more text), -1 (*error at *end). */
+int cp_json_skip(const char *buf, int64_t len, int64_t pos, int eof, int64_t *end,
+                 const char **error);
+
 #endif

@@ -14,8 +14,10 @@ SUBCOMMANDS = {
     "recover": "compact the journal a killed profiler left into Parquet",
     "report": "the verdict (compute, memory, collectives, host) with its evidence; --json, --html",
     "top": "a live view of this machine (GPUs, CPU, processes), or of one process (--pid)",
+    "import": "turn torch profiler traces (.json, .json.gz) into a run directory",
+    "breakdown": "where the GPU's time went: HTA-style breakdowns of a run's torch traces",
 }
-MODULES = {"list": "list_events"}   # subcommand -> module, where the names differ
+MODULES = {"list": "list_events", "import": "import_trace"}   # where module names differ
 USAGE = "usage: counterprof {" + ",".join(SUBCOMMANDS) + "} ...\n\n" + "\n".join(
     f"  {name:<9} {text}" for name, text in SUBCOMMANDS.items()) + \
     "\n\n`counterprof SUBCOMMAND --help` for its options."

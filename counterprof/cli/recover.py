@@ -30,6 +30,12 @@ def _main(argv: list[str]) -> int:
         f"{len(report.files)} Parquet file(s) in {run.path}")
     for problem in report.truncated:
         err(f"cut-off segment (kept what was readable): {problem}")
+    from ..collector import registry
+    for name, cls in sorted(registry().items()):
+        if isinstance(cls, Exception):
+            continue
+        for line in cls.recover(run.path):    # e.g. torch traces not converted yet
+            err(f"{name}: {line}")
     if not args.quiet:
         from rich.console import Console
         Console(stderr=True, highlight=False).print(run.summary())

@@ -26,6 +26,7 @@ examples:
   counterprof run -a -A --duration 5
   counterprof run --live -- python train.py
   counterprof run --gpus 0,1 --nvml-interval-ms 50 -- python train.py
+  counterprof run --torch -- torchrun --nproc_per_node 2 train.py
 """
 
 
@@ -52,6 +53,11 @@ def build_parser() -> ArgumentParser:
                    help="with -a: one series per CPU instead of their sum")
     p.add_argument("--per-thread", action="store_true",
                    help="with --pid: one series per thread instead of their sum")
+    p.add_argument("--torch", action="store_true",
+                   help="record torch.profiler traces in every Python process of the command that "
+                        "imports torch (a window of steps every N), converted into spans")
+    p.add_argument("--torch-window", metavar="ACTIVE/EVERY", default="5/50",
+                   help="with --torch: record ACTIVE steps every EVERY steps (default 5/50)")
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
     p.add_argument("--gpus", metavar="LIST",
@@ -114,6 +120,17 @@ def _main(argv: list[str]) -> int:
     if args.gpus is not None and collectors is not None and "nvml" not in collectors:
         raise UsageFailure("--gpus selects GPUs for the nvml collector, which --collectors leaves out",
                            build_parser().format_usage())
+    if args.torch:
+        from ..collector import resolve
+        active, _, every = args.torch_window.partition("/")
+        if not (active.isdigit() and every.isdigit()):
+            raise UsageFailure(f"--torch-window {args.torch_window!r}: give ACTIVE/EVERY, e.g. 5/50",
+                               build_parser().format_usage())
+        config["torch"] = {"active": int(active), "every": int(every)}
+        if collectors is None:
+            collectors = list(resolve(None))
+        if "torch" not in collectors:
+            collectors.append("torch")
 
     if args.pid is not None:
         target = Target("pid", args.pid)

@@ -21,13 +21,16 @@ def test_wheel_contents(tmp_path):
     for module in ("counterprof/collectors/__init__.py", "counterprof/collectors/host.py",
                    "counterprof/collectors/perf/events.py", "counterprof/collectors/nvml/library.py",
                    "counterprof/cli/run.py",
-                   "counterprof/store/journal.py"):
+                   "counterprof/store/journal.py",
+                   "counterprof/collectors/torch_trace/bootstrap/sitecustomize.py",
+                   "counterprof/collectors/torch_trace/bootstrap/_counterprof_torch_driver.py"):
         assert module in names
     assert not any(n.startswith("collectors/") for n in names), "never a top-level 'collectors'"
     ep = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "[counterprof.collectors]" in ep
     assert "perf = counterprof.collectors.perf:PerfCollector" in ep
     assert "nvml = counterprof.collectors.nvml:NvmlCollector" in ep
+    assert "torch = counterprof.collectors.torch_trace:TorchCollector" in ep
     assert "counterprof = counterprof.cli:console_main" in ep
 
 
@@ -38,7 +41,8 @@ def test_sdist_ships_native(tmp_path):
                          text=True, timeout=300)
     name = out.stdout.strip().splitlines()[-1]
     members = tarfile.open(tmp_path / name).getnames()
-    for f in ("native/counterprof_native.c", "native/procstat.c", "native/counterprof_native.h",
+    for f in ("native/counterprof_native.c", "native/procstat.c", "native/kineto.c",
+              "native/counterprof_native.h",
               "native/build_native.py", "setup.py", "pyproject.toml", "README.md"):
         assert any(m.endswith("/" + f) for m in members), f
 

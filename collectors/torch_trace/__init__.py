@@ -1,0 +1,221 @@
+"""torch collector: torch.profiler in the workload's processes, Kineto traces -> spans.
+
+Off unless asked for (`counterprof run --torch`, collectors=[..., "torch"]): it runs code inside
+the workload (a bootstrap on PYTHONPATH for launched commands), records traces of hundreds of MB,
+and costs the profiled steps real time. `counterprof list` says whether torch is installed here.
+
+Where things happen:
+- In the workload's Python processes (bootstrap/_counterprof_torch_driver.py): torch.profiler
+  records a window of steps every N; torch writes each finished window as a Kineto JSON file
+  into <run>/rank=<rank>/traces/ (temporary name, then renamed).
+- In the profiler (this collector's thread): each complete trace file is converted in a stream
+  (convert.py) and emitted as spans into its rank's partition, ending with the trace's window
+  span; then the next file. The workload pays for torch's own export only; conversion, the
+  expensive part, runs in the profiler process (for counterprof.profile(), the same process, on
+  the collector's thread: the native scanner releases the GIL).
+
+Data loss: a window is on disk once torch has written it, so a killed workload loses only the
+window it was recording (it lives in torch's memory until then). A killed profiler loses
+nothing either: the trace files stay in the run, and `counterprof recover` converts the ones
+whose spans are not complete (recovery.py: a trace's window span is emitted last, so a trace
+without one was cut off; its partial rows are replaced).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from counterprof.collector import Availability, Collector, SessionContext
+from counterprof.errors import CounterprofError, UsageError
+
+BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
+DRIVER = "_counterprof_torch_driver"
+TRACE_GLOBS = ("rank=*/traces/*.pt.trace.json", "rank=*/traces/*.pt.trace.json.gz")
+
+
+def load_driver():
+    """The driver module, under the name counterprof.step() looks for."""
+    mod = sys.modules.get(DRIVER)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(DRIVER, BOOTSTRAP / f"{DRIVER}.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[DRIVER] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+def rank_of_trace_dir(path: Path) -> int:
+    name = path.parent.parent.name        # rank=<r>/traces/<file>
+    return int(name.split("=", 1)[1])
+
+
+class TorchCollector(Collector):
+    name = "torch"
+    default_on = False
+    DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "record_shapes": True,
+                "with_stack": False, "profile_memory": False, "poll_s": 0.5}
+
+    def __init__(self, config: dict[str, Any] | None = None):
+        super().__init__({**self.DEFAULTS, **(config or {})})
+        self.run_path: Path | None = None
+        self.driver = None
+        self.done: set[str] = set()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.traces = 0
+        self.spans = 0
+        self.problems: list[str] = []
+
+    # -- contract ---------------------------------------------------------------------------
+
+    @classmethod
+    def availability(cls, config=None) -> Availability:
+        try:
+            import counterprof._native  # noqa: F401
+        except ImportError as exc:
+            return Availability(False, f"counterprof's compiled part is missing ({exc}); "
+                                       "reinstall with `pip install .`")
+        return Availability(True)
+
+    @classmethod
+    def validate(cls, config: dict[str, Any]) -> None:
+        cfg = {**cls.DEFAULTS, **config}
+        try:
+            every, active, warmup = int(cfg["every"]), int(cfg["active"]), int(cfg["warmup"])
+        except (TypeError, ValueError):
+            raise UsageError("torch: every, active and warmup are whole numbers of steps") from None
+        if active < 1 or warmup < 0 or every < active + warmup:
+            raise UsageError(f"torch: a window of {active} active step(s) after {warmup} warm-up "
+                             f"step(s) does not fit in every {every} steps "
+                             "(need active >= 1 and every >= active + warmup)")
+
+    @classmethod
+    def inventory(cls, config=None) -> list[dict[str, Any]]:
+        try:
+            version = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            version = "not installed in this Python"
+        cfg = {**cls.DEFAULTS, **(config or {})}
+        return [{"title": "torch profiler", "columns": ["setting", "value"],
+                 "rows": [["torch", version],
+                          ["window", f"{cfg['active']} steps every {cfg['every']} "
+                                     f"(after {cfg['warmup']} warm-up)"],
+                          ["record_shapes", str(cfg["record_shapes"])]],
+                 "note": "on with `counterprof run --torch`; steps are marked by optimizer.step(), "
+                         "counterprof.step() or your own prof.step()"}]
+
+    def driver_config(self) -> dict[str, Any]:
+        keys = ("every", "active", "warmup", "record_shapes", "with_stack", "profile_memory")
+        return {k: self.config[k] for k in keys}
+
+    def launch_environment(self, run_path) -> dict[str, str]:
+        self.run_path = Path(run_path)
+        existing = os.environ.get("PYTHONPATH", "")
+        return {
+            "PYTHONPATH": str(BOOTSTRAP) + (os.pathsep + existing if existing else ""),
+            "COUNTERPROF_TORCH": json.dumps({"run": str(Path(run_path).resolve()),
+                                             **self.driver_config()}),
+        }
+
+    def start(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
+        if self.run_path is None:
+            raise CounterprofError("torch: no run directory (launch_environment was not called)")
+        kind = ctx.target.kind
+        if kind == "pid":
+            raise CounterprofError("torch traces need the workload launched by counterprof "
+                                   "(`counterprof run --torch -- CMD`) or counterprof.profile(); "
+                                   "it cannot attach to a running process")
+        if kind == "self":
+            try:
+                import torch  # noqa: F401
+            except ImportError as exc:
+                raise CounterprofError(f"torch is not importable in this process ({exc}); "
+                                       "pip install 'counterprof[torch]'") from None
+            drv = load_driver()
+            self.driver = drv.create(str(self.run_path.resolve()), rank=ctx.rank, start_now=True,
+                                     **self.driver_config())
+        ready = threading.Event()
+        tid: list[int] = []
+
+        def run():
+            tid.append(threading.get_native_id())
+            ready.set()
+            self._loop()
+
+        self._thread = threading.Thread(target=run, name="counterprof-torch", daemon=True)
+        self._thread.start()
+        ready.wait()
+        with ctx.lock:
+            ctx.profiler_tids.add(tid[0])
+
+    def _loop(self) -> None:
+        period = float(self.config["poll_s"])
+        try:
+            while not self._stop.wait(period):
+                self.sweep()
+        except Exception as exc:
+            self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
+
+    def sweep(self) -> int:
+        """Convert the complete trace files not converted yet; returns how many."""
+        found = []
+        for path in (p for g in TRACE_GLOBS for p in self.run_path.glob(g)):
+            if str(path) not in self.done:
+                try:
+                    found.append((path.stat().st_mtime_ns, path))
+                except FileNotFoundError:
+                    continue
+        for _, path in sorted(found):
+            self.done.add(str(path))
+            self.convert(path)
+        return len(found)
+
+    def convert(self, path: Path) -> None:
+        from .convert import TraceConversion
+        from .scan import TraceFileError
+        rank = rank_of_trace_dir(path)
+        conv = TraceConversion(path, default_rank=rank, spill_dir=path.parent)
+        try:
+            for batch in conv:
+                self.ctx.emit("spans", batch, rank=rank)
+                self.spans += batch.num_rows
+        except TraceFileError as exc:
+            conv.problems.append(str(exc))
+        self.traces += 1
+        for p in conv.problems:
+            msg = f"torch: {path.name}: {p}"
+            self.problems.append(msg)
+            self.ctx.warn(msg)
+
+    @classmethod
+    def recover(cls, run_path) -> list[str]:
+        """Convert the trace files a killed profiler left unconverted (or half converted)."""
+        from .recovery import recover_traces
+        return recover_traces(Path(run_path))
+
+    def stop(self) -> None:
+        if self._thread is None or self._stop.is_set():
+            return
+        if self.driver is not None:
+            self.driver.close()        # writes the window in progress
+            if self.driver.stopped and self.driver.stopped != "closed":
+                self.problems.append(f"torch profiling stopped: {self.driver.stopped}")
+        self._stop.set()
+        self._thread.join()
+        try:
+            self.sweep()
+        except Exception as exc:
+            self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
+        if self.traces == 0 and self.ctx.target.kind == "launch":
+            self.ctx.warn("torch: no trace was recorded: no Python process of the workload "
+                          "imported torch and marked a step (optimizer.step(), "
+                          "counterprof.step() or prof.step())")
+        self.details.update(traces=self.traces, spans=self.spans, problems=self.problems[:20])

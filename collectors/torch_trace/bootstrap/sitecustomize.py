@@ -1,0 +1,34 @@
+"""counterprof's bootstrap, on PYTHONPATH of processes launched by `counterprof run --torch`.
+
+Python imports `sitecustomize` at start-up (unless run with -S or -I). This one arms a hook
+that starts torch.profiler in the process once it imports torch (processes that never import
+torch are left alone), then runs the sitecustomize it shadows, if there is one, so an existing
+site customisation keeps working.
+"""
+
+
+def _counterprof_bootstrap() -> None:
+    import os
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        if here not in sys.path:
+            sys.path.append(here)
+        import _counterprof_torch_driver
+        _counterprof_torch_driver.install_from_env()
+    except Exception as exc:   # never stop the workload from starting
+        print(f"counterprof: torch bootstrap failed in pid {os.getpid()}: {exc}", file=sys.stderr)
+
+    # chain to the sitecustomize this one shadows
+    import importlib.machinery
+    import importlib.util
+    others = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
+    if spec is not None and spec.loader is not None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+
+
+_counterprof_bootstrap()
+del _counterprof_bootstrap

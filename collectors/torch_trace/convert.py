@@ -1,0 +1,564 @@
+"""Kineto trace -> spans (counterprof.schema.SPANS_SCHEMA), streamed in bounded batches.
+
+    conversion = TraceConversion("rank0.json.gz")
+    for batch in conversion:        # pyarrow.RecordBatch, SPANS_SCHEMA, epoch-ns times
+        sink(batch)
+    conversion.rank, conversion.info, conversion.problems
+
+Categories (Kineto "cat" -> span category):
+    kernel, Kernel -> kernel        gpu_memcpy, Memcpy -> memcpy      gpu_memset, Memset -> memset
+    cuda_sync -> sync               cpu_op, operator, Operator -> cpu_op
+    cuda_runtime, cuda_driver, Runtime, *_runtime -> runtime
+    user_annotation, gpu_user_annotation -> annotation (the GPU one has device and stream)
+    ProfilerStep#N (cpu_op or user_annotation) -> step
+    record_param_comms (cpu_op), gloo:<coll> (user_annotation: gloo's CPU work) -> collective
+    Trace ("PyTorch Profiler (0)") -> one "window" span per trace: the recorded window, with the
+        trace's metadata in attrs (it ends the trace's spans: its presence says "complete")
+Skipped (counted in the window's attrs): python_function, flow arrows, instants, metadata,
+other categories.
+
+GPU spans carry the host process's pid (Kineto gives them the device as pid), the device and
+the stream; CPU spans carry pid and tid. `correlation` links a runtime launch to its GPU span.
+Collective metadata (collective, bytes, group_size, attrs: process group, dtype, in/out bytes)
+comes from record_param_comms; NCCL kernels get it through their External id (the launching
+record_param_comms's) or, failing that, from their name; gloo:<coll> spans from their input
+shapes (recorded with record_shapes=True); c10d::<coll>_ ops are tagged with the collective.
+
+Time: Kineto's ts is µs, relative to baseTimeNanoseconds when the trace has it, else (older
+traces) absolute epoch µs; start = base + ts exactly, in ns. Older PyTorch writes
+baseTimeNanoseconds after traceEvents: then the batches are spilled to a temporary Arrow file
+and shifted once the base is known (memory stays bounded either way).
+"""
+from __future__ import annotations
+
+import json
+import os
+from array import array
+import re
+import tempfile
+from collections import Counter
+from typing import Any, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from counterprof.analysis.kernels import (COMMUNICATION, collective_in_kernel_name,
+                                          kernel_class)
+from counterprof.schema import SPANS_SCHEMA
+
+from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner
+
+CATEGORIES = ("kernel", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation",
+              "step", "collective", "window")
+CLASSES = ("compute", "communication", "memory", "other")
+_CAT_CODE = {c: i for i, c in enumerate(CATEGORIES)}
+_CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
+
+# intermediate kinds: the category before name-based refinements
+SKIP, KERNEL, MEMCPY, MEMSET, SYNC, CPU_OP, RUNTIME, ANNOT, GPU_ANNOT, TRACE = range(10)
+_KIND_OF_CAT = {
+    "kernel": KERNEL, "Kernel": KERNEL,
+    "gpu_memcpy": MEMCPY, "Memcpy": MEMCPY,
+    "gpu_memset": MEMSET, "Memset": MEMSET,
+    "cuda_sync": SYNC,
+    "cpu_op": CPU_OP, "operator": CPU_OP, "Operator": CPU_OP,
+    "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME, "Runtime": RUNTIME, "Driver": RUNTIME,
+    "user_annotation": ANNOT, "gpu_user_annotation": GPU_ANNOT,
+    "Trace": TRACE,
+}
+_KIND_CATEGORY = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "sync",
+                  CPU_OP: "cpu_op", RUNTIME: "runtime", ANNOT: "annotation",
+                  GPU_ANNOT: "annotation"}
+_GPU_KINDS = (KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOT)
+ABSOLUTE_NS = 10 ** 18        # ts beyond this (2001 as epoch µs) is absolute, not relative
+_RANK_IN_NAME = re.compile(r"rank[-_=]?(\d+)", re.IGNORECASE)
+_DTYPE_BYTES = {
+    "float": 4, "double": 8, "half": 2, "bfloat16": 2, "c10::half": 2, "c10::bfloat16": 2,
+    "int": 4, "long": 8, "long int": 8, "int64": 8, "int32": 4, "short": 2, "short int": 2,
+    "byte": 1, "char": 1, "signed char": 1, "unsigned char": 1, "bool": 1, "int8": 1,
+    "uint8": 1, "complexfloat": 8, "complexdouble": 16, "c10::complex<float>": 8,
+    "c10::complex<double>": 16, "float8_e4m3fn": 1, "float8_e5m2": 1, "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1, "float16": 2, "float32": 4, "float64": 8,
+}
+
+
+def kind_of_category(cat: str | None) -> int:
+    if cat is None:
+        return SKIP
+    kind = _KIND_OF_CAT.get(cat)
+    if kind is None and cat.endswith("_runtime"):   # hip_runtime, xpu_runtime, privateuse1_runtime
+        kind = RUNTIME
+    return SKIP if kind is None else kind
+
+
+def wants_args(cat: pa.Array, name: pa.Array) -> pa.Array:
+    """Rows whose args the converter reads: collectives and the Trace span (a few rows)."""
+    return pc.or_(pc.or_(pc.equal(name, "record_param_comms"), pc.equal(cat, "Trace")),
+                  pc.or_(pc.starts_with(name, "gloo:"), pc.starts_with(name, "c10d::")))
+
+
+def rank_from_name(path: str | os.PathLike) -> int | None:
+    m = _RANK_IN_NAME.search(os.path.basename(os.fspath(path)))
+    return int(m.group(1)) if m else None
+
+
+def dtype_bytes(dtype: Any) -> int | None:
+    if not isinstance(dtype, str):
+        return None
+    return _DTYPE_BYTES.get(dtype.strip().lower())
+
+
+class TraceConversion:
+    """Iterate to get the spans batches; afterwards: rank, rank_source, info, problems.
+
+    default_rank: the rank when the trace names none (distributedInfo, then the file name).
+    spill_dir: where a trace with baseTimeNanoseconds after its events is staged (default:
+    the system's temporary directory).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, default_rank: int = 0,
+                 spill_dir: str | os.PathLike | None = None, native: bool = True,
+                 chunk_bytes: int = CHUNK_BYTES, batch_rows: int = BATCH_ROWS):
+        self.path = os.fspath(path)
+        self.default_rank = default_rank
+        self.spill_dir = spill_dir
+        self.native = native
+        self.scanner = KinetoScanner(self.path, native=native, chunk_bytes=chunk_bytes,
+                                     batch_rows=batch_rows, wants_args=wants_args)
+        self.problems: list[str] = []
+        self.rank: int | None = None
+        self.rank_source = ""
+        self.info: dict[str, Any] = {}
+        self.spans = 0
+        self.gpu_spans = 0
+        self.host_pid: int | None = None
+        self._pids: Counter = Counter()
+        self._skipped_categories: Counter = Counter()
+        self._collectives = _CollectiveIndex()      # External id -> (collective, bytes, group, attrs)
+        self._trace_extent: tuple[int, int] | None = None
+        self._extent = [None, None]
+        self._single_group: int | None = None
+
+    # -- the stream ---------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        base: int | None = None
+        spill = spill_writer = None
+        try:
+            for raw in self.scanner:
+                meta = self.scanner.meta
+                if base is None and spill is None:
+                    if "baseTimeNanoseconds" in meta:
+                        base = _int(meta["baseTimeNanoseconds"]) or 0
+                    else:
+                        first = raw.columns["ts_ns"]
+                        first_ts = pc.min(first).as_py()
+                        if first_ts is not None and first_ts >= ABSOLUTE_NS:
+                            base = 0          # older trace: absolute epoch µs
+                        else:
+                            spill = tempfile.TemporaryFile(dir=self.spill_dir, prefix="counterprof-spill-")
+                            spill_writer = pa.ipc.new_stream(spill, SPANS_SCHEMA)
+                self._single_group = _single_group_size(meta.get("distributedInfo"))
+                batch = self._convert(raw, base or 0)
+                if batch is None:
+                    continue
+                if spill_writer is not None:
+                    spill_writer.write_batch(batch)
+                else:
+                    yield batch
+            meta = self.scanner.meta
+            late_base = _int(meta.get("baseTimeNanoseconds"))
+            if spill_writer is not None:
+                spill_writer.close()
+                spill.seek(0)
+                shift = late_base or 0
+                for batch in pa.ipc.open_stream(spill):
+                    yield _shift(batch, shift)
+                base = shift
+            elif late_base is not None and base == 0 and late_base != 0:
+                self.problems.append("baseTimeNanoseconds comes after events whose timestamps "
+                                     "already look absolute; kept them as absolute")
+            window = self._window(base or 0)
+            if window is not None:
+                yield window
+        finally:
+            if spill is not None:
+                spill.close()
+            self._finish()
+
+    def _finish(self) -> None:
+        sc = self.scanner
+        self.problems = [*sc.problems, *self.problems]
+        meta = sc.meta
+        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+        rank = _int(dist.get("rank"))
+        if rank is not None and rank >= 0:
+            self.rank, self.rank_source = rank, "distributedInfo"
+        elif rank_from_name(self.path) is not None:
+            self.rank, self.rank_source = rank_from_name(self.path), "file name"
+        else:
+            self.rank, self.rank_source = self.default_rank, "default"
+        if not sc.found_events and not sc.problems:
+            self.problems.append("no traceEvents in the file: not a PyTorch profiler trace?")
+
+    # -- one batch ----------------------------------------------------------------------------
+
+    def _convert(self, raw, base: int) -> pa.RecordBatch | None:
+        cols = raw.columns
+        cat_enc = pc.dictionary_encode(cols["cat"])
+        cat_kinds = np.array([kind_of_category(c) for c in cat_enc.dictionary.to_pylist()] + [SKIP],
+                             dtype=np.uint8)
+        idx = cat_enc.indices.to_numpy(zero_copy_only=False)
+        idx = np.where(pc.is_null(cat_enc.indices).to_numpy(zero_copy_only=False),
+                       len(cat_kinds) - 1, idx).astype(np.int64)
+        kind = cat_kinds[idx]
+        names = pc.fill_null(cols["name"], "")
+        skip_counts = np.bincount(idx[kind == SKIP], minlength=len(cat_kinds))
+        for i, c in enumerate(cat_enc.dictionary.to_pylist() + [None]):
+            if skip_counts[i]:
+                self._skipped_categories[c if c is not None else "(no cat)"] += int(skip_counts[i])
+
+        ts = _np(cols["ts_ns"])
+        dur = _np(cols["dur_ns"])
+        pid = cols["pid"]
+        # the Trace span: the recorded window's extent
+        trace_rows = np.nonzero(kind == TRACE)[0]
+        for r in trace_rows:
+            self._trace_extent = (int(ts[r]), int(ts[r] + dur[r]))
+        host = (kind == CPU_OP) | (kind == RUNTIME) | (kind == ANNOT)
+        if host.any():
+            host_pids = pc.filter(pid, _bools(host))
+            vc = pc.value_counts(host_pids.drop_null())
+            for item in vc.to_pylist():
+                self._pids[item["values"]] += item["counts"]
+            if self._pids:
+                self.host_pid = self._pids.most_common(1)[0][0]
+
+        keep = (kind != SKIP) & (kind != TRACE)
+        if not keep.any():
+            return None
+        rows = np.nonzero(keep)[0]
+        kind = kind[rows]
+        take = _ints(rows)
+        names = pc.take(names, take)
+        gpu = np.isin(kind, _GPU_KINDS)
+
+        # category codes, then the name-based refinements
+        category = np.empty(len(rows), np.int32)
+        for k, c in _KIND_CATEGORY.items():
+            category[kind == k] = _CAT_CODE[c]
+        hostish = (kind == CPU_OP) | (kind == ANNOT)
+        is_step = hostish & _np_bool(pc.starts_with(names, "ProfilerStep#"))
+        category[is_step] = _CAT_CODE["step"]
+        is_rpc = (kind == CPU_OP) & _np_bool(pc.equal(names, "record_param_comms"))
+        is_gloo = (kind == ANNOT) & _np_bool(pc.starts_with(names, "gloo:"))
+        category[is_rpc | is_gloo] = _CAT_CODE["collective"]
+
+        # kernel classes, per distinct name
+        klass = np.full(len(rows), -1, np.int32)
+        gpu_work = np.nonzero(np.isin(kind, (KERNEL, MEMCPY, MEMSET, SYNC)))[0]
+        comm_rows: list[int] = []
+        if len(gpu_work):
+            enc = pc.dictionary_encode(pc.take(names, _ints(gpu_work)))
+            dict_names = enc.dictionary.to_pylist()
+            codes = enc.indices.to_numpy(zero_copy_only=False)
+            kinds_here = kind[gpu_work]
+            cat_name = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "sync"}
+            for k in np.nonzero(np.bincount(kinds_here))[0]:   # (np.unique imports numpy.ma)
+                sel = kinds_here == k
+                per_name = np.array([_CLASS_CODE[kernel_class(cat_name[int(k)], nm)] for nm in dict_names],
+                                    np.int32)
+                klass[gpu_work[sel]] = per_name[codes[sel]]
+            comm_rows = gpu_work[klass[gpu_work] == _CLASS_CODE[COMMUNICATION]].tolist()
+
+        ts_r, dur_r = ts[rows], dur[rows]
+        start = ts_r + base
+        end = start + dur_r
+        lo, hi = int(ts_r.min()), int((ts_r + dur_r).max())   # kept relative to the base
+        if self._extent[0] is None or lo < self._extent[0]:
+            self._extent[0] = lo
+        if self._extent[1] is None or hi > self._extent[1]:
+            self._extent[1] = hi
+
+        pid_r = pc.take(pid, take)
+        tid_r = pc.take(cols["tid"], take)
+        device_r = pc.take(cols["device"], take)
+        stream_r = pc.take(cols["stream"], take)
+        gpu_mask = _bools(gpu)
+        # GPU spans: the device (args.device, else Kineto's pid), the stream (args.stream, else
+        # Kineto's tid), and the host process's pid
+        device_col = pc.if_else(gpu_mask, pc.coalesce(device_r, pid_r), None).cast(pa.int32())
+        stream_col = pc.if_else(gpu_mask, pc.coalesce(stream_r, tid_r), None)
+        pid_col = pc.if_else(gpu_mask, pa.scalar(self.host_pid, pa.int64()), pid_r)
+        tid_col = pc.if_else(gpu_mask, pa.scalar(None, pa.int64()), tid_r)
+        correlation = pc.take(cols["correlation"], take)
+        bytes_col = pc.if_else(_bools(np.isin(kind, (MEMCPY, MEMSET))),
+                               pc.take(cols["bytes"], take), None)
+
+        # collectives: a few rows, handled one by one
+        collective: list[str | None] = [None] * len(rows)
+        group: list[int | None] = [None] * len(rows)
+        attrs: list[str | None] = [None] * len(rows)
+        bytes_list = None
+        special = {}
+        if raw.args:
+            for raw_row, args in raw.args.items():
+                i = int(np.searchsorted(rows, raw_row))
+                if i < len(rows) and rows[i] == raw_row:
+                    special[i] = args
+        if special or comm_rows:
+            ext = cols["external_id"]
+            ext_np = np.where(_np_bool(pc.is_null(ext)), -1, _np(ext))[rows]
+            bytes_list = bytes_col.to_pylist()
+            idx = sorted(special)
+            for i, name in zip(idx, pc.take(names, pa.array(idx, pa.int64())).to_pylist()):
+                args = special[i]
+                if category[i] == _CAT_CODE["collective"] and name == "record_param_comms":
+                    info = _record_param_comms(args)
+                    if ext_np[i] >= 0:
+                        self._collectives.add(int(ext_np[i]), info)
+                elif name.startswith("gloo:"):
+                    info = _shaped_collective(name[5:], args, self._single_group)
+                elif name.startswith("c10d::"):
+                    info = _shaped_collective(name[6:].rstrip("_"), args, None)
+                else:
+                    continue
+                collective[i], bytes_list[i], group[i], attrs[i] = info
+            if comm_rows:
+                found = self._collectives.lookup(ext_np[comm_rows])
+                comm_names = pc.take(names, pa.array(comm_rows, pa.int64())).to_pylist()
+                for i, info, name in zip(comm_rows, found, comm_names):
+                    if info is None:
+                        info = (collective_in_kernel_name(name), None, None, None)
+                    collective[i], bytes_list[i], group[i], attrs[i] = info
+
+        self.spans += len(rows)
+        self.gpu_spans += int(np.count_nonzero(np.isin(kind, (KERNEL, MEMCPY, MEMSET, SYNC))))
+        return pa.RecordBatch.from_arrays([
+            _ints(start).cast(SPANS_SCHEMA.field("start").type),
+            _ints(end).cast(SPANS_SCHEMA.field("end").type),
+            names,
+            pa.DictionaryArray.from_arrays(_int32_or_null(category), pa.array(CATEGORIES)),
+            pa.DictionaryArray.from_arrays(_int32_or_null(klass), pa.array(CLASSES)),
+            device_col,
+            stream_col,
+            pid_col,
+            tid_col,
+            correlation,
+            pa.array(collective, pa.string()),
+            pa.array(bytes_list, pa.int64()) if bytes_list is not None else bytes_col,
+            pa.array(group, pa.int32()),
+            pa.array(attrs, pa.string()),
+        ], schema=SPANS_SCHEMA)
+
+    # -- the window span ----------------------------------------------------------------------
+
+    def _window(self, base: int) -> pa.RecordBatch | None:
+        extents = [e for e in (self._trace_extent, tuple(self._extent)) if e[0] is not None] \
+            if self._trace_extent is not None else ([tuple(self._extent)] if self._extent[0] is not None else [])
+        if not extents:
+            return None
+        # the recorded window; the spans may run past the Trace span (GPU work finishing late)
+        start = min(e[0] for e in extents) + base
+        end = max(e[1] for e in extents) + base
+        self._finish_info()
+        attrs = json.dumps(self.info, separators=(",", ":"), default=str)
+        return pa.RecordBatch.from_arrays([
+            pa.array([start], pa.int64()).cast(SPANS_SCHEMA.field("start").type),
+            pa.array([end], pa.int64()).cast(SPANS_SCHEMA.field("end").type),
+            pa.array([os.path.basename(self.path)]),
+            pa.DictionaryArray.from_arrays(pa.array([_CAT_CODE["window"]], pa.int32()),
+                                           pa.array(CATEGORIES)),
+            pa.DictionaryArray.from_arrays(pa.array([None], pa.int32()), pa.array(CLASSES)),
+            pa.array([None], pa.int32()),
+            pa.array([None], pa.int64()),
+            pa.array([self.host_pid], pa.int64()),
+            pa.array([None], pa.int64()),
+            pa.array([None], pa.int64()),
+            pa.array([None], pa.string()),
+            pa.array([None], pa.int64()),
+            pa.array([None], pa.int32()),
+            pa.array([attrs]),
+        ], schema=SPANS_SCHEMA)
+
+    def _finish_info(self) -> None:
+        sc = self.scanner
+        meta = sc.meta
+        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
+        devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
+        self.info = {
+            "trace": os.path.basename(self.path),
+            "schema_version": meta.get("schemaVersion"),
+            "base_time_ns": _int(meta.get("baseTimeNanoseconds")),
+            "devices": [d.get("name") for d in devices if isinstance(d, dict)],
+            "distributed": {k: v for k, v in (dist or {}).items()
+                            if k in ("backend", "rank", "world_size", "pg_count", "nccl_version")},
+            "events": sc.events,
+            "spans": self.spans + 1,
+            "gpu_spans": self.gpu_spans,
+            "skipped": sc.skipped,
+            "skipped_categories": dict(self._skipped_categories),
+            "truncated": sc.truncated,
+        }
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+# numpy -> Arrow through buffers: pa.array(ndarray) imports numpy.ma (15 ms) to look for masks
+
+def _ints(values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _bools(mask: np.ndarray) -> pa.Array:
+    bits = np.packbits(np.asarray(mask, bool), bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
+
+
+def _int32_or_null(codes: np.ndarray) -> pa.Array:
+    """int32 codes with negative ones as nulls (without pa.array's mask=, which imports numpy.ma)."""
+    codes = codes.astype(np.int32, copy=False)
+    missing = codes < 0
+    validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing.any() else None
+    return pa.Array.from_buffers(pa.int32(), len(codes), [validity, pa.py_buffer(codes)])
+
+
+def _np(arr: pa.Array) -> np.ndarray:
+    return arr.fill_null(0).to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy(zero_copy_only=False)
+
+
+def _np_bool(arr: pa.Array) -> np.ndarray:
+    return pc.fill_null(arr, False).to_numpy(zero_copy_only=False)
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def _shift(batch: pa.RecordBatch, ns: int) -> pa.RecordBatch:
+    if ns == 0:
+        return batch
+    cols = batch.columns
+    t = SPANS_SCHEMA.field("start").type
+    start = pc.add(cols[0].cast(pa.int64()), ns).cast(t)
+    end = pc.add(cols[1].cast(pa.int64()), ns).cast(t)
+    return pa.RecordBatch.from_arrays([start, end, *cols[2:]], schema=SPANS_SCHEMA)
+
+
+def _single_group_size(dist: Any) -> int | None:
+    """The group size when the trace has one process group (else which group is unknown)."""
+    if not isinstance(dist, dict):
+        return None
+    configs = dist.get("pg_config")
+    if isinstance(configs, list) and len(configs) == 1 and isinstance(configs[0], dict):
+        return _int(configs[0].get("pg_size"))
+    if dist.get("pg_count") in (None, 1):
+        return _int(dist.get("world_size"))
+    return None
+
+
+class _CollectiveIndex:
+    """External id -> collective info, for the NCCL kernels that come after their
+    record_param_comms in the file. Compact (12 bytes an entry; each distinct info once), since
+    a long trace holds many collectives."""
+
+    def __init__(self):
+        self.ext = array("q")
+        self.idx = array("i")
+        self.infos: list[tuple] = []
+        self._ids: dict[tuple, int] = {}
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+
+    def add(self, ext: int, info: tuple) -> None:
+        i = self._ids.get(info)
+        if i is None:
+            i = self._ids[info] = len(self.infos)
+            self.infos.append(info)
+        self.ext.append(ext)
+        self.idx.append(i)
+        self._sorted = None
+
+    def lookup(self, exts: np.ndarray) -> list[tuple | None]:
+        if not self.ext:
+            return [None] * len(exts)
+        if self._sorted is None:
+            keys = np.array(self.ext, np.int64)
+            order = np.argsort(keys, kind="stable")
+            self._sorted = keys[order], np.array(self.idx, np.int32)[order]
+        keys, ids = self._sorted
+        pos = np.clip(np.searchsorted(keys, exts), 0, len(keys) - 1)
+        hit = (keys[pos] == exts) & (exts >= 0)
+        return [self.infos[ids[p]] if h else None for p, h in zip(pos.tolist(), hit.tolist())]
+
+
+_RPC_FIELDS = ("Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size",
+               "Process Group Name", "Process Group Description", "Process Group Ranks")
+_rpc_cache: dict[tuple, tuple] = {}
+
+
+def _record_param_comms(args: dict) -> tuple:
+    """(collective, bytes, group size, attrs json) from record_param_comms's args (the same
+    arguments recur all through a trace: computed once each)."""
+    key = tuple(str(args.get(k)) for k in _RPC_FIELDS)
+    info = _rpc_cache.get(key)
+    if info is None:
+        if len(_rpc_cache) > 10_000:
+            _rpc_cache.clear()
+        info = _rpc_cache[key] = _record_param_comms_uncached(args)
+    return info
+
+
+def _record_param_comms_uncached(args: dict) -> tuple:
+    size = dtype_bytes(args.get("dtype"))
+    in_n, out_n = _int(args.get("In msg nelems")), _int(args.get("Out msg nelems"))
+    in_b = in_n * size if in_n is not None and size else None
+    out_b = out_n * size if out_n is not None and size else None
+    attrs = {k: v for k, v in (("pg", args.get("Process Group Name")),
+                               ("pg_desc", args.get("Process Group Description")),
+                               ("dtype", args.get("dtype")),
+                               ("in_bytes", in_b), ("out_bytes", out_b)) if v is not None}
+    ranks = args.get("Process Group Ranks")
+    if isinstance(ranks, str) and len(ranks) <= 200:
+        attrs["ranks"] = ranks
+    coll = args.get("Collective name")
+    return (coll if isinstance(coll, str) else None, in_b, _int(args.get("Group size")),
+            json.dumps(attrs, separators=(",", ":")) if attrs else None)
+
+
+def _shaped_collective(coll: str, args: dict, group: int | None) -> tuple:
+    """(collective, bytes, group size, attrs) from a collective's recorded input shapes."""
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    total = None
+    if isinstance(dims, list) and isinstance(types, list):
+        total = 0
+        for d, t in zip(dims, types):
+            size = dtype_bytes(t)
+            for shape in _shapes(d):
+                if size:
+                    n = 1
+                    for x in shape:
+                        n *= x if isinstance(x, int) else 1
+                    total += n * size
+        total = total or None
+    attrs = json.dumps({"dtype": types[0]}, separators=(",", ":")) \
+        if isinstance(types, list) and types and isinstance(types[0], str) and types[0] else None
+    return (coll or None, total, group, attrs)
+
+
+def _shapes(d: Any) -> list[list]:
+    """Shapes in an Input Dims entry: [n, m] for a tensor, [[n], [m]] for a TensorList."""
+    if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
+        return [x for x in d if all(isinstance(y, int) for y in x)]
+    if isinstance(d, list) and all(isinstance(x, int) for x in d) and d:
+        return [d]
+    return []

@@ -1,0 +1,217 @@
+"""Existing torch profiler traces -> a run directory (`counterprof import`).
+
+Each trace file is converted in a stream into one Parquet file of spans, written under a
+temporary name and renamed into rank=<r>/ once complete, so a run never holds half a trace.
+The rank comes from the trace (distributedInfo.rank), else the file name (rank3, rank_3, ...),
+else `default_rank`. Several files may share a rank when their recorded windows do not overlap
+in time (one process's successive windows); two files claiming one rank over the same time are
+two processes, and the import stops with a message naming them.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from counterprof import __version__
+from counterprof.errors import CounterprofError, RunDirectoryError, UsageError
+from counterprof.schema import SPANS_SCHEMA
+from counterprof.store import rundir
+
+from .convert import TraceConversion
+from .scan import TraceFileError
+
+SUFFIXES = (".json", ".json.gz")
+ROW_GROUP_ROWS = 32 * 1024
+
+
+@dataclass
+class ImportedTrace:
+    path: str
+    rank: int | None = None
+    rank_source: str = ""
+    spans: int = 0
+    gpu_spans: int = 0
+    events: int = 0
+    window: tuple[int, int] | None = None     # epoch ns of the recorded window
+    host_pid: int | None = None
+    problems: list[str] = field(default_factory=list)
+    failed: str = ""                           # why nothing could be read
+    seconds: float = 0.0
+    tmp: Path | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.path, "rank": self.rank, "rank_source": self.rank_source,
+                "events": self.events, "spans": self.spans, "gpu_spans": self.gpu_spans,
+                "window_ns": list(self.window) if self.window else None,
+                "problems": self.problems, "failed": self.failed or None}
+
+
+def find_traces(paths: list[str | os.PathLike]) -> list[Path]:
+    """Files as given, and the trace files (*.json, *.json.gz) under directories."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found += sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(SUFFIXES)
+                            and not f.name.startswith("."))
+        elif p.exists():
+            found.append(p)
+        else:
+            raise UsageError(f"{p}: no such file or directory")
+    if not found:
+        raise UsageError(f"no trace files (*.json, *.json.gz) in {', '.join(map(str, paths))}")
+    unique = list(dict.fromkeys(f.resolve() for f in found))
+    return unique
+
+
+class _ParquetSink:
+    """The spans of one trace as one Parquet file, row group by row group."""
+
+    def __init__(self, target: Path):
+        self.target = target
+        self.writer = None
+
+    def write(self, batches: list[pa.RecordBatch]) -> None:
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(str(self.target), SPANS_SCHEMA, compression="zstd")
+        self.writer.write_table(pa.Table.from_batches(batches, schema=SPANS_SCHEMA),
+                                row_group_size=ROW_GROUP_ROWS)
+
+    def close(self) -> bool:
+        """True when a file was written."""
+        if self.writer is None:
+            return False
+        self.writer.close()
+        return True
+
+
+def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,
+                       spill_dir: Path) -> None:
+    """Convert one file into `target` (Parquet, row groups of up to ROW_GROUP_ROWS spans)."""
+    t0 = time.perf_counter()
+    conv = TraceConversion(trace.path, default_rank=default_rank, spill_dir=spill_dir)
+    sink = _ParquetSink(target)
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    window = None
+    try:
+        for batch in conv:
+            if batch.num_rows == 1 and batch.column(3)[0].as_py() == "window":
+                window = (batch.column(0)[0].value, batch.column(1)[0].value)
+            pending.append(batch)
+            rows += batch.num_rows
+            if rows >= ROW_GROUP_ROWS:
+                sink.write(pending)
+                pending, rows = [], 0
+        if pending:
+            sink.write(pending)
+    except TraceFileError as exc:
+        trace.failed = str(exc)
+    finally:
+        written = sink.close()
+    trace.rank, trace.rank_source = conv.rank, conv.rank_source
+    trace.spans, trace.gpu_spans, trace.events = conv.spans, conv.gpu_spans, conv.scanner.events
+    trace.problems = list(conv.problems)
+    trace.window = window
+    trace.host_pid = conv.host_pid
+    trace.seconds = time.perf_counter() - t0
+    if not written and not trace.failed:
+        trace.failed = "; ".join(trace.problems) or "no events"
+    if written:
+        os.chmod(target, 0o600)
+        trace.tmp = target
+
+
+def import_traces(paths: list[str | os.PathLike], run: str | os.PathLike, *, replace: bool = False,
+                  default_rank: int = 0, command: list[str] | None = None,
+                  on_trace: Callable[[ImportedTrace], None] | None = None) -> list[ImportedTrace]:
+    """Convert `paths` (files or directories) into the run directory `run`."""
+    files = find_traces(paths)
+    run_path = Path(run)
+    existed = run_path.exists()
+    run_path = rundir.create(run_path, replace=replace)
+    traces = [ImportedTrace(str(f)) for f in files]
+    try:
+        for i, trace in enumerate(traces):
+            convert_to_parquet(trace, run_path / f".import-{os.getpid()}-{i}.parquet.tmp",
+                               default_rank, run_path)
+            if on_trace is not None:
+                on_trace(trace)
+        _check_ranks(traces)
+        if not any(t.tmp for t in traces):
+            raise CounterprofError("nothing could be imported: " + "; ".join(
+                f"{t.path}: {t.failed}" for t in traces))
+        for i, trace in enumerate(traces):
+            if trace.tmp is not None:
+                target = rundir.rank_dir(run_path, trace.rank) / f"spans-import-{i}.parquet"
+                os.replace(trace.tmp, target)
+                trace.tmp = None
+    except BaseException:
+        for trace in traces:
+            if trace.tmp is not None:
+                trace.tmp.unlink(missing_ok=True)
+        if not existed and not any(run_path.iterdir()):
+            run_path.rmdir()
+        raise
+    _write_meta(run_path, traces, command)
+    return traces
+
+
+def _check_ranks(traces: list[ImportedTrace]) -> None:
+    by_rank: dict[int, list[ImportedTrace]] = {}
+    for t in traces:
+        if t.tmp is not None:
+            by_rank.setdefault(t.rank, []).append(t)
+    clashes = []
+    for rank, group in sorted(by_rank.items()):
+        group = sorted(group, key=lambda t: t.window or (0, 0))
+        for a, b in zip(group, group[1:]):
+            if a.window is None or b.window is None or b.window[0] < a.window[1]:
+                clashes.append(f"rank {rank}: {a.path} and {b.path} (rank from "
+                               f"{a.rank_source} and {b.rank_source}) cover the same time")
+    if clashes:
+        raise CounterprofError(
+            "two traces claim the same rank at the same time (two processes): "
+            + "; ".join(clashes) + ". Import them into separate runs, or give files without "
+            "rank information a rank with --rank")
+
+
+def _write_meta(run_path: Path, traces: list[ImportedTrace], command: list[str] | None) -> None:
+    windows = [t.window for t in traces if t.window]
+    start = min((w[0] for w in windows), default=None)
+    end = max((w[1] for w in windows), default=None)
+    imported = [t for t in traces if not t.failed]
+    meta = {
+        "id": run_path.name,
+        "counterprof_version": __version__,
+        "status": "complete",
+        "source": "import",
+        "command": command,
+        "argv": list(sys.argv),
+        "cwd": os.getcwd(),
+        "start_ns": start,
+        "end_ns": end,
+        "duration_ns": end - start if start is not None else None,
+        "rank": min((t.rank for t in imported), default=0),
+        "traces": [t.to_json() for t in traces],
+        "collectors": {"torch": {"status": "ok" if imported else "failed",
+                                 "reason": "" if imported else "no trace could be read",
+                                 "config": {"imported": len(imported), "files": len(traces)}}},
+        "warnings": [f"{t.path}: {p}" for t in traces for p in t.problems],
+    }
+    rundir.write_json(run_path / rundir.META, meta)
+    rundir.write_json(run_path / rundir.CATALOG, [])
+
+
+def check_run_target(run: str | os.PathLike, replace: bool) -> None:
+    """Refuse early (before converting anything) what rundir.create would refuse."""
+    p = Path(run)
+    if p.exists() and rundir.is_run(p) and not replace:
+        raise RunDirectoryError(f"{p} already holds a run; choose another -o, or pass --force to "
+                                "replace it")

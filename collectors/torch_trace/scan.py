@@ -1,0 +1,623 @@
+"""Streaming Kineto trace scanner: a trace file -> batches of raw event columns.
+
+A Kineto trace is one JSON object: {"schemaVersion": 1, "deviceProperties": [...],
+"traceEvents": [ {...}, {...}, ... ], "baseTimeNanoseconds": ...}. The metadata keys may come
+before or after "traceEvents" (older PyTorch writes baseTimeNanoseconds last). The scanner walks
+the top-level object itself over a refillable buffer, so memory stays bounded whatever the file
+size: top-level values are decoded one at a time, and the events are decoded one at a time too.
+
+Two event decoders produce identical columns:
+- native (default): native/kineto.c parses the events straight from the UTF-8 bytes into column
+  arrays (no Python object per event);
+- python (the reference, used by the property tests): json.JSONDecoder.raw_decode, one event
+  object at a time, over a str buffer.
+
+Kept: complete events (ph "X") with numeric ts and dur; times are exact ns (the number's text
+times 1000, rounded half away from zero below 1 ns). Every other element of traceEvents (flow
+arrows, instants, metadata) is counted in `skipped`.
+"""
+from __future__ import annotations
+
+import codecs
+import decimal
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+try:   # ISA-L inflates gzip twice as fast as zlib (x86-64, Arm); the same API
+    from isal import isal_zlib as _zlib
+except ImportError:
+    import zlib as _zlib
+
+NONE = -(2 ** 63)            # CP_KINETO_NONE: an absent integer
+INT_COLUMNS = ("ts_ns", "dur_ns", "pid", "tid", "stream", "device", "correlation",
+               "external_id", "bytes")
+ARG_INTS = {"stream": "stream", "device": "device", "correlation": "correlation",
+            "External id": "external_id", "bytes": "bytes"}
+CHUNK_BYTES = 1 << 20         # bigger chunks cost memory and gain no speed
+BATCH_ROWS = 16 * 1024
+MAX_VALUE_CHARS = 64 << 20   # a longer event or top-level value means damaged text (an open quote)
+NAME_BYTES = 8 << 20          # name text per batch (kernel names run to kilobytes; a full buffer ends the batch)
+CAT_BYTES = 1 << 20
+
+
+class TraceFileError(Exception):
+    """The file cannot be read as a trace at all (missing, not gzip, not JSON)."""
+
+
+@dataclass
+class RawEvents:
+    """One batch of complete events. columns: cat, name (string) and INT_COLUMNS (int64, null
+    when absent); args: the decoded args of the rows the scanner was asked to keep them for."""
+
+    columns: dict[str, pa.Array]
+    args: dict[int, dict] = field(default_factory=dict)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.columns["name"])
+
+
+def wants_nothing(cat: pa.Array, name: pa.Array) -> pa.Array | None:
+    return None
+
+
+# ---- the file ---------------------------------------------------------------------------
+
+class _Source:
+    """Bytes of a .json or .json.gz file (gzip recognised by its magic, not its name).
+
+    gzip goes through ISA-L's (or zlib's) inflate directly: the CRC is checked inside inflate,
+    not in a second pass as gzip.GzipFile does; concatenated members are read one after another."""
+
+    RAW_BYTES = 1 << 20
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        try:
+            self.raw = open(self.path, "rb", buffering=0)
+        except OSError as exc:
+            raise TraceFileError(f"{self.path}: {exc.strerror}") from None
+        magic = self.raw.read(2)
+        self.raw.seek(0)
+        self.compressed = magic == b"\x1f\x8b"
+        self._z = _zlib.decompressobj(31) if self.compressed else None
+        self._pending = b""          # compressed input not yet given to zlib
+        self._member_started = False
+        self.problem = ""
+
+    def read(self, n: int) -> bytes:
+        """Up to n bytes; b"" at the end. A cut-off or damaged gzip stream ends the data early
+        (what came before it is kept) and leaves the reason in self.problem."""
+        if self.problem:
+            return b""
+        if self._z is None:
+            return self.raw.read(n)
+        out: list[bytes] = []
+        size = 0
+        try:
+            while size < n:
+                data = self._z.unconsumed_tail or self._pending
+                self._pending = b""
+                if not data:
+                    data = self.raw.read(self.RAW_BYTES)
+                    if not data:
+                        if self._member_started and not self._z.eof:
+                            try:              # what inflate still holds of a cut-off stream
+                                out.append(self._z.flush())
+                            except _zlib.error:
+                                pass
+                            self.problem = ("the gzip stream is cut off (the file was not "
+                                            "written to the end)")
+                        break
+                self._member_started = True
+                chunk = self._z.decompress(data, n - size)
+                out.append(chunk)
+                size += len(chunk)
+                if self._z.eof:            # the end of one gzip member; another may follow
+                    rest = self._z.unused_data
+                    self._z = _zlib.decompressobj(31)
+                    self._member_started = False
+                    if rest.strip(b"\0"):
+                        self._pending = rest
+        except _zlib.error as exc:
+            self.problem = f"the gzip data is damaged ({exc})"
+        return b"".join(out)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+# ---- the top-level walk, shared by both decoders ------------------------------------------
+
+class _Incomplete(Exception):
+    pass
+
+
+class _Corrupt(Exception):
+    def __init__(self, message: str, pos: int):
+        super().__init__(message)
+        self.pos = pos
+
+
+class KinetoScanner:
+    """Iterate over RawEvents batches of one trace file; afterwards (or during, for keys that
+    precede traceEvents) `meta` holds the other top-level keys.
+
+    wants_args(cat, name) -> boolean mask (or None): rows whose args are decoded into
+    RawEvents.args (collectives, the Trace span): a few rows, not every event.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, native: bool = True,
+                 chunk_bytes: int = CHUNK_BYTES, batch_rows: int = BATCH_ROWS,
+                 wants_args: Callable[[pa.Array, pa.Array], Any] = wants_nothing,
+                 on_meta: Callable[[str, Any], None] | None = None):
+        self.path = os.fspath(path)
+        self.native = native
+        self.chunk_bytes = max(16, int(chunk_bytes))
+        self.batch_rows = max(1, int(batch_rows))
+        self.wants_args = wants_args
+        self.on_meta = on_meta
+        self.meta: dict[str, Any] = {}
+        self.problems: list[str] = []
+        self.truncated = False            # the events stop early (cut off or damaged)
+        self.found_events = False         # a traceEvents array was found
+        self.events = 0                   # complete events kept
+        self.skipped = 0                  # other elements of traceEvents
+        self.bytes_read = 0
+        self.compressed = False
+
+    # -- buffer ---------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        self.src = _Source(self.path)
+        self.compressed = self.src.compressed
+        if self.native:
+            self.buf: Any = b""
+            self._decoder = None
+        else:
+            self.buf = ""
+            self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.pos = 0
+        self.eof = False
+        self.consumed = 0                 # characters/bytes dropped from the buffer's front
+
+    def _fill(self) -> None:
+        """Drop what was consumed, append the next chunk (raises _Incomplete at the end)."""
+        if self.eof:
+            raise _Incomplete()
+        data = self.src.read(self.chunk_bytes)
+        self.bytes_read += len(data)
+        if not data:
+            self.eof = True
+            if self._decoder is not None:
+                tail = self._decoder.decode(b"", final=True)
+            else:
+                tail = b""
+        else:
+            tail = self._decoder.decode(data) if self._decoder is not None else data
+        self.consumed += self.pos
+        self.buf = self.buf[self.pos:] + tail
+        self.pos = 0
+
+    def _peek(self) -> str:
+        """The next non-whitespace character ("" at the end), self.pos moved onto it."""
+        while True:
+            m = _WS_BYTES.match(self.buf, self.pos) if self.native else _WS_STR.match(self.buf, self.pos)
+            self.pos = m.end()
+            if self.pos < len(self.buf):
+                ch = self.buf[self.pos:self.pos + 1]
+                return ch.decode("latin-1") if self.native else ch
+            if self.eof:
+                return ""
+            self._fill()
+
+    def _value(self, decoder: json.JSONDecoder | None = None) -> Any:
+        """Decode one JSON value at self.pos (refilling as needed). The reference decoder reads
+        events with exact numbers (Decimal); top-level values read as json.loads would."""
+        self._peek()
+        while True:
+            try:
+                if self.native:
+                    end = _native_skip(self.buf, self.pos, self.eof)
+                    value = json.loads(self.buf[self.pos:end].decode("utf-8", "replace"))
+                else:
+                    value, end = _decode_one(self.buf, self.pos, self.eof, decoder or _META_DECODER)
+            except _Incomplete:
+                self._check_size()
+                self._fill()
+                continue
+            self.pos = end
+            return value
+
+    def _check_size(self) -> None:
+        """Refilling for one value must stop somewhere: a value this long is damaged text
+        (typically a quote that never closes), and reading on would hold the whole file."""
+        if len(self.buf) - self.pos > MAX_VALUE_CHARS:
+            raise _Corrupt(f"a JSON value runs past {MAX_VALUE_CHARS >> 20} MB (an unclosed "
+                           "string or bracket?)", self._here())
+
+    def _here(self) -> int:
+        return self.consumed + self.pos
+
+    # -- walk -------------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[RawEvents]:
+        self._open()
+        try:
+            yield from self._walk()
+        except _Incomplete:
+            self._problem_end()
+        except _Corrupt as exc:
+            self.truncated = self.truncated or self.found_events
+            self.problems.append(f"the JSON is damaged at {self._where(exc.pos)}: {exc} "
+                                 f"(kept what came before it)")
+        finally:
+            self.src.close()
+
+    def _where(self, pos: int) -> str:
+        unit = "character" if not self.native else "byte"
+        where = f"{unit} {pos:,}"
+        return where + (" of the decompressed text" if self.compressed else "")
+
+    def _problem_end(self) -> None:
+        if self.src.problem:
+            self.problems.append(self.src.problem)
+        else:
+            self.problems.append("the file ends before the trace does (cut off while it was "
+                                 "being written?)")
+        self.truncated = self.truncated or self.found_events
+
+    def _walk(self) -> Iterator[RawEvents]:
+        if self.native:
+            self._fill_if_empty()
+            if self.buf.startswith(b"\xef\xbb\xbf"):
+                self.pos = 3
+        else:
+            self._fill_if_empty()
+            if self.buf.startswith("\ufeff"):
+                self.pos = 1
+        first = self._peek()
+        if first == "":
+            if self.src.problem:
+                raise TraceFileError(f"{self.path}: {self.src.problem}")
+            raise TraceFileError(f"{self.path} is empty")
+        if first == "[":                  # Chrome's JSON Array Format: the events alone
+            self.pos += 1
+            yield from self._events()
+            return
+        if first != "{":
+            raise TraceFileError(f"{self.path} is not a JSON trace (it starts with {first!r}, "
+                                 "not '{')")
+        self.pos += 1
+        expect_key = True
+        while True:
+            ch = self._peek()
+            if ch == "":
+                raise _Incomplete()
+            if ch == "}" and expect_key and not self.meta and not self.found_events:
+                self.pos += 1
+                return
+            if ch == "}" and not expect_key:
+                self.pos += 1
+                return
+            if not expect_key:
+                if ch != ",":
+                    raise _Corrupt("expected ',' or '}' after a top-level value", self._here())
+                self.pos += 1
+                expect_key = True
+                continue
+            if ch != '"':
+                raise _Corrupt("expected a top-level key", self._here())
+            key = self._value()
+            if self._peek() != ":":
+                raise _Corrupt("expected ':' after a top-level key", self._here())
+            self.pos += 1
+            if key == "traceEvents" and self._peek() == "[":
+                self.pos += 1
+                self.found_events = True
+                yield from self._events()
+            else:
+                value = self._value()
+                self.meta[key] = value
+                if self.on_meta is not None:
+                    self.on_meta(key, value)
+            expect_key = False
+
+    def _fill_if_empty(self) -> None:
+        try:
+            self._fill()
+        except _Incomplete:
+            pass
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _events(self) -> Iterator[RawEvents]:
+        self.found_events = True
+        if self.native:
+            yield from self._events_native()
+        else:
+            yield from self._events_python()
+
+    def _events_python(self) -> Iterator[RawEvents]:
+        rows: list[tuple] = []
+        args: dict[int, dict] = {}
+        want = self.wants_args is not wants_nothing
+        need_comma = False
+        while True:
+            ch = self._peek()
+            if ch == "":
+                yield from self._flush_python(rows, args)
+                raise _Incomplete()
+            if need_comma:
+                if ch == "]":
+                    self.pos += 1
+                    break
+                if ch != ",":
+                    yield from self._flush_python(rows, args)
+                    raise _Corrupt("expected ',' or ']' between events", self._here())
+                self.pos += 1
+                need_comma = False
+                continue
+            if ch == "]" and self.events + self.skipped == 0 and not rows:
+                self.pos += 1
+                break
+            try:
+                ev = self._value(_DECODER)
+            except _Corrupt:
+                yield from self._flush_python(rows, args)
+                raise
+            except _Incomplete:
+                yield from self._flush_python(rows, args)
+                raise
+            need_comma = True
+            row = _python_row(ev)
+            if row is None:
+                self.skipped += 1
+                continue
+            if want and isinstance(ev.get("args"), dict):
+                args[len(rows)] = ev["args"]
+            rows.append(row)
+            if len(rows) >= self.batch_rows:
+                yield from self._flush_python(rows, args)
+        yield from self._flush_python(rows, args)
+
+    def _flush_python(self, rows: list[tuple], args: dict[int, dict]) -> Iterator[RawEvents]:
+        if not rows:
+            return
+        cols = list(zip(*rows))
+        columns = {"cat": pa.array(cols[0], pa.string()), "name": pa.array(cols[1], pa.string())}
+        for i, name in enumerate(INT_COLUMNS):
+            columns[name] = pa.array(cols[2 + i], pa.int64())
+        kept_args: dict[int, dict] = {}
+        if args:
+            mask = self.wants_args(columns["cat"], columns["name"])
+            if mask is not None:
+                for i in _true_indices(mask):
+                    if i in args:
+                        kept_args[i] = args[i]
+        self.events += len(rows)
+        rows.clear()
+        args.clear()
+        yield RawEvents(columns, kept_args)
+
+    def _events_native(self) -> Iterator[RawEvents]:
+        from counterprof._native import ffi, lib
+        batch = _NativeBatch(ffi, self.batch_rows)
+        scan = ffi.new("struct cp_kineto_scan *")
+        scan.min_headroom = min(1 << 20, NAME_BYTES // 8)
+        while True:
+            buf = self.buf
+            scan.pos = self.pos
+            cbuf = ffi.from_buffer(buf)
+            r0 = batch.cols.rows
+            status = lib.cp_kineto_events(cbuf, len(buf), 1 if self.eof else 0, batch.cols, scan)
+            if batch.cols.rows > r0:
+                batch.take_args(buf, r0, self.wants_args)
+            self.pos = scan.pos
+            self.skipped = int(scan.skipped)
+            if status == lib.CP_KINETO_END:
+                break
+            if status == lib.CP_KINETO_FULL:
+                self.events += batch.cols.rows
+                yield batch.finish()
+                batch = _NativeBatch(ffi, self.batch_rows)
+                continue
+            if status == lib.CP_KINETO_ERROR:
+                message = ffi.string(scan.error).decode()
+                pos = self.consumed + int(scan.error_pos)
+                self.events += batch.cols.rows
+                if batch.cols.rows:
+                    yield batch.finish()
+                if "ends inside" in message:
+                    raise _Incomplete()
+                raise _Corrupt(message, pos)
+            # MORE: the buffer ends inside an event
+            try:
+                self._check_size()
+                self._fill()
+            except _Incomplete:
+                self.events += batch.cols.rows
+                if batch.cols.rows:
+                    yield batch.finish()
+                raise
+        self.events += batch.cols.rows
+        if batch.cols.rows:
+            yield batch.finish()
+
+
+class _NativeBatch:
+    """Column arrays for cp_kineto_events, handed over to Arrow without copying."""
+
+    def __init__(self, ffi, capacity: int):
+        self.ffi = ffi
+        self.capacity = capacity
+        self.ints = {name: np.empty(capacity, np.int64) for name in (*INT_COLUMNS, "args_start", "args_end")}
+        self.ph = np.empty(capacity, np.uint8)
+        self.cat_valid = np.empty(capacity, np.uint8)
+        self.name_valid = np.empty(capacity, np.uint8)
+        self.cat_off = np.zeros(capacity + 1, np.int32)
+        self.name_off = np.zeros(capacity + 1, np.int32)
+        self.cat_data = np.empty(CAT_BYTES, np.uint8)
+        self.name_data = np.empty(NAME_BYTES, np.uint8)
+        c = self.cols = ffi.new("struct cp_kineto_cols *")
+        self._keep = []
+
+        def ptr(arr, ctype):
+            self._keep.append(arr)
+            return ffi.cast(ctype, arr.ctypes.data)
+
+        c.capacity = capacity
+        c.rows = 0
+        for name, arr in self.ints.items():
+            setattr(c, name, ptr(arr, "int64_t *"))
+        c.ph = ptr(self.ph, "uint8_t *")
+        c.cat_valid = ptr(self.cat_valid, "uint8_t *")
+        c.name_valid = ptr(self.name_valid, "uint8_t *")
+        c.cat_off = ptr(self.cat_off, "int32_t *")
+        c.name_off = ptr(self.name_off, "int32_t *")
+        c.cat_data = ptr(self.cat_data, "char *")
+        c.name_data = ptr(self.name_data, "char *")
+        c.cat_cap = CAT_BYTES
+        c.name_cap = NAME_BYTES
+        self.args: dict[int, dict] = {}
+
+    def _strings(self, which: str, r0: int, r1: int) -> pa.Array:
+        off = self.cat_off if which == "cat" else self.name_off
+        data = self.cat_data if which == "cat" else self.name_data
+        valid = self.cat_valid if which == "cat" else self.name_valid
+        n = r1 - r0
+        mask = pa.py_buffer(np.packbits(valid[r0:r1].astype(bool), bitorder="little"))
+        return pa.StringArray.from_buffers(n, pa.py_buffer(off[r0:r1 + 1]),
+                                           pa.py_buffer(data[:off[r1]]), mask)
+
+    def take_args(self, buf, r0: int, wants) -> None:
+        """Decode the args of the new rows [r0, rows) that `wants` selects, while their text
+        is still in the buffer."""
+        if wants is wants_nothing:
+            return
+        r1 = self.cols.rows
+        mask = wants(self._strings("cat", r0, r1), self._strings("name", r0, r1))
+        if mask is None:
+            return
+        starts, ends = self.ints["args_start"], self.ints["args_end"]
+        for i in _true_indices(mask):
+            row = r0 + i
+            if starts[row] >= 0:
+                try:
+                    self.args[row] = json.loads(buf[starts[row]:ends[row]].decode("utf-8", "replace"))
+                except ValueError:
+                    pass
+
+    def finish(self) -> RawEvents:
+        n = self.cols.rows
+        columns = {"cat": self._strings("cat", 0, n), "name": self._strings("name", 0, n)}
+        for name in INT_COLUMNS:
+            values = self.ints[name][:n]
+            missing = values == NONE
+            validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing.any() else None
+            columns[name] = pa.Array.from_buffers(pa.int64(), n, [validity, pa.py_buffer(values)])
+        return RawEvents(columns, self.args)
+
+
+def _true_indices(mask) -> list[int]:
+    if isinstance(mask, (pa.Array, pa.ChunkedArray)):
+        mask = pc.fill_null(mask, False)
+        return pc.indices_nonzero(mask).to_pylist()
+    return [i for i, m in enumerate(mask) if m]
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+_WS_BYTES = re.compile(rb"[ \t\r\n]*")
+_WS_STR = re.compile(r"[ \t\r\n]*")
+_DECODER = json.JSONDecoder(parse_float=decimal.Decimal, strict=False)
+_META_DECODER = json.JSONDecoder(strict=False)
+_NUMBER_TAIL = re.compile(r"[0-9.eE+-]*")
+_NS_CONTEXT = decimal.Context(prec=400, rounding=decimal.ROUND_HALF_UP)
+
+
+def _native_skip(buf: bytes, pos: int, eof: bool) -> int:
+    from counterprof._native import ffi, lib
+    end = ffi.new("int64_t *")
+    err = ffi.new("const char **")
+    r = lib.cp_json_skip(ffi.from_buffer(buf), len(buf), pos, 1 if eof else 0, end, err)
+    if r == 1:
+        raise _Incomplete()
+    if r < 0:
+        raise _Corrupt(ffi.string(err[0]).decode(), int(end[0]))
+    return int(end[0])
+
+
+def _decode_one(buf: str, pos: int, eof: bool, decoder: json.JSONDecoder) -> tuple[Any, int]:
+    """raw_decode that tells "needs more text" from "damaged"."""
+    try:
+        value, end = decoder.raw_decode(buf, pos)
+    except json.JSONDecodeError as exc:
+        if not eof:
+            raise _Incomplete() from None
+        # at the end of the file: text that stops mid-value was cut off, not damaged
+        if exc.msg.startswith("Unterminated string") or exc.pos >= len(buf.rstrip()):
+            raise _Incomplete() from None
+        raise _Corrupt(exc.msg, exc.pos) from None
+    if not eof:
+        if end >= len(buf):
+            raise _Incomplete()      # a number or literal may go on in the next chunk
+        if isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool) \
+                and _NUMBER_TAIL.match(buf, end).end() == len(buf):
+            raise _Incomplete()      # "0" of "0.5" cut after the "0."
+    return value, end
+
+
+def _int_or_none(v: Any) -> int | None:
+    if type(v) is int and NONE < v < 2 ** 63:
+        return v
+    return None
+
+
+def us_to_ns(v: Any) -> int | None:
+    """Exact ns of a µs value from the JSON text (int, or Decimal from parse_float)."""
+    if type(v) is int:
+        ns = v * 1000
+    elif isinstance(v, decimal.Decimal):
+        if not v.is_finite():
+            return None
+        ns = int(_NS_CONTEXT.multiply(v, 1000).quantize(decimal.Decimal(1), context=_NS_CONTEXT))
+    else:
+        return None
+    return ns if NONE < ns < 2 ** 63 else None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text(v: Any) -> str | None:
+    """A JSON string as the native decoder gives it: lone surrogates become U+FFFD."""
+    if not isinstance(v, str):
+        return None
+    return v if v.isascii() else _SURROGATE.sub("\ufffd", v)
+
+
+def _python_row(ev: Any) -> tuple | None:
+    """The reference decoder's reading of one element of traceEvents."""
+    if not isinstance(ev, dict):
+        return None
+    ph = ev.get("ph")
+    if not (isinstance(ph, str) and ph[:1] == "X"):
+        return None
+    ts, dur = us_to_ns(ev.get("ts")), us_to_ns(ev.get("dur"))
+    if ts is None or dur is None:
+        return None
+    cat, name = ev.get("cat"), ev.get("name")
+    args = ev.get("args")
+    if not isinstance(args, dict):
+        args = {}
+    return (_text(cat), _text(name),
+            ts, dur, _int_or_none(ev.get("pid")), _int_or_none(ev.get("tid")),
+            *(_int_or_none(args.get(k)) for k in ARG_INTS))

@@ -1,0 +1,64 @@
+"""counterprof import: turn existing torch profiler traces into a run directory.
+
+    counterprof import TRACE_OR_DIR... -o RUN [--force] [--rank R]
+
+Any Kineto (torch.profiler) trace: .json or .json.gz, one or many ranks, old and new formats,
+CUDA and ROCm. Directories are searched for *.json and *.json.gz. Each rank's spans land in
+RUN/rank=<r>/ (rank from the trace's distributedInfo, else the file name, else --rank).
+Then `counterprof breakdown RUN`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .common import ArgumentParser, err, guarded, use_system_allocator
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(prog="counterprof import", description=__doc__.split("\n\n")[0],
+                       epilog="example: counterprof import traces/ -o run && counterprof breakdown run",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("traces", nargs="+", metavar="TRACE_OR_DIR",
+                   help="trace files (.json, .json.gz) or directories holding them")
+    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory to create")
+    p.add_argument("--force", action="store_true", help="replace the run already in RUN")
+    p.add_argument("--rank", type=int, default=0, metavar="R",
+                   help="rank of traces that name none (no distributedInfo.rank, no rankN in the "
+                        "file name); default 0")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-file lines")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    # numpy's OpenBLAS starts a thread per core that spins at start-up; no BLAS is used here
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    use_system_allocator()
+    return guarded(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    from ..collectors.torch_trace.importer import check_run_target, import_traces
+    check_run_target(args.output, args.force)
+
+    def report(trace) -> None:
+        if args.quiet and not trace.failed and not trace.problems:
+            return
+        if trace.failed:
+            err(f"{trace.path}: not imported: {trace.failed}")
+            return
+        line = (f"{trace.path}: rank {trace.rank} ({trace.rank_source}), {trace.spans:,} spans "
+                f"({trace.gpu_spans:,} on the GPU) in {trace.seconds:.2f} s")
+        err(line)
+        for problem in trace.problems:
+            err(f"  {problem}")
+
+    traces = import_traces(args.traces, args.output, replace=args.force, default_rank=args.rank,
+                           command=["counterprof", "import", *argv], on_trace=report)
+    ok = [t for t in traces if not t.failed]
+    ranks = sorted({t.rank for t in ok})
+    print(f"counterprof: imported {len(ok)} of {len(traces)} trace(s), rank(s) "
+          f"{', '.join(map(str, ranks))}, into {args.output}", file=sys.stderr)
+    return 0 if len(ok) == len(traces) else 1
