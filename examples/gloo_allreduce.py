@@ -1,11 +1,13 @@
-"""A 2-rank torch.distributed job on the CPU (gloo) doing large all_reduce calls.
+"""A 2-rank data-parallel training loop on the CPU (gloo) that communicates far more than it
+computes: each step runs a small model and then all_reduces a 32 MB gradient bucket (as a
+large model's data-parallel step would) with gloo.
 
 Expected verdict: collectives (most of each step is inside all_reduce). Needs the torch
-collector to see the collectives: counterprof run --torch -- python examples/gloo_allreduce.py
-
-Run as is, it starts its two ranks itself (each with RANK/WORLD_SIZE in its environment,
-as torchrun would); under torchrun (RANK already set) it is one rank.
-Usage: python examples/gloo_allreduce.py [STEPS]   (default 30; 32 MB per all_reduce)
+collector to see the collectives:
+    counterprof run --torch -- python examples/gloo_allreduce.py
+Run as is, it starts its two ranks itself (each with RANK/WORLD_SIZE in its environment, as
+torchrun would); under torchrun (RANK already set) it is one rank.
+Usage: python examples/gloo_allreduce.py [STEPS]   (default 30)
 """
 import os
 import socket
@@ -19,10 +21,16 @@ def rank_main(steps: int) -> None:
 
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
-    t = torch.ones(8 * 1024 * 1024)              # 32 MB of float32
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    bucket = torch.ones(8 * 1024 * 1024)                 # 32 MB of float32 gradients
+    x = torch.randn(32, 64)
     for _ in range(steps):
-        dist.all_reduce(t)
-        t.mul_(1.0 / dist.get_world_size())      # a little compute between collectives
+        opt.zero_grad()
+        model(x).square().mean().backward()              # the compute: tiny
+        dist.all_reduce(bucket)                          # the communication: large
+        bucket.fill_(1.0)
+        opt.step()                                       # a step: torch traces mark it
     dist.barrier()
     dist.destroy_process_group()
 

@@ -80,22 +80,36 @@ def classify(sig: dict[str, Signal], scope: str = "run") -> Verdict:
 def _classify_cpu(sig: dict[str, Signal], scope: str) -> Verdict:
     v = Verdict(scope, "unknown", "cpu")
     if "cpu_busy" not in sig:
-        v.missing = ["task-clock (perf) or proc.cpu_user (host)"]
+        # e.g. an imported trace: spans, but no CPU counters
+        v.missing = ["CPU time (task-clock or the host collector): profile with `counterprof run`"]
         v.evidence.append(Evidence("cpu_busy", None, None, "", "no CPU time was measured here"))
+        if "cpu_collective" in sig:
+            coll = sig["cpu_collective"].value
+            v.shares = {"collectives": coll, "not measured": 1 - coll}
+            v.evidence.insert(0, _ev(sig, "cpu_collective", "collective_share",
+                                     f"{_pct(coll)} of the traced time inside CPU collectives (gloo)"))
+            if coll - (1 - coll) >= value("verdict_margin"):     # dominates whatever the rest is
+                v.verdict, v.confidence = "collectives", round(min(1.0, (2 * coll - 1) / 0.5), 3)
         return v
     coll = sig["cpu_collective"].value if "cpu_collective" in sig else 0.0
     busy_key = "cpu_busy_outside_collectives" if "cpu_busy_outside_collectives" in sig else "cpu_busy"
-    on_cpu = min(1.0, sig[busy_key].value)
+    ranks = sig["ranks"].value if "ranks" in sig else 1.0
+    on_cpu = min(1.0, sig[busy_key].value / ranks)     # each rank's driving thread
     rest = max(0.0, 1.0 - coll)
     busy_share, host_share = rest * on_cpu, rest * (1 - on_cpu)
     v.shares = {"collectives": coll, "host": host_share}
 
     if coll > 0:
+        where = ""
+        if "trace_coverage" in sig and sig["trace_coverage"].value < 0.99:
+            where = f", over the recorded trace windows ({_pct(sig['trace_coverage'].value)} of the time)"
         v.evidence.append(_ev(sig, "cpu_collective", "collective_share",
-                              f"{_pct(coll)} of the time inside CPU collectives (gloo)"))
+                              f"{_pct(coll)} of the time inside CPU collectives (gloo){where}"))
     busy_cpus = sig["cpu_busy"].value
     words = (f"the workload used {busy_cpus:.2f} CPUs over the wall time ({sig['cpu_busy'].detail})"
-             + (f"; {sig[busy_key].value:.2f} outside collectives" if busy_key != "cpu_busy" else ""))
+             + (f", {busy_cpus / ranks:.2f} per rank over {ranks:.0f} ranks" if ranks > 1 else "")
+             + (f"; {sig[busy_key].value / ranks:.2f} per rank outside collectives"
+                if busy_key != "cpu_busy" else ""))
     v.evidence.append(_ev(sig, busy_key, "cpu_busy", words))
     if host_share > 0.2:
         why = []

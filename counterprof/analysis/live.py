@@ -109,13 +109,9 @@ class LiveFigures:
     verdict: Verdict
 
 
-# Thresholds of the raw-signal verdict (the classifier of a later issue replaces this line).
+# Thresholds of the machine view's line (counterprof top without --pid); the workload's verdict
+# is the classifier's, with its thresholds in analysis/thresholds.py.
 THRESHOLDS = {
-    # a process using at least this many CPUs is computing, not waiting: one thread that
-    # runs 80% of the time is CPU-bound by any practical reading
-    "cpu_bound_cpus": 0.8,
-    # this share of CPU time in the kernel is worth naming (syscalls, page faults, copies)
-    "kernel_share": 0.3,
     # a GPU busy this share of the time is the thing to look at first (nvidia-smi's
     # utilization is the share of time a kernel ran, so it overstates how full the SMs are)
     "gpu_bound_util": 80.0,
@@ -615,19 +611,70 @@ def process_busy(c: _Ctx, seconds: float) -> float | None:
     return cpus_from_seconds(c.now(_cpu_seconds(user, sys_), seconds))
 
 
+def live_signals(c: _Ctx, seconds: float) -> dict[str, Any]:
+    """The classifier's signals (analysis.signals names) over the last `seconds` of the window."""
+    from .signals import Signal
+    out: dict[str, Signal] = {"wall_s": Signal(seconds, "live", "the last seconds")}
+    busy = process_busy(c, seconds)
+    if busy is not None:
+        out["cpu_busy"] = Signal(busy, "perf" if "task-clock" in _series_by_base(c.snap, "perf")
+                                 and not c.perf_system_wide else "host", "CPU time / wall")
+
+    def now(source: str, metric: str, entity: str) -> Bucket | None:
+        ser = combined(c.snap, source, metric, [entity])
+        return c.now(ser, seconds) if ser else None
+
+    vol = rate(now("host", "proc.ctx_switches_voluntary", "process"))
+    if vol is not None:
+        out["voluntary_switches_per_s"] = Signal(vol, "host", "voluntary context switches per second")
+    io = [r for m in ("proc.read_bytes", "proc.write_bytes")
+          if (r := rate(now("host", m, "process"))) is not None]
+    if io:
+        out["io_bytes_per_s"] = Signal(sum(io), "host", "storage bytes per second")
+    iow = weighted(now("host", "system.cpu_iowait", "system"))
+    if iow is not None:
+        out["system_iowait"] = Signal(iow / 100, "host", "system iowait")
+    delay = cpus_from_seconds(now("host", "proc.run_delay", "process"))
+    if delay is not None:
+        out["run_queue_wait"] = Signal(delay, "host", "run-queue delay / wall")
+    if not c.perf_system_wide:
+        perf = {k: c.now(v, seconds) for k, v in _series_by_base(c.snap, "perf").items()}
+        ins, cyc = perf.get("instructions"), perf.get("cycles") or perf.get("cpu-cycles")
+        if (ipc := quotient(ins, cyc)) is not None:
+            out["ipc"] = Signal(ipc, "perf", "instructions / cycles")
+        if (mpki := quotient(perf.get("LLC-load-misses"), ins, 1000.0)) is not None:
+            out["llc_mpki"] = Signal(mpki, "perf", "LLC-load-misses per 1000 instructions")
+        if (stall := quotient(perf.get("stalled-cycles-backend"), cyc)) is not None:
+            out["backend_stall"] = Signal(stall, "perf", "stalled-cycles-backend / cycles")
+    gpus = _gpu_util(c, seconds)
+    if gpus:
+        out["gpu_util"] = Signal(sum(v for _, v in gpus) / len(gpus) / 100, "nvml", "GPU utilization")
+    for key, names in (("gpm_tensor", ("gpm.tensor_util", "gpm.any_tensor_util")),
+                       ("gpm_dram", ("gpm.dram_bw_util", "gpm.dram_util"))):
+        vals = []
+        for (source, metric, entity), _ in c.snap.series.items():
+            if metric in names and entity.startswith("gpu"):
+                kind, unit = kind_of(c.catalog, metric, None)
+                v, _u = current_value(kind, unit, c.now(c.snap.get((source, metric, entity)), seconds))
+                if v is not None:
+                    vals.append(v / 100 if v > 1.0 else v)
+        if vals:
+            out[key] = Signal(sum(vals) / len(vals), "gpm", " / ".join(names))
+    return out
+
+
 def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None) -> Verdict:
-    """The current bottleneck, said plainly from raw signals over the last VERDICT_S seconds.
-    scope "process": the workload; "machine": counterprof top without --pid."""
+    """The current bottleneck over the last VERDICT_S seconds: the classifier (analysis.classify)
+    for the workload; for the machine (counterprof top without --pid), plain system figures."""
     T = THRESHOLDS
     sec = VERDICT_S
     gpus = _gpu_util(c, sec)
     gpu_text = ", ".join(f"{e} {v:.0f}% busy" for e, v in gpus) if gpus else "no GPU"
-    util = combined(c.snap, "host", "system.cpu_util", ["system"])
-    iow = combined(c.snap, "host", "system.cpu_iowait", ["system"])
-    sys_util = weighted(c.now(util, sec)) if util else None
-    iowait = weighted(c.now(iow, sec)) if iow else None
-
     if scope == "machine":
+        util = combined(c.snap, "host", "system.cpu_util", ["system"])
+        iow = combined(c.snap, "host", "system.cpu_iowait", ["system"])
+        sys_util = weighted(c.now(util, sec)) if util else None
+        iowait = weighted(c.now(iow, sec)) if iow else None
         if sys_util is None:
             return Verdict("unknown", "no system CPU figures yet")
         n = cpus or 1
@@ -641,43 +688,13 @@ def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None) -> Verdict
         label = "CPU-bound" if sys_util >= T["machine_busy_pct"] else "busy"
         return Verdict(label, f"{busy:.1f} of {n} CPUs busy ({sys_util:.0f}%), {gpu_text}")
 
-    busy = process_busy(c, sec)
-    if busy is None:
+    from .classify import classify, describe
+    sig = live_signals(c, sec)
+    if "cpu_busy" not in sig and "gpu_util" not in sig:
         return Verdict("unknown", "no CPU-time figures yet" + ("" if not gpus else f"; {gpu_text}"))
-    if gpus and max(v for _, v in gpus) >= T["gpu_bound_util"]:
-        return Verdict("GPU-bound", f"{gpu_text}, {busy:.2f} CPUs busy")
-    if busy >= T["cpu_bound_cpus"]:
-        words = [f"{busy:.2f} CPUs busy"]
-        user = combined(c.snap, "host", "proc.cpu_user", ["process"])
-        sys_ = combined(c.snap, "host", "proc.cpu_system", ["process"])
-        u, s = c.now(user, sec), c.now(sys_, sec)
-        if u is not None and s is not None and (u.vsum + s.vsum) > 0:
-            share = s.vsum / (u.vsum + s.vsum)
-            if share >= T["kernel_share"]:
-                words.append(f"{100 * share:.0f}% of it in the kernel")
-        words.append(gpu_text)
-        return Verdict("CPU-bound", ", ".join(words))
-    # Below one busy CPU the workload spends time off-CPU: blocked, sleeping or preempted.
-    off = 100.0 * (1.0 - busy)
-    machine_busy = sys_util is not None and sys_util >= T["machine_busy_pct"]
-    if machine_busy and _preempted(c, sec):
-        return Verdict("starved", f"{busy:.2f} CPUs busy while the machine is {sys_util:.0f}% busy, "
-                                  "preempted more than it blocks")
-    if iowait is not None and iowait >= T["iowait_pct"]:
-        return Verdict("waiting for I/O", f"{busy:.2f} CPUs busy, system iowait {iowait:.0f}%")
-    text = f"{busy:.2f} CPUs busy, {off:.0f}% off-CPU, {gpu_text}"
-    if machine_busy:
-        text += f"; machine {sys_util:.0f}% busy"
-    return Verdict("waiting", text)
-
-
-def _preempted(c: _Ctx, seconds: float) -> bool:
-    """Involuntary context switches outnumber voluntary ones: the scheduler takes the CPU
-    away more often than the workload gives it up (it blocks, sleeps, waits)."""
-    vol = combined(c.snap, "host", "proc.ctx_switches_voluntary", ["process"])
-    inv = combined(c.snap, "host", "proc.ctx_switches_involuntary", ["process"])
-    v, i = c.now(vol, seconds), c.now(inv, seconds)
-    return i is not None and i.vsum > 0 and i.vsum > (v.vsum if v is not None else 0.0)
+    v = classify(sig, "now")
+    evidence = "; ".join(e.text for e in v.evidence[:2])
+    return Verdict(describe(v), evidence)
 
 
 # -- everything the view shows ----------------------------------------------------------

@@ -46,6 +46,7 @@ class Report:
     collectors: dict[str, dict[str, Any]] = field(default_factory=dict)
     devices: list[dict[str, Any]] = field(default_factory=list)          # per GPU: metric means/peaks
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
+    gpu_breakdown: dict[str, Any] | None = None     # analysis.breakdown, summed over ranks
     next_steps: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -53,10 +54,12 @@ class Report:
 
 
 def build_report(samples: Callable[[], Iterable], spans: pa.Table, catalog: dict[str, dict[str, Any]],
-                 meta: dict[str, Any], window_s: float = 1.0) -> Report:
+                 meta: dict[str, Any], window_s: float = 1.0, ranks: int = 1) -> Report:
     """samples: returns a fresh iterable of sample batches each time it is called (the run is
-    read in a few streaming passes, never held whole)."""
-    data = RunData()
+    read in a few streaming passes, never held whole). spans: the spans table, with a "rank"
+    column when it holds several ranks. ranks: how many rank partitions the run holds (the
+    processes doing the work, for per-rank CPU figures)."""
+    data = RunData(ranks=max(1, ranks))
     bucket = _bucket_ns(meta)
     load_samples(data, samples(), catalog, bucket)
     load_spans(data, spans, value("short_kernel_us"))
@@ -107,7 +110,18 @@ def build_report(samples: Callable[[], Iterable], spans: pa.Table, catalog: dict
         report.regions.append(RegionVerdict(name, data.region_kind.get(name, "region"),
                                             data.region_count.get(name, 0), iv.total(occ) / 1e9, v, marks))
 
-    report.top_kernels = top_kernels(spans)
+    gpu = _gpu_breakdown(spans)
+    if gpu is not None and gpu.total is not None:
+        total = gpu.total
+        report.gpu_breakdown = total.to_json()
+        report.top_kernels = [k.to_json() for k in total.top]
+        idle = sum(x.idle_ns for x in total.idle)
+        if idle and overall.device == "gpu" and overall.shares.get("host", 0) > 0.05:
+            wait = sum(x.host_wait_ns for x in total.idle)
+            overall.evidence.insert(1, Evidence(
+                "host_wait", wait / idle, None, "spans",
+                f"{100 * wait / idle:.0f}% of that idle time the next kernel was launched after the "
+                "previous one finished (host wait)"))
     report.devices = device_figures(samples(), catalog)
     shares = overall.shares
     for cls, text in NEXT_STEPS.items():
@@ -127,20 +141,20 @@ def _bucket_ns(meta: dict[str, Any]) -> int:
     return max(finest, length // MAX_BUCKETS, 1_000_000)
 
 
-def top_kernels(spans: pa.Table, n: int = 10) -> list[dict[str, Any]]:
+def _gpu_breakdown(spans: pa.Table):
+    """HTA-style breakdowns of the run's GPU spans, per rank and summed (None without GPU work)."""
+    from .breakdown import analyze
     if spans.num_rows == 0:
-        return []
+        return None
     cat = spans["category"].cast(pa.string())
-    k = spans.filter(pc.equal(cat, "kernel"))
-    if k.num_rows == 0:
-        return []
-    dur = pc.subtract(k["end"].cast(pa.int64()), k["start"].cast(pa.int64()))
-    t = pa.table({"name": k["name"], "kclass": k["kernel_class"].cast(pa.string()), "dur": dur})
-    g = t.group_by(["name", "kclass"], use_threads=False).aggregate([("dur", "sum"), ("dur", "count")])
-    total = pc.sum(dur).as_py() or 1
-    rows = sorted(g.to_pylist(), key=lambda r: r["dur_sum"], reverse=True)[:n]
-    return [{"name": r["name"], "class": r["kclass"], "count": r["dur_count"],
-             "total_ms": r["dur_sum"] / 1e6, "share": r["dur_sum"] / total} for r in rows]
+    if not pc.any(pc.is_in(cat, pa.array(["kernel", "memcpy", "memset", "sync"]))).as_py():
+        return None
+    if "rank" in spans.column_names:
+        ranks = pc.unique(spans["rank"]).to_pylist()
+        by_rank = {r: spans.filter(pc.equal(spans["rank"], r)) for r in ranks}
+    else:
+        by_rank = {0: spans}
+    return analyze(by_rank)
 
 
 def device_figures(chunks: Iterable, catalog: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:

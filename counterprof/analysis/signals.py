@@ -90,11 +90,13 @@ class RunData:
     sources: dict[str, str] = field(default_factory=dict)       # metric -> collector
     start_ns: int = 0
     end_ns: int = 0
+    ranks: int = 1                                               # processes doing the work
     gpu_busy: iv.Intervals = field(default_factory=list)         # any GPU activity
     gpu_class: dict[str, iv.Intervals] = field(default_factory=dict)   # kernel_class -> union
     gpu_kernel_count: int = 0
     short_kernels: int = 0                                       # shorter than the threshold
     cpu_collectives: iv.Intervals = field(default_factory=list)  # gloo & co. on the CPU
+    windows: iv.Intervals = field(default_factory=list)          # where traces were recorded
     regions: dict[str, iv.Intervals] = field(default_factory=dict)   # name -> its occurrences
     region_kind: dict[str, str] = field(default_factory=dict)    # name -> region|annotation|step
     region_count: dict[str, int] = field(default_factory=dict)
@@ -172,7 +174,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     kclass = cols["kernel_class"].cast(pa.string()).to_pylist()
     device = cols["device"].to_pylist()
     name = cols["name"].to_pylist()
-    busy, by_class, cpu_coll, regions = [], {}, [], {}
+    busy, by_class, cpu_coll, regions, windows = [], {}, [], {}, []
     short_ns = short_kernel_us * 1000
     for s, e, c, k, d, n in zip(start, end, cat, kclass, device, name):
         if c in GPU_KERNEL_CATEGORIES and d is not None:
@@ -188,6 +190,8 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                 cpu_coll.append((s, e))
             else:
                 by_class.setdefault("communication", []).append((s, e))
+        elif c == "window":
+            windows.append((s, e))
         elif c in ("region", "annotation", "step"):
             key = "ProfilerStep" if c == "step" else n
             regions.setdefault(key, []).append((s, e))
@@ -197,6 +201,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     data.gpu_class = {k: iv.merge(v) for k, v in by_class.items()}
     data.cpu_collectives = iv.merge(cpu_coll)
     data.regions = {k: iv.merge(v) for k, v in regions.items()}
+    data.windows = iv.merge(windows)
     all_times = [p for p in (iv.span(data.gpu_busy), iv.span(data.cpu_collectives)) if p]
     for lo, hi in all_times:
         data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
@@ -221,6 +226,8 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
     if wall <= 0:
         return out
     out["wall_s"] = Signal(wall / 1e9, "run", "wall time of the scope")
+    if data.ranks > 1:
+        out["ranks"] = Signal(float(data.ranks), "run", "rank partitions in the run")
 
     def delta(metric: str) -> float | None:
         s = data.series.get(metric)
@@ -322,14 +329,22 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
                 out[f"gpm_{key}"] = Signal(v / 100 if v > 1.0 else v, data.sources.get(m, "gpm"), f"{m} mean")
 
     # --- GPU and collectives: from spans -----------------------------------------------------
+    # Traces are recorded in windows (a few steps every N): span-derived shares are measured
+    # over the recorded part of the scope only, never counting unrecorded time as idle.
+    traced = iv.intersect(scope, data.windows) if data.windows else scope
+    traced_ns = iv.total(traced)
+    if data.windows:
+        out["trace_coverage"] = Signal(traced_ns / wall, "spans", "recorded trace windows / wall")
+        if traced_ns == 0:
+            return out
     if data.gpu_busy:
-        busy = iv.intersect(data.gpu_busy, scope)
+        busy = iv.intersect(data.gpu_busy, traced)
         sp = iv.span(busy)
         if sp:
-            active = iv.intersect([sp], scope)
+            active = iv.intersect([sp], traced)
             active_ns = iv.total(active)
             busy_ns = iv.total(busy)
-            out["gpu_active_share"] = Signal(active_ns / wall, "spans", "GPU-active span / wall")
+            out["gpu_active_share"] = Signal(active_ns / traced_ns, "spans", "GPU-active span / traced wall")
             out["gpu_idle"] = Signal(1 - busy_ns / active_ns if active_ns else 0.0, "spans",
                                      "time no kernel, copy or sync ran / GPU-active span")
             cls = {k: iv.intersect(v, active) for k, v in data.gpu_class.items()}
@@ -349,11 +364,11 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
         out["short_kernel_share"] = Signal(data.short_kernels / data.gpu_kernel_count, "spans",
                                            "kernels shorter than the launch-cost threshold / kernels")
     if data.cpu_collectives:
-        coll = iv.intersect(data.cpu_collectives, scope)
+        coll = iv.intersect(data.cpu_collectives, traced)
         if coll:
-            out["cpu_collective"] = Signal(iv.total(coll) / wall, "spans",
-                                           "time inside CPU collectives (gloo) / wall")
-            rest = iv.subtract(scope, coll)
+            out["cpu_collective"] = Signal(iv.total(coll) / traced_ns, "spans",
+                                           "time inside CPU collectives (gloo) / traced wall")
+            rest = iv.subtract(traced, coll)
             rest_ns = iv.total(rest)
             if rest_ns > 0 and "cpu_busy" in out:
                 task_rest = None

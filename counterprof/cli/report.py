@@ -42,8 +42,9 @@ def _main(argv: list[str]) -> int:
         rep = recover(run.path)
         err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
         meta = run.meta
-    spans = run.table("spans")
-    report = build_report(lambda: run.batches("samples"), spans, run.catalog, meta, args.window)
+    spans = run.table("spans", with_rank=True)
+    report = build_report(lambda: run.batches("samples"), spans, run.catalog, meta, args.window,
+                          ranks=len(run.ranks()))
     if report.overall.device == "none" and not report.windows:
         raise RunDirectoryError(
             f"{run.path} holds no samples or spans to judge: every collector was unavailable or "

@@ -122,9 +122,10 @@ def sparkline(history: list[float | None], scale: float | None = None, ascii_onl
 
 # -- the full dashboard ----------------------------------------------------------------
 
-VERDICT_STYLE = {"CPU-bound": "bold green", "GPU-bound": "bold green", "GPU busy": "bold green",
-                 "busy": "bold", "waiting": "bold yellow", "waiting for I/O": "bold yellow",
-                 "starved": "bold red", "idle": "dim", "unknown": "dim"}
+# by the verdict's first word: the classifier's classes, and the machine view's labels
+VERDICT_STYLE = {"compute": "bold green", "memory": "bold magenta", "collectives": "bold cyan",
+                 "host": "bold yellow", "CPU": "bold green", "GPU": "bold green", "busy": "bold",
+                 "waiting": "bold yellow", "idle": "dim", "unknown": "dim"}
 
 
 def spark_width(width: int) -> int:
@@ -153,7 +154,8 @@ def _header_lines(h: Header, verdict_text: Text, width: int) -> list[Text]:
 
 def verdict_text(figs: LiveFigures) -> Text:
     v = figs.verdict
-    t = Text(v.label, style=VERDICT_STYLE.get(v.label, "bold"))
+    word = v.label.replace("-", " ").split(" ")[0]
+    t = Text(v.label, style=VERDICT_STYLE.get(word, "bold"))
     if v.evidence:
         t.append(": " + v.evidence)
     return t

@@ -108,9 +108,18 @@ def report_html(r: Report) -> str:
         rows = "".join(f"<tr><td>{_e(x.metric)}</td><td>{'&lt;' + _e(x.status) + '&gt;' if x.value is None else f'{x.value:,.4g}'}"
                        f"</td><td>{_e(x.unit)}</td><td>{_e(x.note)}</td></tr>" for x in r.summary.rows)
         body.append(f"<h2>counters</h2><table>{rows}</table>")
+    if r.gpu_breakdown:
+        tm = r.gpu_breakdown["temporal"]
+        bars = Verdict("gpu", "unknown", "gpu", shares={"host": tm["idle_pct"] / 100,
+                                                       "compute": tm["compute_pct"] / 100,
+                                                       "unknown": tm["non_compute_pct"] / 100})
+        body.append("<h2>GPU time (temporal breakdown)</h2>" + _bar(bars) +
+                    f"<div class='dim'>idle {tm['idle_pct']:.1f}% · compute {tm['compute_pct']:.1f}% · "
+                    f"non-compute {tm['non_compute_pct']:.1f}%</div>")
     if r.top_kernels:
-        rows = "".join(f"<tr><td>{_e(k['name'][:90])}</td><td>{_e(k['class'])}</td><td>{k['count']}</td>"
-                       f"<td>{k['total_ms']:.2f} ms</td><td>{100 * k['share']:.1f}%</td></tr>" for k in r.top_kernels)
+        rows = "".join(f"<tr><td>{_e(k['name'][:90])}</td><td>{_e(k['kernel_class'])}</td><td>{k['count']}</td>"
+                       f"<td>{k['total_ns'] / 1e6:.2f} ms</td><td>{k['share_pct']:.1f}%</td></tr>"
+                       for k in r.top_kernels)
         body.append(f"<h2>top kernels</h2><table>{rows}</table>")
     if r.next_steps:
         body.append("<h2>what to look at next</h2>" + "".join(f"<div class='ev'>→ {_e(s)}</div>" for s in r.next_steps))

@@ -113,12 +113,29 @@ def report_renderable(r: Report):
                 t.add_row(d["entity"], metric, _num(m["mean"]), _num(m["peak"]), m["unit"])
         parts.extend([Text(""), t])
 
+    if r.gpu_breakdown:
+        b = r.gpu_breakdown
+        tm = b["temporal"]
+        t = Table(title="GPU time (HTA-style breakdown, summed over ranks; `counterprof breakdown` for more)",
+                  title_justify="left", box=None, pad_edge=False)
+        for col in ("", "share"):
+            t.add_column(col)
+        t.add_row("idle", f"{tm['idle_pct']:.1f}%")
+        t.add_row("compute", f"{tm['compute_pct']:.1f}%")
+        t.add_row("non-compute", f"{tm['non_compute_pct']:.1f}%")
+        for k in b["kernel_types"][:6]:
+            t.add_row(f"  kernels: {k['kernel_type']}", f"{k['pct']:.1f}%")
+        if b["comm_comp_overlap"].get("pct") is not None:
+            t.add_row("communication overlapped by compute", f"{b['comm_comp_overlap']['pct']:.1f}%")
+        parts.extend([Text(""), t])
+
     if r.top_kernels:
         t = Table(title="top kernels", title_justify="left", box=None, pad_edge=False)
         for col in ("kernel", "class", "count", "total", "share"):
             t.add_column(col, overflow="fold")
         for k in r.top_kernels:
-            t.add_row(k["name"][:80], k["class"] or "", str(k["count"]), f"{k['total_ms']:.2f} ms", _pct(k["share"]))
+            t.add_row(k["name"][:80], k["kernel_class"] or "", str(k["count"]),
+                      f"{k['total_ns'] / 1e6:.2f} ms", f"{k['share_pct']:.0f}%")
         parts.extend([Text(""), t])
 
     if r.next_steps:

@@ -116,22 +116,25 @@ def test_gpu_panels_are_generic_and_ordered():
     throttle = fig(f, "gpu:0.gpu.throttle_time")
     assert throttle.unit == "percent" and throttle.value == pytest.approx(20.0) and throttle.alert
     assert [x.key for x in g0.figures if x.headline] == ["gpu:0.gpu.util", "gpu:0.gpm.sm_util"]
-    assert str(f.verdict) == "unknown: no CPU-time figures yet; gpu:0 95% busy, gpu:1 10% busy"
+    # no CPU figures: the classifier judges the GPUs (mean utilization 52%) and GPM (tensor 60%)
+    assert f.verdict.label == "unknown (mixed: compute vs host cannot be told apart)"
+    assert f.verdict.evidence == "GPU busy 52% of the time (NVML); tensor cores busy 60% (GPM)"
 
 
-@pytest.mark.parametrize("cpu, sys_share, sys_util, iowait, gpu, vol_inv, expected", [
-    (1.0, 0.0, 60.0, 0.0, None, (0, 1), "CPU-bound: 1.00 CPUs busy, no GPU"),
-    (1.5, 0.5, 80.0, 0.0, None, (0, 1), "CPU-bound: 1.50 CPUs busy, 50% of it in the kernel, no GPU"),
-    (0.1, 0.0, 10.0, 0.0, None, (5, 0), "waiting: 0.10 CPUs busy, 90% off-CPU, no GPU"),
-    (0.1, 0.0, 10.0, 0.0, 5.0, (5, 0), "waiting: 0.10 CPUs busy, 90% off-CPU, gpu:0 5% busy"),
-    # a busy machine: preempted more than it blocks is starved; blocking by itself is waiting
-    (0.4, 0.0, 97.0, 0.0, None, (1, 5),
-     "starved: 0.40 CPUs busy while the machine is 97% busy, preempted more than it blocks"),
-    (0.4, 0.0, 97.0, 0.0, None, (5, 1), "waiting: 0.40 CPUs busy, 60% off-CPU, no GPU; machine 97% busy"),
-    (0.05, 0.0, 10.0, 35.0, None, (5, 0), "waiting for I/O: 0.05 CPUs busy, system iowait 35%"),
-    (0.3, 0.0, 50.0, 0.0, 97.0, (5, 0), "GPU-bound: gpu:0 97% busy, 0.30 CPUs busy"),
+@pytest.mark.parametrize("cpu, sys_share, sys_util, iowait, gpu, vol_inv, label, evidence", [
+    (1.0, 0.0, 60.0, 0.0, None, (0, 1), "unknown (busy CPU: compute vs memory cannot be told apart)",
+     "the workload used 1.00 CPUs over the wall time"),
+    (1.5, 0.5, 80.0, 0.0, None, (0, 1), "unknown (busy CPU: compute vs memory cannot be told apart)",
+     "the workload used 1.50 CPUs"),
+    (0.1, 0.0, 10.0, 0.0, None, (5, 0), "host-bound (90% of the time)",
+     "off-CPU 90% of the time: 50 voluntary context switches/s (blocking)"),
+    (0.1, 0.0, 10.0, 0.0, 5.0, (5, 0), "host-bound (95% of the time)", "GPU busy 5% of the time (NVML)"),
+    (0.4, 0.0, 97.0, 0.0, None, (1, 5), "host-bound (60% of the time)", "off-CPU 60% of the time"),
+    (0.05, 0.0, 10.0, 35.0, None, (5, 0), "host-bound (95% of the time)", "35% of CPU time in iowait"),
+    (0.3, 0.0, 50.0, 0.0, 97.0, (5, 0), "unknown (busy GPU: compute vs memory cannot be told apart)",
+     "GPU busy 97% of the time (NVML)"),
 ])
-def test_bottleneck_line_from_raw_signals(cpu, sys_share, sys_util, iowait, gpu, vol_inv, expected):
+def test_bottleneck_line_is_the_classifiers(cpu, sys_share, sys_util, iowait, gpu, vol_inv, label, evidence):
     def make(i, t):
         out = [host_batch(t, 100 * MS, {"proc.cpu_user": 0.1 * cpu * (1 - sys_share),
                                         "proc.cpu_system": 0.1 * cpu * sys_share,
@@ -141,15 +144,18 @@ def test_bottleneck_line_from_raw_signals(cpu, sys_share, sys_util, iowait, gpu,
         if gpu is not None:
             out.append(gpu_batch(t, 100 * MS, "gpu:0", {"gpu.util": gpu}))
         return out
-    assert str(figures(window(4, make)).verdict) == expected
+    v = figures(window(4, make)).verdict
+    assert v.label == label
+    assert evidence in v.evidence
 
 
 def test_verdict_prefers_task_clock_and_thresholds_are_documented():
     # perf says 1 CPU while host's (coarser) figure says less: task-clock wins
     w = window(4, lambda i, t: [perf_batch(t, 100 * MS, {"task-clock": 100 * MS}),
                                 host_batch(t, 100 * MS, {"proc.cpu_user": 0.05})])
-    assert figures(w).verdict.label == "CPU-bound"
-    assert set(THRESHOLDS) >= {"cpu_bound_cpus", "gpu_bound_util", "machine_busy_pct", "iowait_pct"}
+    v = figures(w).verdict
+    assert v.label.startswith("unknown (busy CPU") and "1.00 CPUs" in v.evidence
+    assert set(THRESHOLDS) >= {"gpu_bound_util", "machine_busy_pct", "iowait_pct"}
 
 
 def test_system_wide_perf_is_not_a_busy_figure():

@@ -54,7 +54,8 @@ def test_recorded_run_dashboard(rec):
     assert all(cell_len(ln) <= 100 for ln in lines)
     assert lines[0] == "counterprof ▸ python examples/phases.py 2 1".ljust(76) + " 0:04  q stops profiling"
     busy3 = _cpus_over_last(table, "task-clock", 12)         # the verdict: last 3 s
-    assert lines[1] == f"bottleneck waiting: {busy3:.2f} CPUs busy, {100 * (1 - busy3):.0f}% off-CPU, no GPU"
+    assert lines[1].startswith(f"bottleneck host-bound ({100 * (1 - busy3):.0f}% of the time): "
+                               f"the workload used {busy3:.2f} CPUs over the wall time")
     assert lines[2] == "run runs/phases"
     assert lines[3] == "╭─ perf " + "─" * 91 + "╮"
     busy1 = _cpus_over_last(table, "task-clock", 4)           # current values: the last second
@@ -92,7 +93,8 @@ def test_pmu_and_gpu_panels_exact_lines():
 
     def row(label, value, spark, detail):
         return f"│ {label:<16} {value:>11} {spark:>{spark_w}} {detail:<16} │"
-    assert lines[1] == "bottleneck GPU-bound: gpu:0 95% busy, 1.00 CPUs busy"
+    assert lines[1] == ("bottleneck unknown (busy GPU: compute vs memory cannot be told apart): "
+                        "GPU busy 95% of the time (NV…")
     assert row("CPU utilization", "1.00 CPUs", "███", "") in lines
     assert row("IPC", "1.50", "███", "3.00 GHz") in lines
     assert row("multiplexed", "50.0%", "▄▄▄", "ran 50% of time") in lines
@@ -141,9 +143,10 @@ def test_compact_and_one_line_for_small_terminals(rec):
     assert lines[0] == "counterprof 0:04  q stops profiling  runs/phases"
     assert lines[1].startswith(f"task-clock {busy1:.2f} CPUs · CPU ") and lines[1].endswith("…")
     assert cell_len(lines[1]) == 70
-    assert lines[2] == f"waiting: {busy3:.2f} CPUs busy, {100 * (1 - busy3):.0f}% off-CPU, no GPU"
+    verdict = f"host-bound ({100 * (1 - busy3):.0f}% of the time): the workload used {busy3:.2f} CPUs"
+    assert lines[2].startswith(verdict) and cell_len(lines[2]) <= 70
     form, lines = R.layout(figs_for, h, 70, 2, None)
-    assert (form, lines) == ("line", [f"0:04 waiting: {busy3:.2f} CPUs busy, {100 * (1 - busy3):.0f}% off-CPU, no GPU"])
+    assert form == "line" and len(lines) == 1 and lines[0].startswith("0:04 " + verdict[:40])
     # wide enough for the panels but too short: compact too
     assert R.layout(figs_for, h, 120, 10, None)[0] == "compact"
     assert R.layout(figs_for, h, 120, 40, None)[0] == "full"
@@ -191,7 +194,7 @@ def test_plain_line():
     figs = live_figures(w.snapshot(), catalog(), {}, 0)
     assert R.plain_line(figs, 3.0) == (
         "     3.000 s  task-clock 1.00 CPUs  IPC 1.50  mux 50.0%  gpu:0 util 95.0%  gpu:0 power 350 W"
-        "  | GPU-bound: gpu:0 95% busy, 1.00 CPUs busy")
+        "  | unknown (busy GPU: compute vs memory cannot be told apart): GPU busy 95% of the time (NVML)")
 
 
 def test_ascii_terminals_get_ascii():

@@ -1,0 +1,63 @@
+"""Verdicts on the real GPU traces in ../shared/traces (imported: spans, no samples), each held
+to its own breakdown, and the 2-rank gloo example under `counterprof run --torch`."""
+import json
+
+import pytest
+
+from helpers import EXAMPLES, PYTHON, run_cli
+from kineto_traces import needs_shared_traces, shared
+
+# trace -> (verdict, undecided, why), reasoning from each trace's HTA-style breakdown
+EXPECTED = {
+    "a100_alexnet_cuda_sync": ("host", [], "the GPU is idle 99% of its active span: cuda_sync waits "
+                               "and tiny kernels; the host sets the pace"),
+    "a100_nccl_rank0of2": ("host", [], "idle 77% of the span (all of it host wait) against 18% compute "
+                           "and 6% exposed NCCL communication"),
+    "a100_rank3of8": ("unknown", ["compute", "memory"], "kernels fill ~60% of the span, idle 16%, "
+                      "exposed communication 19%: a busy GPU, and compute vs memory needs GPM"),
+    "a100_simple_add": ("host", [], "a handful of short kernels in an otherwise idle span"),
+    "a100_triton_example": ("unknown", ["compute", "memory"], "one Triton kernel fills the span: busy, "
+                            "and nothing in a trace says whether it is compute- or memory-bound"),
+    "cpu_only_gloo_rank34": ("collectives", [], "no GPU; 88% of the traced time inside gloo collectives"),
+    "mi250_rocm62_minitoy": ("host", [], "idle 98% of the span, most kernels shorter than 10 µs: launch-bound"),
+    "no_rank_info": ("unknown", [], "no GPU, 3% in collectives, and no CPU counters for the rest"),
+    "sampled_rank0of128": ("host", [], "idle 55% vs 28% exposed communication vs 17% kernels"),
+    "sampled_rank1of128": ("host", [], "idle 53% vs 25% exposed communication vs 22% kernels"),
+    "v100_ns_resolution_rank0of1": ("unknown", ["compute", "memory"], "kernels fill 98% of the span"),
+}
+
+
+@needs_shared_traces
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_verdict_of_each_shared_trace_follows_its_breakdown(tmp_path, name):
+    run_dir = tmp_path / "r"
+    assert run_cli("import", str(shared(f"{name}.json.gz")), "-o", str(run_dir)).returncode == 0
+    rep = run_cli("report", str(run_dir), "--json")
+    assert rep.returncode == 0, rep.stderr
+    r = json.loads(rep.stdout)
+    o = r["overall"]
+    verdict, undecided, why = EXPECTED[name]
+    assert (o["verdict"], o["undecided"] if verdict == "unknown" and undecided else []) == (verdict, undecided), why
+    bd = r["gpu_breakdown"]
+    if bd is None:
+        assert o["device"] == "cpu"
+        return
+    # the host share is the breakdown's idle share (within the last-step rule HTA applies)
+    idle = bd["temporal"]["idle_pct"] / 100
+    assert o["shares"].get("host", 0.0) == pytest.approx(idle, abs=0.05), why
+    if verdict == "host":
+        assert idle >= 0.5 and any("host wait" in e["text"] for e in o["evidence"])
+
+
+def test_two_rank_gloo_job_is_collectives_bound(tmp_path):
+    pytest.importorskip("torch")
+    run_dir = tmp_path / "r"
+    proc = run_cli("run", "-q", "--torch", "-o", str(run_dir), "--", PYTHON,
+                   str(EXAMPLES / "gloo_allreduce.py"), "30", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rep = run_cli("report", str(run_dir), "--json")
+    assert rep.returncode == 0, rep.stderr
+    o = json.loads(rep.stdout)["overall"]
+    assert o["verdict"] == "collectives", o
+    assert o["shares"]["collectives"] > 0.5
+    assert "per rank over 2 ranks" in " ".join(e["text"] for e in o["evidence"])
