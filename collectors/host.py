@@ -142,19 +142,7 @@ class HostCollector(Collector):
         self._prev, self._prev_sys = self.reader.sample()
         self._prev_time = self._last_emit = ctx.clock.now_ns()
         self.root_gone = self._prev is None
-        ready = threading.Event()
-        tid: list[int] = []
-
-        def run():
-            tid.append(threading.get_native_id())
-            ready.set()
-            self._loop(interval_ms / 1000)
-
-        self._thread = threading.Thread(target=run, name="counterprof-host", daemon=True)
-        self._thread.start()
-        ready.wait()
-        with ctx.lock:
-            ctx.profiler_tids.add(tid[0])
+        self._thread = ctx.start_thread("counterprof-host", lambda: self._loop(interval_ms / 1000))
 
     def _loop(self, period: float) -> None:
         try:

@@ -68,6 +68,24 @@ class SessionContext:
     profiler_tids: set[int] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def start_thread(self, name: str, target: Callable[[], None]) -> threading.Thread:
+        """Start a collector's daemon thread and register it as the profiler's, before
+        returning (so counting collectors that start later leave it out)."""
+        ready = threading.Event()
+        ident: list[int] = []
+
+        def run():
+            ident.append(threading.get_native_id())
+            ready.set()
+            target()
+
+        thread = threading.Thread(target=run, name=name, daemon=True)
+        thread.start()
+        ready.wait()
+        with self.lock:
+            self.profiler_tids.add(ident[0])
+        return thread
+
 
 class Collector:
     """Base class. Subclasses set `name`, implement availability/start/stop.

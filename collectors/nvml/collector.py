@@ -183,19 +183,7 @@ class NvmlCollector(Collector):
         self.run_facts["gpus"] = [g.facts(driver) for g in gpus]
         self._catalog(set().union(*(s.metrics() for s in self.samplers)) if self.samplers else set())
         self._update_details()
-        ready = threading.Event()
-        tid: list[int] = []
-
-        def run():
-            tid.append(threading.get_native_id())
-            ready.set()
-            self._loop()
-
-        self._thread = threading.Thread(target=run, name="counterprof-nvml", daemon=True)
-        self._thread.start()
-        ready.wait()
-        with ctx.lock:
-            ctx.profiler_tids.add(tid[0])
+        self._thread = ctx.start_thread("counterprof-nvml", self._loop)
 
     def _catalog(self, names: set[str]) -> None:
         """Catalog entries for metrics a GPU has shown it records (unsupported ones never are)."""

@@ -203,19 +203,7 @@ class PerfCollector(Collector):
     # -- the drain thread -------------------------------------------------------------
 
     def _start_drain_thread(self, ctx: SessionContext) -> None:
-        ready = threading.Event()
-        ident: list[int] = []
-
-        def run():
-            ident.append(threading.get_native_id())
-            ready.set()
-            self._drain_loop()
-
-        self._thread = threading.Thread(target=run, name="counterprof-perf-drain", daemon=True)
-        self._thread.start()
-        ready.wait()
-        with ctx.lock:
-            ctx.profiler_tids.add(ident[0])
+        self._thread = ctx.start_thread("counterprof-perf-drain", self._drain_loop)
 
     def _drain_loop(self) -> None:
         self._go.wait()

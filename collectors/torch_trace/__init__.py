@@ -142,19 +142,7 @@ class TorchCollector(Collector):
             drv = load_driver()
             self.driver = drv.create(str(self.run_path.resolve()), rank=ctx.rank, start_now=True,
                                      **self.driver_config())
-        ready = threading.Event()
-        tid: list[int] = []
-
-        def run():
-            tid.append(threading.get_native_id())
-            ready.set()
-            self._loop()
-
-        self._thread = threading.Thread(target=run, name="counterprof-torch", daemon=True)
-        self._thread.start()
-        ready.wait()
-        with ctx.lock:
-            ctx.profiler_tids.add(tid[0])
+        self._thread = ctx.start_thread("counterprof-torch", self._loop)
 
     def _loop(self) -> None:
         period = float(self.config["poll_s"])
