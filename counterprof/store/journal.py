@@ -148,7 +148,8 @@ def read_segment(path: Path, report: SegmentRead | None = None) -> Iterator[pa.R
             report.truncated = True
             report.error = "empty segment (the writer died before its first batch)"
             return
-        reader = pa.ipc.open_stream(pa.memory_map(str(path)))
+        # read, not mmap: an mmapped segment's pages all count as resident once read
+        reader = pa.ipc.open_stream(pa.OSFile(str(path), "rb"))
     except (pa.ArrowInvalid, OSError) as exc:
         report.truncated = True
         report.error = str(exc)
