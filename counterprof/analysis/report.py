@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 
 from . import intervals as iv
 from .classify import NEXT_STEPS, Evidence, Verdict, classify
-from .signals import BUCKET_NS, MAX_BUCKETS, RunData, load_samples, load_spans, signals
-from .summary import Summary, summarize
+from .signals import BUCKET_NS, MAX_BUCKETS, RunData, bucket_table, load_buckets, load_spans, signals
+from .summary import Summary, summary_from_totals
 from .thresholds import value
 
 MAX_REGIONS = 20
@@ -53,17 +53,37 @@ class Report:
         return asdict(self)
 
 
-def build_report(samples: Callable[[], Iterable], spans: pa.Table, catalog: dict[str, dict[str, Any]],
-                 meta: dict[str, Any], window_s: float = 1.0, ranks: int = 1) -> Report:
-    """samples: returns a fresh iterable of sample batches each time it is called (the run is
-    read in a few streaming passes, never held whole). spans: the spans table, with a "rank"
-    column when it holds several ranks. ranks: how many rank partitions the run holds (the
-    processes doing the work, for per-rank CPU figures)."""
-    data = RunData(ranks=max(1, ranks))
-    bucket = _bucket_ns(meta)
-    load_samples(data, samples(), catalog, bucket)
-    load_spans(data, spans, value("short_kernel_us"))
-    summary = summarize(samples(), catalog, meta)
+@dataclass
+class ReportInputs:
+    """A run's tables, already aggregated: what build_report reads. From files they come from
+    store.query.RunQuery (DuckDB over the Parquet files); from in-memory tables, from
+    inputs_from_samples()."""
+
+    buckets: pa.Table           # per metric and time bucket (signals.bucket_table's columns)
+    totals: pa.Table            # per (source, metric): summary sums (summary.COLUMNS' aggregates)
+    devices: pa.Table           # per (entity, metric) of nvml/gpm: mean, peak
+    spans: pa.Table             # the spans, with a "rank" column when the run has several ranks
+    catalog: dict[str, dict[str, Any]]
+    meta: dict[str, Any]
+    ranks: int = 1              # rank partitions: the processes doing the work
+
+
+def inputs_from_samples(samples: pa.Table, spans: pa.Table, catalog: dict[str, dict[str, Any]],
+                        meta: dict[str, Any], ranks: int = 1) -> ReportInputs:
+    """ReportInputs from an in-memory samples table (small runs, tests)."""
+    from .summary import metric_totals
+    return ReportInputs(bucket_table([samples], bucket_ns(meta)), metric_totals([samples]),
+                        device_stats([samples]), spans, catalog, meta, ranks)
+
+
+def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
+    meta, catalog = inputs.meta, inputs.catalog
+    data = RunData(ranks=max(1, inputs.ranks))
+    load_buckets(data, inputs.buckets, catalog)
+    load_spans(data, inputs.spans, value("short_kernel_us"))
+    summary = summary_from_totals(inputs.totals, catalog, meta)
+    bucket = bucket_ns(meta)
+    spans = inputs.spans
 
     run_info = {k: meta.get(k) for k in ("id", "command", "status", "start_time", "host", "rank")}
     collectors = {k: {"status": c.get("status"), "reason": c.get("reason", "")}
@@ -122,7 +142,7 @@ def build_report(samples: Callable[[], Iterable], spans: pa.Table, catalog: dict
                 "host_wait", wait / idle, None, "spans",
                 f"{100 * wait / idle:.0f}% of that idle time the next kernel was launched after the "
                 "previous one finished (host wait)"))
-    report.devices = device_figures(samples(), catalog)
+    report.devices = device_figures(inputs.devices, catalog)
     shares = overall.shares
     for cls, text in NEXT_STEPS.items():
         share = shares.get(cls, 0.0) + (shares.get("compute|memory", 0.0) if cls in ("compute", "memory") else 0.0)
@@ -131,7 +151,7 @@ def build_report(samples: Callable[[], Iterable], spans: pa.Table, catalog: dict
     return report
 
 
-def _bucket_ns(meta: dict[str, Any]) -> int:
+def bucket_ns(meta: dict[str, Any]) -> int:
     """Resolution for the run's samples: its finest sampling interval (regions shorter than
     that cannot be resolved anyway), coarser only when the run is very long."""
     intervals = [float(c["config"]["interval_ms"]) for c in (meta.get("collectors") or {}).values()
@@ -157,26 +177,31 @@ def _gpu_breakdown(spans: pa.Table):
     return analyze(by_rank)
 
 
-def device_figures(chunks: Iterable, catalog: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per GPU entity: mean and peak of each GPU metric (sources nvml/gpm)."""
-    acc: dict[tuple[str, str], list[float]] = {}
+def device_stats(chunks: Iterable) -> pa.Table:
+    """Per (entity, metric) of the GPU sources: sum, count and peak (in-memory samples)."""
+    parts = []
     for chunk in chunks:
         src = chunk["source"].cast(pa.string())
         mask = pc.or_(pc.equal(src, "nvml"), pc.equal(src, "gpm"))
-        if not pc.any(mask).as_py():
+        if chunk.num_rows == 0 or not pc.any(mask).as_py():
             continue
-        t = pa.table({"metric": chunk["metric"].cast(pa.string()), "entity": chunk["entity"].cast(pa.string()),
+        t = pa.table({"entity": chunk["entity"].cast(pa.string()), "metric": chunk["metric"].cast(pa.string()),
                       "value": chunk["value"]}).filter(mask)
-        g = t.group_by(["entity", "metric"], use_threads=False).aggregate(
-            [("value", "sum"), ("value", "count"), ("value", "max")])
-        for r in g.to_pylist():
-            a = acc.setdefault((r["entity"], r["metric"]), [0.0, 0, None])
-            a[0] += r["value_sum"] or 0.0
-            a[1] += r["value_count"]
-            a[2] = r["value_max"] if a[2] is None else max(a[2], r["value_max"] or a[2])
+        parts.append(t)
+    if not parts:
+        return pa.table({})
+    g = pa.concat_tables(parts).group_by(["entity", "metric"], use_threads=False).aggregate(
+        [("value", "sum"), ("value", "count"), ("value", "max")])
+    return pa.table({"entity": g["entity"], "metric": g["metric"], "vsum": g["value_sum"],
+                     "n": g["value_count"], "peak": g["value_max"]})
+
+
+def device_figures(stats: pa.Table, catalog: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per GPU entity: mean and peak of each GPU metric."""
     devices: dict[str, dict[str, Any]] = {}
-    for (entity, metric), (s, n, peak) in sorted(acc.items()):
-        d = devices.setdefault(entity, {"entity": entity, "metrics": {}})
-        d["metrics"][metric] = {"mean": s / n if n else None, "peak": peak,
-                                "unit": (catalog.get(metric) or {}).get("unit", "")}
+    rows = stats.to_pylist() if stats.num_rows else []
+    for r in sorted(rows, key=lambda r: (r["entity"], r["metric"])):
+        d = devices.setdefault(r["entity"], {"entity": r["entity"], "metrics": {}})
+        d["metrics"][r["metric"]] = {"mean": r["vsum"] / r["n"] if r["n"] else None, "peak": r["peak"],
+                                     "unit": (catalog.get(r["metric"]) or {}).get("unit", "")}
     return list(devices.values())

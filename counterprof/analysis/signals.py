@@ -7,10 +7,10 @@ them into named values over a scope, each with where it came from. Pure: no file
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -40,48 +40,48 @@ GPU_KERNEL_CATEGORIES = ("kernel", "memcpy", "memset", "sync")
 
 @dataclass
 class Series:
-    """One metric summed over its entities (threads, CPUs) or averaged (GPUs), in buckets."""
+    """One metric summed over its entities (threads, CPUs, ranks) or averaged (GPUs), in
+    time buckets (numpy arrays, sorted by end)."""
 
     kind: str                       # delta | gauge | ratio
-    starts: list[int]               # bucket's first covered ns (deltas: end - duration)
-    ends: list[int]                 # bucket's last sample time; sorted
-    values: list[float | None]      # deltas: sum; gauges/ratios: mean; None: unknown
+    starts: np.ndarray              # int64: bucket's first covered ns (deltas: end - duration)
+    ends: np.ndarray                # int64: bucket's last sample time; sorted
+    values: np.ndarray              # float64: deltas sum, gauges/ratios mean; NaN unknown
+
+    def __post_init__(self):
+        # starts are nearly sorted; their running max makes a safe search bound
+        self._start_bound = np.maximum.accumulate(self.starts) if len(self.starts) else self.starts
+
+    def _slice(self, lo: int, hi: int) -> slice:
+        return slice(int(np.searchsorted(self.ends, lo, "right")),
+                     int(np.searchsorted(self._start_bound, hi, "left")))
 
     def delta(self, lo: int, hi: int) -> tuple[float, float] | None:
         """Sum over [lo, hi), each bucket pro-rated by its overlap; (sum, share of the range
         covered by known values). None when nothing overlaps."""
-        if not self.ends:
+        sl = self._slice(lo, hi)
+        s, e, v = self.starts[sl], self.ends[sl], self.values[sl]
+        ov = np.minimum(e, hi) - np.maximum(s, lo)
+        hit = ov > 0
+        if not hit.any():
             return None
-        i = bisect_right(self.ends, lo)
-        total = covered = 0.0
-        seen = False
-        while i < len(self.ends) and self.starts[i] < hi:
-            s, e, v = self.starts[i], self.ends[i], self.values[i]
-            i += 1
-            width = max(e - s, 1)
-            ov = min(e, hi) - max(s, lo)
-            if ov <= 0:
-                continue
-            seen = True
-            if v is not None:
-                total += v * ov / width
-                covered += ov
-        if not seen:
-            return None
-        return total, covered / max(hi - lo, 1)
+        known = hit & ~np.isnan(v)
+        width = np.maximum(e - s, 1)
+        total = float(np.sum(v[known] * ov[known] / width[known]))
+        return total, float(np.sum(ov[known])) / max(hi - lo, 1)
 
     def mean(self, lo: int, hi: int) -> float | None:
         """Mean of the gauge/ratio buckets ending inside [lo, hi)."""
-        i, j = bisect_left(self.ends, lo), bisect_left(self.ends, hi)
-        vals = [v for v in self.values[i:j] if v is not None]
-        if not vals:
-            return None
-        return sum(vals) / len(vals)
+        i, j = np.searchsorted(self.ends, [lo, hi], "left")
+        vals = self.values[i:j]
+        vals = vals[~np.isnan(vals)]
+        return float(vals.mean()) if len(vals) else None
 
     def peak(self, lo: int, hi: int) -> float | None:
-        i, j = bisect_left(self.ends, lo), bisect_left(self.ends, hi)
-        vals = [v for v in self.values[i:j] if v is not None]
-        return max(vals) if vals else None
+        i, j = np.searchsorted(self.ends, [lo, hi], "left")
+        vals = self.values[i:j]
+        vals = vals[~np.isnan(vals)]
+        return float(vals.max()) if len(vals) else None
 
 
 @dataclass
@@ -106,62 +106,72 @@ class RunData:
         return metric in self.series
 
 
-def load_samples(data: RunData, chunks: Iterable, catalog: dict[str, dict[str, Any]],
-                 bucket_ns: int = BUCKET_NS) -> None:
-    """Bucket samples per metric (Arrow kernels per chunk, then merged)."""
-    acc: dict[tuple[str, int], list] = {}   # (metric, bucket) -> [start, end, sum, n, nulls, src]
+def bucket_table(chunks: Iterable, bucket_ns: int = BUCKET_NS) -> pa.Table:
+    """Samples batches -> one row per (metric, time bucket): covered span, sum, counts. The same
+    columns store.query.RunQuery.buckets gives from files (for in-memory tables and tests)."""
+    parts = []
     for chunk in chunks:
         if chunk.num_rows == 0:
             continue
         t = chunk["time"].cast(pa.int64())
-        dur = pc.fill_null(chunk["duration_ns"], 0)
-        tab = pa.table({
-            "src": chunk["source"].cast(pa.string()),
+        parts.append(pa.table({
             "metric": chunk["metric"].cast(pa.string()),
-            "bucket": pc.divide(t, bucket_ns),
-            "start": pc.subtract(t, dur),
-            "end": t,
+            "source": chunk["source"].cast(pa.string()),
+            "b": pc.divide(t, bucket_ns),
+            "start_ns": pc.subtract(t, pc.fill_null(chunk["duration_ns"], 0)),
+            "end_ns": t,
             "value": chunk["value"],
             "null": pc.is_null(chunk["value"]).cast(pa.int64()),
-        })
-        g = tab.group_by(["src", "metric", "bucket"], use_threads=False).aggregate([
-            ("start", "min"), ("end", "max"), ("value", "sum"), ("value", "count"),
-            ("null", "sum")])
-        for r in g.to_pylist():
-            key = (r["metric"], r["bucket"])
-            a = acc.get(key)
-            vsum = r["value_sum"] if r["value_count"] else None
-            if a is None:
-                acc[key] = [r["start_min"], r["end_max"], vsum, r["value_count"], r["null_sum"], r["src"]]
+        }).group_by(["metric", "b"], use_threads=False).aggregate([
+            ("source", "min"), ("start_ns", "min"), ("end_ns", "max"), ("value", "sum"),
+            ("value", "count"), ("null", "sum")]))
+    if not parts:
+        return pa.table({})
+    merged = pa.concat_tables(parts).group_by(["metric", "b"], use_threads=False).aggregate([
+        ("source_min", "min"), ("start_ns_min", "min"), ("end_ns_max", "max"), ("value_sum", "sum"),
+        ("value_count", "sum"), ("null_sum", "sum")])
+    return pa.table({"metric": merged["metric"], "source": merged["source_min_min"], "b": merged["b"],
+                     "start_ns": merged["start_ns_min_min"], "end_ns": merged["end_ns_max_max"],
+                     "vsum": merged["value_sum_sum"], "n": merged["value_count_sum"],
+                     "nulls": merged["null_sum_sum"]})
+
+
+def load_buckets(data: RunData, buckets: pa.Table, catalog: dict[str, dict[str, Any]]) -> None:
+    """Series per metric from a bucket table (bucket_table() or RunQuery.buckets())."""
+    if buckets.num_rows == 0:
+        return
+    buckets = buckets.sort_by([("metric", "ascending"), ("b", "ascending")])
+    metric = buckets["metric"].to_numpy(zero_copy_only=False)
+    bounds = np.flatnonzero(metric[1:] != metric[:-1]) + 1
+    starts_all = buckets["start_ns"].to_numpy()
+    ends_all = buckets["end_ns"].to_numpy()
+    vsum = buckets["vsum"].to_numpy(zero_copy_only=False).astype(np.float64)
+    n = buckets["n"].to_numpy().astype(np.float64)
+    nulls = buckets["nulls"].to_numpy()
+    source = buckets["source"].to_numpy(zero_copy_only=False)
+    lo = hi = None
+    for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(metric)]):
+        name = str(metric[a])
+        kind = (catalog.get(name) or {}).get("kind", "delta")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if kind == "delta":   # any unknown member makes the bucket's sum unknown
+                values = np.where((nulls[a:b] > 0) | (n[a:b] == 0), np.nan, vsum[a:b])
             else:
-                a[0] = min(a[0], r["start_min"])
-                a[1] = max(a[1], r["end_max"])
-                a[2] = vsum if a[2] is None else (a[2] + (vsum or 0.0))
-                a[3] += r["value_count"]
-                a[4] += r["null_sum"]
-    by_metric: dict[str, list] = {}
-    for (metric, bucket), a in acc.items():
-        by_metric.setdefault(metric, []).append((bucket, a))
-    lo, hi = None, None
-    for metric, rows in by_metric.items():
-        rows.sort()
-        kind = (catalog.get(metric) or {}).get("kind", "delta")
-        s = Series(kind, [], [], [])
-        for _, (start, end, vsum, n, nulls, src) in rows:
-            if kind == "delta":
-                value = None if nulls else vsum    # any unknown member makes the sum unknown
-            else:
-                value = vsum / n if n else None
-            s.starts.append(start)
-            s.ends.append(end)
-            s.values.append(value)
-            data.sources[metric] = src
-            lo = start if lo is None else min(lo, start)
-            hi = end if hi is None else max(hi, end)
-        data.series[metric] = s
+                values = np.where(n[a:b] > 0, vsum[a:b] / n[a:b], np.nan)
+        order = np.argsort(ends_all[a:b], kind="stable")
+        data.series[name] = Series(kind, starts_all[a:b][order], ends_all[a:b][order], values[order])
+        data.sources[name] = str(source[a])
+        lo = starts_all[a:b].min() if lo is None else min(lo, starts_all[a:b].min())
+        hi = ends_all[a:b].max() if hi is None else max(hi, ends_all[a:b].max())
     if lo is not None:
-        data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
-        data.end_ns = max(data.end_ns, hi)
+        data.start_ns = int(lo) if not data.start_ns else min(data.start_ns, int(lo))
+        data.end_ns = max(data.end_ns, int(hi))
+
+
+def load_samples(data: RunData, chunks: Iterable, catalog: dict[str, dict[str, Any]],
+                 bucket_ns: int = BUCKET_NS) -> None:
+    """Samples batches straight into series (in-memory tables; files go through RunQuery)."""
+    load_buckets(data, bucket_table(chunks, bucket_ns), catalog)
 
 
 def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:

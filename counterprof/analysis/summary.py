@@ -118,9 +118,28 @@ def _per_metric(chunks: Iterable) -> dict[tuple[str, str], dict[str, Any]]:
     return out
 
 
+def metric_totals(chunks: Iterable) -> pa.Table:
+    """Per (source, metric): the sums a summary is made of, as a table (the columns
+    store.query.RunQuery.metric_totals gives from files)."""
+    stats = _per_metric(chunks)
+    rows = [{"source": src, "metric": m, **{k: v for k, v in s.items()}} for (src, m), s in stats.items()]
+    return pa.Table.from_pylist(rows) if rows else pa.table({})
+
+
+def summary_from_totals(totals: pa.Table, catalog: dict[str, dict[str, Any]],
+                        meta: dict[str, Any]) -> Summary:
+    stats = {(r["source"], r["metric"]): r for r in (totals.to_pylist() if totals.num_rows else [])}
+    return _summary(stats, catalog, meta)
+
+
 def summarize(samples: pa.Table | Iterable, catalog: dict[str, dict[str, Any]],
               meta: dict[str, Any]) -> Summary:
     """samples: the samples table, or an iterable of its batches (COLUMNS suffice)."""
+    stats = _per_metric([samples] if isinstance(samples, (pa.Table, pa.RecordBatch)) else samples)
+    return _summary(stats, catalog, meta)
+
+
+def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: dict[str, Any]) -> Summary:
     workload = meta.get("workload") or {}
     elapsed = workload.get("elapsed_s")
     if elapsed is None and meta.get("duration_ns"):
@@ -131,7 +150,6 @@ def summarize(samples: pa.Table | Iterable, catalog: dict[str, dict[str, Any]],
         collectors={k: {"status": v.get("status"), "reason": v.get("reason", "")}
                     for k, v in (meta.get("collectors") or {}).items()},
         path=meta.get("path", ""))
-    stats = _per_metric([samples] if isinstance(samples, (pa.Table, pa.RecordBatch)) else samples)
 
     # perf events first, in the order they were asked for, unsupported ones included
     perf_events = ((meta.get("collectors") or {}).get("perf") or {}).get("events") or {}

@@ -31,7 +31,8 @@ def _main(argv: list[str]) -> int:
         from .common import UsageFailure
         raise UsageFailure("--window must be positive", p.format_usage())
 
-    from ..analysis.report import build_report
+    from ..analysis.report import ReportInputs, bucket_ns, build_report
+    from ..store.query import RunQuery
     from ..errors import RunDirectoryError
     from ..store.reader import Run
     from ..store.recover import needs_recovery, recover
@@ -42,9 +43,14 @@ def _main(argv: list[str]) -> int:
         rep = recover(run.path)
         err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
         meta = run.meta
-    spans = run.table("spans", with_rank=True)
-    report = build_report(lambda: run.batches("samples"), spans, run.catalog, meta, args.window,
-                          ranks=len(run.ranks()))
+    q = RunQuery(run.path)
+    for problem in q.files.skipped:
+        err(f"skipped an unreadable file: {problem}")
+    catalog = run.catalog
+    inputs = ReportInputs(q.buckets(bucket_ns(meta)), q.metric_totals(), q.device_stats(), q.spans(),
+                          catalog, meta, ranks=len(run.ranks()))
+    q.close()
+    report = build_report(inputs, args.window)
     if report.overall.device == "none" and not report.windows:
         raise RunDirectoryError(
             f"{run.path} holds no samples or spans to judge: every collector was unavailable or "

