@@ -95,6 +95,7 @@ def system_stats(proc: str = "/proc") -> dict[str, float]:
 
 class HostCollector(Collector):
     name = "host"
+    per_rank = True
     DEFAULTS = {"interval_ms": 100.0, "proc": "/proc"}
 
     def __init__(self, config: dict[str, Any] | None = None):

@@ -97,6 +97,8 @@ class Collector:
     name: ClassVar[str] = ""
     start_late: ClassVar[bool] = False
     default_on: ClassVar[bool] = True
+    # can attach to a running process (Target "pid"): started on each rank of a multi-rank job
+    per_rank: ClassVar[bool] = False
 
     def __init__(self, config: dict[str, Any] | None = None):
         self.config = dict(config or {})

@@ -94,6 +94,7 @@ class Session:
                  rank: int | None = None,
                  replace: bool = False,
                  sinks: list[Any] | None = None,
+                 per_rank: bool = False,
                  on_warning: Callable[[str], None] = _stderr_warning):
         self.path = Path(path) if path is not None else rundir.default_run_path()
         self.collector_names = collectors
@@ -111,6 +112,9 @@ class Session:
         self.warnings: list[str] = []
         # sinks take write(table, batch, rank) and close(); the journal is always first
         self.extra_sinks: list[Any] = list(sinks or [])
+        # a launched multi-rank job: attachable collectors run per rank (counterprof/ranks.py)
+        self.per_rank = per_rank
+        self.watcher = None
         self.sinks: list[Any] = []
         self.launch_env: dict[str, str] = {}
         self.meta: dict[str, Any] = {}
@@ -168,6 +172,10 @@ class Session:
             clock=self.clock, target=self.target, config=self.config, rank=self.rank,
             emit=self.emit, add_metrics=self.add_metrics, fail=self.fail, warn=self.warn)
         plan = list(self.plan)
+        per_rank_classes = []
+        if self.per_rank and self.target.kind == "launch" and not self.target.system_wide:
+            per_rank_classes = [type(c) for c in plan if c.per_rank]
+            plan = [c for c in plan if not c.per_rank]
         plan.sort(key=lambda c: c.start_late)
         for col in plan:
             self.statuses[col.name] = {"status": "ok", "reason": "", "config": col.summary_config()}
@@ -180,6 +188,12 @@ class Session:
                 self.fail(col.name, reason)
                 continue
             self.collectors.append(col)
+        if per_rank_classes:
+            from .ranks import RankWatcher
+            self.meta["per_rank"] = True
+            self.meta["ranks"] = {}
+            self.watcher = RankWatcher(self, per_rank_classes, self.target.pid)
+            self.watcher.start(self._ctx)
         self.started = True
         self._refresh_statuses()
         self._write_catalog()
@@ -192,6 +206,12 @@ class Session:
             if self.stopped or not self.started:
                 return
             self.stopped = True
+        if self.watcher is not None:
+            self.watcher.stop()
+            if not self.watcher.ranks:
+                self.warn("--per-rank: no process of the workload named a rank (RANK, "
+                          "OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID in its environment), so "
+                          "perf and host counted nothing; run without --per-rank")
         for col in sorted(self.collectors, key=lambda c: not c.start_late):
             try:
                 col.stop()
@@ -273,8 +293,39 @@ class Session:
 
     def warn(self, message: str) -> None:
         with self._lock:
+            if message in self.warnings:     # e.g. the same unsupported events on every rank
+                return
             self.warnings.append(message)
         self.on_warning(message)
+
+    def rank_context(self, rank: int, target: Target) -> SessionContext:
+        """A context for a collector counting one rank of the job: its batches land in that
+        rank's partition."""
+        base = self._ctx
+
+        def emit(table, batch, rank_=None):
+            self.emit(table, batch, rank if rank_ is None else rank_)
+
+        return SessionContext(clock=self.clock, target=target, config=self.config, rank=rank,
+                              emit=emit, add_metrics=self.add_metrics,
+                              fail=lambda name, reason: self.warn(f"{name} on rank {rank} failed: {reason}"),
+                              warn=self.warn, profiler_tids=base.profiler_tids, lock=base.lock)
+
+    def rank_status(self, rank: int, col: Collector, status: str, reason: str) -> None:
+        """A per-rank collector's state in meta.json: under "ranks", and mirrored at the top for
+        the first rank (so "collectors" says what ran, and summaries find perf's events)."""
+        with self._lock:
+            ranks = self.meta.setdefault("ranks", {})
+            entry = ranks.setdefault(str(rank), {"collectors": {}})
+            if self.watcher is not None and rank in self.watcher.ranks:
+                entry["pid"] = self.watcher.ranks[rank]["pid"]
+            entry["collectors"][col.name] = {"status": status, "reason": reason, **col.details}
+            top = self.statuses.setdefault(col.name, {"config": col.summary_config()})
+            if status == "failed" or "per_rank" not in top:
+                top.update(status=status, reason=reason, per_rank=True, **col.details)
+        if status == "failed":
+            self.warn(f"{col.name} on rank {rank} failed: {reason}")
+        self._write_meta()
 
     # -- meta ----------------------------------------------------------------------------
 

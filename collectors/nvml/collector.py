@@ -27,7 +27,7 @@ from counterprof.schema import samples_batch
 from . import devices
 from .library import Nvml, open_nvml
 from .metrics import METRICS
-from .procs import tree_pids
+from counterprof.proctree import tree_pids
 from .sampler import MIN_GPM_WINDOW_MS, GpuSampler, WallClock
 
 # once a second: the driver's sample buffer, per-process memory, and the emit (one batch a

@@ -33,6 +33,7 @@ RING_MAX_RECORDS = 4 * 1024 * 1024
 
 class PerfCollector(Collector):
     name = "perf"
+    per_rank = True
     start_late = True   # must see the profiler's own threads before listing the target's
 
     DEFAULTS = {"events": DEFAULT_EVENTS, "interval_ms": 100.0, "per_thread": False,

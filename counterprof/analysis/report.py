@@ -47,6 +47,8 @@ class Report:
     devices: list[dict[str, Any]] = field(default_factory=list)          # per GPU: metric means/peaks
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
     gpu_breakdown: dict[str, Any] | None = None     # analysis.breakdown, summed over ranks
+    rank_verdicts: list[Verdict] = field(default_factory=list)   # one per rank (scope "rank N")
+    rank_analysis: dict[str, Any] | None = None     # analysis.ranks: steps, stragglers, skew
     next_steps: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -66,6 +68,7 @@ class ReportInputs:
     catalog: dict[str, dict[str, Any]]
     meta: dict[str, Any]
     ranks: int = 1              # rank partitions: the processes doing the work
+    rank_buckets: pa.Table | None = None   # per rank and metric, one bucket over the whole run
 
 
 def inputs_from_samples(samples: pa.Table, spans: pa.Table, catalog: dict[str, dict[str, Any]],
@@ -130,6 +133,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         report.regions.append(RegionVerdict(name, data.region_kind.get(name, "region"),
                                             data.region_count.get(name, 0), iv.total(occ) / 1e9, v, marks))
 
+    _per_rank(report, inputs, data)
     gpu = _gpu_breakdown(spans)
     if gpu is not None and gpu.total is not None:
         total = gpu.total
@@ -159,6 +163,38 @@ def bucket_ns(meta: dict[str, Any]) -> int:
     finest = int(min(intervals) * 1e6) if intervals else BUCKET_NS
     length = max(0, (meta.get("end_ns") or 0) - (meta.get("start_ns") or 0))
     return max(finest, length // MAX_BUCKETS, 1_000_000)
+
+
+def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
+    """A verdict per rank, and the cross-rank figures (steps, stragglers, skew)."""
+    from .ranks import analyze_ranks
+    spans = inputs.spans
+    if inputs.rank_buckets is not None and inputs.rank_buckets.num_rows and \
+            "rank" in inputs.rank_buckets.column_names:
+        rb = inputs.rank_buckets
+        for r in sorted(pc.unique(rb["rank"]).to_pylist()):
+            if r is None or r < 0:
+                continue
+            data = RunData()
+            load_buckets(data, rb.filter(pc.equal(rb["rank"], r)), inputs.catalog)
+            if spans.num_rows and "rank" in spans.column_names:
+                load_spans(data, spans.filter(pc.equal(spans["rank"], r)), value("short_kernel_us"))
+            lo, hi = whole.start_ns, whole.end_ns
+            v = classify(signals(data, [(lo, hi)]), f"rank {r}")
+            v.start_ns, v.end_ns = lo, hi
+            report.rank_verdicts.append(v)
+    hosts = {int(r): (e.get("host") or (inputs.meta.get("host") or {}).get("hostname"))
+             for r, e in (inputs.meta.get("ranks") or {}).items()}
+    analysis = analyze_ranks(spans, hosts)
+    if analysis is not None:
+        report.rank_analysis = analysis.to_json()
+        if analysis.straggler is not None and analysis.straggler_lag_s:
+            report.overall.secondary.append(Evidence(
+                "straggler", analysis.straggler_lag_s, None, "spans",
+                f"rank {analysis.straggler} is the straggler in "
+                f"{next(f.slowest_in for f in analysis.ranks if f.rank == analysis.straggler)} of "
+                f"{analysis.steps} steps: the others wait {analysis.straggler_lag_s * 1e3:.1f} ms per step "
+                "for it in collectives"))
 
 
 def _gpu_breakdown(spans: pa.Table):

@@ -32,7 +32,7 @@ def _main(argv: list[str]) -> int:
         raise UsageFailure("--window must be positive", p.format_usage())
 
     from ..analysis.report import ReportInputs, bucket_ns, build_report
-    from ..store.query import RunQuery
+    from ..store.query import WHOLE_RUN, RunQuery
     from ..errors import RunDirectoryError
     from ..store.reader import Run
     from ..store.recover import needs_recovery, recover
@@ -47,8 +47,10 @@ def _main(argv: list[str]) -> int:
     for problem in q.files.skipped:
         err(f"skipped an unreadable file: {problem}")
     catalog = run.catalog
+    ranks = [r for r in run.ranks() if r >= 0]
     inputs = ReportInputs(q.buckets(bucket_ns(meta)), q.metric_totals(), q.device_stats(), q.spans(),
-                          catalog, meta, ranks=len(run.ranks()))
+                          catalog, meta, ranks=len(ranks),
+                          rank_buckets=q.buckets(WHOLE_RUN, by_rank=True) if len(ranks) > 1 else None)
     q.close()
     report = build_report(inputs, args.window)
     if report.overall.device == "none" and not report.windows:

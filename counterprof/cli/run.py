@@ -69,6 +69,12 @@ def build_parser() -> ArgumentParser:
                    help="GPM window in ms, Hopper and newer (default 100; at least 100)")
     p.add_argument("--duration", type=float, metavar="S",
                    help="with --pid or -a and no command: stop after S seconds")
+    ranks = p.add_mutually_exclusive_group()
+    ranks.add_argument("--per-rank", dest="per_rank", action="store_const", const=True, default=None,
+                       help="a multi-rank job: count each rank process (RANK in its environment) "
+                            "into its own rank=<r>/ partition (default for torchrun, mpirun, srun, ...)")
+    ranks.add_argument("--no-per-rank", dest="per_rank", action="store_const", const=False,
+                       help="count the launched process tree as one, even under torchrun")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at the end")
     p.add_argument("--live", action="store_true",
                    help="a live dashboard at the bottom of the terminal while it runs (q stops "
@@ -100,6 +106,7 @@ def _main(argv: list[str]) -> int:
                            build_parser().format_usage())
 
     from ..collector import Target
+    from ..ranks import launches_ranks
     from ..session import Session
     from ..workload import Workload, check_command
 
@@ -146,6 +153,8 @@ def _main(argv: list[str]) -> int:
         window = LiveWindow()
     warnings = WarningRoute()
     session = Session(args.output, collectors=collectors, config=config, target=target,
+                      per_rank=bool(command) and (args.per_rank if args.per_rank is not None
+                                                  else launches_ranks(command)),
                       command=command or None, replace=args.force, rank=0, on_warning=warnings,
                       sinks=[window] if window is not None else None)
     session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here

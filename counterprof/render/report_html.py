@@ -101,6 +101,22 @@ def report_html(r: Report) -> str:
                        for rv in r.regions)
         body.append("<h2>regions</h2><table><tr><th>region</th><th>kind</th><th>count</th><th>time</th>"
                     f"<th>breakdown</th><th>verdict</th></tr>{rows}</table>")
+    if r.rank_verdicts or r.rank_analysis:
+        figs = {f["rank"]: f for f in (r.rank_analysis or {}).get("ranks", [])}
+        verdicts = {int(v.scope.split()[-1]): v for v in r.rank_verdicts}
+        straggler = (r.rank_analysis or {}).get("straggler")
+        ms = lambda x: "-" if x is None else f"{x * 1e3:.1f} ms"   # noqa: E731
+        rows = "".join(
+            f"<tr><td>{rank}{' ◀ straggler' if rank == straggler else ''}</td>"
+            f"<td>{_bar(verdicts[rank], 200) if rank in verdicts else ''}</td>"
+            f"<td>{_e(describe(verdicts[rank])) if rank in verdicts else '-'}</td>"
+            f"<td>{ms(figs.get(rank, {}).get('step_mean_s'))}</td>"
+            f"<td>{figs.get(rank, {}).get('slowest_in', '-')}</td>"
+            f"<td>{ms(figs.get(rank, {}).get('collective_s_per_step'))}</td>"
+            f"<td>{ms(figs.get(rank, {}).get('waited_s_per_step'))}</td></tr>"
+            for rank in sorted(set(figs) | set(verdicts)))
+        body.append("<h2>ranks</h2><table><tr><th>rank</th><th>breakdown</th><th>verdict</th><th>step (mean)</th>"
+                    f"<th>straggler in</th><th>collectives/step</th><th>waited/step</th></tr>{rows}</table>")
     rows = "".join(f"<tr><td>{_e(n)}</td><td>{_e(c.get('status'))}</td><td>{_e(c.get('reason', ''))}</td></tr>"
                    for n, c in r.collectors.items())
     body.append(f"<h2>collectors</h2><table>{rows}</table>")

@@ -92,6 +92,12 @@ def report_renderable(r: Report):
                       Text(describe(rv.verdict), style=COLORS.get(rv.verdict.verdict, "white")), first)
         parts.extend([Text(""), t])
 
+    if r.rank_verdicts or r.rank_analysis:
+        parts.extend([Text(""), ranks_table(r)])
+        if r.rank_analysis:
+            for note in r.rank_analysis.get("notes", []):
+                parts.append(Text(f"  {note}", style="dim"))
+
     t = Table(title="collectors", title_justify="left", box=None, pad_edge=False)
     t.add_column("collector")
     t.add_column("status")
@@ -142,6 +148,31 @@ def report_renderable(r: Report):
         parts.append(Text("\nwhat to look at next:", style="bold"))
         parts.extend(Text(f"  → {s}") for s in r.next_steps)
     return Group(*parts)
+
+
+def _short(v: Verdict) -> str:
+    if v.verdict == "unknown":
+        return "unknown (" + "|".join(v.undecided) + ")" if v.undecided else "unknown"
+    return f"{v.verdict} {_pct(v.shares.get(v.verdict))}"
+
+
+def ranks_table(r: Report) -> Table:
+    figs = {f["rank"]: f for f in (r.rank_analysis or {}).get("ranks", [])}
+    verdicts = {int(v.scope.split()[-1]): v for v in r.rank_verdicts}
+    straggler = (r.rank_analysis or {}).get("straggler")
+    t = Table(title="ranks (per step: mean step time, time in collectives, wait for the straggler)",
+              title_justify="left", box=None, pad_edge=False)
+    for col in ("rank", "verdict", "step", "straggler in", "in collectives", "waited", "skew"):
+        t.add_column(col, overflow="fold")
+    for rank in sorted(set(figs) | set(verdicts)):
+        f, v = figs.get(rank, {}), verdicts.get(rank)
+        ms = lambda x: "-" if x is None else f"{x * 1e3:.1f} ms"   # noqa: E731
+        t.add_row(str(rank) + (" ◀" if rank == straggler else ""),
+                  Text(_short(v), style=COLORS.get(v.verdict, "white")) if v else "-",
+                  ms(f.get("step_mean_s")), str(f.get("slowest_in", "-")) if f else "-",
+                  ms(f.get("collective_s_per_step")), ms(f.get("waited_s_per_step")),
+                  "-" if f.get("skew_ms") is None else f"{f['skew_ms']:+.2f} ms")
+    return t
 
 
 def _num(x) -> str:

@@ -18,6 +18,8 @@ import pyarrow.parquet as pq
 from .journal import read_segment, segments
 from .rundir import rank_dirs
 
+WHOLE_RUN = 1 << 62     # a bucket width that puts a whole run in one bucket
+
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
 _TOTALS = """
     sum(value) AS value_sum, max(value) AS value_max, count(value) AS value_count,

@@ -1,0 +1,84 @@
+"""The workload's process tree from Python: its pids (the nvml collector picks the workload's
+processes out of NVML's per-GPU lists with them) and each process's rank (the rank watcher).
+
+Walked the way native/procstat.c walks it for the host collector: children of every thread
+from /proc/PID/task/TID/children, not a scan of all of /proc.
+"""
+from __future__ import annotations
+
+import os
+
+
+# where launchers put a process's rank: torchrun/torch.distributed, Open MPI, MPICH/PMI, Slurm
+RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def tree_pids(root: int, proc: str = "/proc") -> set[int]:
+    """root and every live descendant; empty when root is gone."""
+    if not os.path.exists(f"{proc}/{root}"):
+        return set()
+    seen = {root}
+    stack = [root]
+    while stack:
+        pid = stack.pop()
+        try:
+            tids = os.listdir(f"{proc}/{pid}/task")
+        except OSError:
+            continue                     # exited meanwhile
+        for tid in tids:
+            try:
+                with open(f"{proc}/{pid}/task/{tid}/children") as f:
+                    children = f.read().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+    return seen
+
+
+def tree_order(root: int, proc: str = "/proc") -> list[int]:
+    """root and its live descendants, parents before their children."""
+    out, queue, seen = [], [root], {root}
+    while queue:
+        pid = queue.pop(0)
+        try:
+            tids = os.listdir(f"{proc}/{pid}/task")
+        except OSError:
+            continue
+        out.append(pid)
+        for tid in tids:
+            try:
+                with open(f"{proc}/{pid}/task/{tid}/children") as f:
+                    children = f.read().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in seen:
+                    seen.add(child)
+                    queue.append(child)
+    return out
+
+
+def environ(pid: int, proc: str = "/proc") -> dict[str, str]:
+    """A process's environment as it was at exec (empty when unreadable)."""
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            out[key.decode(errors="replace")] = value.decode(errors="replace")
+    return out
+
+
+def rank_of(env: dict[str, str]) -> int | None:
+    for var in RANK_VARIABLES:
+        value = env.get(var)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return None

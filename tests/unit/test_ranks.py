@@ -1,0 +1,77 @@
+"""Cross-rank analysis on recorded spans: stragglers, waits, clock skew; launcher detection."""
+import pyarrow as pa
+import pytest
+
+from counterprof.analysis.ranks import analyze_ranks, clock_skew
+from counterprof.ranks import launches_ranks
+from counterprof.schema import spans_batch
+
+MS = 1_000_000
+
+
+def spans(rows):
+    """rows: (rank, category, name, start_ms, end_ms)"""
+    b = spans_batch([r[3] * MS for r in rows], [r[4] * MS for r in rows], [r[2] for r in rows],
+                    [r[1] for r in rows])
+    return pa.Table.from_batches([b]).append_column("rank", pa.array([r[0] for r in rows], pa.int64()))
+
+
+def synchronous(steps=5, slow_rank=2, slow_ms=30, ranks=3, skew_ms=None):
+    """Each step is 100 ms; the all_reduce ends at 100 ms for everyone; the slow rank starts it
+    slow_ms late (it computed longer), so the others wait slow_ms more inside it."""
+    rows = []
+    for k in range(steps):
+        t0 = k * 100
+        for r in range(ranks):
+            off = (skew_ms or {}).get(r, 0)
+            start_coll = t0 + 50 + (slow_ms if r == slow_rank else 0)
+            rows.append((r, "step", f"ProfilerStep#{k}", t0 + off, t0 + 100 + off))
+            rows.append((r, "collective", "gloo:all_reduce", start_coll + off, t0 + 100 + off))
+    return spans(rows)
+
+
+def test_the_rank_that_waits_least_in_collectives_is_the_straggler():
+    a = analyze_ranks(synchronous())
+    assert (a.steps, a.straggler) == (5, 2)
+    assert a.straggler_lag_s == pytest.approx(0.030)
+    f = {x.rank: x for x in a.ranks}
+    assert f[2].slowest_in == 5 and f[0].slowest_in == 0
+    assert f[0].waited_s_per_step == pytest.approx(0.030) and f[2].waited_s_per_step == 0
+    assert f[0].collective_s_per_step == pytest.approx(0.050)
+    assert f[1].step_mean_s == pytest.approx(0.1)
+    assert a.skew_max_ms is None            # one host: one clock, nothing estimated
+
+
+def test_skew_is_estimated_across_hosts_and_aligned():
+    t = synchronous(skew_ms={1: 7})
+    assert clock_skew({}) == {}
+    a = analyze_ranks(t, hosts={0: "a", 1: "b", 2: "a"})
+    f = {x.rank: x for x in a.ranks}
+    assert f[1].skew_ms == pytest.approx(7.0) and f[0].skew_ms == 0
+    assert any("clocks disagree by up to 7.0 ms" in n for n in a.notes)
+    assert a.straggler == 2                 # still found after alignment
+
+
+def test_independent_ranks_use_the_longest_step():
+    rows = []
+    for k in range(4):
+        for r in range(2):
+            rows.append((r, "step", f"ProfilerStep#{k}", k * 100, k * 100 + (90 if r == 1 else 60)))
+    a = analyze_ranks(spans(rows))
+    assert a.straggler == 1 and a.straggler_lag_s == pytest.approx(0.015)
+
+
+def test_one_rank_is_no_analysis():
+    assert analyze_ranks(spans([(0, "step", "ProfilerStep#0", 0, 10)])) is None
+
+
+@pytest.mark.parametrize("cmd, yes", [
+    (["torchrun", "--nproc_per_node", "2", "train.py"], True),
+    (["/usr/bin/mpirun", "-n", "4", "./a.out"], True),
+    (["python", "-m", "torch.distributed.run", "train.py"], True),
+    (["srun", "python", "train.py"], True),
+    (["python", "train.py"], False),
+    ([], False),
+])
+def test_launchers(cmd, yes):
+    assert launches_ranks(cmd) is yes
