@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from .collector import Target
-from .session import Session
+from .session import Session, job_from_env
 from .store.reader import Run
 
 
@@ -35,7 +35,7 @@ class profile(contextlib.ContextDecorator):
     def __init__(self, events: str | None = None, interval_ms: float = 100.0, *,
                  path: str | os.PathLike | None = None, collectors: list[str] | None = None,
                  host_interval_ms: float = 100.0, per_thread: bool = False,
-                 rank: int | None = None, replace: bool = False,
+                 rank: int | None = None, replace: bool = False, job: str | None = None,
                  config: dict[str, dict[str, Any]] | None = None):
         self.events = events
         self.interval_ms = interval_ms
@@ -45,6 +45,8 @@ class profile(contextlib.ContextDecorator):
         self.per_thread = per_thread
         self.rank = rank
         self.replace = replace
+        # the ranks of one job share `path` (each writes its partition): see session.job_from_env
+        self.job = job
         self.extra_config = config or {}
         self.session: Session | None = None
         self.run: Run | None = None
@@ -61,7 +63,8 @@ class profile(contextlib.ContextDecorator):
     def __enter__(self) -> Run:
         self.session = Session(self.path, collectors=self.collectors, config=self._config(),
                                target=Target("self"), command=list(sys.argv), rank=self.rank,
-                               replace=self.replace)
+                               replace=self.replace,
+                               job=self.job or (job_from_env() if self.path is not None else None))
         self.session.prepare()
         self.session.start()
         self.run = Run(self.session.path)

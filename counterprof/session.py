@@ -23,7 +23,7 @@ import pyarrow as pa
 from . import __version__, regions
 from .clock import Clock
 from .collector import Availability, Collector, SessionContext, Target, resolve
-from .errors import CounterprofError, perf_event_paranoid
+from .errors import CounterprofError, RunDirectoryError, perf_event_paranoid
 from .schema import Metric
 from .store import rundir
 from .store.compact import CompactionReport, compact_rank
@@ -38,6 +38,25 @@ ENV_ALLOWLIST = (
     "NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_IB_DISABLE",
     "TORCH_NCCL_ASYNC_ERROR_HANDLING", "PYTORCH_CUDA_ALLOC_CONF",
 )
+
+
+def job_from_env(environ=os.environ) -> str | None:
+    """Which job this process belongs to, so the processes of one multi-rank job share a run:
+    COUNTERPROF_JOB if set (`counterprof run` sets it for its workload; set it yourself for a
+    multi-node job on a shared filesystem), torchrun's TORCHELASTIC_RUN_ID, else, for a
+    process with WORLD_SIZE > 1, its host and parent (torchrun's agent, one per node)."""
+    if environ.get("COUNTERPROF_JOB"):
+        return environ["COUNTERPROF_JOB"]
+    run_id = environ.get("TORCHELASTIC_RUN_ID")
+    if run_id and run_id != "none":
+        return f"torchelastic:{run_id}"
+    try:
+        world = int(environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        world = 1
+    if world > 1:
+        return f"{socket.gethostname()}:{os.getppid()}"
+    return None
 
 
 def rank_from_env(environ=os.environ) -> int:
@@ -95,6 +114,7 @@ class Session:
                  replace: bool = False,
                  sinks: list[Any] | None = None,
                  per_rank: bool = False,
+                 job: str | None = None,
                  on_warning: Callable[[str], None] = _stderr_warning):
         self.path = Path(path) if path is not None else rundir.default_run_path()
         self.collector_names = collectors
@@ -115,6 +135,8 @@ class Session:
         # a launched multi-rank job: attachable collectors run per rank (counterprof/ranks.py)
         self.per_rank = per_rank
         self.watcher = None
+        self.job = job
+        self.joined = False     # another process of the job created the run: write our partition
         self.sinks: list[Any] = []
         self.launch_env: dict[str, str] = {}
         self.meta: dict[str, Any] = {}
@@ -148,8 +170,11 @@ class Session:
                     self.warn(f"{name} collector unavailable: {avail.reason}")
                 continue
             self.plan.append(cls(cfg))
-        self.path = rundir.create(self.path, replace=self.replace)
+        self.path, self.joined = rundir.claim(self.path, replace=self.replace, job=self.job)
         self.rank_path = rundir.rank_dir(self.path, self.rank)
+        if self.joined and (self.rank_path / rundir.META).exists():
+            raise RunDirectoryError(f"rank {self.rank} of {self.path} is already written by another "
+                                    "process (two processes with the same RANK?)")
         # counterprof.region() in a launched workload writes its spans into this run, on our clock
         self.launch_env.update({regions.ENV_RUN_DIR: str(self.path.resolve()),
                                 regions.ENV_CLOCK_OFFSET: str(self.clock.offset_ns)})
@@ -344,6 +369,7 @@ class Session:
             "start_ns": self.start_ns,
             "clock_offset_ns": self.clock.offset_ns,
             "rank": self.rank,
+            "job": self.job,
             "env": env,
             "target": {"kind": self.target.kind, "pid": self.target.pid,
                        "system_wide": self.target.system_wide},
@@ -374,14 +400,19 @@ class Session:
         usage["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         return usage
 
+    def _own(self, name: str) -> Path:
+        """Where this session's meta/catalog go: the run's, or, having joined another process's
+        run, its rank partition's."""
+        return (self.rank_path if self.joined else self.path) / name
+
     def _write_meta(self) -> None:
         with self._lock:
-            rundir.write_json(self.path / rundir.META, self.meta)
+            rundir.write_json(self._own(rundir.META), self.meta)
 
     def _write_catalog(self) -> None:
         with self._lock:
             entries = [m.to_json() for m in sorted(self.metrics.values(), key=lambda m: (m.source, m.name))]
-            rundir.write_json(self.path / rundir.CATALOG, entries)
+            rundir.write_json(self._own(rundir.CATALOG), entries)
 
 
 def _self_cpu() -> float:

@@ -69,6 +69,7 @@ class ReportInputs:
     meta: dict[str, Any]
     ranks: int = 1              # rank partitions: the processes doing the work
     rank_buckets: pa.Table | None = None   # per rank and metric, one bucket over the whole run
+    hosts: dict[int, str] | None = None    # rank -> host that recorded it (clock skew across hosts)
 
 
 def inputs_from_samples(samples: pa.Table, spans: pa.Table, catalog: dict[str, dict[str, Any]],
@@ -183,9 +184,7 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
             v = classify(signals(data, [(lo, hi)]), f"rank {r}")
             v.start_ns, v.end_ns = lo, hi
             report.rank_verdicts.append(v)
-    hosts = {int(r): (e.get("host") or (inputs.meta.get("host") or {}).get("hostname"))
-             for r, e in (inputs.meta.get("ranks") or {}).items()}
-    analysis = analyze_ranks(spans, hosts)
+    analysis = analyze_ranks(spans, inputs.hosts)
     if analysis is not None:
         report.rank_analysis = analysis.to_json()
         if analysis.straggler is not None and analysis.straggler_lag_s:

@@ -50,7 +50,8 @@ def _main(argv: list[str]) -> int:
     ranks = [r for r in run.ranks() if r >= 0]
     inputs = ReportInputs(q.buckets(bucket_ns(meta)), q.metric_totals(), q.device_stats(), q.spans(),
                           catalog, meta, ranks=len(ranks),
-                          rank_buckets=q.buckets(WHOLE_RUN, by_rank=True) if len(ranks) > 1 else None)
+                          rank_buckets=q.buckets(WHOLE_RUN, by_rank=True) if len(ranks) > 1 else None,
+                          hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks})
     q.close()
     report = build_report(inputs, args.window)
     if report.overall.device == "none" and not report.windows:

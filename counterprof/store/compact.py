@@ -7,6 +7,7 @@ written under a temporary name and renamed, and segments are deleted only after.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -26,17 +27,43 @@ class CompactionReport:
     rows: int = 0
     segments: int = 0
     truncated: list[str] = field(default_factory=list)   # "segment: what was wrong"
+    live: list[str] = field(default_factory=list)        # writers still running: left alone
 
 
 def parquet_name(table: str, writer: str) -> str:
     return f"{table}-{writer}.parquet"
 
 
+_WRITER_PID = re.compile(r"^\D*(\d+)-")
+
+
+def writer_alive(writer: str) -> bool:
+    """Is the process that writes these segments still running (another process on this
+    host: a rank that joined the run, a workload's regions)? Its journal is its own to compact."""
+    m = _WRITER_PID.match(writer)
+    if not m:
+        return False
+    pid = int(m.group(1))
+    if pid == os.getpid():
+        return False          # ours: we are compacting because we stopped
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def compact_rank(rank_path: Path, report: CompactionReport | None = None) -> CompactionReport:
+    """Compact the segments of every writer that is not still running."""
     report = report if report is not None else CompactionReport()
     segs = segments(rank_path)
     for (table, writer), group in groupby(segs, key=lambda s: (s.table, s.writer)):
         group = list(group)
+        if writer_alive(writer):
+            report.live.append(writer)
+            continue
         target = Path(rank_path) / parquet_name(table, writer)
         if target.exists():
             # An earlier compaction renamed its file but died before deleting segments.

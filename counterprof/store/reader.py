@@ -37,13 +37,26 @@ class Run:
     def meta(self) -> dict[str, Any]:
         return read_json(self.path / META)
 
+    def rank_meta(self, rank: int) -> dict[str, Any]:
+        """The meta.json of the process that wrote this rank: its own when it joined another
+        process's run (rank=<r>/meta.json), else the run's."""
+        own = self.path / f"rank={rank}" / META
+        return read_json(own) if own.exists() else self.meta
+
     @property
     def catalog(self) -> dict[str, dict[str, Any]]:
-        try:
-            entries = read_json(self.path / CATALOG)
-        except RunDirectoryError:
-            return {}
-        return {m["name"]: m for m in entries}
+        """Every metric of the run: the run's catalog and those of ranks that joined it."""
+        out: dict[str, dict[str, Any]] = {}
+        for path in [self.path / CATALOG] + [d / CATALOG for _, d in rank_dirs(self.path)]:
+            if not path.exists():
+                continue
+            try:
+                entries = read_json(path)
+            except RunDirectoryError:
+                continue
+            for m in entries:
+                out.setdefault(m["name"], m)
+        return out
 
     def ranks(self) -> list[int]:
         return [r for r, _ in rank_dirs(self.path)]

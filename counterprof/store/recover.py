@@ -38,6 +38,13 @@ def recover(path: str | os.PathLike, force: bool = False) -> CompactionReport:
     report = CompactionReport()
     for _rank, d in rundir.rank_dirs(path):
         compact_rank(d, report)
+    for _rank, d in rundir.rank_dirs(path):      # ranks that joined the run keep their own meta
+        own = d / rundir.META
+        if own.exists():
+            rank_meta = rundir.read_json(own)
+            if rank_meta.get("status") == "running" and not writer_alive(rank_meta):
+                rank_meta["status"] = "recovered"
+                rundir.write_json(own, rank_meta)
     if meta.get("status") == "running":
         meta["status"] = "recovered"
         meta.setdefault("warnings", []).append(

@@ -13,6 +13,7 @@ import datetime as _dt
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,9 @@ def default_run_path(parent: str | os.PathLike = ".") -> Path:
     return path
 
 
-def create(path: str | os.PathLike, *, replace: bool = False) -> Path:
-    """Create a run directory (mode 0700). Refuses a directory that already holds a run."""
+def create(path: str | os.PathLike, *, replace: bool = False, allow: tuple[str, ...] = ()) -> Path:
+    """Create a run directory (mode 0700). Refuses a directory that already holds a run.
+    allow: names a just-claimed directory may already hold."""
     path = Path(path)
     if path.exists():
         if not path.is_dir():
@@ -44,7 +46,7 @@ def create(path: str | os.PathLike, *, replace: bool = False) -> Path:
         if (path / META).exists() and not replace:
             raise RunDirectoryError(
                 f"{path} already holds a run; choose another -o, or pass --force to replace it")
-        if any(path.iterdir()) and not (path / META).exists():
+        if any(p.name not in allow for p in path.iterdir()) and not (path / META).exists():
             raise RunDirectoryError(
                 f"{path} is not empty and is not a run directory; choose another -o")
         if replace:
@@ -55,6 +57,43 @@ def create(path: str | os.PathLike, *, replace: bool = False) -> Path:
     except OSError as exc:
         raise RunDirectoryError(f"cannot create run directory {path}: {exc.strerror}") from exc
     return path
+
+
+JOB = ".job"           # the job that owns the run: its other processes join instead of refusing
+
+
+def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = None) -> tuple[Path, bool]:
+    """Create a run directory, or join it: (path, joined). With a job id, the first process of
+    the job to get here creates the run; the job's other processes (the other ranks of a
+    torchrun job, each in its own counterprof.profile()) join it and write their own partition.
+    The job file is created exclusively, so simultaneous starts agree on who created it."""
+    path = Path(path)
+    if job is None:
+        return create(path, replace=replace), False
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise RunDirectoryError(f"cannot create run directory {path}: {exc.strerror}") from exc
+    try:
+        fd = os.open(path / JOB, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        deadline = time.monotonic() + 5.0
+        while True:     # the creator may not have written it yet
+            owner = (path / JOB).read_text().strip()
+            if owner or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if owner != job:
+            raise RunDirectoryError(
+                f"{path} already holds a run of another job ({owner or 'unknown'}); choose another "
+                "path, or set COUNTERPROF_JOB alike in every process of one job") from None
+        return path, True
+    with os.fdopen(fd, "w") as f:
+        f.write(job + "\n")
+    if (path / META).exists() and not replace:
+        raise RunDirectoryError(
+            f"{path} already holds a run; choose another -o, or pass --force to replace it")
+    return create(path, replace=replace, allow=(JOB,)), False
 
 
 def _clear_run(path: Path) -> None:

@@ -69,3 +69,77 @@ def test_per_rank_without_ranks_says_so(tmp_path):
     proc = run_cli("run", "-q", "--per-rank", "-o", str(tmp_path / "r"), "--", "true")
     assert proc.returncode == 0
     assert "no process of the workload named a rank" in proc.stderr
+
+
+def _rank_script(run_dir, seconds):
+    return (f"import counterprof, time\n"
+            f"with counterprof.profile(events='task-clock', interval_ms=10, path={str(run_dir)!r}):\n"
+            f"    with counterprof.region('work'):\n"
+            f"        end = time.time() + {seconds}\n"
+            f"        while time.time() < end: pass\n")
+
+
+def test_context_managers_of_one_job_share_a_run(tmp_path):
+    import os
+    import subprocess
+    run_dir = tmp_path / "shared"
+    procs = []
+    for rank in range(3):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="3", COUNTERPROF_JOB="job-42")
+        procs.append(subprocess.Popen([PYTHON, "-c", _rank_script(run_dir, 0.5)], env=env,
+                                      stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    run = counterprof.load(run_dir)
+    assert run.ranks() == [0, 1, 2]
+    assert (run_dir / ".job").read_text().strip() == "job-42"
+    creator = run.meta["rank"]
+    for r in range(3):
+        m = run.rank_meta(r)
+        assert m["rank"] == r and m["job"] == "job-42" and m["status"] == "complete"
+        assert (run_dir / f"rank={r}" / "meta.json").exists() == (r != creator)
+        assert run.samples(rank=r).num_rows > 0
+        assert not list((run_dir / f"rank={r}").glob("journal/*")), "every rank compacted its own journal"
+    assert "task-clock" in run.catalog
+    rep = run_cli("report", str(run_dir), "--json")
+    assert rep.returncode == 0, rep.stderr
+    assert len(json.loads(rep.stdout)["rank_verdicts"]) == 3
+
+
+def test_a_run_of_another_job_is_not_joined(tmp_path):
+    import os
+    import subprocess
+    run_dir = tmp_path / "taken"
+    for job, expect in (("job-a", 0), ("job-b", 1)):
+        env = dict(os.environ, RANK="0", WORLD_SIZE="2", COUNTERPROF_JOB=job)
+        p = subprocess.run([PYTHON, "-c", _rank_script(run_dir, 0.1)], env=env, capture_output=True, text=True)
+        assert p.returncode == expect, p.stderr
+    assert "already holds a run of another job (job-a)" in p.stderr
+
+
+def test_merge_runs_of_two_hosts(tmp_path):
+    """Two single-rank runs stand in for two hosts of one job (rank 0 here, rank 1 'there')."""
+    import os
+    import subprocess
+    parts = []
+    for rank in (0, 1):
+        run_dir = tmp_path / f"host{rank}"
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", COUNTERPROF_JOB=f"node{rank}")
+        p = subprocess.run([PYTHON, "-c", _rank_script(run_dir, 0.2)], env=env, capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        meta = json.loads((run_dir / "meta.json").read_text())
+        meta["host"]["hostname"] = f"node{rank}"        # as if recorded on another machine
+        (run_dir / "meta.json").write_text(json.dumps(meta))
+        parts.append(run_dir)
+    out = tmp_path / "merged"
+    proc = run_cli("merge", *map(str, parts), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "merged 2 ranks from 2 runs on 2 host(s)" in proc.stderr
+    run = counterprof.load(out)
+    assert run.ranks() == [0, 1] and run.meta["status"] == "merged"
+    assert run.rank_meta(1)["host"]["hostname"] == "node1"
+    assert run.samples(rank=1).num_rows > 0
+    assert run_cli("report", str(out)).returncode == 0
+    again = run_cli("merge", str(parts[0]), str(parts[0]), "-o", str(tmp_path / "dup"))
+    assert again.returncode == 2 and "rank 0 is in both" in again.stderr

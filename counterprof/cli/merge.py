@@ -1,0 +1,64 @@
+"""counterprof merge RUN... -o OUT: one run from the runs of several hosts (or jobs).
+
+Each input's rank partitions are copied into OUT (a rank may come from one input only), each
+keeps the meta.json of the process that wrote it (its host, its collectors), and the catalogs
+are merged, so `counterprof report OUT` sees every rank, estimates the hosts' clock skew from
+collective end times, and finds the stragglers across hosts.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from .common import ArgumentParser, UsageFailure, err, guarded
+
+
+def main(argv: list[str]) -> int:
+    return guarded(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="counterprof merge", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", help="run directories")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the merged run (new)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it holds a run")
+    args = p.parse_args(argv)
+
+    from ..errors import RunDirectoryError
+    from ..store import rundir
+    from ..store.journal import segments
+    from ..store.reader import Run
+
+    runs = [Run(r) for r in args.runs]
+    owner: dict[int, Path] = {}
+    for run in runs:
+        for rank, d in rundir.rank_dirs(run.path):
+            if rank in owner:
+                raise UsageFailure(f"rank {rank} is in both {owner[rank]} and {run.path}: merge runs "
+                                   "of different ranks (one per host of one job)", p.format_usage())
+            if segments(d):
+                raise RunDirectoryError(f"{run.path} has an unfinished journal (rank {rank}): run "
+                                        f"`counterprof recover {run.path}` first")
+            owner[rank] = run.path
+    if not owner:
+        raise RunDirectoryError("none of the runs holds a rank partition")
+    out = rundir.create(args.output, replace=args.force)
+
+    catalog: dict[str, dict] = {}
+    ranks_meta: dict[str, dict] = {}
+    for run in runs:
+        for m in run.catalog.values():
+            catalog.setdefault(m["name"], m)
+        for rank, d in rundir.rank_dirs(run.path):
+            meta = run.rank_meta(rank)
+            shutil.copytree(d, out / f"rank={rank}", ignore=shutil.ignore_patterns("journal"))
+            rundir.write_json(out / f"rank={rank}" / rundir.META, {**meta, "merged_from": str(run.path)})
+            ranks_meta[str(rank)] = {"host": (meta.get("host") or {}).get("hostname"),
+                                     "run": str(run.path), "status": meta.get("status")}
+    first = runs[0].meta
+    merged = {**first, "id": out.name, "status": "merged", "merged_from": [str(r.path) for r in runs],
+              "ranks": ranks_meta, "hosts": sorted({v["host"] for v in ranks_meta.values() if v["host"]})}
+    rundir.write_json(out / rundir.META, merged)
+    rundir.write_json(out / rundir.CATALOG, sorted(catalog.values(), key=lambda m: (m.get("source", ""), m["name"])))
+    err(f"merged {len(owner)} ranks from {len(runs)} runs on {len(merged['hosts'])} host(s) into {out}")
+    return 0
