@@ -67,7 +67,7 @@ def test_one_ms_ticks_and_totals_match_the_counter():
     finally:
         lib.cp_sampler_free(s)
         native.close_fd(fd)
-    assert len(rows) >= 200, "1 ms ticks over 0.3 s"
+    assert len(rows) >= 150, "1 ms ticks over 0.3 s (a loaded machine delays a few)"
     total = sum(r[3] for r in rows)
     # the reads before start and after stop bracket the sampler's window by a few
     # interpreter steps, which fault a few pages of their own
