@@ -73,7 +73,8 @@ def test_regions_from_a_launched_workload_get_their_own_verdicts(tmp_path):
     assert regions["sleepy"]["count"] == 4 and regions["spin"]["count"] == 4
     assert regions["sleepy"]["total_s"] == pytest.approx(0.4, rel=0.2)
     assert regions["sleepy"]["verdict"]["verdict"] == "host"
-    assert regions["spin"]["verdict"]["shares"].get("host", 0) < 0.2
+    # relative, not absolute: on a loaded machine the spinning region waits for a CPU too
+    assert regions["spin"]["verdict"]["shares"].get("host", 0) < regions["sleepy"]["verdict"]["shares"]["host"] - 0.3
     assert list((run_dir / "rank=0").glob("spans-regions*.parquet")), "the workload's own spans file"
 
 
