@@ -64,9 +64,13 @@ class RankWatcher:
             if pid in self._seen:
                 continue
             self._seen.add(pid)
-            rank = rank_of(environ(pid))
+            env = environ(pid)
+            rank = rank_of(env)
             if rank is None or rank in self.ranks:   # not a rank, or a rank's own child
                 continue
+            local = env.get("LOCAL_RANK", "")
+            if local.isdigit():    # torchrun's convention: a rank drives cuda:LOCAL_RANK
+                self.session.own_entity(f"gpu:{int(local)}", rank)
             self._start_rank(rank, pid)
 
     def _start_rank(self, rank: int, pid: int) -> None:

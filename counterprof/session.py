@@ -136,6 +136,8 @@ class Session:
         self.per_rank = per_rank
         self.watcher = None
         self.job = job
+        # entities a rank owns (its GPU): their samples go to that rank's partition
+        self.entity_owner: dict[str, int] = {}
         self.joined = False     # another process of the job created the run: write our partition
         self.sinks: list[Any] = []
         self.launch_env: dict[str, str] = {}
@@ -289,6 +291,31 @@ class Session:
         gathers other processes' data, e.g. torch traces from torchrun's ranks); default
         the session's own."""
         rank = self.rank if rank is None else rank
+        if self.entity_owner and table == "samples" and "entity" in batch.schema.names:
+            for owner, part in self._split_by_owner(batch, rank):
+                self._fan_out(table, part, owner)
+            return
+        self._fan_out(table, batch, rank)
+
+    def own_entity(self, entity: str, rank: int) -> None:
+        """Samples of `entity` (e.g. gpu:1, sampled once for the whole machine) belong to `rank`."""
+        with self._lock:
+            self.entity_owner[entity] = rank
+
+    def _split_by_owner(self, batch: pa.RecordBatch, default: int):
+        import pyarrow.compute as pc
+        entity = batch.column("entity").cast(pa.string())
+        rest = None
+        for name, owner in dict(self.entity_owner).items():
+            mask = pc.equal(entity, name)
+            if pc.any(mask).as_py():
+                yield owner, batch.filter(mask)
+                rest = pc.invert(mask) if rest is None else pc.and_(rest, pc.invert(mask))
+        part = batch if rest is None else batch.filter(rest)
+        if part.num_rows:
+            yield default, part
+
+    def _fan_out(self, table: str, batch: pa.RecordBatch, rank: int) -> None:
         for sink in self.sinks:
             try:
                 sink.write(table, batch, rank)

@@ -91,6 +91,10 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str] | None = None) -> RankA
     if len(ranks) < 2:
         return None
     out = RankAnalysis()
+    gaps = sorted(set(range(max(ranks) + 1)) - set(ranks))
+    if gaps:
+        out.notes.append(f"ranks missing from this run: {', '.join(map(str, gaps))} (their partitions "
+                         "are absent: a host not merged in, or a rank that never started)")
     several_hosts = len({(hosts or {}).get(r) for r in ranks}) > 1
     skew = clock_skew(colls) if several_hosts else {}
     figures = {r: RankFigures(r) for r in ranks}

@@ -75,3 +75,28 @@ def test_one_rank_is_no_analysis():
 ])
 def test_launchers(cmd, yes):
     assert launches_ranks(cmd) is yes
+
+
+def test_a_ranks_gpu_samples_land_in_its_partition(tmp_path):
+    """nvml samples the machine once; a rank that drives gpu:1 (LOCAL_RANK 1) owns its rows."""
+    from counterprof.schema import samples_batch
+    from counterprof.session import Session
+
+    class Sink:
+        def __init__(self):
+            self.got = []
+
+        def write(self, table, batch, rank):
+            self.got.append((rank, batch.column("entity").to_pylist()))
+
+        def close(self):
+            pass
+
+    sink = Sink()
+    s = Session(tmp_path / "r", collectors=[], sinks=[sink], rank=0)
+    s.start()
+    s.own_entity("gpu:1", 1)
+    s.emit("samples", samples_batch([1, 1, 1], [None] * 3, "nvml", ["gpu.util"] * 3,
+                                    ["gpu:0", "gpu:1", "gpu:2"], [1.0, 2.0, 3.0]))
+    s.stop()
+    assert sorted(sink.got) == [(0, ["gpu:0", "gpu:2"]), (1, ["gpu:1"])]
