@@ -83,6 +83,18 @@ def clock_skew(colls: dict[int, dict[str, np.ndarray]]) -> dict[int, int]:
     return out
 
 
+def _inside(coll: tuple[np.ndarray, np.ndarray] | None, lo: int, hi: int) -> float:
+    """Time a rank's collectives (sorted by start) spent inside [lo, hi)."""
+    if coll is None:
+        return 0.0
+    start, end = coll
+    i = int(np.searchsorted(start, hi, "left"))           # collectives starting before hi
+    j = max(0, i - 64)                                    # ... overlapping lo: among the last few
+    s, e = start[j:i], end[j:i]
+    ov = np.minimum(e, hi) - np.maximum(s, lo)
+    return float(ov[ov > 0].sum())
+
+
 def analyze_ranks(spans: pa.Table, hosts: dict[int, str] | None = None) -> RankAnalysis | None:
     """None for a run of one rank. hosts: rank -> host; skew is estimated only across hosts."""
     steps = _by_rank(spans, ("step",))
@@ -117,22 +129,15 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str] | None = None) -> RankA
         if missing:
             out.notes.append(f"ranks without steps: {', '.join(map(str, missing))}")
         out.steps = len(common)
+        # each rank's collectives on the aligned clock, searchable by time
+        aligned = {r: (c["start"] - skew.get(r, 0), c["end"] - skew.get(r, 0)) for r, c in colls.items()}
         lags = []
         per_rank_coll = {r: [] for r in named}
         per_rank_wait = {r: [] for r in named}
         durations = {r: [] for r in named}
         for name in common:
             d = {r: named[r][name][1] - named[r][name][0] for r in named}
-            cs = {}
-            for r in named:
-                lo, hi = named[r][name]
-                c = colls.get(r)
-                if c is None:
-                    cs[r] = 0.0
-                    continue
-                s0, e0 = c["start"] - skew.get(r, 0), c["end"] - skew.get(r, 0)
-                inside = (s0 < hi) & (e0 > lo)
-                cs[r] = float(np.sum(np.minimum(e0[inside], hi) - np.maximum(s0[inside], lo)))
+            cs = {r: _inside(aligned.get(r), *named[r][name]) for r in named}
             if any(cs.values()):      # synchronous: last to the collectives waits least
                 slow = min(cs, key=cs.get)
                 waits = [cs[r] - cs[slow] for r in named if r != slow]

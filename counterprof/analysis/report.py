@@ -72,6 +72,32 @@ class ReportInputs:
     hosts: dict[int, str] | None = None    # rank -> host that recorded it (clock skew across hosts)
 
 
+def regroup(groups: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
+    """RunQuery.groups() -> (totals per source and metric, GPU figures per entity and metric,
+    one bucket per rank and metric)."""
+    if groups.num_rows == 0:
+        return pa.table({}), pa.table({}), pa.table({})
+    sums = ["value_sum", "value_count", "dur_sum", "qdur_sum", "unknown_sum", "vdur_sum", "vdurw_sum"]
+    t = groups.group_by(["source", "metric"], use_threads=False).aggregate(
+        [(c, "sum") for c in sums] + [("value_max", "max")])
+    totals = pa.table({"source": t["source"], "metric": t["metric"],
+                       **{c: t[f"{c}_sum"] for c in sums}, "value_max": t["value_max_max"]})
+    src = groups["source"]
+    gpu = groups.filter(pc.or_(pc.equal(src, "nvml"), pc.equal(src, "gpm")))
+    d = gpu.group_by(["entity", "metric"], use_threads=False).aggregate(
+        [("value_sum", "sum"), ("value_count", "sum"), ("value_max", "max")])
+    devices = pa.table({"entity": d["entity"], "metric": d["metric"], "vsum": d["value_sum_sum"],
+                        "n": d["value_count_sum"], "peak": d["value_max_max"]})
+    r = groups.group_by(["rank", "metric"], use_threads=False).aggregate(
+        [("source", "min"), ("start_ns", "min"), ("end_ns", "max"), ("value_sum", "sum"),
+         ("value_count", "sum"), ("unknown_sum", "sum")])
+    rank_buckets = pa.table({"rank": r["rank"], "metric": r["metric"], "source": r["source_min"],
+                             "b": pa.array([0] * r.num_rows, pa.int64()), "start_ns": r["start_ns_min"],
+                             "end_ns": r["end_ns_max"], "vsum": r["value_sum_sum"],
+                             "n": r["value_count_sum"], "nulls": r["unknown_sum_sum"]})
+    return totals, devices, rank_buckets
+
+
 def inputs_from_samples(samples: pa.Table, spans: pa.Table, catalog: dict[str, dict[str, Any]],
                         meta: dict[str, Any], ranks: int = 1) -> ReportInputs:
     """ReportInputs from an in-memory samples table (small runs, tests)."""
@@ -101,7 +127,11 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     overall.start_ns, overall.end_ns = data.start_ns, data.end_ns
     report = Report(run_info, overall, window_s, summary=summary, collectors=collectors)
 
+    def point(t: int, sig) -> dict[str, float]:
+        return {"t_s": (t - data.start_ns) / 1e9, **{k: round(sig[k].value, 6) for k in PLOT_SIGNALS if k in sig}}
+
     step = int(window_s * 1e9)
+    window_points = []
     t = data.start_ns
     while t < data.end_ns:
         hi = min(t + step, data.end_ns)
@@ -109,14 +139,16 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         w = classify(sig, f"{(t - data.start_ns) / 1e9:.1f}s")
         w.start_ns, w.end_ns = t, hi
         report.windows.append(w)
+        window_points.append(point(t, sig))
         t = hi
 
-    pstep = max(BUCKET_NS, (data.end_ns - data.start_ns) // PLOT_POINTS)
-    report.plot_step_s = pstep / 1e9
-    for t in range(data.start_ns, data.end_ns, pstep):
-        sig = signals(data, [(t, min(t + pstep, data.end_ns))])
-        report.plot.append({"t_s": (t - data.start_ns) / 1e9,
-                            **{k: round(sig[k].value, 6) for k in PLOT_SIGNALS if k in sig}})
+    if len(report.windows) >= PLOT_POINTS:   # the windows are fine enough to plot
+        report.plot_step_s, report.plot = window_s, window_points
+    else:
+        pstep = max(BUCKET_NS, (data.end_ns - data.start_ns) // PLOT_POINTS)
+        report.plot_step_s = pstep / 1e9
+        for t in range(data.start_ns, data.end_ns, pstep):
+            report.plot.append(point(t, signals(data, [(t, min(t + pstep, data.end_ns))])))
 
     ranked = sorted(data.regions.items(), key=lambda kv: iv.total(kv[1]), reverse=True)
     for name, occ in ranked[:MAX_REGIONS]:

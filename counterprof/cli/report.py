@@ -31,8 +31,8 @@ def _main(argv: list[str]) -> int:
         from .common import UsageFailure
         raise UsageFailure("--window must be positive", p.format_usage())
 
-    from ..analysis.report import ReportInputs, bucket_ns, build_report
-    from ..store.query import WHOLE_RUN, RunQuery
+    from ..analysis.report import ReportInputs, bucket_ns, build_report, regroup
+    from ..store.query import RunQuery
     from ..errors import RunDirectoryError
     from ..store.reader import Run
     from ..store.recover import needs_recovery, recover
@@ -48,9 +48,10 @@ def _main(argv: list[str]) -> int:
         err(f"skipped an unreadable file: {problem}")
     catalog = run.catalog
     ranks = [r for r in run.ranks() if r >= 0]
-    inputs = ReportInputs(q.buckets(bucket_ns(meta)), q.metric_totals(), q.device_stats(), q.spans(),
+    totals, devices, rank_buckets = regroup(q.groups())
+    inputs = ReportInputs(q.buckets(bucket_ns(meta)), totals, devices, q.spans(),
                           catalog, meta, ranks=len(ranks),
-                          rank_buckets=q.buckets(WHOLE_RUN, by_rank=True) if len(ranks) > 1 else None,
+                          rank_buckets=rank_buckets if len(ranks) > 1 else None,
                           hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks})
     q.close()
     report = build_report(inputs, args.window)

@@ -18,8 +18,6 @@ import pyarrow.parquet as pq
 from .journal import read_segment, segments
 from .rundir import rank_dirs
 
-WHOLE_RUN = 1 << 62     # a bucket width that puts a whole run in one bucket
-
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
 _TOTALS = """
     sum(value) AS value_sum, max(value) AS value_max, count(value) AS value_count,
@@ -92,12 +90,16 @@ class RunQuery:
     def arrow(self, sql: str) -> pa.Table:
         return self.con.sql(sql).to_arrow_table()
 
-    def metric_totals(self, by_rank: bool = False) -> pa.Table:
-        """Per (source, metric) [and rank]: the sums analysis.summary turns into totals."""
+    def groups(self) -> pa.Table:
+        """One scan of every sample: per (rank, source, metric, entity), the summary's sums, the
+        covered span and the value counts. Totals, per-rank figures and GPU figures are small
+        regroupings of this (one pass over the files instead of three)."""
         if "samples" not in self.tables:
             return pa.table({})
-        keys = "rank, " if by_rank else ""
-        return self.arrow(f"""SELECT {keys}source::VARCHAR AS source, metric::VARCHAR AS metric, {_TOTALS}
+        return self.arrow(f"""SELECT rank, source::VARCHAR AS source, metric::VARCHAR AS metric,
+                                     entity::VARCHAR AS entity, {_TOTALS},
+                                     min(epoch_ns(time) - coalesce(duration_ns, 0)) AS start_ns,
+                                     max(epoch_ns(time)) AS end_ns
                               FROM samples GROUP BY ALL""")
 
     def buckets(self, bucket_ns: int, by_rank: bool = False) -> pa.Table:
@@ -112,14 +114,6 @@ class RunQuery:
                    max(epoch_ns(time)) AS end_ns,
                    sum(value) AS vsum, count(value) AS n, (count(*) - count(value))::BIGINT AS nulls
             FROM samples GROUP BY ALL ORDER BY metric, b""")
-
-    def device_stats(self) -> pa.Table:
-        """Per (entity, metric) of the GPU collectors: sum, count, peak."""
-        if "samples" not in self.tables:
-            return pa.table({})
-        return self.arrow("""SELECT entity::VARCHAR AS entity, metric::VARCHAR AS metric,
-                                    sum(value) AS vsum, count(value) AS n, max(value) AS peak
-                             FROM samples WHERE source::VARCHAR IN ('nvml', 'gpm') GROUP BY ALL""")
 
     def spans(self) -> pa.Table:
         """Every span, with its rank (small next to the samples: read whole)."""

@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from counterprof.analysis.report import ReportInputs, bucket_ns, build_report, inputs_from_samples
+from counterprof.analysis.report import ReportInputs, bucket_ns, build_report, inputs_from_samples, regroup
 from counterprof.analysis.signals import bucket_table
 from counterprof.analysis.summary import metric_totals
 from counterprof.store.query import RunQuery
@@ -37,7 +37,8 @@ def test_buckets_and_totals_agree_with_the_arrow_path(real_run):
         assert d["metric"] == a["metric"]
         nums = ("b", "start_ns", "end_ns", "vsum", "n", "nulls")
         assert [d[k] for k in nums] == pytest.approx([a[k] for k in nums], rel=1e-9, nan_ok=True)
-    duck_t = {(r["source"], r["metric"]): r for r in q.metric_totals().to_pylist()}
+    totals, _devices, _ranks = regroup(q.groups())
+    duck_t = {(r["source"], r["metric"]): r for r in totals.to_pylist()}
     arrow_t = {(r["source"], r["metric"]): r for r in metric_totals([real_run.samples()]).to_pylist()}
     assert duck_t.keys() == arrow_t.keys()
     for k in duck_t:
@@ -49,7 +50,8 @@ def test_buckets_and_totals_agree_with_the_arrow_path(real_run):
 def test_reports_from_files_and_from_memory_agree(real_run):
     meta, catalog = real_run.meta, real_run.catalog
     q = RunQuery(real_run.path)
-    from_files = build_report(ReportInputs(q.buckets(bucket_ns(meta)), q.metric_totals(), q.device_stats(),
+    totals, devices, _ranks = regroup(q.groups())
+    from_files = build_report(ReportInputs(q.buckets(bucket_ns(meta)), totals, devices,
                                            q.spans(), catalog, meta), 1.0)
     from_memory = build_report(inputs_from_samples(real_run.samples(), real_run.table("spans"), catalog, meta), 1.0)
     assert from_files.overall.verdict == from_memory.overall.verdict
