@@ -1,7 +1,7 @@
 """A torch CPU training loop starved by a slow data loader.
 
-Each batch takes the loader ~100 ms to produce (decoding and augmentation stood in for by a
-sleep, as when reading from slow storage), while the model step takes ~15 ms: the training
+Each batch takes the loader ~200 ms to produce (decoding and augmentation stood in for by a
+sleep, as when reading from slow storage), while the model step takes a few ms: the training
 loop waits on its input most of the time.
 
 Expected verdict: host (off-CPU waiting for data); the "dataloader" region is host-bound,
@@ -21,7 +21,7 @@ class SlowDataset(torch.utils.data.Dataset):
         return 10_000
 
     def __getitem__(self, i):
-        time.sleep(0.1 / 16)           # per-sample decode cost: 100 ms per batch of 16
+        time.sleep(0.2 / 16)           # per-sample decode cost: 200 ms per batch of 16
         return torch.randn(64), torch.randint(0, 10, ())
 
 
@@ -36,12 +36,12 @@ def main(steps: int) -> float:
         with counterprof.region("dataloader"):
             x, y = next(loader)
         with counterprof.region("train_step"):
-            for _ in range(50):
+            for _ in range(30):
                 opt.zero_grad()
                 loss = torch.nn.functional.cross_entropy(model(x), y)
                 loss.backward()
                 opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 if __name__ == "__main__":

@@ -108,13 +108,16 @@ static int push_children(const char *proc, int pid, struct pid_stack *stack) {
     return rc;
 }
 
-/* Fields of one process: 1 if counted, 0 if it is gone or a zombie. */
+/* Fields of one process: 1 if counted, 2 if a zombie (only its CPU time counted), 0 if gone.
+ * A zombie keeps its CPU time until its parent reaps it and adds it to the parent's cutime:
+ * dropping it meanwhile would make the tree's total dip and then count it twice. */
 static int add_stat(const char *stat, struct cp_tree_stats *out, long tick, long page) {
     /* fields after the command's closing parenthesis, starting at field 3 (state) */
     const char *p = strrchr(stat, ')');
     if (!p || !p[1] || !p[2]) return 0;
     p += 2;
-    if (*p == 'Z' || *p == 'X') return 0;
+    if (*p == 'X') return 0;
+    int zombie = *p == 'Z';
     unsigned long long f[22] = {0};   /* f[i] = field i + 3 */
     int nf = 1;
     while (*p && *p != ' ') p++;
@@ -129,6 +132,7 @@ static int add_stat(const char *stat, struct cp_tree_stats *out, long tick, long
      * left the live tree with them), num_threads 20, rss 24 (pages) */
     out->user_s += (double)(f[11] + f[13]) / (double)tick;
     out->system_s += (double)(f[12] + f[14]) / (double)tick;
+    if (zombie) return 2;
     out->threads += (uint32_t)f[17];
     out->rss_bytes += f[21] * (uint64_t)page;
     out->processes++;
@@ -212,8 +216,10 @@ static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
     memset(out, 0, sizeof(*out));
     if (h->root <= 0 || h->root_stat < 0) return 0;
     char path[512], buf[4096];
-    if (pread_small(h->root_stat, buf, sizeof(buf)) <= 0 || !add_stat(buf, out, h->tick, h->page))
-        return 0;                                   /* root gone: root_alive stays 0 */
+    if (pread_small(h->root_stat, buf, sizeof(buf)) <= 0 || add_stat(buf, out, h->tick, h->page) != 1) {
+        memset(out, 0, sizeof(*out));
+        return 0;                                   /* root exited: root_alive stays 0 */
+    }
     out->root_alive = 1;
     if (h->root_io >= 0 && pread_small(h->root_io, buf, sizeof(buf)) > 0) add_io(buf, out);
     if (h->root_status >= 0 && pread_small(h->root_status, buf, sizeof(buf)) > 0) add_status(buf, out);
@@ -223,10 +229,12 @@ static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
     while (rc == 0 && stack.n > 0) {
         int pid = stack.v[--stack.n];
         snprintf(path, sizeof(path), "%s/%d/stat", h->proc, pid);
-        if (read_small(path, buf, sizeof(buf)) <= 0 || !add_stat(buf, out, h->tick, h->page))
-            continue;                               /* exited meanwhile */
+        int counted = read_small(path, buf, sizeof(buf)) > 0 ? add_stat(buf, out, h->tick, h->page) : 0;
+        if (!counted) continue;                     /* reaped meanwhile */
+        /* a zombie's I/O also moves to its parent when reaped (its ctx switches do not) */
         snprintf(path, sizeof(path), "%s/%d/io", h->proc, pid);
         if (read_small(path, buf, sizeof(buf)) > 0) add_io(buf, out);
+        if (counted == 2) continue;
         snprintf(path, sizeof(path), "%s/%d/status", h->proc, pid);
         if (read_small(path, buf, sizeof(buf)) > 0) add_status(buf, out);
         snprintf(path, sizeof(path), "%s/%d/schedstat", h->proc, pid);

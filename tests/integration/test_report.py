@@ -155,7 +155,7 @@ def test_html_report_renders_in_a_browser(tmp_path):
 
 def test_torch_loop_starved_by_its_data_loader_is_host(tmp_path):
     pytest.importorskip("torch")
-    r, _ = profile_and_report(tmp_path, PYTHON, str(EXAMPLES / "dataloader_starved.py"), "60")
+    r, _ = profile_and_report(tmp_path, PYTHON, str(EXAMPLES / "dataloader_starved.py"), "40")
     assert r["overall"]["verdict"] == "host", r["overall"]
     regions = {x["name"]: x["verdict"] for x in r["regions"]}
     assert regions["dataloader"]["verdict"] == "host"

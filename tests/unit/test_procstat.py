@@ -59,6 +59,25 @@ def test_tree_sums_live_processes_and_reaped_children(tmp_path):
     assert s["run_delay_s"] == pytest.approx((10 + 5 + 1) * 1e-3)   # schedstat's 2nd field, ns
 
 
+def test_a_zombie_child_keeps_its_cpu_time_until_reaped(tmp_path):
+    """live child -> zombie -> reaped into the parent's cutime: the tree's CPU never dips, so the
+    collector's per-interval deltas never count the child twice."""
+    fake_system(tmp_path)
+    add_proc(tmp_path, 100, children={100: [101]}, utime=10, rss=100, io=(0, 0))
+    add_proc(tmp_path, 101, utime=40, rss=50, io=(4096, 0))
+    live = tree_stats(100, str(tmp_path))
+    (tmp_path / "101" / "stat").write_text(stat_line(101, "python3", state="Z", utime=40))
+    zombie = tree_stats(100, str(tmp_path))
+    (tmp_path / "100" / "stat").write_text(stat_line(100, "python3", utime=10, cutime=40, rss=100))
+    (tmp_path / "100" / "io").write_text("read_bytes: 4096\nwrite_bytes: 0\n")
+    (tmp_path / "100" / "task" / "100" / "children").write_text(" ")
+    reaped = tree_stats(100, str(tmp_path))
+    assert live["user_s"] == zombie["user_s"] == reaped["user_s"] == pytest.approx(50 / TICK)
+    assert live["read_bytes"] == zombie["read_bytes"] == reaped["read_bytes"] == 4096
+    assert (live["processes"], zombie["processes"]) == (2, 1)     # a zombie is not a process any more
+    assert zombie["rss_bytes"] == 100 * PAGE
+
+
 def test_root_gone_or_zombie_is_none(tmp_path):
     fake_system(tmp_path)
     assert tree_stats(100, str(tmp_path)) is None
