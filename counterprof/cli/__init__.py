@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "top": "a live view of this machine (GPUs, CPU, processes), or of one process (--pid)",
     "import": "turn torch profiler traces (.json, .json.gz) into a run directory",
     "breakdown": "where the GPU's time went: HTA-style breakdowns of a run's torch traces",
+    "export": "the whole run as one Perfetto timeline (spans, counters, every rank)",
 }
 MODULES = {"list": "list_events", "import": "import_trace"}   # where module names differ
 USAGE = "usage: counterprof {" + ",".join(SUBCOMMANDS) + "} ...\n\n" + "\n".join(
