@@ -113,14 +113,17 @@ class Part:
         except Exception:
             return None
 
-    def batches(self, columns: list[str]) -> Iterator:
-        """The part's rows in pieces with exactly `columns` (missing ones as nulls)."""
+    def batches(self, columns: list[str], window: "Window") -> Iterator:
+        """The part's rows in the window, in pieces with exactly `columns` (missing ones as
+        nulls). Row groups whose statistics put them outside the window are not read."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         from ..schema import TABLES
         from ..store.journal import read_segment
         schema = TABLES[self.table]
+        first, last = ("time", "time") if self.table == "samples" else ("start", "end")
+        need = columns + [c for c in (first, last) if c not in columns]
         read = 0
         try:
             if self.journal:
@@ -128,11 +131,14 @@ class Part:
             else:
                 f = pq.ParquetFile(self.path, pre_buffer=False)
                 have = set(f.schema_arrow.names)
-                source = f.iter_batches(batch_size=BATCH_ROWS, columns=[c for c in columns if c in have])
+                groups = window.row_groups(f.metadata, first, last)
+                source = f.iter_batches(batch_size=BATCH_ROWS, row_groups=groups,
+                                        columns=[c for c in need if c in have])
             for b in source:
+                read += b.num_rows
+                b = window.filter(b, first, last)
                 arrays = [b.column(c) if c in b.schema.names
                           else pa.nulls(b.num_rows, schema.field(c).type) for c in columns]
-                read += b.num_rows
                 yield pa.RecordBatch.from_arrays(arrays, columns)
         except (pa.ArrowException, OSError, ValueError) as exc:
             where = f"after {read:,} of its rows; the rest" if read else "whole"
@@ -161,7 +167,7 @@ def earliest_ns(parts: list[Part]) -> int | None:
         key = "time" if part.table == "samples" else "start"
         try:
             if part.journal:
-                first += [pc.min(b.column(0).cast("int64")).as_py() for b in part.batches([key])]
+                first += [pc.min(b.column(0).cast("int64")).as_py() for b in part.batches([key], Window())]
                 continue
             md = pq.ParquetFile(part.path).metadata
             i = md.schema.to_arrow_schema().get_field_index(key)
@@ -178,40 +184,65 @@ def earliest_ns(parts: list[Part]) -> int | None:
 
 
 @dataclass
-class Cut:
-    """What --window kept of what it saw, and the run's extent, in ns."""
+class Window:
+    """--window in epoch ns (either side None: open), and what it kept of what it saw."""
 
+    w0: int | None = None
+    w1: int | None = None
     seen: int = 0
     kept: int = 0
-    lo: int | None = None
+    lo: int | None = None          # the extent of what was seen
     hi: int | None = None
 
-    def saw(self, lo: int | None, hi: int | None, rows: int, kept: int) -> None:
+    def _saw(self, lo: int | None, hi: int | None, rows: int, kept: int) -> None:
         self.seen += rows
         self.kept += kept
-        if lo is not None:
+        if lo is not None and hi is not None:
             self.lo = lo if self.lo is None else min(self.lo, lo)
             self.hi = hi if self.hi is None else max(self.hi, hi)
 
+    def _outside(self, lo: int, hi: int) -> bool:
+        return (self.w0 is not None and hi < self.w0) or (self.w1 is not None and lo > self.w1)
 
-def window_filter(batch, first: int, last: int, w0: int | None, w1: int | None, cut: Cut):
-    """Rows of the batch in [w0, w1]: spans that overlap it, samples whose time lies in it."""
-    import pyarrow.compute as pc
-    a = batch.column(first).cast("int64")
-    b = batch.column(last).cast("int64") if last != first else a
-    lo, hi = pc.min(a).as_py(), pc.max(b).as_py()
-    if w0 is None and w1 is None:
-        cut.saw(lo, hi, batch.num_rows, batch.num_rows)
-        return batch
-    keep = None
-    if w0 is not None:
-        keep = pc.greater_equal(b, w0)
-    if w1 is not None:
-        k = pc.less_equal(a, w1)
-        keep = k if keep is None else pc.and_(keep, k)
-    kept = batch.filter(keep)
-    cut.saw(lo, hi, batch.num_rows, kept.num_rows)
-    return kept
+    def row_groups(self, md, first: str, last: str) -> list[int]:
+        """The row groups that may hold rows in the window (all, without statistics)."""
+        every = list(range(md.num_row_groups))
+        if self.w0 is None and self.w1 is None:
+            return every
+        names = md.schema.to_arrow_schema().names
+        if first not in names or last not in names:
+            return every
+        i, j = names.index(first), names.index(last)
+        keep = []
+        for g in every:
+            rg = md.row_group(g)
+            a, b = rg.column(i).statistics, rg.column(j).statistics
+            if a is None or b is None or not (a.has_min_max and b.has_min_max):
+                keep.append(g)
+            elif self._outside(a.min_raw, b.max_raw):
+                self._saw(a.min_raw, b.max_raw, rg.num_rows, 0)
+            else:
+                keep.append(g)
+        return keep
+
+    def filter(self, batch, first: str, last: str):
+        """Spans that overlap the window, samples timed in it (bounds included)."""
+        import pyarrow.compute as pc
+        if self.w0 is None and self.w1 is None:
+            self._saw(None, None, batch.num_rows, batch.num_rows)
+            return batch
+        a = batch.column(first).cast("int64")
+        b = batch.column(last).cast("int64") if last != first else a
+        lo, hi = pc.min(a).as_py(), pc.max(b).as_py()
+        keep = None
+        if self.w0 is not None:
+            keep = pc.greater_equal(b, self.w0)
+        if self.w1 is not None:
+            k = pc.less_equal(a, self.w1)
+            keep = k if keep is None else pc.and_(keep, k)
+        kept = batch.filter(keep)
+        self._saw(lo, hi, batch.num_rows, kept.num_rows)
+        return kept
 
 
 def _main(argv: list[str]) -> int:
@@ -264,7 +295,7 @@ def _main(argv: list[str]) -> int:
              "window_s": [w_start, w_end] if args.window else None}
     problems: list[str] = []
     bad: set[Path] = set()
-    span_cut, sample_cut = Cut(), Cut()
+    span_cut, sample_cut = Window(w0, w1), Window(w0, w1)
     try:
         writer = TraceWriter(tmp, start_ns, other, run.catalog, gzip=out.name.endswith(".gz"))
     except OSError as exc:
@@ -279,8 +310,8 @@ def _main(argv: list[str]) -> int:
                 for part in spans:
                     offsets[part.path] = plan.rows
                     try:
-                        for b in part.batches(PLAN_COLUMNS):
-                            plan.add(window_filter(b, 0, 1, w0, w1, Cut()))
+                        for b in part.batches(PLAN_COLUMNS, Window(w0, w1)):
+                            plan.add(b)
                     except PartError as exc:
                         problems.append(str(exc))
                         bad.add(part.path)
@@ -290,8 +321,7 @@ def _main(argv: list[str]) -> int:
                         continue
                     row = offsets[part.path]
                     try:
-                        for b in part.batches(SPAN_COLUMNS):
-                            b = window_filter(b, 0, 1, w0, w1, span_cut)
+                        for b in part.batches(SPAN_COLUMNS, span_cut):
                             writer.spans(b, rank, plan, row)
                             row += b.num_rows
                     except PartError as exc:
@@ -301,8 +331,8 @@ def _main(argv: list[str]) -> int:
                     if part.table != "samples":
                         continue
                     try:
-                        for b in part.batches(SAMPLE_COLUMNS):
-                            writer.samples(window_filter(b, 0, 0, w0, w1, sample_cut), rank)
+                        for b in part.batches(SAMPLE_COLUMNS, sample_cut):
+                            writer.samples(b, rank)
                     except PartError as exc:
                         problems.append(str(exc))
             if span_cut.kept + sample_cut.kept == 0:
@@ -317,7 +347,7 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-def _extent(span_cut: Cut, sample_cut: Cut) -> tuple[int | None, int | None]:
+def _extent(span_cut: Window, sample_cut: Window) -> tuple[int | None, int | None]:
     los = [x for x in (span_cut.lo, sample_cut.lo) if x is not None]
     his = [x for x in (span_cut.hi, sample_cut.hi) if x is not None]
     return (min(los), max(his)) if los else (None, None)

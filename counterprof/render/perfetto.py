@@ -52,7 +52,18 @@ LANES = 1 << 16
 GZIP_LEVEL = 1            # ISA-L level 1: ~2 GB/s here, 19x on these events; zlib's 1 as fallback
 _GPU_ENTITY = re.compile(r"^gpu:(\d+)(?:/|$)")
 _NULL = np.int64(-(2 ** 62))       # stands for a null id in track keys
-_FRAC = pa.array([f".{i:03d}" for i in range(1000)])   # the 3 decimals of a µs value
+_FRACS: dict[str, pa.Array] = {}      # the 3 decimals of a µs value, and what follows them
+
+# the constant pieces of events as Arrow scalars, made once: a Python str passed to a compute
+# function is converted on every call (and that conversion probes for pandas each time)
+_S: dict[str, pa.Scalar] = {}
+
+
+def _join(*parts) -> pa.Array:
+    """Element-wise concatenation of string arrays and constant pieces."""
+    return pc.binary_join_element_wise(
+        *(_S.get(x) or _S.setdefault(x, pa.scalar(x)) if isinstance(x, str) else x for x in parts),
+        _S.get("") or _S.setdefault("", pa.scalar("")))
 
 # counter kinds: how a sample becomes a counter value
 RATE, GAUGE, AT_START, RAW = 0, 1, 2, 3
@@ -67,15 +78,18 @@ def _ns(col: pa.Array) -> np.ndarray:
     return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
-def _us_text(ns: np.ndarray) -> pa.Array:
-    """int64 ns -> "µs.nnn" strings, exact."""
+def _us(ns: np.ndarray, then: str = "") -> list[pa.Array]:
+    """int64 ns -> the pieces of "µs.nnn" + then, exactly: the whole µs, and the decimals
+    with `then` (one lookup, so the number is not joined on its own first)."""
+    frac = _FRACS.get(then)
+    if frac is None:
+        frac = _FRACS[then] = pa.array([f".{i:03d}{then}" for i in range(1000)])
     neg = ns < 0
-    a = np.abs(ns) if neg.any() else ns
-    q, r = np.divmod(a, 1000)
-    text = pc.binary_join_element_wise(pa.array(q).cast(pa.string()), _FRAC.take(pa.array(r)), "")
+    q, r = np.divmod(np.abs(ns) if neg.any() else ns, 1000)
+    whole = pa.array(q).cast(pa.string())
     if neg.any():
-        text = pc.if_else(pa.array(neg), pc.binary_join_element_wise("-", text, ""), text)
-    return text
+        whole = pc.if_else(pa.array(neg), _join("-", whole), whole)
+    return [whole, frac.take(pa.array(r))]
 
 
 def _json_ok(text: str) -> bool:
@@ -283,10 +297,9 @@ class TraceWriter:
         self._threads: dict[tuple, tuple[int, int]] = {}       # (base, lane) -> (pid, tid)
         self._thread_order: dict[int, int] = {}                 # pid -> threads so far
         self._counters: dict[tuple, int] = {}                   # (rank, src, metric, entity) -> i
-        self._c_prefix: list[str] = []
+        self._c_prefix: list[pa.Scalar] = []
         self._c_kind: list[int] = []
         self._c_last = np.empty(0, np.int64)
-        self._c_prefix_arr: pa.Array | None = None
         self._json_cache: dict[str, str] = {}
         self._categories: dict[str, int] = {}
         head = {"otherData": {"generator": "counterprof export", "base_time_ns": self.base_ns,
@@ -459,11 +472,11 @@ class TraceWriter:
         names = pa.array(self._json_str(name_values)).take(pa.array(name_idx))
         cat_idx, cat_values = _dict_parts(col["category"])
         cats = pa.array(self._json_str(cat_values)).take(pa.array(cat_idx))
-        parts = [prefixes.take(pa.array(row_track)), _us_text(start - self.base_ns), ',"dur":',
-                 _us_text(dur), ',"name":', names, ',"cat":', cats, f',"args":{{"rank":{rank}']
+        parts = [prefixes.take(pa.array(row_track)), *_us(start - self.base_ns, ',"dur":'),
+                 *_us(dur, ',"name":'), names, ',"cat":', cats, f',"args":{{"rank":{rank}']
         parts += list(self._span_args(col))
         parts.append("}}")
-        self._chunk(pc.binary_join_element_wise(*parts, ""))
+        self._chunk(_join(*parts))
         self.counts.spans += n
         if len(plan.links):
             self._flows(col, start, dur, row_track, threads, plan)
@@ -481,7 +494,7 @@ class TraceWriter:
             c = col[key]
             if c.null_count == len(c):
                 continue
-            yield pc.binary_join_element_wise(f',"{key}":', c.cast(pa.string()), "").fill_null("")
+            yield _join(f',"{key}":', c.cast(pa.string())).fill_null(_S[""])
         c = col["attrs"]
         if c.null_count < len(c):
             idx, values = _dict_parts(c)
@@ -508,10 +521,10 @@ class TraceWriter:
         pid = np.array([p for p, _ in threads])[row_track[rows]]
         tid = np.array([t for _, t in threads])[row_track[rows]]
         head = pa.array(np.where(gpu, ',\n{"ph":"f","bp":"e","id":', ',\n{"ph":"s","id":'))
-        self._chunk(pc.binary_join_element_wise(
+        self._chunk(_join(
             head, pa.array(fid[rows]).cast(pa.string()), ',"pid":', pa.array(pid).cast(pa.string()),
-            ',"tid":', pa.array(tid).cast(pa.string()), ',"ts":', _us_text(mid),
-            ',"cat":"launch","name":"launch"}', ""))
+            ',"tid":', pa.array(tid).cast(pa.string()), ',"ts":',
+            *_us(mid, ',"cat":"launch","name":"launch"}')))
         self.counts.flows += int((~gpu).sum())
 
     # -- samples ---------------------------------------------------------------------------
@@ -544,11 +557,17 @@ class TraceWriter:
             out, at, track = out[ok], at[ok], track[ok]
         if len(track) == 0:
             return
-        self._check_order(track, at)
-        text = pc.binary_join_element_wise(
-            self._c_prefix_arr.take(pa.array(track)), pa.array(out).cast(pa.string()),
-            '},"ts":', _us_text(at - self.base_ns), "}", "")
-        self._chunk(text)
+        # grouped by track (stable: each track's own order is kept), so that each group is
+        # one join with its track's prefix as a scalar instead of a prefix copied per row
+        order = np.argsort(track, kind="stable")
+        track, out, at = track[order], out[order], at[order]
+        firsts = np.concatenate(([0], np.flatnonzero(track[1:] != track[:-1]) + 1))
+        self._check_order(track, at, firsts)
+        values = pa.array(out).cast(pa.string())
+        whole, frac = _us(at - self.base_ns, "}")
+        for a, b in zip(firsts.tolist(), firsts[1:].tolist() + [len(track)]):
+            self._chunk(_join(self._c_prefix[track[a]], values.slice(a, b - a), '},"ts":',
+                              whole.slice(a, b - a), frac.slice(a, b - a)))
         self.counts.samples += len(track)
 
     def _sample_tracks(self, batch: pa.RecordBatch, rank: int) -> np.ndarray:
@@ -558,7 +577,6 @@ class TraceWriter:
         size = len(sv) * len(mv) * len(ev)
         lut = np.full(size, -1, np.int64)
         present = np.nonzero(np.bincount(local, minlength=size))[0]
-        grown = False
         for code in present.tolist():
             s, rest = divmod(code, len(mv) * len(ev))
             m, e = divmod(rest, len(ev))
@@ -566,10 +584,7 @@ class TraceWriter:
             i = self._counters.get(key)
             if i is None:
                 i = self._new_counter(key)
-                grown = True
             lut[code] = i
-        if grown or self._c_prefix_arr is None:
-            self._c_prefix_arr = pa.array(self._c_prefix)
         return lut[local]
 
     def _new_counter(self, key: tuple) -> int:
@@ -590,22 +605,20 @@ class TraceWriter:
             self.counts.uncataloged.add(metric)
         name = json.dumps(f"{source} {metric} {entity}")
         series = json.dumps(f"[{unit or 'value'}]")
-        self._c_prefix.append(f',\n{{"ph":"C","pid":{pid},"tid":{pid},"name":{name},"args":{{{series}:')
+        self._c_prefix.append(pa.scalar(
+            f',\n{{"ph":"C","pid":{pid},"tid":{pid},"name":{name},"args":{{{series}:'))
         self._c_kind.append(kind)
         self._c_last = np.append(self._c_last, np.iinfo(np.int64).min)
         self._counters[key] = len(self._c_prefix) - 1
         self.counts.counter_tracks += 1
         return len(self._c_prefix) - 1
 
-    def _check_order(self, track: np.ndarray, at: np.ndarray) -> None:
-        """Count samples not strictly after their track's previous one (file order is what
-        counts: several writers of one series in a partition can interleave); Perfetto sorts
-        on load, so they are written all the same."""
-        order = np.argsort(track, kind="stable")
-        t, a = track[order], at[order]
+    def _check_order(self, t: np.ndarray, a: np.ndarray, firsts: np.ndarray) -> None:
+        """Count samples not strictly after their track's previous one (rows grouped by track,
+        in file order within it). Several writers of one series in a partition could
+        interleave; Perfetto sorts on load, so they are written all the same."""
         same = t[1:] == t[:-1]
         bad = int((same & (a[1:] <= a[:-1])).sum())
-        firsts = np.concatenate(([0], np.nonzero(~same)[0] + 1))
         bad += int((a[firsts] <= self._c_last[t[firsts]]).sum())
         self._c_last[t[firsts]] = np.maximum(self._c_last[t[firsts]], np.maximum.reduceat(a, firsts))
         self.counts.out_of_order += bad
