@@ -614,11 +614,16 @@ class TraceWriter:
         return len(self._c_prefix) - 1
 
     def _check_order(self, t: np.ndarray, a: np.ndarray, firsts: np.ndarray) -> None:
-        """Count samples not strictly after their track's previous one (rows grouped by track,
-        in file order within it). Several writers of one series in a partition could
+        """Count samples not strictly after every earlier one of their track (rows grouped by
+        track, file order within). Several writers of one series in a partition could
         interleave; Perfetto sorts on load, so they are written all the same."""
-        same = t[1:] == t[:-1]
-        bad = int((same & (a[1:] <= a[:-1])).sum())
-        bad += int((a[firsts] <= self._c_last[t[firsts]]).sum())
-        self._c_last[t[firsts]] = np.maximum(self._c_last[t[firsts]], np.maximum.reduceat(a, firsts))
-        self.counts.out_of_order += bad
+        last = self._c_last[t[firsts]]
+        ends = np.append(firsts[1:], len(t))
+        in_order = (a[firsts] > last).all() and not ((t[1:] == t[:-1]) & (a[1:] <= a[:-1])).any()
+        if in_order:
+            self._c_last[t[firsts]] = a[ends - 1]
+            return
+        for g, (i, j) in enumerate(zip(firsts.tolist(), ends.tolist())):     # rare: exact count
+            running = np.maximum.accumulate(np.concatenate(([last[g]], a[i:j])))
+            self.counts.out_of_order += int((a[i:j] <= running[:-1]).sum())
+            self._c_last[t[i]] = running[-1]
