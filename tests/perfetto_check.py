@@ -6,7 +6,9 @@ rule; it returns a `Trace` with the events sorted out for the tests' own asserti
 """
 from __future__ import annotations
 
+import bisect
 import gzip
+import itertools
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -124,10 +126,16 @@ def check(path) -> Trace:
     for key, points in t.counters.items():
         ts = [p[0] for p in points]
         assert all(a < b for a, b in zip(ts, ts[1:])), f"counter track {key} is not monotonic in time"
+    spans = {}      # per track: slice starts (sorted) and the running max of their ends
+    for key, events in t.slices.items():
+        ordered = sorted((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events)
+        spans[key] = ([a for a, _ in ordered], list(itertools.accumulate((b for _, b in ordered), max)))
     for fid, events in t.flows.items():
         phases = sorted(e["ph"] for e in events)
         assert phases[0] == "f" and phases.count("s") == 1, f"flow {fid}: {phases}"
         for e in events:      # each end lies inside a slice of its track (so it binds to one)
-            inside = [s for s in t.slices[(e["pid"], e["tid"])] if s["ts"] <= e["ts"] <= s["ts"] + s["dur"]]
-            assert inside, f"flow {fid}'s {e['ph']} at {e['ts']} is in no slice of its track"
+            starts, ends = spans.get((e["pid"], e["tid"]), ([], []))
+            i = bisect.bisect_right(starts, ns(e["ts"]))
+            assert i and ends[i - 1] >= ns(e["ts"]), \
+                f"flow {fid}'s {e['ph']} at {e['ts']} is in no slice of its track"
     return t

@@ -51,7 +51,7 @@ def test_a_recorded_run_becomes_counter_tracks(tmp_path):
     known = samples.filter(pc.is_valid(samples["value"]))
     assert sum(len(v) for v in t.counters.values()) == known.num_rows
     tc = known.filter(pc.equal(known["metric"].cast(pa.string()), "task-clock"))
-    first = tc.slice(0, 1).to_pylist()[0]
+    first = tc.select(["duration_ns", "value"]).slice(0, 1).to_pylist()[0]
     start_ns = run.meta["start_ns"]
     time_ns = tc["time"].cast(pa.int64())[0].as_py()
     want_ts = (time_ns - first["duration_ns"] - start_ns) / 1000
