@@ -278,3 +278,30 @@ def test_microseconds_are_exact():
     text = [w + f for w, f in zip(whole.to_pylist(), frac.to_pylist())]
     assert text == ["0.000}", "0.001}", "0.999}", "1.000}", "1234567891.234}", "-0.001}", "-1.500}"]
     assert [ns(float(x[:-1])) for x in text] == values.tolist()
+
+
+@pytest.mark.parametrize("bad, rule", [
+    ([{"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 1, "name": "a"}], "no process_name"),
+    ([{"ph": "M", "pid": 1, "tid": 1, "name": "process_name", "args": {"name": "p"}},
+      {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 1, "name": "a"}], "no thread_name"),
+    ([{"ph": "M", "pid": 1, "tid": 1, "name": "process_name", "args": {"name": "p"}},
+      {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": "t"}},
+      {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "name": "a"}], "event 2"),
+    ([{"ph": "M", "pid": 1, "tid": 1, "name": "process_name", "args": {"name": "p"}},
+      {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": "t"}},
+      {"ph": "X", "pid": 1, "tid": 2, "ts": 0, "dur": 5, "name": "a"},
+      {"ph": "X", "pid": 1, "tid": 2, "ts": 3, "dur": 5, "name": "b"}], "without nesting"),
+    ([{"ph": "M", "pid": 1, "tid": 1, "name": "process_name", "args": {"name": "p"}},
+      {"ph": "C", "pid": 1, "tid": 1, "ts": 2, "name": "c", "args": {"v": 1}},
+      {"ph": "C", "pid": 1, "tid": 1, "ts": 1, "name": "c", "args": {"v": 1}}], "not monotonic"),
+    ([{"ph": "M", "pid": 1, "tid": 1, "name": "process_name", "args": {"name": "p"}},
+      {"ph": "C", "pid": 1, "tid": 1, "ts": 2, "name": "c", "args": {"v": "x"}}], "event 1"),
+    ([{"ph": "M", "pid": 1, "tid": 1, "name": "process_name", "args": {"name": "p"}},
+      {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": "t"}},
+      {"ph": "s", "pid": 1, "tid": 2, "ts": 0, "id": 1, "cat": "x", "name": "l"}], "flow 1"),
+])
+def test_the_checker_rejects_broken_traces(tmp_path, bad, rule):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"traceEvents": bad}))
+    with pytest.raises(AssertionError, match=rule):
+        check(path)
