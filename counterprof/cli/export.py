@@ -90,18 +90,20 @@ def ranges(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
-class PartError(Exception):
-    pass
-
-
 @dataclass
 class Part:
-    """One file of a rank's table: a Parquet file, or a journal segment not yet compacted."""
+    """One file of a rank's table: a Parquet file, or a journal segment not yet compacted.
+    What cannot be read of it is skipped, one row group at a time, and said in `problems`."""
 
     rank: int
     table: str
     path: Path
     journal: bool = False
+
+    def __post_init__(self):
+        self.problems: list[str] = []
+        self.unreadable = False              # not even its footer
+        self.bad_groups: set[int] = set()
 
     def rows(self) -> int | None:
         """Row count without reading the rows (None when the file cannot say)."""
@@ -113,37 +115,58 @@ class Part:
         except Exception:
             return None
 
+    def _bad(self, exc: Exception, group: int | None = None, groups: int = 0) -> None:
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        if group is None:
+            self.unreadable = True
+            self.problems.append(f"{self.path} is unreadable ({reason}): left out")
+        else:
+            self.bad_groups.add(group)
+            self.problems.append(f"{self.path}: row group {group + 1} of {groups} is unreadable "
+                                 f"({reason}): its rows are left out, the file's others are not")
+
     def batches(self, columns: list[str], window: "Window") -> Iterator:
-        """The part's rows in the window, in pieces with exactly `columns` (missing ones as
-        nulls). Row groups whose statistics put them outside the window are not read."""
+        """(row group, batch) for the part's rows in the window, with exactly `columns`
+        (missing ones as nulls). Row groups whose statistics put them outside the window are
+        not read; those found unreadable (now or before) are skipped."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         from ..schema import TABLES
         from ..store.journal import read_segment
+        if self.unreadable:
+            return
         schema = TABLES[self.table]
         first, last = ("time", "time") if self.table == "samples" else ("start", "end")
         need = columns + [c for c in (first, last) if c not in columns]
-        read = 0
+
+        def shaped(b):
+            b = window.filter(b, first, last)
+            return pa.RecordBatch.from_arrays(
+                [b.column(c) if c in b.schema.names else pa.nulls(b.num_rows, schema.field(c).type)
+                 for c in columns], columns)
+
+        if self.journal:      # a segment a killed writer cut off ends early; read_segment says so
+            for b in read_segment(self.path):
+                yield 0, shaped(b)
+            return
+        errors = (pa.ArrowException, OSError, ValueError)
         try:
-            if self.journal:
-                source = read_segment(self.path)
-            else:
-                f = pq.ParquetFile(self.path, pre_buffer=False)
-                have = set(f.schema_arrow.names)
-                groups = window.row_groups(f.metadata, first, last)
-                source = f.iter_batches(batch_size=BATCH_ROWS, row_groups=groups,
-                                        columns=[c for c in need if c in have])
-            for b in source:
-                read += b.num_rows
-                b = window.filter(b, first, last)
-                arrays = [b.column(c) if c in b.schema.names
-                          else pa.nulls(b.num_rows, schema.field(c).type) for c in columns]
-                yield pa.RecordBatch.from_arrays(arrays, columns)
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            where = f"after {read:,} of its rows; the rest" if read else "whole"
-            raise PartError(f"{self.path} is unreadable ({str(exc).splitlines()[0]}): left out "
-                            f"({where})") from exc
+            f = pq.ParquetFile(self.path, pre_buffer=False)
+            have = set(f.schema_arrow.names)
+            groups = window.row_groups(f.metadata, first, last)
+        except errors as exc:
+            self._bad(exc)
+            return
+        for g in groups:
+            if g in self.bad_groups:
+                continue
+            try:     # one row group at a time: a damaged one costs only its own rows
+                for b in f.iter_batches(batch_size=BATCH_ROWS, row_groups=[g],
+                                        columns=[c for c in need if c in have]):
+                    yield g, shaped(b)
+            except errors as exc:
+                self._bad(exc, g, f.metadata.num_row_groups)
 
 
 def list_parts(run) -> dict[int, list[Part]]:
@@ -167,7 +190,8 @@ def earliest_ns(parts: list[Part]) -> int | None:
         key = "time" if part.table == "samples" else "start"
         try:
             if part.journal:
-                first += [pc.min(b.column(0).cast("int64")).as_py() for b in part.batches([key], Window())]
+                first += [pc.min(b.column(0).cast("int64")).as_py()
+                          for _, b in part.batches([key], Window())]
                 continue
             md = pq.ParquetFile(part.path).metadata
             i = md.schema.to_arrow_schema().get_field_index(key)
@@ -291,10 +315,10 @@ def _main(argv: list[str]) -> int:
     if out.is_dir():
         raise UsageFailure(f"--perfetto {out} is a directory; name a file, e.g. {out}/trace.json.gz", usage)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    other = {"run": str(run.path), "command": meta.get("command"), "ranks": ranks,
+    # not the command line: it can hold secrets (the run directory is its owner's only)
+    other = {"run": str(run.path), "ranks": ranks,
              "window_s": [w_start, w_end] if args.window else None}
     problems: list[str] = []
-    bad: set[Path] = set()
     span_cut, sample_cut = Window(w0, w1), Window(w0, w1)
     try:
         writer = TraceWriter(tmp, start_ns, other, run.catalog, gzip=out.name.endswith(".gz"))
@@ -304,37 +328,28 @@ def _main(argv: list[str]) -> int:
         with writer:
             for rank in ranks:
                 spans = [p for p in parts[rank] if p.table == "spans"]
-                # first pass: flows and nesting need every span of the rank (a few numbers each)
+                # first pass: flows and nesting need every span of the rank (a few numbers
+                # each); where each row group starts among them, for the second pass
                 plan = writer.plan(rank)
-                offsets = {}
+                starts = {}
                 for part in spans:
-                    offsets[part.path] = plan.rows
-                    try:
-                        for b in part.batches(PLAN_COLUMNS, Window(w0, w1)):
-                            plan.add(b)
-                    except PartError as exc:
-                        problems.append(str(exc))
-                        bad.add(part.path)
+                    for g, b in part.batches(PLAN_COLUMNS, Window(w0, w1)):
+                        starts.setdefault((part.path, g), plan.rows)
+                        plan.add(b)
                 plan.finish()
                 for part in spans:
-                    if part.path in bad:
-                        continue
-                    row = offsets[part.path]
-                    try:
-                        for b in part.batches(SPAN_COLUMNS, span_cut):
-                            writer.spans(b, rank, plan, row)
-                            row += b.num_rows
-                    except PartError as exc:
-                        problems.append(str(exc))
+                    at = None
+                    for g, b in part.batches(SPAN_COLUMNS, span_cut):
+                        if at is None or g != at[0]:
+                            at = [g, starts[(part.path, g)]]
+                        writer.spans(b, rank, plan, at[1])
+                        at[1] += b.num_rows
                 del plan
                 for part in parts[rank]:
-                    if part.table != "samples":
-                        continue
-                    try:
-                        for b in part.batches(SAMPLE_COLUMNS, sample_cut):
+                    if part.table == "samples":
+                        for _, b in part.batches(SAMPLE_COLUMNS, sample_cut):
                             writer.samples(b, rank)
-                    except PartError as exc:
-                        problems.append(str(exc))
+                problems += [m for part in parts[rank] for m in part.problems]
             if span_cut.kept + sample_cut.kept == 0:
                 raise RunDirectoryError(_nothing_message(run, ranks, args.window, start_ns,
                                                          span_cut, sample_cut, problems))

@@ -59,11 +59,17 @@ _FRACS: dict[str, pa.Array] = {}      # the 3 decimals of a µs value, and what 
 _S: dict[str, pa.Scalar] = {}
 
 
+def _scalar(text: str) -> pa.Scalar:
+    got = _S.get(text)
+    if got is None:
+        got = _S[text] = pa.scalar(text)
+    return got
+
+
 def _join(*parts) -> pa.Array:
     """Element-wise concatenation of string arrays and constant pieces."""
     return pc.binary_join_element_wise(
-        *(_S.get(x) or _S.setdefault(x, pa.scalar(x)) if isinstance(x, str) else x for x in parts),
-        _S.get("") or _S.setdefault("", pa.scalar("")))
+        *(_scalar(x) if isinstance(x, str) else x for x in parts), _scalar(""))
 
 # counter kinds: how a sample becomes a counter value
 RATE, GAUGE, AT_START, RAW = 0, 1, 2, 3
@@ -494,7 +500,7 @@ class TraceWriter:
             c = col[key]
             if c.null_count == len(c):
                 continue
-            yield _join(f',"{key}":', c.cast(pa.string())).fill_null(_S[""])
+            yield _join(f',"{key}":', c.cast(pa.string())).fill_null(_scalar(""))
         c = col["attrs"]
         if c.null_count < len(c):
             idx, values = _dict_parts(c)

@@ -198,6 +198,26 @@ def test_a_corrupt_partition_is_skipped_and_named(run2, tmp_path, capsys):
     assert "Traceback" not in err
 
 
+def test_a_damaged_row_group_costs_only_its_rows(run2, tmp_path, capsys):
+    for table, rows in (("samples", 500), ("spans", 40)):
+        f = run2 / "rank=0" / f"{table}-a.parquet"
+        pq.write_table(pq.read_table(f), f, row_group_size=rows // 2)      # two row groups
+        rg = pq.ParquetFile(f).metadata.row_group(1)
+        at = min(rg.column(i).data_page_offset for i in range(rg.num_columns))
+        data = bytearray(f.read_bytes())
+        data[at:at + 64] = b"\xff" * 64             # the second group's first page header
+        f.write_bytes(bytes(data))
+    out = tmp_path / "o.json"
+    assert export(run2, out) == 0
+    err = capsys.readouterr().err
+    for table in ("samples", "spans"):
+        assert f"rank=0/{table}-a.parquet: row group 2 of 2 is unreadable" in err
+    t = check(out)
+    assert len(events(t, "C")) == 490 + 250     # rank 1's, and rank 0's first 250 rows (no nulls)
+    assert len(events(t, "X")) == 40 + 20
+    assert "Traceback" not in err
+
+
 def test_samples_out_of_order_are_counted(tmp_path, capsys):
     run = make_run(tmp_path / "run", ranks=(0,))
     # a second writer of the same series in the partition, overlapping the first in time
