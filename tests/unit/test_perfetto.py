@@ -325,3 +325,11 @@ def test_the_checker_rejects_broken_traces(tmp_path, bad, rule):
     path.write_text(json.dumps({"traceEvents": bad}))
     with pytest.raises(AssertionError, match=rule):
         check(path)
+
+
+def test_an_output_that_cannot_be_written_is_one_line(run2, tmp_path, capsys):
+    assert export(run2, tmp_path / "no" / "such" / "dir" / "t.json") == 1
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "Traceback" not in err
+    assert export(run2, tmp_path) == 2            # a directory
+    assert "is a directory" in capsys.readouterr().err
