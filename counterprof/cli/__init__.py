@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "import": "turn torch profiler traces (.json, .json.gz) into a run directory",
     "breakdown": "where the GPU's time went: HTA-style breakdowns of a run's torch traces",
     "merge": "one run from the runs of several hosts (their rank partitions side by side)",
+    "export": "the whole run as one Perfetto timeline (spans, counters, every rank)",
 }
 MODULES = {"list": "list_events", "import": "import_trace"}   # where module names differ
 USAGE = "usage: counterprof {" + ",".join(SUBCOMMANDS) + "} ...\n\n" + "\n".join(
