@@ -16,6 +16,8 @@ SUBCOMMANDS = {
     "top": "a live view of this machine (GPUs, CPU, processes), or of one process (--pid)",
     "import": "turn torch profiler traces (.json, .json.gz) into a run directory",
     "breakdown": "where the GPU's time went: HTA-style breakdowns of a run's torch traces",
+    "compare": "did a run get slower: median changes with bootstrap intervals, verdict changes",
+    "history": "a DuckDB file of runs' summaries: add a run, show trends and change points",
 }
 MODULES = {"list": "list_events", "import": "import_trace"}   # where module names differ
 USAGE = "usage: counterprof {" + ",".join(SUBCOMMANDS) + "} ...\n\n" + "\n".join(

@@ -1,0 +1,364 @@
+"""`counterprof compare`'s statistics, as pure functions: numbers in, numbers out.
+
+For each compared quantity (step time, each region's time, each metric per rank and over all
+ranks) the two sides are sets of values: one per step or region occurrence, or one per metric
+window (analysis/run_figures.py). The comparison is the **relative change of the median**,
+median(candidate) / median(baseline) - 1 (the median, because steps have outliers: the first
+step compiles, a checkpoint step writes), with a **percentile bootstrap confidence interval**
+(Efron & Tibshirani, "An Introduction to the Bootstrap", 1993, ch. 13): resample each side with
+replacement, take the ratio of the two medians, and read the interval from the resampled ratios'
+percentiles. With several runs on a side the bootstrap has two stages (Davison & Hinkley,
+"Bootstrap Methods and their Application", 1997, sec. 3.8): resample the runs, then values
+within each chosen run, so the interval carries the run-to-run noise, not only the step-to-step
+noise. Every row draws from its own generator, seeded from the seed and the row's name, so a
+result does not depend on which other rows were compared.
+
+A change is **flagged** when its interval excludes zero AND the median moved by at least the
+threshold (default 3%). What a flagged change means depends on the quantity's direction
+(DIRECTIONS, the one table): a longer step is a regression; a counter that changed is a change.
+"""
+from __future__ import annotations
+
+import fnmatch
+import zlib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .run_figures import STEP, RunFigures
+
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+THRESHOLD = 0.03
+MIN_VALUES = 5             # fewer values on a side: shown, never flagged (too few to resample)
+CHUNK_ELEMENTS = 1 << 20   # bootstrap draws at most this many values at once (bounded memory)
+
+# What "up" means, first match wins (fnmatch on the row's key). Only what is clearly known gets
+# a direction: time a piece of the workload took. Counters and gauges say what changed, not
+# whether it got better (more instructions per second can mean faster or more wasteful code).
+#   lower:   lower is better: up beyond the threshold is a regression, down an improvement
+#   either:  a flagged change is "changed"
+#   context: measures the machine, not the workload (other jobs move it): shown, never flagged
+DIRECTIONS: list[tuple[str, str, str]] = [
+    (STEP, "lower", "a step's wall time: longer steps are slower training"),
+    ("region:*", "lower", "a region's wall time per occurrence"),
+    ("metric:gpu.throttle_time_*", "lower", "time the GPU's clocks were held down"),
+    ("metric:system.*", "context", "machine-wide readings: other load on the host moves them"),
+    ("metric:proc.run_delay", "context", "time runnable but waiting for a CPU: other load on the host"),
+    ("metric:*", "either", "rates of counters and means of gauges: a change, not a verdict"),
+]
+
+
+def direction_of(key: str) -> str:
+    for pattern, direction, _ in DIRECTIONS:
+        if fnmatch.fnmatchcase(key, pattern):
+            return direction
+    return "either"
+
+
+# ---- the statistics --------------------------------------------------------------------------
+
+def _rng(seed: int, name: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def bootstrap_medians(groups: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """`resamples` bootstrap replicates of the median of the pooled values. One group: resample
+    its values (resampled_medians: exact, without drawing the resamples). Several (one per run):
+    resample the groups, then, from each chosen group, as many values as the groups hold on
+    average (each run weighs the same)."""
+    groups = [np.asarray(g, np.float64) for g in groups if len(g)]
+    if len(groups) == 1:
+        return resampled_medians(np.sort(groups[0]), resamples, rng)
+    out = np.empty(resamples)
+    pooled = np.concatenate(groups)
+    sizes = np.array([len(g) for g in groups])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    k = len(groups)
+    per = max(1, int(round(sizes.mean())))
+    step = max(1, CHUNK_ELEMENTS // (k * per))
+    for i in range(0, resamples, step):
+        m = min(step, resamples - i)
+        chosen = rng.integers(0, k, size=(m, k))                       # runs, with replacement
+        within = (rng.random((m, k, per)) * sizes[chosen][:, :, None]).astype(np.int64)
+        idx = offsets[chosen][:, :, None] + within
+        out[i:i + m] = np.median(pooled[idx.reshape(m, k * per)], axis=1)
+    return out
+
+
+def resampled_medians(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """The medians (np.median's: the mean of the two middle values when n is even) of
+    `resamples` samples of n values drawn with replacement from the sorted array x, without
+    drawing them: O(resamples x log n) instead of O(resamples x n).
+
+    A resample puts a Multinomial(n, 1/n) count on each sorted position. Its k-th smallest value
+    sits at the position where the counts' running sum passes k. Find it by halving: the count
+    that falls in the left half of a segment holding c values is Binomial(c, left share); the
+    k-th value is in the left half if that count exceeds k, else it is the (k - count)-th of the
+    right half. Both middle values descend together until their halves part (then each draws on
+    its own: given the split, the halves are independent multinomials)."""
+    n = len(x)
+    shape = (resamples,)
+    a1, b1 = np.zeros(shape, np.int64), np.full(shape, n, np.int64)
+    c1, r1 = np.full(shape, n, np.int64), np.full(shape, (n - 1) // 2, np.int64)
+    a2, b2, c2, r2 = a1.copy(), b1.copy(), c1.copy(), np.full(shape, n // 2, np.int64)
+    together = np.ones(shape, bool)
+    while (b1 - a1 > 1).any() or (b2 - a2 > 1).any():
+        mid1 = (a1 + b1) // 2
+        left1 = rng.binomial(c1, (mid1 - a1) / (b1 - a1))
+        mid2 = (a2 + b2) // 2
+        left2 = left1.copy()
+        apart = ~together
+        if apart.any():
+            left2[apart] = rng.binomial(c2[apart], (mid2[apart] - a2[apart]) / (b2[apart] - a2[apart]))
+        go1, go2 = r1 < left1, r2 < left2
+        a1, b1, c1, r1 = (np.where(go1, a1, mid1), np.where(go1, mid1, b1),
+                          np.where(go1, left1, c1 - left1), np.where(go1, r1, r1 - left1))
+        a2, b2, c2, r2 = (np.where(go2, a2, mid2), np.where(go2, mid2, b2),
+                          np.where(go2, left2, c2 - left2), np.where(go2, r2, r2 - left2))
+        together &= go1 == go2
+    return (x[a1] + x[a2]) / 2
+
+
+@dataclass
+class Change:
+    base_median: float | None
+    cand_median: float | None
+    change: float | None               # relative: cand / base - 1
+    ci: tuple[float, float] | None     # of the relative change
+    n_base: int
+    n_cand: int
+
+
+def median_change(base: list[np.ndarray], cand: list[np.ndarray], resamples: int = RESAMPLES,
+                  confidence: float = CONFIDENCE, seed: int = 0, name: str = "") -> Change:
+    """Relative change of the median from `base` to `cand` (each a list of value arrays, one per
+    run) with its percentile bootstrap interval. No interval when a side has no values, or the
+    baseline's median is 0 (no relative change exists)."""
+    b = np.concatenate([np.asarray(x, np.float64) for x in base]) if base else np.empty(0)
+    c = np.concatenate([np.asarray(x, np.float64) for x in cand]) if cand else np.empty(0)
+    if not len(b) or not len(c):
+        return Change(float(np.median(b)) if len(b) else None, float(np.median(c)) if len(c) else None,
+                      None, None, len(b), len(c))
+    mb, mc = float(np.median(b)), float(np.median(c))
+    if mb == 0:
+        return Change(mb, mc, None, None, len(b), len(c))
+    rng = _rng(seed, name)
+    rb = bootstrap_medians(base, resamples, rng)
+    rc = bootstrap_medians(cand, resamples, rng)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = rc / rb - 1.0
+    ratios = ratios[np.isfinite(ratios)]
+    alpha = (1.0 - confidence) / 2
+    ci = (float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha))) if len(ratios) else None
+    return Change(mb, mc, mc / mb - 1.0, ci, len(b), len(c))
+
+
+def judge(ch: Change, direction: str, threshold: float = THRESHOLD) -> str:
+    """regression | improvement | changed | unchanged | context | too few values | no relative change"""
+    if min(ch.n_base, ch.n_cand) < MIN_VALUES:
+        return "too few values"
+    if ch.change is None or ch.ci is None:
+        return "unchanged" if ch.cand_median == ch.base_median else "no relative change"
+    if direction == "context":
+        return "context"
+    lo, hi = ch.ci
+    excludes_zero = lo > 0 or hi < 0
+    if not excludes_zero or abs(ch.change) < threshold:
+        return "unchanged"
+    if direction == "lower":
+        return "regression" if ch.change > 0 else "improvement"
+    return "changed"
+
+
+FLAGGED = ("regression", "improvement", "changed")
+
+
+# ---- a whole comparison ----------------------------------------------------------------------
+
+@dataclass
+class Row:
+    key: str                       # step_time | region:NAME | metric:NAME
+    rank: int | None               # None: every rank (pooled), or the only one
+    unit: str
+    direction: str
+    status: str                    # judge()'s, or "only in baseline" / "only in candidate"
+    base_median: float | None = None
+    cand_median: float | None = None
+    change: float | None = None
+    ci: tuple[float, float] | None = None
+    n_base: int = 0
+    n_cand: int = 0
+    base_total: float | None = None    # deltas: the run's total (mean over a side's runs)
+    cand_total: float | None = None
+    verdict: tuple[str, str] | None = None   # the classifier's (baseline, candidate) for this scope
+    note: str = ""
+
+    @property
+    def flagged(self) -> bool:
+        return self.status in FLAGGED
+
+
+@dataclass
+class Side:
+    paths: list[str]
+    ids: list[str]
+    command: list[str]
+    ranks: list[list[int]]
+    verdicts: list[str]            # each run's overall verdict, described
+    verdict: str                   # the most common one
+
+
+@dataclass
+class Comparison:
+    baseline: Side
+    candidate: Side
+    settings: dict[str, Any]
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.status == "regression"]
+
+    @property
+    def flagged(self) -> list[Row]:
+        return [r for r in self.rows if r.flagged]
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["regressions"] = len(self.regressions)
+        out["flagged"] = len(self.flagged)
+        out["directions"] = [{"pattern": p, "direction": d, "why": w} for p, d, w in DIRECTIONS]
+        return out
+
+
+def _verdict_word(v) -> str:
+    if v is None:
+        return "none"
+    if v.verdict == "unknown" and v.undecided:
+        return "unknown (" + "|".join(v.undecided) + ")"
+    return v.verdict
+
+
+def _side(runs: list[RunFigures]) -> Side:
+    words = [_verdict_word(r.verdict) for r in runs]
+    common = Counter(words).most_common(1)[0][0] if words else "none"
+    return Side([r.path for r in runs], [r.run_id for r in runs], runs[0].command if runs else [],
+                [r.ranks for r in runs], words, common)
+
+
+def _gather(runs: list[RunFigures], key: str, rank: int | None) -> list[np.ndarray]:
+    """One value array per run that has this quantity (rank None: all its ranks pooled)."""
+    out = []
+    for r in runs:
+        by_rank = r.times.get(key) if not key.startswith("metric:") else r.metrics.get(key[7:])
+        if not by_rank:
+            continue
+        if rank is None:
+            arrays = [a for a in by_rank.values() if len(a)]
+            if arrays:
+                out.append(np.concatenate(arrays))
+        elif rank in by_rank and len(by_rank[rank]):
+            out.append(by_rank[rank])
+    return out
+
+
+def _total(runs: list[RunFigures], metric: str, rank: int | None) -> float | None:
+    vals = []
+    for r in runs:
+        t = r.totals.get(metric)
+        if not t:
+            continue
+        if rank is None:
+            vals.append(sum(t.values()))
+        elif rank in t:
+            vals.append(t[rank])
+    return float(np.mean(vals)) if vals else None
+
+
+def _scope_verdict(runs: list[RunFigures], key: str) -> str | None:
+    words = [_verdict_word(r.scope_verdicts[key]) for r in runs if key in r.scope_verdicts]
+    return Counter(words).most_common(1)[0][0] if words else None
+
+
+def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: float = THRESHOLD,
+            resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0) -> Comparison:
+    """Every quantity either side has, per rank and (multi-rank runs) over all ranks. Nothing is
+    dropped: a quantity one side lacks is a row that says so."""
+    cmp = Comparison(_side(baseline), _side(candidate), {
+        "threshold": threshold, "resamples": resamples, "confidence": confidence, "seed": seed,
+        "statistic": "relative change of the median, percentile bootstrap interval",
+        "window_s": max([r.window_s for r in baseline + candidate] or [0.0]),
+        "min_values": MIN_VALUES})
+    b_ranks = sorted({x for r in baseline for x in r.ranks})
+    c_ranks = sorted({x for r in candidate for x in r.ranks})
+    multi = len(b_ranks) > 1 or len(c_ranks) > 1
+    if b_ranks != c_ranks:
+        cmp.notes.append(
+            f"different ranks: baseline {_ranks_text(b_ranks)}, candidate {_ranks_text(c_ranks)}; "
+            "rows of ranks on one side only say so, and the all-ranks rows pool different rank sets")
+    for side, runs in (("baseline", baseline), ("candidate", candidate)):
+        counts = sorted({len(r.ranks) for r in runs})
+        if len(counts) > 1:
+            cmp.notes.append(f"the {side} runs have different rank counts ({', '.join(map(str, counts))})")
+    ranks = sorted(set(b_ranks) | set(c_ranks))
+
+    time_keys = sorted({k for r in baseline + candidate for k in r.times}, key=lambda k: (k != STEP, k))
+    metric_keys = sorted({f"metric:{m}" for r in baseline + candidate for m in r.metrics})
+    units = {}
+    for r in baseline + candidate:
+        for m, u in r.units.items():
+            units.setdefault(f"metric:{m}", u)
+    for key in time_keys + metric_keys:
+        unit = "s" if not key.startswith("metric:") else units.get(key, "")
+        direction = direction_of(key)
+        verdict = None
+        if not key.startswith("metric:"):
+            vb, vc = _scope_verdict(baseline, key), _scope_verdict(candidate, key)
+            if vb or vc:
+                verdict = (vb or "none", vc or "none")
+        for rank in ([None] + ranks if multi else [None]):
+            b, c = _gather(baseline, key, rank), _gather(candidate, key, rank)
+            if not b and not c:
+                continue
+            row = Row(key, rank, unit, direction, "", verdict=verdict if rank is None else None)
+            if key.startswith("metric:"):
+                row.base_total, row.cand_total = _total(baseline, key[7:], rank), _total(candidate, key[7:], rank)
+            if not b or not c:
+                row.status = "only in candidate" if not b else "only in baseline"
+                vals = np.concatenate(b or c)
+                if row.status == "only in candidate":
+                    row.cand_median, row.n_cand = float(np.median(vals)), len(vals)
+                else:
+                    row.base_median, row.n_base = float(np.median(vals)), len(vals)
+                cmp.rows.append(row)
+                continue
+            ch = median_change(b, c, resamples, confidence, seed, f"{key}@{rank}")
+            row.base_median, row.cand_median, row.change, row.ci = ch.base_median, ch.cand_median, ch.change, ch.ci
+            row.n_base, row.n_cand = ch.n_base, ch.n_cand
+            row.status = judge(ch, direction, threshold)
+            if row.status == "too few values":
+                row.note = f"fewer than {MIN_VALUES} values on a side"
+            elif row.status == "no relative change":
+                row.note = "the baseline's median is 0"
+            cmp.rows.append(row)
+    missing_b = sorted({k for k in metric_keys if not any(k[7:] in r.metrics for r in baseline)})
+    missing_c = sorted({k for k in metric_keys if not any(k[7:] in r.metrics for r in candidate)})
+    for side, keys in (("baseline", missing_b), ("candidate", missing_c)):
+        if keys:
+            cmp.notes.append(f"metrics the {side} does not have: " + ", ".join(k[7:] for k in keys))
+    if not any(r.times for r in baseline + candidate):
+        cmp.notes.append("no steps or regions in either side (mark them with counterprof.region(), "
+                         "counterprof.step() or --torch): metrics only")
+    return cmp
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if not ranks:
+        return "none"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{len(ranks)} ({ranks[0]}-{ranks[-1]})"
+    return f"{len(ranks)} ({', '.join(map(str, ranks))})"
