@@ -157,17 +157,18 @@ def median_change(base: list[np.ndarray], cand: list[np.ndarray], resamples: int
 
 
 def judge(ch: Change, direction: str, threshold: float = THRESHOLD) -> str:
-    """regression | improvement | changed | unchanged | context | too few values | no relative change"""
+    """regression | improvement | changed (flagged); unchanged; context (a machine-wide reading
+    that moved: shown, never flagged); too few values; no relative change (baseline median 0)."""
     if min(ch.n_base, ch.n_cand) < MIN_VALUES:
         return "too few values"
     if ch.change is None or ch.ci is None:
         return "unchanged" if ch.cand_median == ch.base_median else "no relative change"
-    if direction == "context":
-        return "context"
     lo, hi = ch.ci
     excludes_zero = lo > 0 or hi < 0
     if not excludes_zero or abs(ch.change) < threshold:
         return "unchanged"
+    if direction == "context":
+        return "context"          # it moved, but it measures the machine: never flagged
     if direction == "lower":
         return "regression" if ch.change > 0 else "improvement"
     return "changed"
@@ -320,11 +321,14 @@ def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: 
             vb, vc = _scope_verdict(baseline, key), _scope_verdict(candidate, key)
             if vb or vc:
                 verdict = (vb or "none", vc or "none")
-        for rank in ([None] + ranks if multi else [None]):
+        with_data = [r for r in ranks if _gather(baseline, key, r) or _gather(candidate, key, r)]
+        # the all-ranks row where several ranks have it; per-rank rows in multi-rank runs
+        scopes = ([None] if len(with_data) != 1 or not multi else []) + (with_data if multi else [])
+        for rank in scopes:
             b, c = _gather(baseline, key, rank), _gather(candidate, key, rank)
             if not b and not c:
                 continue
-            row = Row(key, rank, unit, direction, "", verdict=verdict if rank is None else None)
+            row = Row(key, rank, unit, direction, "", verdict=verdict if rank == scopes[0] else None)
             if key.startswith("metric:"):
                 row.base_total, row.cand_total = _total(baseline, key[7:], rank), _total(candidate, key[7:], rank)
             if not b or not c:

@@ -206,7 +206,7 @@ def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ran
     bucket = max(finest_ns, -(-(end_ns - start_ns) // MAX_CELLS), 1_000_000)
     k = max(1, window_ns // bucket)
     bucket = window_ns // k                       # windows are whole numbers of cells
-    ncells = max(1, -(-(end_ns - start_ns + 1) // bucket))
+    ncells = max(1, -(-(end_ns - start_ns) // bucket))
     kinds = {name: (m or {}).get("kind", "delta") for name, m in catalog.items()}
     allranks = _Cells(ncells)
     all_index: dict[str, int] = {}
@@ -232,7 +232,8 @@ def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ran
             val = b["value"]
             known = val.is_valid().to_numpy(zero_copy_only=False)
             v = val.fill_null(0.0).to_numpy(zero_copy_only=False)
-            cell = np.clip((t - start_ns) // bucket, 0, ncells - 1)
+            # a reading stamped at a cell's end (deltas are stamped at their interval's end) is that cell's
+            cell = np.clip((t - start_ns - 1) // bucket, 0, ncells - 1)
             cells.add(ids, cell, t, t - dur, v, known)
         for name, vals in window_values(cells, k, kinds).items():
             factor = _rate_unit((catalog.get(name) or {}).get("unit", ""))[0] if kinds.get(name, "delta") == "delta" else 1.0

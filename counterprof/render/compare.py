@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ..analysis.compare import FLAGGED, Comparison, Row
 
-STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "changed": "changed"}
+STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "changed": "changed",
+               "context": "moved (machine)"}
 UNITS_SI = (("G", 1e9), ("M", 1e6), ("k", 1e3))
 
 
@@ -139,7 +140,7 @@ def _md_table(rows: list[Row], multi: bool, confidence: float) -> list[str]:
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         status = {"regression": "🔴 **regression**", "improvement": "🟢 improvement",
-                  "changed": "🟡 changed"}.get(r.status, r.status)
+                  "changed": "🟡 changed"}.get(r.status, STATUS_WORD.get(r.status, r.status))
         out.append("| " + " | ".join(_md(x) for x in (
             status, f"`{label(r)}`", rank_text(r, multi), fmt_value(r.base_median, r.unit),
             fmt_value(r.cand_median, r.unit), fmt_change(r.change), fmt_ci(r.ci),
