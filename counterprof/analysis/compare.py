@@ -94,32 +94,47 @@ def resampled_medians(x: np.ndarray, resamples: int, rng: np.random.Generator) -
     drawing them: O(resamples x log n) instead of O(resamples x n).
 
     A resample puts a Multinomial(n, 1/n) count on each sorted position. Its k-th smallest value
-    sits at the position where the counts' running sum passes k. Find it by halving: the count
-    that falls in the left half of a segment holding c values is Binomial(c, left share); the
-    k-th value is in the left half if that count exceeds k, else it is the (k - count)-th of the
-    right half. Both middle values descend together until their halves part (then each draws on
-    its own: given the split, the halves are independent multinomials)."""
+    sits where the counts' running sum passes k. Find it by halving: the count that falls in the
+    left half of a segment holding c values is Binomial(c, left share); the k-th value is in the
+    left half if that count exceeds k, else it is the (k - count)-th of the right half. For even
+    n the upper middle value follows the lower one until a split sends it right (the lower one
+    was the left half's last): from there it is the smallest value of that right half, found by
+    the same descent (given the split, the halves are independent multinomials)."""
     n = len(x)
-    shape = (resamples,)
-    a1, b1 = np.zeros(shape, np.int64), np.full(shape, n, np.int64)
-    c1, r1 = np.full(shape, n, np.int64), np.full(shape, (n - 1) // 2, np.int64)
-    a2, b2, c2, r2 = a1.copy(), b1.copy(), c1.copy(), np.full(shape, n // 2, np.int64)
-    together = np.ones(shape, bool)
-    while (b1 - a1 > 1).any() or (b2 - a2 > 1).any():
-        mid1 = (a1 + b1) // 2
-        left1 = rng.binomial(c1, (mid1 - a1) / (b1 - a1))
-        mid2 = (a2 + b2) // 2
-        left2 = left1.copy()
-        apart = ~together
-        if apart.any():
-            left2[apart] = rng.binomial(c2[apart], (mid2[apart] - a2[apart]) / (b2[apart] - a2[apart]))
-        go1, go2 = r1 < left1, r2 < left2
-        a1, b1, c1, r1 = (np.where(go1, a1, mid1), np.where(go1, mid1, b1),
-                          np.where(go1, left1, c1 - left1), np.where(go1, r1, r1 - left1))
-        a2, b2, c2, r2 = (np.where(go2, a2, mid2), np.where(go2, mid2, b2),
-                          np.where(go2, left2, c2 - left2), np.where(go2, r2, r2 - left2))
-        together &= go1 == go2
-    return (x[a1] + x[a2]) / 2
+    lower = (n - 1) // 2
+    a, b = np.zeros(resamples, np.int64), np.full(resamples, n, np.int64)
+    c, r = np.full(resamples, n, np.int64), np.full(resamples, lower, np.int64)
+    parted = np.zeros(resamples, bool)          # even n: the upper middle value went its own way
+    a2, b2, c2 = a.copy(), b.copy(), c.copy()
+    while True:
+        width = b - a
+        if not (width > 1).any():
+            break
+        mid = a + width // 2
+        left = rng.binomial(c, (mid - a) / width)     # width 1: p = 0, nothing moves
+        go = r < left
+        if n % 2 == 0:
+            part = ~parted & (left == r + 1)          # lower is the left half's last value
+            if part.any():
+                a2[part], b2[part], c2[part] = mid[part], b[part], (c - left)[part]
+                parted |= part
+        a, b = np.where(go, a, mid), np.where(go, mid, b)
+        c, r = np.where(go, left, c - left), np.where(go, r, r - left)
+    upper = a.copy()
+    if parted.any():
+        pa, pb, pc_ = a2[parted], b2[parted], c2[parted]
+        pr = np.zeros(len(pa), np.int64)
+        while True:
+            width = pb - pa
+            if not (width > 1).any():
+                break
+            mid = pa + width // 2
+            left = rng.binomial(pc_, (mid - pa) / width)
+            go = pr < left
+            pa, pb = np.where(go, pa, mid), np.where(go, mid, pb)
+            pc_, pr = np.where(go, left, pc_ - left), np.where(go, pr, pr - left)
+        upper[parted] = pa
+    return (x[a] + x[upper]) / 2
 
 
 @dataclass

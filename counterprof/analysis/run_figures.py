@@ -135,13 +135,20 @@ class _Cells:
         return np.asarray(out, np.int64)
 
     def add(self, metric_ids: np.ndarray, cells: np.ndarray, t: np.ndarray, first: np.ndarray,
-            values: np.ndarray, known: np.ndarray) -> None:
+            values: np.ndarray, known: np.ndarray | None) -> None:
+        """known: which values are not null (None: all of them, the usual case)."""
         n = self.ncells
         size = len(self.names) * n
         key = metric_ids * n + cells
-        self.sum.reshape(-1)[:] += np.bincount(key, weights=np.where(known, values, 0.0), minlength=size)
-        self.count.reshape(-1)[:] += np.bincount(key, weights=known, minlength=size).astype(np.int64)
-        self.nulls.reshape(-1)[:] += np.bincount(key, weights=~known, minlength=size).astype(np.int64)
+        if known is None:
+            self.sum.reshape(-1)[:] += np.bincount(key, weights=values, minlength=size)
+            self.count.reshape(-1)[:] += np.bincount(key, minlength=size)
+        else:
+            self.sum.reshape(-1)[:] += np.bincount(key, weights=np.where(known, values, 0.0), minlength=size)
+            rows = np.bincount(key, minlength=size)
+            good = np.bincount(key, weights=known, minlength=size).astype(np.int64)
+            self.count.reshape(-1)[:] += good
+            self.nulls.reshape(-1)[:] += rows - good
         np.minimum.at(self.first.reshape(-1), key, first)
         np.maximum.at(self.last.reshape(-1), key, t)
 
@@ -228,10 +235,14 @@ def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ran
                 names = pc.unique(metric).to_pylist()
                 ids = cells.ids(names, index)[pc.index_in(metric, pa.array(names)).to_numpy()]
             t = b["time"].cast(pa.int64()).to_numpy(zero_copy_only=False)
-            dur = b["duration_ns"].fill_null(0).to_numpy(zero_copy_only=False)
+            dur = b["duration_ns"]
+            dur = (dur.fill_null(0) if dur.null_count else dur).to_numpy(zero_copy_only=False)
             val = b["value"]
-            known = val.is_valid().to_numpy(zero_copy_only=False)
-            v = val.fill_null(0.0).to_numpy(zero_copy_only=False)
+            if val.null_count:
+                known = val.is_valid().to_numpy(zero_copy_only=False)
+                v = val.fill_null(0.0).to_numpy(zero_copy_only=False)
+            else:
+                known, v = None, val.to_numpy(zero_copy_only=False)
             # a reading stamped at a cell's end (deltas are stamped at their interval's end) is that cell's
             cell = np.clip((t - start_ns - 1) // bucket, 0, ncells - 1)
             cells.add(ids, cell, t, t - dur, v, known)
