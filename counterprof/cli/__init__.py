@@ -18,6 +18,8 @@ SUBCOMMANDS = {
     "breakdown": "where the GPU's time went: HTA-style breakdowns of a run's torch traces",
     "merge": "one run from the runs of several hosts (their rank partitions side by side)",
     "export": "the whole run as one Perfetto timeline (spans, counters, every rank)",
+    "compare": "did a run get slower: median changes with bootstrap intervals, verdict changes",
+    "history": "a DuckDB file of runs' summaries: add a run, show trends and change points",
 }
 MODULES = {"list": "list_events", "import": "import_trace"}   # where module names differ
 USAGE = "usage: counterprof {" + ",".join(SUBCOMMANDS) + "} ...\n\n" + "\n".join(

@@ -1,0 +1,396 @@
+"""`counterprof compare`'s statistics, as pure functions: numbers in, numbers out.
+
+For each compared quantity (step time, each region's time, each metric per rank and over all
+ranks) the two sides are sets of values: one per step or region occurrence, or one per metric
+window (analysis/run_figures.py). The comparison is the **relative change of the median**,
+median(candidate) / median(baseline) - 1 (the median, because steps have outliers: the first
+step compiles, a checkpoint step writes), with a **percentile bootstrap confidence interval**
+(Efron & Tibshirani, "An Introduction to the Bootstrap", 1993, ch. 13): resample each side with
+replacement, take the ratio of the two medians, and read the interval from the resampled ratios'
+percentiles. With several runs on a side the bootstrap has two stages (Davison & Hinkley,
+"Bootstrap Methods and their Application", 1997, sec. 3.8): resample the runs, then values
+within each chosen run, so the interval carries the run-to-run noise, not only the step-to-step
+noise. Every row draws from its own generator, seeded from the seed and the row's name, so a
+result does not depend on which other rows were compared.
+
+A change is **flagged** when its interval excludes zero AND the median moved by at least the
+threshold (default 3%); a time (step, region) must also have moved by at least the noise floor
+(default 0.1 ms per occurrence: below it, a region of a few µs moves by tens of percent with
+the machine's scheduling, and whatever it costs shows in the step time). What a flagged change means depends on the quantity's direction
+(DIRECTIONS, the one table): a longer step is a regression; a counter that changed is a change.
+"""
+from __future__ import annotations
+
+import fnmatch
+import zlib
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .run_figures import STEP, RunFigures
+
+RESAMPLES = 2000
+CONFIDENCE = 0.95
+THRESHOLD = 0.03
+MIN_TIME_CHANGE_S = 1e-4   # a step's or region's median must move by this much to be flagged
+MIN_VALUES = 5             # fewer values on a side: shown, never flagged (too few to resample)
+CHUNK_ELEMENTS = 1 << 20   # bootstrap draws at most this many values at once (bounded memory)
+
+# What "up" means, first match wins (fnmatch on the row's key). Only what is clearly known gets
+# a direction: time a piece of the workload took. Counters and gauges say what changed, not
+# whether it got better (more instructions per second can mean faster or more wasteful code).
+#   lower:   lower is better: up beyond the threshold is a regression, down an improvement
+#   either:  a flagged change is "changed"
+#   context: measures the machine, not the workload (other jobs move it): shown, never flagged
+DIRECTIONS: list[tuple[str, str, str]] = [
+    (STEP, "lower", "a step's wall time: longer steps are slower training"),
+    ("region:*", "lower", "a region's wall time per occurrence"),
+    ("metric:gpu.throttle_time_*", "lower", "time the GPU's clocks were held down"),
+    ("metric:system.*", "context", "machine-wide readings: other load on the host moves them"),
+    ("metric:proc.run_delay", "context", "time runnable but waiting for a CPU: other load on the host"),
+    ("metric:*", "either", "rates of counters and means of gauges: a change, not a verdict"),
+]
+
+
+def direction_of(key: str) -> str:
+    for pattern, direction, _ in DIRECTIONS:
+        if fnmatch.fnmatchcase(key, pattern):
+            return direction
+    return "either"
+
+
+# ---- the statistics --------------------------------------------------------------------------
+
+def _rng(seed: int, name: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+
+def bootstrap_medians(groups: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """`resamples` bootstrap replicates of the median of the pooled values. One group: resample
+    its values (resampled_medians: exact, without drawing the resamples). Several (one per run):
+    resample the groups, then, from each chosen group, as many values as the groups hold on
+    average (each run weighs the same)."""
+    groups = [np.asarray(g, np.float64) for g in groups if len(g)]
+    if len(groups) == 1:
+        return resampled_medians(np.sort(groups[0]), resamples, rng)
+    out = np.empty(resamples)
+    pooled = np.concatenate(groups)
+    sizes = np.array([len(g) for g in groups])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    k = len(groups)
+    per = max(1, int(round(sizes.mean())))
+    step = max(1, CHUNK_ELEMENTS // (k * per))
+    for i in range(0, resamples, step):
+        m = min(step, resamples - i)
+        chosen = rng.integers(0, k, size=(m, k))                       # runs, with replacement
+        within = (rng.random((m, k, per)) * sizes[chosen][:, :, None]).astype(np.int64)
+        idx = offsets[chosen][:, :, None] + within
+        out[i:i + m] = np.median(pooled[idx.reshape(m, k * per)], axis=1)
+    return out
+
+
+def resampled_medians(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """The medians (np.median's: the mean of the two middle values when n is even) of
+    `resamples` samples of n values drawn with replacement from the sorted array x, without
+    drawing them: O(resamples x log n) instead of O(resamples x n).
+
+    A resample puts a Multinomial(n, 1/n) count on each sorted position. Its k-th smallest value
+    sits where the counts' running sum passes k. Find it by halving: the count that falls in the
+    left half of a segment holding c values is Binomial(c, left share); the k-th value is in the
+    left half if that count exceeds k, else it is the (k - count)-th of the right half. For even
+    n the upper middle value follows the lower one until a split sends it right (the lower one
+    was the left half's last): from there it is the smallest value of that right half, found by
+    the same descent (given the split, the halves are independent multinomials)."""
+    n = len(x)
+    lower = (n - 1) // 2
+    a, b = np.zeros(resamples, np.int64), np.full(resamples, n, np.int64)
+    c, r = np.full(resamples, n, np.int64), np.full(resamples, lower, np.int64)
+    parted = np.zeros(resamples, bool)          # even n: the upper middle value went its own way
+    a2, b2, c2 = a.copy(), b.copy(), c.copy()
+    while True:
+        width = b - a
+        if not (width > 1).any():
+            break
+        mid = a + width // 2
+        left = rng.binomial(c, (mid - a) / width)     # width 1: p = 0, nothing moves
+        go = r < left
+        if n % 2 == 0:
+            part = ~parted & (left == r + 1)          # lower is the left half's last value
+            if part.any():
+                a2[part], b2[part], c2[part] = mid[part], b[part], (c - left)[part]
+                parted |= part
+        a, b = np.where(go, a, mid), np.where(go, mid, b)
+        c, r = np.where(go, left, c - left), np.where(go, r, r - left)
+    upper = a.copy()
+    if parted.any():
+        pa, pb, pc_ = a2[parted], b2[parted], c2[parted]
+        pr = np.zeros(len(pa), np.int64)
+        while True:
+            width = pb - pa
+            if not (width > 1).any():
+                break
+            mid = pa + width // 2
+            left = rng.binomial(pc_, (mid - pa) / width)
+            go = pr < left
+            pa, pb = np.where(go, pa, mid), np.where(go, mid, pb)
+            pc_, pr = np.where(go, left, pc_ - left), np.where(go, pr, pr - left)
+        upper[parted] = pa
+    return (x[a] + x[upper]) / 2
+
+
+@dataclass
+class Change:
+    base_median: float | None
+    cand_median: float | None
+    change: float | None               # relative: cand / base - 1
+    ci: tuple[float, float] | None     # of the relative change
+    n_base: int
+    n_cand: int
+
+
+def median_change(base: list[np.ndarray], cand: list[np.ndarray], resamples: int = RESAMPLES,
+                  confidence: float = CONFIDENCE, seed: int = 0, name: str = "") -> Change:
+    """Relative change of the median from `base` to `cand` (each a list of value arrays, one per
+    run) with its percentile bootstrap interval. No interval when a side has no values, or the
+    baseline's median is 0 (no relative change exists)."""
+    b = np.concatenate([np.asarray(x, np.float64) for x in base]) if base else np.empty(0)
+    c = np.concatenate([np.asarray(x, np.float64) for x in cand]) if cand else np.empty(0)
+    if not len(b) or not len(c):
+        return Change(float(np.median(b)) if len(b) else None, float(np.median(c)) if len(c) else None,
+                      None, None, len(b), len(c))
+    mb, mc = float(np.median(b)), float(np.median(c))
+    if mb == 0:
+        return Change(mb, mc, None, None, len(b), len(c))
+    rng = _rng(seed, name)
+    rb = bootstrap_medians(base, resamples, rng)
+    rc = bootstrap_medians(cand, resamples, rng)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = rc / rb - 1.0
+    ratios = ratios[np.isfinite(ratios)]
+    alpha = (1.0 - confidence) / 2
+    ci = (float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha))) if len(ratios) else None
+    return Change(mb, mc, mc / mb - 1.0, ci, len(b), len(c))
+
+
+def judge(ch: Change, direction: str, threshold: float = THRESHOLD, min_abs: float = 0.0) -> str:
+    """regression | improvement | changed (flagged); unchanged; context (a machine-wide reading
+    that moved: shown, never flagged); too few values; no relative change (baseline median 0).
+    min_abs: the smallest move of the median, in the quantity's unit, that can be flagged."""
+    if min(ch.n_base, ch.n_cand) < MIN_VALUES:
+        return "too few values"
+    if ch.change is None or ch.ci is None:
+        return "unchanged" if ch.cand_median == ch.base_median else "no relative change"
+    lo, hi = ch.ci
+    excludes_zero = lo > 0 or hi < 0
+    if not excludes_zero or abs(ch.change) < threshold or abs(ch.cand_median - ch.base_median) < min_abs:
+        return "unchanged"
+    if direction == "context":
+        return "context"          # it moved, but it measures the machine: never flagged
+    if direction == "lower":
+        return "regression" if ch.change > 0 else "improvement"
+    return "changed"
+
+
+FLAGGED = ("regression", "improvement", "changed")
+
+
+# ---- a whole comparison ----------------------------------------------------------------------
+
+@dataclass
+class Row:
+    key: str                       # step_time | region:NAME | metric:NAME
+    rank: int | None               # None: every rank (pooled), or the only one
+    unit: str
+    direction: str
+    status: str                    # judge()'s, or "only in baseline" / "only in candidate"
+    base_median: float | None = None
+    cand_median: float | None = None
+    change: float | None = None
+    ci: tuple[float, float] | None = None
+    n_base: int = 0
+    n_cand: int = 0
+    base_total: float | None = None    # deltas: the run's total (mean over a side's runs)
+    cand_total: float | None = None
+    verdict: tuple[str, str] | None = None   # the classifier's (baseline, candidate) for this scope
+    note: str = ""
+
+    @property
+    def flagged(self) -> bool:
+        return self.status in FLAGGED
+
+
+@dataclass
+class Side:
+    paths: list[str]
+    ids: list[str]
+    command: list[str]
+    ranks: list[list[int]]
+    verdicts: list[str]            # each run's overall verdict, described
+    verdict: str                   # the most common one
+
+
+@dataclass
+class Comparison:
+    baseline: Side
+    candidate: Side
+    settings: dict[str, Any]
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def regressions(self) -> list[Row]:
+        return [r for r in self.rows if r.status == "regression"]
+
+    @property
+    def flagged(self) -> list[Row]:
+        return [r for r in self.rows if r.flagged]
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["regressions"] = len(self.regressions)
+        out["flagged"] = len(self.flagged)
+        out["directions"] = [{"pattern": p, "direction": d, "why": w} for p, d, w in DIRECTIONS]
+        return out
+
+
+def _verdict_word(v) -> str:
+    if v is None:
+        return "none"
+    if v.verdict == "unknown" and v.undecided:
+        return "unknown (" + "|".join(v.undecided) + ")"
+    return v.verdict
+
+
+def _side(runs: list[RunFigures]) -> Side:
+    words = [_verdict_word(r.verdict) for r in runs]
+    common = Counter(words).most_common(1)[0][0] if words else "none"
+    return Side([r.path for r in runs], [r.run_id for r in runs], runs[0].command if runs else [],
+                [r.ranks for r in runs], words, common)
+
+
+def _gather(runs: list[RunFigures], key: str, rank: int | None) -> list[np.ndarray]:
+    """One value array per run that has this quantity. Rank None, all ranks: for a step or region
+    that every rank ran equally often, the ranks' mean per occurrence (in a synchronous job the
+    ranks' steps are one step each: pooling them would count each step once per rank and make
+    the interval too narrow); otherwise the ranks' values pooled."""
+    out = []
+    for r in runs:
+        by_rank = r.times.get(key) if not key.startswith("metric:") else r.metrics.get(key[7:])
+        if not by_rank:
+            continue
+        if rank is None:
+            arrays = [a for a in by_rank.values() if len(a)]
+            if arrays and not key.startswith("metric:") and len({len(a) for a in arrays}) == 1:
+                out.append(np.mean(np.vstack(arrays), axis=0))
+            elif arrays:
+                out.append(np.concatenate(arrays))
+        elif rank in by_rank and len(by_rank[rank]):
+            out.append(by_rank[rank])
+    return out
+
+
+def _total(runs: list[RunFigures], metric: str, rank: int | None) -> float | None:
+    vals = []
+    for r in runs:
+        t = r.totals.get(metric)
+        if not t:
+            continue
+        if rank is None:
+            vals.append(sum(t.values()))
+        elif rank in t:
+            vals.append(t[rank])
+    return float(np.mean(vals)) if vals else None
+
+
+def _scope_verdict(runs: list[RunFigures], key: str) -> str | None:
+    words = [_verdict_word(r.scope_verdicts[key]) for r in runs if key in r.scope_verdicts]
+    return Counter(words).most_common(1)[0][0] if words else None
+
+
+def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: float = THRESHOLD,
+            resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0,
+            min_time_change_s: float = MIN_TIME_CHANGE_S) -> Comparison:
+    """Every quantity either side has, per rank and (multi-rank runs) over all ranks. Nothing is
+    dropped: a quantity one side lacks is a row that says so."""
+    cmp = Comparison(_side(baseline), _side(candidate), {
+        "threshold": threshold, "resamples": resamples, "confidence": confidence, "seed": seed,
+        "statistic": "relative change of the median, percentile bootstrap interval",
+        "window_s": max([r.window_s for r in baseline + candidate] or [0.0]),
+        "min_values": MIN_VALUES, "min_time_change_s": min_time_change_s})
+    b_ranks = sorted({x for r in baseline for x in r.ranks})
+    c_ranks = sorted({x for r in candidate for x in r.ranks})
+    multi = len(b_ranks) > 1 or len(c_ranks) > 1
+    if b_ranks != c_ranks:
+        cmp.notes.append(
+            f"different ranks: baseline {_ranks_text(b_ranks)}, candidate {_ranks_text(c_ranks)}; "
+            "rows of ranks on one side only say so, and the all-ranks rows pool different rank sets")
+    for side, runs in (("baseline", baseline), ("candidate", candidate)):
+        counts = sorted({len(r.ranks) for r in runs})
+        if len(counts) > 1:
+            cmp.notes.append(f"the {side} runs have different rank counts ({', '.join(map(str, counts))})")
+    ranks = sorted(set(b_ranks) | set(c_ranks))
+
+    time_keys = sorted({k for r in baseline + candidate for k in r.times}, key=lambda k: (k != STEP, k))
+    metric_keys = sorted({f"metric:{m}" for r in baseline + candidate for m in r.metrics})
+    units = {}
+    for r in baseline + candidate:
+        for m, u in r.units.items():
+            units.setdefault(f"metric:{m}", u)
+    for key in time_keys + metric_keys:
+        unit = "s" if not key.startswith("metric:") else units.get(key, "")
+        direction = direction_of(key)
+        verdict = None
+        if not key.startswith("metric:"):
+            vb, vc = _scope_verdict(baseline, key), _scope_verdict(candidate, key)
+            if vb or vc:
+                verdict = (vb or "none", vc or "none")
+        with_data = [r for r in ranks if _gather(baseline, key, r) or _gather(candidate, key, r)]
+        # the all-ranks row where several ranks have it; per-rank rows in multi-rank runs
+        scopes = ([None] if len(with_data) != 1 or not multi else []) + (with_data if multi else [])
+        for rank in scopes:
+            b, c = _gather(baseline, key, rank), _gather(candidate, key, rank)
+            if not b and not c:
+                continue
+            row = Row(key, rank, unit, direction, "", verdict=verdict if rank == scopes[0] else None)
+            if key.startswith("metric:"):
+                row.base_total, row.cand_total = _total(baseline, key[7:], rank), _total(candidate, key[7:], rank)
+            if not b or not c:
+                row.status = "only in candidate" if not b else "only in baseline"
+                vals = np.concatenate(b or c)
+                if row.status == "only in candidate":
+                    row.cand_median, row.n_cand = float(np.median(vals)), len(vals)
+                else:
+                    row.base_median, row.n_base = float(np.median(vals)), len(vals)
+                cmp.rows.append(row)
+                continue
+            ch = median_change(b, c, resamples, confidence, seed, f"{key}@{rank}")
+            row.base_median, row.cand_median, row.change, row.ci = ch.base_median, ch.cand_median, ch.change, ch.ci
+            row.n_base, row.n_cand = ch.n_base, ch.n_cand
+            floor = 0.0 if key.startswith("metric:") else min_time_change_s
+            row.status = judge(ch, direction, threshold, floor)
+            if row.status == "unchanged" and judge(ch, direction, threshold) in FLAGGED:
+                row.note = f"moved less than the {floor * 1e3:g} ms noise floor"
+            if row.status == "too few values":
+                row.note = f"fewer than {MIN_VALUES} values on a side"
+            elif row.status == "no relative change":
+                row.note = "the baseline's median is 0"
+            cmp.rows.append(row)
+    missing_b = sorted({k for k in metric_keys if not any(k[7:] in r.metrics for r in baseline)})
+    missing_c = sorted({k for k in metric_keys if not any(k[7:] in r.metrics for r in candidate)})
+    for side, keys in (("baseline", missing_b), ("candidate", missing_c)):
+        if keys:
+            cmp.notes.append(f"metrics the {side} does not have: " + ", ".join(k[7:] for k in keys))
+    if not any(r.times for r in baseline + candidate):
+        cmp.notes.append("no steps or regions in either side (mark them with counterprof.region(), "
+                         "counterprof.step() or --torch): metrics only")
+    return cmp
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    if not ranks:
+        return "none"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 2:
+        return f"{len(ranks)} ({ranks[0]}-{ranks[-1]})"
+    return f"{len(ranks)} ({', '.join(map(str, ranks))})"

@@ -1,0 +1,386 @@
+"""A run reduced to what `compare` and `history` compare: per-step and per-region durations, each
+metric's value per time window (per rank), and the classifier's verdicts. Pure: it takes the
+run's meta, catalog, a way to stream each rank's samples and the spans table; it reads no files.
+
+One streaming pass over the samples (Arrow batches into dense numpy accumulators: memory is
+bounded by metrics x cells, not by the run's length or rank count) gives both:
+- per rank, each metric per window (`window_ns`): deltas as a rate over the time the window's
+  samples cover (sum / (last end - first start)), gauges and ratios as the mean of the window's
+  samples. A window with an unknown (null) delta reading is left out, never read as 0;
+- summed over ranks, the classifier's input (signals.RunData) at a resolution of at most
+  MAX_CELLS buckets per metric, so that `signals()`/`classify()` give the verdicts exactly as
+  `counterprof report` computes them (which buckets at the finest sampling interval: identical
+  for runs shorter than MAX_CELLS intervals, coarser only beyond).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from . import intervals as iv
+from .classify import Verdict, classify
+from .signals import RunData, Series, load_spans, signals
+from .thresholds import value
+
+MAX_CELLS = 4000           # verdict resolution: buckets per metric (bounds memory and time)
+WINDOWS = 200              # default: aim for this many metric windows per run (enough values
+#                            for a bootstrap interval) ...
+MIN_SAMPLES_PER_WINDOW = 2  # ... but never fewer than 2 sampling intervals per window
+MAX_VERDICT_REGIONS = 50   # regions that get their own verdict (by total time), like report's 20
+REGION_CATEGORIES = ("region", "annotation")
+STEP = "step_time"
+KEY_SIGNALS = ("cpu_busy", "ipc", "gpu_util", "gpm_tensor", "gpm_dram", "gpu_idle", "cpu_collective",
+               "io_bytes_per_s", "run_queue_wait")
+
+
+@dataclass
+class RunFigures:
+    """One run, reduced. Keys of `times`: "step_time" and "region:NAME" ("region:NAME (GPU)" for
+    GPU-side annotations); of `metrics`: the metric's name."""
+
+    path: str
+    run_id: str
+    command: list[str]
+    ranks: list[int]
+    window_s: float
+    start_ns: int = 0
+    end_ns: int = 0
+    times: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)    # key -> rank -> s
+    metrics: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)  # metric -> rank -> per window
+    units: dict[str, str] = field(default_factory=dict)        # metric -> unit of its per-window values
+    kinds: dict[str, str] = field(default_factory=dict)        # metric -> delta | gauge | ratio
+    totals: dict[str, dict[int, float]] = field(default_factory=dict)   # delta metric -> rank -> sum
+    verdict: Verdict | None = None                             # the whole run
+    scope_verdicts: dict[str, Verdict] = field(default_factory=dict)    # "step_time", "region:NAME"
+    scope_signals: dict[str, dict[str, float]] = field(default_factory=dict)  # "run" and the scopes
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def collector_intervals_ns(meta: dict[str, Any]) -> list[int]:
+    """Sampling intervals of the collectors that ran (config interval_ms), in ns."""
+    out = []
+    for c in (meta.get("collectors") or {}).values():
+        cfg = (c or {}).get("config")
+        if (c or {}).get("status", "ok") == "ok" and isinstance(cfg, dict) and cfg.get("interval_ms"):
+            out.append(int(float(cfg["interval_ms"]) * 1e6))
+    return out
+
+
+def default_window_ns(meta: dict[str, Any], start_ns: int, end_ns: int) -> int:
+    """Metric windows for one run: about WINDOWS of them, each at least MIN_SAMPLES_PER_WINDOW of
+    the slowest collector's intervals (and at least 100 ms). compare takes the largest over the
+    runs it compares, so that every run's rates average over the same length of time."""
+    slowest = max(collector_intervals_ns(meta) or [100_000_000])
+    return int(max(MIN_SAMPLES_PER_WINDOW * slowest, (end_ns - start_ns) / WINDOWS, 100_000_000))
+
+
+def time_bounds(meta: dict[str, Any], batches: Callable[[], Iterable[pa.RecordBatch]]) -> tuple[int, int]:
+    """The run's first and last ns: from meta.json, or (a recovered run has no end) the samples."""
+    lo, hi = meta.get("start_ns"), meta.get("end_ns")
+    if isinstance(lo, int) and isinstance(hi, int) and hi > lo:
+        return lo, hi
+    lo = hi = None
+    for b in batches():
+        if b.num_rows == 0:
+            continue
+        mm = pc.min_max(b["time"].cast(pa.int64())).as_py()
+        lo = mm["min"] if lo is None else min(lo, mm["min"])
+        hi = mm["max"] if hi is None else max(hi, mm["max"])
+    if lo is None:
+        s = meta.get("start_ns") or 0
+        return s, s
+    return (min(lo, meta["start_ns"]) if isinstance(meta.get("start_ns"), int) else lo), hi
+
+
+class _Cells:
+    """Dense per-(metric, cell) accumulators: sum and count of known values, unknowns, first
+    covered ns (time - duration) and last time. Grows when a new metric appears."""
+
+    def __init__(self, ncells: int):
+        self.ncells = ncells
+        self.names: list[str] = []
+        self.sum = np.zeros((0, ncells))
+        self.count = np.zeros((0, ncells), np.int64)
+        self.nulls = np.zeros((0, ncells), np.int64)
+        self.first = np.zeros((0, ncells), np.int64)
+        self.last = np.zeros((0, ncells), np.int64)
+
+    _NONE_FIRST = np.iinfo(np.int64).max
+    _NONE_LAST = np.iinfo(np.int64).min
+
+    def _grow(self, rows: int) -> None:
+        add = rows - self.sum.shape[0]
+        if add <= 0:
+            return
+        n = self.ncells
+        self.sum = np.vstack([self.sum, np.zeros((add, n))])
+        self.count = np.vstack([self.count, np.zeros((add, n), np.int64)])
+        self.nulls = np.vstack([self.nulls, np.zeros((add, n), np.int64)])
+        self.first = np.vstack([self.first, np.full((add, n), self._NONE_FIRST, np.int64)])
+        self.last = np.vstack([self.last, np.full((add, n), self._NONE_LAST, np.int64)])
+
+    def ids(self, names: list[str], index: dict[str, int]) -> np.ndarray:
+        out = []
+        for n in names:
+            i = index.get(n)
+            if i is None:
+                i = index[n] = len(self.names)
+                self.names.append(n)
+            out.append(i)
+        self._grow(len(self.names))
+        return np.asarray(out, np.int64)
+
+    def add(self, metric_ids: np.ndarray, cells: np.ndarray, t: np.ndarray, first: np.ndarray,
+            values: np.ndarray, known: np.ndarray | None) -> None:
+        """known: which values are not null (None: all of them, the usual case)."""
+        n = self.ncells
+        size = len(self.names) * n
+        key = metric_ids * n + cells
+        if known is None:
+            self.sum.reshape(-1)[:] += np.bincount(key, weights=values, minlength=size)
+            self.count.reshape(-1)[:] += np.bincount(key, minlength=size)
+        else:
+            self.sum.reshape(-1)[:] += np.bincount(key, weights=np.where(known, values, 0.0), minlength=size)
+            rows = np.bincount(key, minlength=size)
+            good = np.bincount(key, weights=known, minlength=size).astype(np.int64)
+            self.count.reshape(-1)[:] += good
+            self.nulls.reshape(-1)[:] += rows - good
+        np.minimum.at(self.first.reshape(-1), key, first)
+        np.maximum.at(self.last.reshape(-1), key, t)
+
+    def merge_into(self, other: "_Cells", index: dict[str, int]) -> None:
+        """Add these cells (one rank's) into `other` (all ranks')."""
+        ids = other.ids(self.names, index)
+        other.sum[ids] += self.sum
+        other.count[ids] += self.count
+        other.nulls[ids] += self.nulls
+        other.first[ids] = np.minimum(other.first[ids], self.first)
+        other.last[ids] = np.maximum(other.last[ids], self.last)
+
+    def seen(self) -> np.ndarray:
+        return (self.count + self.nulls) > 0
+
+
+def _rate_unit(unit: str) -> tuple[float, str]:
+    """Per-second rates of a delta: (factor, unit). Time spent per second is in s/s (CPUs)."""
+    if unit == "ns":
+        return 1e-9, "s/s"
+    if unit == "s":
+        return 1.0, "s/s"
+    if unit in ("", "count"):
+        return 1.0, "/s"
+    return 1.0, f"{unit}/s"
+
+
+def window_values(cells: _Cells, k: int, kinds: dict[str, str]) -> dict[str, np.ndarray]:
+    """Each metric's value per window of k cells (NaN-free: empty and unknown windows left out)."""
+    m, n = cells.sum.shape
+    nw = -(-n // k)
+    pad = nw * k - n
+
+    def fold(a, fill, how):
+        if pad:
+            a = np.concatenate([a, np.full((m, pad), fill, a.dtype)], axis=1)
+        return how(a.reshape(m, nw, k), axis=2)
+
+    s = fold(cells.sum, 0.0, np.sum)
+    c = fold(cells.count, 0, np.sum)
+    u = fold(cells.nulls, 0, np.sum)
+    first = fold(cells.first, _Cells._NONE_FIRST, np.min)
+    last = fold(cells.last, _Cells._NONE_LAST, np.max)
+    out = {}
+    for i, name in enumerate(cells.names):
+        if kinds.get(name, "delta") == "delta":
+            span = (last[i] - first[i]).astype(np.float64)
+            ok = (c[i] > 0) & (u[i] == 0) & (span > 0)
+            vals = s[i][ok] / (span[ok] / 1e9)
+        else:
+            ok = c[i] > 0
+            vals = s[i][ok] / c[i][ok]
+        out[name] = vals
+    return out
+
+
+def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ranks: list[int],
+                 catalog: dict[str, dict[str, Any]], start_ns: int, end_ns: int, window_ns: int,
+                 finest_ns: int) -> tuple[dict, dict, dict, RunData]:
+    """One pass over every rank's samples. Returns (per-window values: metric -> rank -> array,
+    totals: delta metric -> rank -> sum, units, RunData for the classifier)."""
+    bucket = max(finest_ns, -(-(end_ns - start_ns) // MAX_CELLS), 1_000_000)
+    k = max(1, window_ns // bucket)
+    bucket = window_ns // k                       # windows are whole numbers of cells
+    ncells = max(1, -(-(end_ns - start_ns) // bucket))
+    kinds = {name: (m or {}).get("kind", "delta") for name, m in catalog.items()}
+    allranks = _Cells(ncells)
+    all_index: dict[str, int] = {}
+    per_window: dict[str, dict[int, np.ndarray]] = {}
+    totals: dict[str, dict[int, float]] = {}
+    for rank in ranks:
+        cells = _Cells(ncells)
+        index: dict[str, int] = {}
+        for b in batches_of_rank(rank):
+            if b.num_rows == 0:
+                continue
+            metric = b["metric"]
+            if isinstance(metric, pa.ChunkedArray):
+                metric = metric.combine_chunks()
+            if pa.types.is_dictionary(metric.type):
+                ids = cells.ids(metric.dictionary.to_pylist(), index)[
+                    metric.indices.fill_null(0).to_numpy(zero_copy_only=False)]
+            else:
+                names = pc.unique(metric).to_pylist()
+                ids = cells.ids(names, index)[pc.index_in(metric, pa.array(names)).to_numpy()]
+            t = b["time"].cast(pa.int64()).to_numpy(zero_copy_only=False)
+            dur = b["duration_ns"]
+            dur = (dur.fill_null(0) if dur.null_count else dur).to_numpy(zero_copy_only=False)
+            val = b["value"]
+            if val.null_count:
+                known = val.is_valid().to_numpy(zero_copy_only=False)
+                v = val.fill_null(0.0).to_numpy(zero_copy_only=False)
+            else:
+                known, v = None, val.to_numpy(zero_copy_only=False)
+            # a reading stamped at a cell's end (deltas are stamped at their interval's end) is that cell's
+            cell = np.clip((t - start_ns - 1) // bucket, 0, ncells - 1)
+            cells.add(ids, cell, t, t - dur, v, known)
+        for name, vals in window_values(cells, k, kinds).items():
+            factor = _rate_unit((catalog.get(name) or {}).get("unit", ""))[0] if kinds.get(name, "delta") == "delta" else 1.0
+            per_window.setdefault(name, {})[rank] = vals * factor
+        for i, name in enumerate(cells.names):
+            if kinds.get(name, "delta") == "delta":
+                totals.setdefault(name, {})[rank] = float(cells.sum[i].sum())
+        cells.merge_into(allranks, all_index)
+    units = {}
+    for name in per_window:
+        unit = (catalog.get(name) or {}).get("unit", "")
+        units[name] = _rate_unit(unit)[1] if kinds.get(name, "delta") == "delta" else unit
+    return per_window, totals, units, _run_data(allranks, kinds, catalog, len(ranks))
+
+
+def _run_data(cells: _Cells, kinds: dict[str, str], catalog: dict[str, dict[str, Any]], ranks: int) -> RunData:
+    """The classifier's input from the all-ranks cells, as signals.load_samples would build it."""
+    data = RunData(ranks=max(1, ranks))
+    seen = cells.seen()
+    lo, hi = None, None
+    for i, name in enumerate(cells.names):
+        idx = np.nonzero(seen[i])[0]
+        if not len(idx):
+            continue
+        kind = kinds.get(name, "delta")
+        s, c, u = cells.sum[i][idx], cells.count[i][idx], cells.nulls[i][idx]
+        if kind == "delta":    # any unknown member makes the sum unknown
+            vals = np.where(u > 0, np.nan, s).astype(np.float64)
+        else:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                vals = np.where(c > 0, s / np.maximum(c, 1), np.nan).astype(np.float64)
+        starts, ends = cells.first[i][idx].astype(np.int64), cells.last[i][idx].astype(np.int64)
+        data.series[name] = Series(kind, starts, ends, vals)
+        data.sources[name] = (catalog.get(name) or {}).get("source", "")
+        lo = int(starts.min()) if lo is None else min(lo, int(starts.min()))
+        hi = int(ends.max()) if hi is None else max(hi, int(ends.max()))
+    if lo is not None:
+        data.start_ns, data.end_ns = lo, hi
+    return data
+
+
+def span_times(spans: pa.Table) -> dict[str, dict[int, np.ndarray]]:
+    """Durations (s) of every step and region occurrence, per key and rank."""
+    out: dict[str, dict[int, np.ndarray]] = {}
+    if spans.num_rows == 0:
+        return out
+    cat = spans["category"].cast(pa.string())
+    keep = pc.is_in(cat, pa.array(["step", *REGION_CATEGORIES]))
+    t = spans.filter(keep)
+    if t.num_rows == 0:
+        return out
+    cat = t["category"].cast(pa.string())
+    gpu = pc.is_valid(t["device"])
+    name = t["name"]
+    key = pc.if_else(pc.equal(cat, "step"), pa.scalar(STEP),
+                     pc.binary_join_element_wise("region:", name,
+                                                 pc.if_else(gpu, pa.scalar(" (GPU)"), pa.scalar("")), ""))
+    dur = pc.divide(pc.subtract(t["end"].cast(pa.int64()), t["start"].cast(pa.int64())).cast(pa.float64()), 1e9)
+    rank = t["rank"] if "rank" in t.column_names else pa.array(np.zeros(t.num_rows, np.int32))
+    g = pa.table({"key": key, "rank": rank, "dur": dur}).group_by(["key", "rank"], use_threads=False) \
+        .aggregate([("dur", "list")])
+    for k, r, d in zip(g["key"].to_pylist(), g["rank"].to_pylist(), g["dur_list"].to_pylist()):
+        out.setdefault(k, {})[int(r)] = np.asarray(d, np.float64)
+    return out
+
+
+def verdicts(data: RunData) -> tuple[Verdict | None, dict[str, Verdict], dict[str, dict[str, float]]]:
+    """The run's verdict, the step's and each region's (the MAX_VERDICT_REGIONS longest), and the
+    key signals over each of those scopes (what `history` keeps)."""
+    if data.end_ns <= data.start_ns:
+        return None, {}, {}
+    whole = [(data.start_ns, data.end_ns)]
+    sig = signals(data, whole)
+    overall = classify(sig, "run")
+    scope_signals = {"run": _key_signals(sig)}
+    scoped: dict[str, Verdict] = {}
+    steps = [(n, occ) for n, occ in data.regions.items() if data.region_kind.get(n) == "step"]
+    regions = sorted(((n, occ) for n, occ in data.regions.items() if data.region_kind.get(n) != "step"),
+                     key=lambda kv: iv.total(kv[1]), reverse=True)
+    for name, occ in steps + regions[:MAX_VERDICT_REGIONS]:
+        key = STEP if data.region_kind.get(name) == "step" else f"region:{name}"
+        s = signals(data, occ)
+        scoped[key] = classify(s, key)
+        scope_signals[key] = _key_signals(s)
+    return overall, scoped, scope_signals
+
+
+def _key_signals(sig) -> dict[str, float]:
+    return {k: round(sig[k].value, 6) for k in KEY_SIGNALS if k in sig}
+
+
+def run_figures(path: str, meta: dict[str, Any], catalog: dict[str, dict[str, Any]], ranks: list[int],
+                batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], spans: pa.Table,
+                window_ns: int | None = None, bounds: tuple[int, int] | None = None) -> RunFigures:
+    """Everything compare and history need from one run. `batches_of_rank(r)` streams rank r's
+    samples (time, duration_ns, metric, value); `spans` is the spans table with a "rank" column."""
+    ranks = ranks or [0]
+    if bounds is None:
+        bounds = time_bounds(meta, lambda: (b for r in ranks for b in batches_of_rank(r)))
+    start_ns, end_ns = bounds
+    window_ns = window_ns or default_window_ns(meta, start_ns, end_ns)
+    finest = min(collector_intervals_ns(meta) or [10_000_000])
+    per_window, totals, units, data = samples_pass(batches_of_rank, ranks, catalog, start_ns, end_ns,
+                                                   window_ns, finest)
+    load_spans(data, spans, value("short_kernel_us"))
+    overall, scoped, scope_signals = verdicts(data)
+    kinds = {m: (catalog.get(m) or {}).get("kind", "delta") for m in per_window}
+    return RunFigures(path=path, run_id=str(meta.get("id") or path), command=list(meta.get("command") or []),
+                      ranks=list(ranks), window_s=window_ns / 1e9, start_ns=start_ns, end_ns=end_ns,
+                      times=span_times(spans), metrics=per_window, units=units, kinds=kinds, totals=totals,
+                      verdict=overall, scope_verdicts=scoped, scope_signals=scope_signals, meta=meta)
+
+
+def _word(v: Verdict | None) -> str | None:
+    if v is None:
+        return None
+    if v.verdict == "unknown" and v.undecided:
+        return "unknown (" + "|".join(v.undecided) + ")"
+    return v.verdict
+
+
+def summary_series(f: RunFigures) -> list[tuple[str, float, str, int, str | None]]:
+    """The run as history keeps it: (series, value, unit, n, verdict) rows; names in
+    store/history.py. Medians over every rank's values."""
+    out: list[tuple[str, float, str, int, str | None]] = [
+        ("wall_time", (f.end_ns - f.start_ns) / 1e9, "s", 1, _word(f.verdict))]
+    for key, by_rank in sorted(f.times.items()):
+        vals = np.concatenate([v for v in by_rank.values() if len(v)] or [np.empty(0)])
+        if len(vals):
+            out.append((key, float(np.median(vals)), "s", len(vals), _word(f.scope_verdicts.get(key))))
+    for metric, by_rank in sorted(f.metrics.items()):
+        vals = np.concatenate([v for v in by_rank.values() if len(v)] or [np.empty(0)])
+        if len(vals):
+            out.append((f"metric:{metric}", float(np.median(vals)), f.units.get(metric, ""), len(vals), None))
+    for scope, sig in sorted(f.scope_signals.items()):
+        suffix = "" if scope == "run" else f"@{scope}"
+        for name, v in sorted(sig.items()):
+            out.append((f"signal:{name}{suffix}", float(v), "", 1, None))
+    return out

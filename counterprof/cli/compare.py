@@ -1,0 +1,167 @@
+"""counterprof compare BASELINE CANDIDATE: did the candidate get slower, and what changed.
+
+    counterprof compare base/ cand/                      step time, regions, metrics; the verdicts
+    counterprof compare --baseline 'nightly/a*' --candidate cand1/ cand2/
+    counterprof compare base/ cand/ --fail-on-regression --markdown > comment.md   (CI)
+
+Per quantity: the median's relative change with a bootstrap confidence interval; flagged when
+the interval excludes 0 and the change is at least --threshold. Exit status: 0, or 1 with
+--fail-on-regression when a regression is flagged; 2 for usage errors and for runs of different
+commands (unless --force).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from .common import ArgumentParser, UsageFailure, err, guarded, use_system_allocator
+
+SAMPLE_COLUMNS = ["time", "duration_ns", "metric", "value"]
+
+
+def main(argv: list[str]) -> int:
+    use_system_allocator()
+    return guarded(lambda: _main(argv))
+
+
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(prog="counterprof compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="*", metavar="RUN", help="BASELINE CANDIDATE (two run directories)")
+    p.add_argument("--baseline", nargs="+", metavar="RUN", help="baseline runs (directories or globs)")
+    p.add_argument("--candidate", nargs="+", metavar="RUN", help="candidate runs (directories or globs)")
+    p.add_argument("--threshold", default="3", metavar="PCT",
+                   help="smallest change of the median that is flagged, in percent (default 3)")
+    p.add_argument("--min-time-change-ms", type=float, default=0.1, metavar="MS",
+                   help="a step or region whose median moved by less is not flagged (default 0.1: "
+                        "the noise of timing a few-µs region on a shared machine)")
+    p.add_argument("--resamples", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)")
+    p.add_argument("--confidence", type=float, default=0.95, metavar="P",
+                   help="confidence level of the intervals (default 0.95)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0): same seed, same result")
+    p.add_argument("--window", type=float, metavar="S",
+                   help="length of the metric windows in seconds (default: about 200 per run, at least "
+                        "2 sampling intervals)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    out.add_argument("--markdown", action="store_true", help="print a markdown table (pull-request comments)")
+    p.add_argument("--all", action="store_true", help="show every row, not only steps, regions and flagged ones")
+    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a regression is flagged (CI)")
+    p.add_argument("--force", action="store_true", help="compare runs of different commands")
+    return p
+
+
+def _threshold(text: str, p: ArgumentParser) -> float:
+    try:
+        pct = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise UsageFailure(f"--threshold takes a percentage (3 or 3%), not {text!r}", p.format_usage())
+    if not 0 <= pct < 1000:
+        raise UsageFailure("--threshold must be between 0 and 1000 percent", p.format_usage())
+    return pct / 100
+
+
+def expand(patterns: list[str], p: ArgumentParser) -> list[str]:
+    """Run directories from paths and globs (quoted, so that the shell leaves them to us)."""
+    out: list[str] = []
+    for pat in patterns:
+        if glob.has_magic(pat):
+            hits = sorted(h for h in glob.glob(pat) if Path(h, "meta.json").exists())
+            if not hits:
+                raise UsageFailure(f"no run directory matches {pat!r}", p.format_usage())
+            out.extend(hits)
+        else:
+            out.append(pat)
+    return out
+
+
+def open_run(path: str):
+    """A Run, recovered first when a killed profiler left it (as `counterprof report` does)."""
+    from ..store.reader import Run
+    from ..store.recover import needs_recovery, recover
+    run = Run(path)
+    if needs_recovery(run.meta):
+        rep = recover(run.path)
+        err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
+    return run
+
+
+def figures(run, window_ns: int | None = None, bounds=None):
+    """A run reduced by analysis.run_figures (one streaming pass over its samples)."""
+    from ..analysis.run_figures import run_figures
+    return run_figures(str(run.path), run.meta, run.catalog, run.ranks(),
+                       lambda r: run.batches("samples", SAMPLE_COLUMNS, rank=r),
+                       run.table("spans", with_rank=True), window_ns=window_ns, bounds=bounds)
+
+
+def bounds_of(run) -> tuple[int, int]:
+    from ..analysis.run_figures import time_bounds
+    return time_bounds(run.meta, lambda: run.batches("samples", ["time"]))
+
+
+def _command(run) -> str:
+    return shlex.join(run.meta.get("command") or []) or "(no command)"
+
+
+def _main(argv: list[str]) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.baseline or args.candidate:
+        if args.runs or not (args.baseline and args.candidate):
+            raise UsageFailure("give BASELINE CANDIDATE, or both --baseline RUN... and --candidate RUN...",
+                               p.format_usage())
+        base_paths, cand_paths = expand(args.baseline, p), expand(args.candidate, p)
+    elif len(args.runs) == 2:
+        base_paths, cand_paths = expand([args.runs[0]], p), expand([args.runs[1]], p)
+    else:
+        raise UsageFailure("compare takes two runs: BASELINE CANDIDATE (or --baseline/--candidate)",
+                           p.format_usage())
+    threshold = _threshold(args.threshold, p)
+    if args.resamples < 100:
+        raise UsageFailure("--resamples must be at least 100", p.format_usage())
+    if not 0.5 <= args.confidence < 1:
+        raise UsageFailure("--confidence must be in [0.5, 1)", p.format_usage())
+    if not args.min_time_change_ms >= 0:
+        raise UsageFailure("--min-time-change-ms must be 0 or more", p.format_usage())
+    if args.window is not None and not args.window > 0:
+        raise UsageFailure("--window must be positive", p.format_usage())
+
+    from ..analysis.compare import compare
+    from ..analysis.run_figures import default_window_ns
+    from ..errors import UsageError
+
+    base_runs = [open_run(x) for x in base_paths]
+    cand_runs = [open_run(x) for x in cand_paths]
+    commands = {_command(r) for r in base_runs + cand_runs}
+    if len(commands) > 1 and not args.force:
+        lines = [f"  {side} {r.path}: {_command(r)}" for side, runs in (("baseline ", base_runs),
+                                                                          ("candidate", cand_runs)) for r in runs]
+        raise UsageError("these runs ran different commands, so their figures do not compare:\n"
+                         + "\n".join(lines) + "\n(--force compares them anyway)")
+    bounds = {id(r): bounds_of(r) for r in base_runs + cand_runs}
+    if args.window:
+        window_ns = int(args.window * 1e9)
+    else:   # one window length for every run: rates averaged over the same time
+        window_ns = max(default_window_ns(r.meta, *bounds[id(r)]) for r in base_runs + cand_runs)
+    base = [figures(r, window_ns, bounds[id(r)]) for r in base_runs]
+    cand = [figures(r, window_ns, bounds[id(r)]) for r in cand_runs]
+    cmp = compare(base, cand, threshold=threshold, resamples=args.resamples, confidence=args.confidence,
+                  seed=args.seed, min_time_change_s=args.min_time_change_ms / 1000)
+    if len(commands) > 1:
+        cmp.notes.insert(0, "--force: the runs ran different commands (" + " | ".join(sorted(commands)) + ")")
+
+    from ..render.compare import compare_markdown, compare_text
+    if args.json:
+        json.dump(cmp.to_json(), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    elif args.markdown:
+        sys.stdout.write(compare_markdown(cmp))
+    else:
+        sys.stdout.write(compare_text(cmp, all_rows=args.all))
+    sys.stdout.flush()
+    if args.fail_on_regression and cmp.regressions:
+        err(f"{len(cmp.regressions)} regression(s) flagged (--fail-on-regression)")
+        return 1
+    return 0

@@ -1,0 +1,153 @@
+"""counterprof history: a team's nightly runs in one DuckDB file, with trends and change points.
+
+    counterprof history add RUN [RUN...] --db perf.duckdb      append each run's summary
+    counterprof history show --db perf.duckdb [--metric step_time] [--html trends.html] [--json]
+
+`add` records per run: wall time, step and region times (median) with their verdicts, each
+metric's median, the classifier's key signals, the host (meta.json) and the git revision of the
+run's working directory (`git -C <cwd> rev-parse HEAD`, read when the run is added: add it
+right after the run). `show` prints each series' trend per command with its change points
+(E-divisive, analysis/changepoints.py).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from .common import ArgumentParser, UsageFailure, err, guarded, use_system_allocator
+
+DEFAULT_SHOWN = ("wall_time", "step_time", "region:*", "signal:*")   # --metric picks any series
+
+
+def main(argv: list[str]) -> int:
+    use_system_allocator()
+    return guarded(lambda: _main(argv))
+
+
+def _parser() -> ArgumentParser:
+    p = ArgumentParser(prog="counterprof history", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="action", metavar="{add,show}")
+    a = sub.add_parser("add", help="append runs' summaries to the history file")
+    a.add_argument("runs", nargs="+", metavar="RUN", help="run directories")
+    a.add_argument("--db", required=True, metavar="FILE", help="the DuckDB history file (created if missing)")
+    s = sub.add_parser("show", help="trends per series, with change points")
+    s.add_argument("--db", required=True, metavar="FILE", help="the DuckDB history file")
+    s.add_argument("--metric", action="append", metavar="SERIES",
+                   help="a series or a glob (step_time, region:*, metric:task-clock, signal:cpu_busy); "
+                        "repeatable (default: wall_time, step_time, regions and signals)")
+    s.add_argument("--threshold", default="3", metavar="PCT",
+                   help="smallest median shift that is a change point, in percent (default 3)")
+    s.add_argument("--html", metavar="FILE", help="also write the trends as one self-contained HTML page")
+    s.add_argument("--json", action="store_true", help="print the trends as JSON")
+    return p
+
+
+def git_revision(cwd: str | None) -> str | None:
+    """HEAD of the checkout the run was started in, if it is one (and git is installed)."""
+    if not cwd or not Path(cwd).is_dir():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", cwd, "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    rev = out.stdout.strip()
+    return rev if out.returncode == 0 and rev else None
+
+
+def _record(path: str):
+    from .. import __version__
+    from ..analysis.run_figures import summary_series
+    from ..store.history import RunRecord, command_text
+    from .compare import figures, open_run
+    run = open_run(path)
+    meta = run.meta
+    f = figures(run)
+    if f.verdict is None and not f.times:
+        err(f"{run.path}: no samples or spans: only its wall time and command are recorded")
+    host = (meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else meta.get("host")
+    return RunRecord(
+        run_id=str(meta.get("id") or run.path.name), path=str(run.path.resolve()), start_ns=meta.get("start_ns"),
+        start_time=meta.get("start_time"), command=command_text(meta.get("command")), host=host,
+        git_rev=git_revision(meta.get("cwd")), ranks=len(run.ranks()),
+        duration_s=(f.end_ns - f.start_ns) / 1e9, verdict=summary_series(f)[0][4] or "none",
+        counterprof_version=meta.get("counterprof_version") or __version__, figures=summary_series(f))
+
+
+def _add(args) -> int:
+    from ..store.history import add, connect
+    records = [_record(p) for p in args.runs]          # read every run before writing anything
+    con = connect(args.db)
+    try:
+        for path, rec in zip(args.runs, records):
+            seq, added = add(con, rec)
+            if added:
+                rev = f", git {rec.git_rev[:12]}" if rec.git_rev else ", no git revision (cwd is not a checkout)"
+                err(f"{path}: added as run {seq} ({len(rec.figures)} series, verdict {rec.verdict}{rev})")
+            else:
+                err(f"{path}: already in {args.db} as run {seq}; not added again")
+    finally:
+        con.close()
+    return 0
+
+
+def _show(args, p) -> int:
+    from ..store.history import connect, series_names, trends
+    from .compare import _threshold
+    threshold = _threshold(args.threshold, p)
+    if not Path(args.db).exists():
+        raise UsageFailure(f"{args.db}: no such history file (`counterprof history add RUN --db "
+                           f"{args.db}` creates it)", p.format_usage())
+    con = connect(args.db, read_only=True)
+    try:
+        patterns = args.metric or list(DEFAULT_SHOWN)
+        found = []
+        names = series_names(con)
+        for pat in patterns:
+            got = [t for t in trends(con, pat) if args.metric or "@" not in t.series]
+            if not got and args.metric:
+                alt = [f"metric:{pat}", f"signal:{pat}", f"region:{pat}"]
+                got = [t for a in alt for t in trends(con, a)]
+            if not got and args.metric:
+                from ..errors import UsageError
+                raise UsageError(f"no series {pat!r} in {args.db}; it has: {', '.join(names[:40])}"
+                                 + (" ..." if len(names) > 40 else ""))
+            found.extend(t for t in got if (t.command, t.series) not in {(x.command, x.series) for x in found})
+        from ..store.history import run_count
+        runs = run_count(con)
+    finally:
+        con.close()
+    from ..analysis.changepoints import change_points
+    found.sort(key=lambda t: (t.command, _order(t.series), t.series))
+    points = [change_points(t.values, threshold=threshold) for t in found]
+    from ..render.history import history_json, history_text
+    if args.json:
+        json.dump(history_json(found, points, threshold), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(history_text(args.db, runs, found, points, threshold))
+    if args.html:
+        from ..render.history_html import history_html
+        with open(args.html, "w") as f:
+            f.write(history_html(args.db, found, points, threshold))
+        err(f"HTML trends: {args.html}")
+    return 0
+
+
+def _order(series: str) -> int:
+    for i, prefix in enumerate(("wall_time", "step_time", "region:", "signal:", "metric:")):
+        if series.startswith(prefix):
+            return i
+    return 9
+
+
+def _main(argv: list[str]) -> int:
+    p = _parser()
+    args = p.parse_args(argv)
+    if args.action == "add":
+        return _add(args)
+    if args.action == "show":
+        return _show(args, p)
+    raise UsageFailure("history takes add or show", p.format_usage())

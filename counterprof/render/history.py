@@ -1,0 +1,101 @@
+"""`counterprof history show` as text and JSON: one line per series per command, a sparkline of
+its trend and its change points. Formats; computes nothing."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..analysis.changepoints import ChangePoint
+from ..store.history import Trend, command_display
+from .compare import fmt_value
+
+SPARK = "▁▂▃▄▅▆▇█"
+MAX_POINTS = 40        # sparkline: the newest values
+
+
+def sparkline(values: list[float], marks: set[int] = frozenset()) -> str:
+    vals = values[-MAX_POINTS:]
+    offset = len(values) - len(vals)
+    finite = [v for v in vals if math.isfinite(v)]
+    if not finite:
+        return ""
+    lo, hi = min(finite), max(finite)
+    out = []
+    for i, v in enumerate(vals):
+        if not math.isfinite(v):
+            out.append(" ")
+            continue
+        out.append("|" if (i + offset) in marks and i else "")
+        out.append(SPARK[0] if hi == lo else SPARK[min(7, int((v - lo) / (hi - lo) * 8))])
+    return "".join(out)
+
+
+def _run_label(run: dict[str, Any]) -> str:
+    bits = [f"run {run['seq']}"]
+    if run.get("start_time"):
+        bits.append(str(run["start_time"])[:10])
+    if run.get("git_rev"):
+        bits.append(f"rev {run['git_rev'][:8]}")
+    return bits[0] + (f" ({', '.join(bits[1:])})" if len(bits) > 1 else "")
+
+
+def change_text(t: Trend, cp: ChangePoint) -> str:
+    change = f"{100 * cp.change:+.1f}%" if cp.change is not None else "from 0"
+    return (f"{_run_label(t.runs[cp.index])}: {change} "
+            f"({fmt_value(cp.before, t.unit)} → {fmt_value(cp.after, t.unit)})")
+
+
+def _verdicts(t: Trend) -> str:
+    words = [v for v in t.verdicts if v]
+    if not words:
+        return ""
+    first, last = words[0], words[-1]
+    return first if first == last else f"{first} → {last}"
+
+
+def history_text(db: str, runs: int, trends: list[Trend], points: list[list[ChangePoint]],
+                 threshold: float) -> str:
+    lines = [f"counterprof history: {db}, {runs} run{'s' if runs != 1 else ''}"]
+    command = None
+    table: list[tuple[str, ...]] = []
+
+    def flush():
+        if not table:
+            return
+        head = ("series", "runs", "first", "latest", "median", "trend (oldest → newest)", "verdict", "change points")
+        widths = [max(len(r[i]) for r in [head, *table]) for i in range(len(head))]
+        for r in [head, *table]:
+            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        table.clear()
+
+    for t, cps in zip(trends, points):
+        if t.command != command:
+            flush()
+            command = t.command
+            n = len({s for x in trends if x.command == command for s in x.seqs})
+            hosts = sorted({r["host"] for x in trends if x.command == command for r in x.runs if r["host"]})
+            lines += ["", f"command: {command_display(command)}  ({n} run{'s' if n != 1 else ''}; host{'s' if len(hosts) != 1 else ''} "
+                          f"{', '.join(hosts) or 'unknown'})"]
+        finite = [v for v in t.values if math.isfinite(v)]
+        median = sorted(finite)[len(finite) // 2] if finite else None
+        table.append((t.series, str(len(t.values)), fmt_value(finite[0] if finite else None, t.unit),
+                      fmt_value(finite[-1] if finite else None, t.unit), fmt_value(median, t.unit),
+                      sparkline(t.values, {c.index for c in cps}), _verdicts(t),
+                      "; ".join(change_text(t, c) for c in cps) or "none"))
+    flush()
+    if not trends:
+        lines.append("no series to show")
+    lines.append(f"change points: E-divisive (energy statistic, permutation test p < 0.05) with a median "
+                 f"shift of at least {100 * threshold:g}%; '|' in a trend marks one")
+    return "\n".join(lines) + "\n"
+
+
+def history_json(trends: list[Trend], points: list[list[ChangePoint]], threshold: float) -> dict[str, Any]:
+    return {"threshold": threshold, "method": "e-divisive, permutation test, alpha 0.05",
+            "series": [{"command": command_display(t.command), "series": t.series, "unit": t.unit,
+                        "points": [{**r, "value": (v if math.isfinite(v) else None), "verdict": vd}
+                                   for r, v, vd in zip(t.runs, t.values, t.verdicts)],
+                        "change_points": [{"index": c.index, "run": t.runs[c.index], "before": c.before,
+                                           "after": c.after, "change": c.change, "p_value": c.p_value}
+                                          for c in cps]}
+                       for t, cps in zip(trends, points)]}

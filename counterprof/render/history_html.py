@@ -1,0 +1,95 @@
+"""`counterprof history show --html`: the trends as one self-contained page (inline SVG and CSS,
+no scripts, nothing fetched), like `report --html`. One plot per series per command: the values
+in run order, each point coloured by the scope's verdict, change points as dashed red lines
+with the shift, and a tooltip per point (run, date, git revision, host, value). Formats only."""
+from __future__ import annotations
+
+import html
+import math
+
+from ..analysis.changepoints import ChangePoint
+from ..store.history import Trend, command_display
+from .compare import fmt_value
+from .report_html import COLORS, CSS
+
+W, H, PAD, TOP = 900, 150, 56, 14
+
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _color(verdict: str | None) -> str:
+    if not verdict:
+        return "#333"
+    return COLORS.get(verdict.split(" ")[0], COLORS["unknown"])
+
+
+def _plot(t: Trend, cps: list[ChangePoint]) -> str:
+    pts = [(i, v) for i, v in enumerate(t.values) if math.isfinite(v)]
+    if not pts:
+        return ""
+    lo, hi = min(v for _, v in pts), max(v for _, v in pts)
+    if hi == lo:
+        lo, hi = lo - (abs(lo) * 0.05 or 1), hi + (abs(hi) * 0.05 or 1)
+    span = hi - lo
+    lo, hi = lo - 0.08 * span, hi + 0.08 * span
+    n = len(t.values)
+    x = lambda i: PAD + (W - 2 * PAD) * (i / max(n - 1, 1))      # noqa: E731
+    y = lambda v: TOP + (H - TOP - 24) * (1 - (v - lo) / (hi - lo))  # noqa: E731
+    poly = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in pts)
+    dots = []
+    for i, v in pts:
+        r = t.runs[i]
+        tip = (f"run {r['seq']} {r.get('run_id') or ''} · {r.get('start_time') or ''} · "
+               f"rev {(r.get('git_rev') or '-')[:12]} · {r.get('host') or ''} · {fmt_value(v, t.unit)}"
+               + (f" · {t.verdicts[i]}" if t.verdicts[i] else ""))
+        dots.append(f'<circle class="pt" cx="{x(i):.1f}" cy="{y(v):.1f}" r="3.5" fill="{_color(t.verdicts[i])}">'
+                    f'<title>{_e(tip)}</title></circle>')
+    marks = []
+    cuts = [0] + [c.index for c in cps] + [n]
+    for k, c in enumerate(cps):
+        xc = (x(c.index - 1) + x(c.index)) / 2
+        change = f"{100 * c.change:+.1f}%" if c.change is not None else "from 0"
+        marks.append(f'<line class="cp" x1="{xc:.1f}" y1="{TOP - 6}" x2="{xc:.1f}" y2="{H - 24}" '
+                     f'stroke="#d62728" stroke-dasharray="4 3" stroke-width="1.5"/>'
+                     f'<text x="{xc + 3:.1f}" y="{TOP + 2}" font-size="11" fill="#d62728">{_e(change)}</text>')
+    for k in range(len(cuts) - 1 if cps else 0):     # each segment's median, between change points
+        a, b = cuts[k], cuts[k + 1]
+        med = cps[k].before if k < len(cps) else cps[-1].after
+        marks.append(f'<line x1="{x(a):.1f}" y1="{y(med):.1f}" x2="{x(b - 1):.1f}" y2="{y(med):.1f}" '
+                     f'stroke="#d62728" stroke-opacity="0.35" stroke-width="3"/>')
+    first, last = t.runs[0], t.runs[-1]
+    vmax, vmin = max(v for _, v in pts), min(v for _, v in pts)
+    axis = (f'<line x1="{PAD}" y1="{H - 24}" x2="{W - PAD}" y2="{H - 24}" stroke="#ccc"/>'
+            f'<text x="2" y="{y(vmax) + 4:.1f}" font-size="10">{_e(fmt_value(vmax, t.unit))}</text>'
+            f'<text x="2" y="{y(vmin) + 4:.1f}" font-size="10">{_e(fmt_value(vmin, t.unit))}</text>'
+            f'<text x="{PAD}" y="{H - 8}" font-size="10">{_e(str(first.get("start_time") or "")[:10])} run {first["seq"]}</text>'
+            f'<text x="{W - PAD}" y="{H - 8}" font-size="10" text-anchor="end">run {last["seq"]} '
+            f'{_e(str(last.get("start_time") or "")[:10])}</text>')
+    cp_text = "; ".join(f"run {t.runs[c.index]['seq']}: "
+                        + (f"{100 * c.change:+.1f}%" if c.change is not None else "from 0") for c in cps)
+    return (f'<h3>{_e(t.series)} <span class="dim">{_e(t.unit)} · {len(pts)} runs'
+            f'{" · change points: " + _e(cp_text) if cps else ""}</span></h3>'
+            f'<svg class="trend" data-series="{_e(t.series)}" width="{W}" height="{H}" role="img">'
+            f'{axis}<polyline fill="none" stroke="#888" stroke-width="1.2" points="{poly}"/>'
+            f'{"".join(marks)}{"".join(dots)}</svg>')
+
+
+def history_html(db: str, trends: list[Trend], points: list[list[ChangePoint]], threshold: float) -> str:
+    legend = "".join(f"<span><svg width='10' height='10' style='display:inline'><rect width='10' height='10' "
+                     f"fill='{c}'/></svg> {_e(k)}</span>" for k, c in COLORS.items())
+    body = [f"<h1>counterprof history: {_e(db)}</h1>",
+            f"<div class='dim'>points: one run each, coloured by the verdict of the series' scope; dashed red: "
+            f"a change point (E-divisive, permutation test p &lt; 0.05, median shift ≥ {100 * threshold:g}%)</div>",
+            f"<div class='legend dim'>{legend}</div>"]
+    command = None
+    for t, cps in zip(trends, points):
+        if t.command != command:
+            command = t.command
+            body.append(f"<h2>{_e(command_display(command))}</h2>")
+        body.append(_plot(t, cps))
+    if not trends:
+        body.append("<p>no series to show</p>")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>counterprof history: {_e(db)}</title>"
+            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")

@@ -1,0 +1,157 @@
+"""The history file: a DuckDB database of runs' summaries (`counterprof history`).
+
+    runs     one row per added run: when, what command, which host and git revision, its verdict
+    figures  one row per series per run (the series names below), with the scope's verdict
+
+Series names:
+    wall_time                       the run's wall time (s); verdict: the run's
+    step_time                       median step duration (s); verdict: the steps'
+    region:NAME                     median duration of the region's occurrences (s); its verdict
+    metric:NAME                     median of the metric's per-window value over all ranks
+                                    (rates per second for counters, means for gauges)
+    signal:NAME                     a classifier signal over the whole run (cpu_busy, gpu_util, ...)
+    signal:NAME@step_time, signal:NAME@region:NAME   the same over the steps / a region
+
+duckdb is imported here only (the `history` extra); nothing else in counterprof needs it.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import CounterprofError, UsageError
+
+SCHEMA = [
+    """CREATE TABLE IF NOT EXISTS runs (
+        seq INTEGER PRIMARY KEY, run_id VARCHAR, path VARCHAR, start_ns BIGINT, start_time VARCHAR,
+        added_at TIMESTAMP, command VARCHAR, host VARCHAR, git_rev VARCHAR, ranks INTEGER,
+        duration_s DOUBLE, verdict VARCHAR, counterprof_version VARCHAR)""",
+    """CREATE TABLE IF NOT EXISTS figures (
+        seq INTEGER, series VARCHAR, value DOUBLE, unit VARCHAR, n BIGINT, verdict VARCHAR)""",
+]
+
+
+class HistoryError(CounterprofError):
+    """The history file cannot be opened or written."""
+
+
+def connect(path: str, read_only: bool = False):
+    try:
+        import duckdb
+    except ImportError:
+        raise UsageError("counterprof history needs duckdb (a dependency of counterprof): reinstall counterprof "
+                         "(or pip install duckdb)") from None
+    try:
+        con = duckdb.connect(path, read_only=read_only)
+    except duckdb.IOException as exc:
+        raise HistoryError(f"cannot open the history file {path}: {exc} (is another process "
+                           "writing it? DuckDB allows one writer at a time)") from None
+    except duckdb.Error as exc:
+        raise HistoryError(f"{path} is not a usable DuckDB file: {exc}") from None
+    if not read_only:
+        for stmt in SCHEMA:
+            con.execute(stmt)
+    else:
+        names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+        if not {"runs", "figures"} <= names:
+            raise HistoryError(f"{path} holds no counterprof history (no runs/figures tables); "
+                               "`counterprof history add RUN --db FILE` creates one")
+    return con
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    path: str
+    start_ns: int | None
+    start_time: str | None
+    command: str
+    host: str | None
+    git_rev: str | None
+    ranks: int
+    duration_s: float | None
+    verdict: str
+    counterprof_version: str | None
+    figures: list[tuple[str, float, str, int, str | None]] = field(default_factory=list)
+
+
+def add(con, rec: RunRecord) -> tuple[int, bool]:
+    """Append a run; (its seq, True), or (the existing seq, False) when it is already there
+    (same run id, start and host)."""
+    row = con.execute("SELECT seq FROM runs WHERE run_id = ? AND start_ns IS NOT DISTINCT FROM ? "
+                      "AND host IS NOT DISTINCT FROM ?", [rec.run_id, rec.start_ns, rec.host]).fetchone()
+    if row:
+        return int(row[0]), False
+    seq = int(con.execute("SELECT coalesce(max(seq), 0) + 1 FROM runs").fetchone()[0])
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+            seq, rec.run_id, rec.path, rec.start_ns, rec.start_time,
+            _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None), rec.command, rec.host, rec.git_rev,
+            rec.ranks, rec.duration_s, rec.verdict, rec.counterprof_version])
+        if rec.figures:
+            con.executemany("INSERT INTO figures VALUES (?, ?, ?, ?, ?, ?)",
+                            [[seq, s, v, u, n, vd] for s, v, u, n, vd in rec.figures])
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return seq, True
+
+
+@dataclass
+class Trend:
+    command: str
+    series: str
+    unit: str
+    seqs: list[int]
+    values: list[float]
+    verdicts: list[str | None]
+    runs: list[dict[str, Any]]         # per point: seq, run_id, start_time, git_rev, host
+
+
+def trends(con, pattern: str | None = None) -> list[Trend]:
+    """Every series (or those whose name matches the glob `pattern`), per command, in the order
+    the runs started (then the order they were added)."""
+    where, params = "", []
+    if pattern:
+        where = "WHERE f.series GLOB ?"
+        params = [pattern]
+    rows = con.execute(f"""
+        SELECT r.command, f.series, f.unit, r.seq, f.value, f.verdict, r.run_id, r.start_time, r.git_rev,
+               r.host
+        FROM figures f JOIN runs r USING (seq) {where}
+        ORDER BY r.command, f.series, r.start_ns NULLS LAST, r.seq""", params).fetchall()
+    out: dict[tuple[str, str], Trend] = {}
+    for command, series, unit, seq, v, verdict, run_id, start_time, rev, host in rows:
+        t = out.get((command, series))
+        if t is None:
+            t = out[(command, series)] = Trend(command, series, unit or "", [], [], [], [])
+        t.seqs.append(seq)
+        t.values.append(v if v is not None else float("nan"))
+        t.verdicts.append(verdict)
+        t.runs.append({"seq": seq, "run_id": run_id, "start_time": start_time, "git_rev": rev, "host": host})
+    return list(out.values())
+
+
+def series_names(con) -> list[str]:
+    return [r[0] for r in con.execute("SELECT DISTINCT series FROM figures ORDER BY series").fetchall()]
+
+
+def run_count(con) -> int:
+    return int(con.execute("SELECT count(*) FROM runs").fetchone()[0])
+
+
+def command_text(command: list[str] | None) -> str:
+    return json.dumps(list(command or []))
+
+
+def command_display(text: str) -> str:
+    """The stored command (a JSON list) as a shell line."""
+    import shlex
+    try:
+        return shlex.join(json.loads(text)) or "(no command)"
+    except (ValueError, TypeError):
+        return str(text)

@@ -1,0 +1,163 @@
+"""`counterprof history`: real runs added to a DuckDB file (git revision from the run's working
+directory, host from meta.json), trends with change points on a synthetic nightly series, and
+the HTML page in a real headless browser."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import zlib
+
+import numpy as np
+import pytest
+
+from helpers import PYTHON, REPO, run_cli
+
+duckdb = pytest.importorskip("duckdb")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+WORKLOAD = str(REPO / "tests" / "step_workloads.py")
+
+
+def git(cwd, *args):
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_add_and_show_real_runs_with_their_git_revision(tmp_path):
+    repo = tmp_path / "checkout"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    (repo / "README").write_text("x\n")
+    git(repo, "add", "README")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "init")
+    head = git(repo, "rev-parse", "HEAD")
+    db = tmp_path / "perf.duckdb"
+    for name, extra in (("night1", "0"), ("night2", "20")):
+        env = dict(os.environ, COUNTERPROF_TEST_EXTRA_MS=extra)
+        proc = run_cli("run", "-q", "-I", "10", "-o", str(tmp_path / name), "--", PYTHON, WORKLOAD,
+                       "steps", "20", "5", "20", cwd=repo, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    add = run_cli("history", "add", str(tmp_path / "night1"), str(tmp_path / "night2"), "--db", str(db))
+    assert add.returncode == 0, add.stderr
+    assert "added as run 1" in add.stderr and "added as run 2" in add.stderr and f"git {head[:12]}" in add.stderr
+    again = run_cli("history", "add", str(tmp_path / "night1"), "--db", str(db))
+    assert again.returncode == 0 and "already in" in again.stderr
+
+    con = duckdb.connect(str(db), read_only=True)
+    runs = con.execute("SELECT seq, run_id, git_rev, host, command, ranks, verdict FROM runs ORDER BY seq").fetchall()
+    meta = json.loads((tmp_path / "night1" / "meta.json").read_text())
+    assert [r[1] for r in runs] == ["night1", "night2"]
+    assert {r[2] for r in runs} == {head} and {r[3] for r in runs} == {meta["host"]["hostname"]}
+    assert json.loads(runs[0][4]) == meta["command"] and runs[0][5] == 1 and runs[0][6]
+    series = {r[0] for r in con.execute("SELECT series FROM figures").fetchall()}
+    assert {"wall_time", "step_time", "region:compute", "region:io", "metric:task-clock",
+            "signal:cpu_busy", "signal:cpu_busy@step_time"} <= series
+    steps = con.execute("SELECT value, n, verdict FROM figures WHERE series = 'step_time' ORDER BY seq").fetchall()
+    con.close()
+    assert 0.024 < steps[0][0] < 0.060 and steps[0][1] == 20 and steps[0][2]    # 5 ms spin + 20 ms sleep
+    assert steps[1][0] > steps[0][0] + 0.015                                     # + 20 ms
+
+    show = run_cli("history", "show", "--db", str(db), "--metric", "step_time", "--json")
+    assert show.returncode == 0, show.stderr
+    (s,) = json.loads(show.stdout)["series"]
+    assert [p["run_id"] for p in s["points"]] == ["night1", "night2"] and s["points"][0]["git_rev"] == head
+    assert s["change_points"] == []                 # two runs: too few to call a change
+    text = run_cli("history", "show", "--db", str(db))
+    assert text.returncode == 0 and "step_time" in text.stdout and "region:io" in text.stdout
+    assert "metric:task-clock" not in text.stdout   # metrics on request: --metric 'metric:*'
+    assert "metric:task-clock" in run_cli("history", "show", "--db", str(db), "--metric", "metric:*").stdout
+
+
+def nightly_db(path, n=24, change_at=14, seed=3):
+    """A history of n nightly runs whose step time rises 30% at run change_at (added in the
+    order they ran) through the same store API `history add` uses."""
+    from counterprof.store.history import RunRecord, add, connect
+    rng = np.random.default_rng(seed)
+    con = connect(str(path))
+    for i in range(n):
+        slow = i >= change_at
+        step = 0.100 * (1.3 if slow else 1.0) * (1 + rng.normal(0, 0.01))
+        add(con, RunRecord(f"nightly-{i}", f"/runs/{i}", 1_700_000_000_000_000_000 + i * 86_400 * 10**9,
+                           f"2024-05-{i + 1:02d}T02:00:00+0000", '["python", "train.py"]', "ci-1",
+                           f"{i:040x}", 2, 600.0, "host" if slow else "compute", "0.1.0",
+                           [("step_time", step, "s", 500, "host" if slow else "compute"),
+                            ("region:forward", 0.04 * (1 + rng.normal(0, 0.01)), "s", 500, "compute"),
+                            ("signal:cpu_busy", 0.9 + rng.normal(0, 0.005), "", 1, None)]))
+    con.close()
+
+
+def test_show_flags_the_step_change_of_a_nightly_series(tmp_path):
+    db = tmp_path / "nightly.duckdb"
+    nightly_db(db)
+    proc = run_cli("history", "show", "--db", str(db), "--json")
+    assert proc.returncode == 0, proc.stderr
+    by = {s["series"]: s for s in json.loads(proc.stdout)["series"]}
+    (cp,) = by["step_time"]["change_points"]
+    assert cp["index"] == 14 and cp["run"]["run_id"] == "nightly-14" and cp["change"] == pytest.approx(0.3, abs=0.03)
+    assert cp["run"]["git_rev"] == f"{14:040x}"
+    assert by["region:forward"]["change_points"] == [] and by["signal:cpu_busy"]["change_points"] == []
+    text = run_cli("history", "show", "--db", str(db), "--metric", "step_time")
+    assert text.returncode == 0
+    line = next(x for x in text.stdout.splitlines() if x.strip().startswith("step_time"))
+    assert "run 15 (2024-05-15, rev 00000000): +" in line and "|" in line and "compute → host" in line
+    assert 27 < float(line.split("rev 00000000): +")[1].split("%")[0]) < 33
+
+
+def test_show_errors_exit_with_a_message(tmp_path):
+    proc = run_cli("history", "show", "--db", str(tmp_path / "none.duckdb"))
+    assert proc.returncode == 2 and "no such history file" in proc.stderr
+    db = tmp_path / "n.duckdb"
+    nightly_db(db, n=6)
+    proc = run_cli("history", "show", "--db", str(db), "--metric", "nope")
+    assert proc.returncode == 2 and "no series 'nope'" in proc.stderr and "step_time" in proc.stderr
+    assert run_cli("history", "show", "--db", str(db), "--metric", "cpu_busy").returncode == 0   # signal:cpu_busy
+    proc = run_cli("history", "add", str(tmp_path / "not-a-run"), "--db", str(db))
+    assert proc.returncode == 1 and "no such run directory" in proc.stderr
+    proc = run_cli("history")
+    assert proc.returncode == 2
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).close()
+    proc = run_cli("history", "show", "--db", str(other))
+    assert proc.returncode == 1 and "holds no counterprof history" in proc.stderr
+    for p in (proc,):
+        assert "Traceback" not in p.stderr
+
+
+def _png_ink(png: bytes) -> float:
+    """Share of the screenshot's raw scanline bytes that are not white (as test_report.py)."""
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    while pos < len(png):
+        length, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        if kind == b"IDAT":
+            idat += png[pos + 8:pos + 8 + length]
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    return sum(1 for b in raw if b != 0xFF) / len(raw)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (.ci/run installs it)")
+def test_the_html_trends_render_in_a_browser(tmp_path):
+    db = tmp_path / "nightly.duckdb"
+    nightly_db(db)
+    html = tmp_path / "trends.html"
+    proc = run_cli("history", "show", "--db", str(db), "--metric", "*", "--html", str(html))
+    assert proc.returncode == 0, proc.stderr
+    text = html.read_text()
+    assert "http://" not in text and "https://" not in text and "<script" not in text   # self-contained
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", html.as_uri()], capture_output=True, text=True,
+                         timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert dom.stdout.count('class="trend"') == 3
+    assert dom.stdout.count('class="pt"') == 3 * 24
+    assert dom.stdout.count('class="cp"') == 1
+    assert 27 < float(dom.stdout.split('fill="#d62728">+')[1].split("%")[0]) < 33
+    shot = tmp_path / "shot.png"
+    out = subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", "--window-size=1000,900", html.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and shot.exists(), out.stderr[-2000:]
+    assert _png_ink(shot.read_bytes()) > 0.01, "the screenshot is blank"
