@@ -7,42 +7,35 @@ from /proc/PID/task/TID/children, not a scan of all of /proc.
 from __future__ import annotations
 
 import os
+from collections import deque
 
 
 # where launchers put a process's rank: torchrun/torch.distributed, Open MPI, MPICH/PMI, Slurm
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (one we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def tree_pids(root: int, proc: str = "/proc") -> set[int]:
     """root and every live descendant; empty when root is gone."""
-    if not os.path.exists(f"{proc}/{root}"):
-        return set()
-    seen = {root}
-    stack = [root]
-    while stack:
-        pid = stack.pop()
-        try:
-            tids = os.listdir(f"{proc}/{pid}/task")
-        except OSError:
-            continue                     # exited meanwhile
-        for tid in tids:
-            try:
-                with open(f"{proc}/{pid}/task/{tid}/children") as f:
-                    children = f.read().split()
-            except OSError:
-                continue
-            for child in map(int, children):
-                if child not in seen:
-                    seen.add(child)
-                    stack.append(child)
-    return seen
+    return set(tree_order(root, proc))
 
 
 def tree_order(root: int, proc: str = "/proc") -> list[int]:
-    """root and its live descendants, parents before their children."""
-    out, queue, seen = [], [root], {root}
+    """root and its live descendants, parents before their children (breadth first, through
+    every thread's /proc/PID/task/TID/children); a process that exits meanwhile is left out."""
+    out, queue, seen = [], deque([root]), {root}
     while queue:
-        pid = queue.pop(0)
+        pid = queue.popleft()
         try:
             tids = os.listdir(f"{proc}/{pid}/task")
         except OSError:

@@ -65,3 +65,15 @@ def use_system_allocator() -> None:
     long run peak ~30 MB lower. (The context manager leaves the user's process alone.)"""
     import pyarrow as pa
     pa.set_memory_pool(pa.system_memory_pool())
+
+
+def open_run(path: str):
+    """A Run, recovered first when a killed profiler left it (and saying so): what every
+    subcommand that reads a run opens it with."""
+    from ..store.reader import Run
+    from ..store.recover import needs_recovery, recover
+    run = Run(path)
+    if needs_recovery(run.meta):
+        rep = recover(run.path)
+        err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
+    return run

@@ -17,7 +17,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from .common import ArgumentParser, UsageFailure, err, guarded, use_system_allocator
+from .common import ArgumentParser, UsageFailure, err, guarded, open_run, use_system_allocator
 
 SAMPLE_COLUMNS = ["time", "duration_ns", "metric", "value"]
 
@@ -75,17 +75,6 @@ def expand(patterns: list[str], p: ArgumentParser) -> list[str]:
         else:
             out.append(pat)
     return out
-
-
-def open_run(path: str):
-    """A Run, recovered first when a killed profiler left it (as `counterprof report` does)."""
-    from ..store.reader import Run
-    from ..store.recover import needs_recovery, recover
-    run = Run(path)
-    if needs_recovery(run.meta):
-        rep = recover(run.path)
-        err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
-    return run
 
 
 def figures(run, window_ns: int | None = None, bounds=None):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .common import ArgumentParser, UsageFailure, err, guarded, use_system_allocator
+from .common import ArgumentParser, UsageFailure, err, guarded, open_run, use_system_allocator
 
 BATCH_ROWS = 64 * 1024
 BIG_JSON = 1 << 30      # beyond about this much JSON the browser UI runs out of memory
@@ -278,16 +278,10 @@ def _main(argv: list[str]) -> int:
 
     from ..errors import RunDirectoryError
     from ..render.perfetto import PLAN_COLUMNS, SAMPLE_COLUMNS, SPAN_COLUMNS, TraceWriter
-    from ..store.reader import Run
-    from ..store.recover import needs_recovery, recover
 
     started = time.perf_counter()
-    run = Run(args.run)
+    run = open_run(args.run)
     meta = run.meta
-    if needs_recovery(meta):
-        rep = recover(run.path)
-        err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
-        meta = run.meta
     parts = list_parts(run)
     if not any(parts.values()):
         raise RunDirectoryError(

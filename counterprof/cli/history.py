@@ -61,7 +61,8 @@ def _record(path: str):
     from .. import __version__
     from ..analysis.run_figures import summary_series
     from ..store.history import RunRecord, command_text
-    from .compare import figures, open_run
+    from .common import open_run
+    from .compare import figures
     run = open_run(path)
     meta = run.meta
     f = figures(run)

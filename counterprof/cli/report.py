@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import ArgumentParser, err, guarded, use_system_allocator
+from .common import ArgumentParser, err, guarded, open_run, use_system_allocator
 
 
 def main(argv: list[str]) -> int:
@@ -34,15 +34,9 @@ def _main(argv: list[str]) -> int:
     from ..analysis.report import ReportInputs, bucket_ns, build_report, regroup
     from ..store.query import RunQuery
     from ..errors import RunDirectoryError
-    from ..store.reader import Run
-    from ..store.recover import needs_recovery, recover
 
-    run = Run(args.run)
+    run = open_run(args.run)
     meta = run.meta
-    if needs_recovery(meta):
-        rep = recover(run.path)
-        err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
-        meta = run.meta
     q = RunQuery(run.path)
     for problem in q.files.skipped:
         err(f"skipped an unreadable file: {problem}")

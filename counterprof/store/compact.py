@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..proctree import pid_alive
 from .journal import JOURNAL, SegmentRead, read_segment, segments
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
@@ -46,13 +47,7 @@ def writer_alive(writer: str) -> bool:
     pid = int(m.group(1))
     if pid == os.getpid():
         return False          # ours: we are compacting because we stopped
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def compact_rank(rank_path: Path, report: CompactionReport | None = None) -> CompactionReport:

@@ -6,6 +6,7 @@ import socket
 from pathlib import Path
 
 from ..errors import RunDirectoryError
+from ..proctree import pid_alive
 from . import rundir
 from .compact import CompactionReport, compact_rank
 
@@ -18,13 +19,7 @@ def writer_alive(meta: dict) -> bool:
         return False
     if not isinstance(pid, int) or pid <= 0:
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def recover(path: str | os.PathLike, force: bool = False) -> CompactionReport:

@@ -1,4 +1,5 @@
 """The C sampling thread on real software counters: ticks, drains, no lost counts."""
+import mmap
 import threading
 import time
 
@@ -55,12 +56,13 @@ def test_one_ms_ticks_and_totals_match_the_counter():
         assert lib.cp_sampler_add_group(s, fd, 1, ffi.new("int32_t[]", [0])) == 0
         before = native.read_group(fd, 1)[3]
         assert lib.cp_sampler_start(s, 1, 4096, 1_000_000) == 0
-        junk = []
         end = time.monotonic() + 0.3
         while time.monotonic() < end:
-            junk.append(bytearray(64 * 1024))     # fresh pages: page faults
-            if len(junk) > 50:
-                junk.clear()
+            # a fresh anonymous mapping faults on every page touched (malloc'd memory may
+            # reuse pages an earlier test already faulted in)
+            with mmap.mmap(-1, 64 * 4096) as m:
+                for off in range(0, 64 * 4096, 4096):
+                    m[off] = 1
         lib.cp_sampler_stop(s)
         after = native.read_group(fd, 1)[3]
         rows = drain(s, lib.cp_sampler_pending(s))

@@ -1,8 +1,9 @@
-"""Time and peak RSS of `counterprof export` on a large synthetic run, side by side with reading
-the same run (the floor: every sample and span read once, nothing written).
+"""Time and peak RSS of `counterprof report` and `counterprof export` on a large synthetic run,
+side by side with reading the same run (the floor: every sample and span read once, nothing
+computed or written).
 
     python tests/bench/synthetic_run.py -o /tmp/big --ranks 64 --minutes 10 --hz 100 --metrics 20
-    python tests/bench/export_big.py /tmp/big --rounds 3
+    python tests/bench/big_run.py /tmp/big --rounds 3
 
 Each measurement is a fresh process (wall time from outside, peak RSS from getrusage of the
 child); every round runs each mode once, in random order; the table shows medians over the
@@ -57,8 +58,11 @@ def main() -> None:
     args = p.parse_args()
     out_dir = Path(tempfile.mkdtemp(prefix="export-bench-"))
     cp = [sys.executable, "-m", "counterprof", "export", args.run, "--perfetto"]
+    report = [sys.executable, "-m", "counterprof", "report", args.run]
     modes = {
         "read the run (floor)": [sys.executable, "-c", READ_ONLY, args.run],
+        "report": report,
+        "report --json": report + ["--json"],
         "export --perfetto t.json.gz": cp + [str(out_dir / "t.json.gz")],
         "export --window 300:310 (every rank)": cp + [str(out_dir / "w.json.gz"), "--window", "300:310"],
         "export --ranks 0": cp + [str(out_dir / "r.json.gz"), "--ranks", "0"],
