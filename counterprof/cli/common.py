@@ -67,12 +67,13 @@ def use_system_allocator() -> None:
     pa.set_memory_pool(pa.system_memory_pool())
 
 
-def open_run(path: str):
+def open_run(path: str, skip_unreadable: bool = False):
     """A Run, recovered first when a killed profiler left it (and saying so): what every
-    subcommand that reads a run opens it with."""
+    subcommand that reads a run opens it with. skip_unreadable: leave out unreadable Parquet
+    files (the subcommand names them from run.skipped)."""
     from ..store.reader import Run
     from ..store.recover import needs_recovery, recover
-    run = Run(path)
+    run = Run(path, skip_unreadable=skip_unreadable)
     if needs_recovery(run.meta):
         rep = recover(run.path)
         err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")

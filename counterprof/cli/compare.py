@@ -121,8 +121,8 @@ def _main(argv: list[str]) -> int:
     from ..analysis.run_figures import default_window_ns
     from ..errors import UsageError
 
-    base_runs = [open_run(x) for x in base_paths]
-    cand_runs = [open_run(x) for x in cand_paths]
+    base_runs = [open_run(x, skip_unreadable=True) for x in base_paths]
+    cand_runs = [open_run(x, skip_unreadable=True) for x in cand_paths]
     commands = {_command(r) for r in base_runs + cand_runs}
     if len(commands) > 1 and not args.force:
         lines = [f"  {side} {r.path}: {_command(r)}" for side, runs in (("baseline ", base_runs),
@@ -138,6 +138,10 @@ def _main(argv: list[str]) -> int:
     cand = [figures(r, window_ns, bounds[id(r)]) for r in cand_runs]
     cmp = compare(base, cand, threshold=threshold, resamples=args.resamples, confidence=args.confidence,
                   seed=args.seed, min_time_change_s=args.min_time_change_ms / 1000)
+    for r in base_runs + cand_runs:
+        for why in r.skipped:
+            err(f"skipped an unreadable file: {why}")
+            cmp.notes.append(f"left out, unreadable: {why}")
     if len(commands) > 1:
         cmp.notes.insert(0, "--force: the runs ran different commands (" + " | ".join(sorted(commands)) + ")")
 

@@ -63,9 +63,11 @@ def _record(path: str):
     from ..store.history import RunRecord, command_text
     from .common import open_run
     from .compare import figures
-    run = open_run(path)
+    run = open_run(path, skip_unreadable=True)
     meta = run.meta
     f = figures(run)
+    for why in run.skipped:
+        err(f"skipped an unreadable file (its rows are not in the summary): {why}")
     if f.verdict is None and not f.times:
         err(f"{run.path}: no samples or spans: only its wall time and command are recorded")
     host = (meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else meta.get("host")

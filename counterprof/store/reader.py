@@ -21,10 +21,17 @@ from .rundir import CATALOG, META, is_run, rank_dirs, read_json
 
 
 class Run:
-    """A run directory. `samples()` and `summary()` read it; nothing here writes."""
+    """A run directory. `samples()` and `summary()` read it; nothing here writes.
 
-    def __init__(self, path: str | os.PathLike):
+    An unreadable Parquet file (a damaged disk, a partial copy between hosts) stops a read with
+    a RunDirectoryError naming it; with skip_unreadable=True it is left out instead (what was
+    read of it before the damage stays) and named in `skipped`, for the subcommands that say
+    so and go on."""
+
+    def __init__(self, path: str | os.PathLike, skip_unreadable: bool = False):
         self.path = Path(path)
+        self.skip_unreadable = skip_unreadable
+        self.skipped: list[str] = []          # "path: why", once each
         if not self.path.is_dir():
             raise RunDirectoryError(f"{self.path}: no such run directory")
         if not is_run(self.path):
@@ -61,6 +68,13 @@ class Run:
     def ranks(self) -> list[int]:
         return [r for r, _ in rank_dirs(self.path)]
 
+    def _unreadable(self, f: Path, exc: Exception) -> None:
+        if not self.skip_unreadable:
+            raise RunDirectoryError(f"{f} is unreadable ({exc}); move it aside to read "
+                                    "the rest of the run") from exc
+        if not any(w.startswith(f"{f}: ") for w in self.skipped):
+            self.skipped.append(f"{f}: {exc}")
+
     def table(self, name: str, rank: int | None = None, with_rank: bool = False) -> pa.Table:
         """One of the run's tables (samples, spans), all ranks or one, sorted by time."""
         schema = TABLES[name]
@@ -72,8 +86,8 @@ class Run:
                 try:
                     t = pq.read_table(f)
                 except (pa.ArrowInvalid, OSError) as exc:
-                    raise RunDirectoryError(f"{f} is unreadable ({exc}); move it aside to read "
-                                            "the rest of the run") from exc
+                    self._unreadable(f, exc)
+                    continue
                 parts.append(_with_rank(t, r, with_rank))
             batches = [b for s in segments(d) if s.table == name for b in read_segment(s.path)]
             if batches:
@@ -93,8 +107,11 @@ class Run:
             if rank is not None and r != rank:
                 continue
             for f in sorted(d.glob(f"{name}-*.parquet")):
-                yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(
-                    batch_size=batch_rows, columns=columns)
+                try:
+                    yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(
+                        batch_size=batch_rows, columns=columns)
+                except (pa.ArrowInvalid, OSError) as exc:
+                    self._unreadable(f, exc)
             for s in segments(d):
                 if s.table == name:
                     for b in read_segment(s.path):

@@ -70,3 +70,30 @@ def test_corrupt_partition_is_skipped_and_named(tmp_path, real_run):
     assert rep.returncode == 0, rep.stderr
     assert "skipped an unreadable file" in rep.stderr and "samples-broken.parquet" in rep.stderr
     assert json.loads(rep.stdout)["overall"]["verdict"] in ("unknown", "compute", "memory", "host")
+
+
+def test_compare_and_history_skip_a_corrupt_file_and_name_it(tmp_path, real_run):
+    import shutil
+    from counterprof.errors import RunDirectoryError
+    from counterprof.store.reader import Run
+    run_dir = tmp_path / "copy"
+    shutil.copytree(real_run.path, run_dir)
+    broken = run_dir / "rank=0" / "samples-broken.parquet"
+    broken.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(RunDirectoryError, match="samples-broken.parquet"):   # strict by default
+        Run(run_dir).table("samples")
+    lenient = Run(run_dir, skip_unreadable=True)
+    assert lenient.table("samples").num_rows == real_run.samples().num_rows
+    assert sum(b.num_rows for b in lenient.batches("samples")) == real_run.samples().num_rows
+    assert len(lenient.skipped) == 1 and "samples-broken.parquet" in lenient.skipped[0]
+
+    proc = run_cli("compare", str(real_run.path), str(run_dir), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "skipped an unreadable file" in proc.stderr and "samples-broken.parquet" in proc.stderr
+    j = json.loads(proc.stdout)
+    assert any("samples-broken.parquet" in n for n in j["notes"])
+    tc = next(r for r in j["rows"] if r["key"] == "metric:task-clock" and r["rank"] is None)
+    assert tc["status"] == "unchanged" and tc["change"] == pytest.approx(0, abs=1e-9)   # the same rows
+    proc = run_cli("history", "add", str(run_dir), "--db", str(tmp_path / "h.duckdb"))
+    assert proc.returncode == 0, proc.stderr
+    assert "samples-broken.parquet" in proc.stderr and "added as run 1" in proc.stderr
