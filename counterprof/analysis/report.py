@@ -49,6 +49,7 @@ class Report:
     gpu_breakdown: dict[str, Any] | None = None     # analysis.breakdown, summed over ranks
     rank_verdicts: list[Verdict] = field(default_factory=list)   # one per rank (scope "rank N")
     rank_analysis: dict[str, Any] | None = None     # analysis.ranks: steps, stragglers, skew
+    rank_notes: list[str] = field(default_factory=list)   # e.g. metrics that some ranks lack
     next_steps: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -205,6 +206,7 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
     if inputs.rank_buckets is not None and inputs.rank_buckets.num_rows and \
             "rank" in inputs.rank_buckets.column_names:
         rb = inputs.rank_buckets
+        report.rank_notes.extend(metric_set_notes(rb))
         for r in sorted(pc.unique(rb["rank"]).to_pylist()):
             if r is None or r < 0:
                 continue
@@ -226,6 +228,32 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
                 f"{next(f.slowest_in for f in analysis.ranks if f.rank == analysis.straggler)} of "
                 f"{analysis.steps} steps: the others wait {analysis.straggler_lag_s * 1e3:.1f} ms per step "
                 "for it in collectives"))
+
+
+def metric_set_notes(rank_buckets: pa.Table, most: int = 8) -> list[str]:
+    """Ranks with different metric sets, said once per group of ranks lacking the same metrics
+    (a collector that failed or was not attached on some ranks; GPU metrics live in the rank
+    that owns the GPU). Their per-rank verdicts rest on fewer signals."""
+    by_rank: dict[int, set[str]] = {}
+    for r, m in zip(rank_buckets["rank"].to_pylist(), rank_buckets["metric"].cast(pa.string()).to_pylist()):
+        if r is not None and r >= 0:
+            by_rank.setdefault(r, set()).add(m)
+    if len(by_rank) < 2:
+        return []
+    everything = set().union(*by_rank.values())
+    lacking: dict[tuple[str, ...], list[int]] = {}
+    for r, have in sorted(by_rank.items()):
+        gone = tuple(sorted(everything - have))
+        if gone:
+            lacking.setdefault(gone, []).append(r)
+    notes = []
+    for gone, ranks in sorted(lacking.items(), key=lambda kv: kv[1]):
+        names = ", ".join(gone[:most]) + (f" and {len(gone) - most} more" if len(gone) > most else "")
+        who = (f"rank {ranks[0]} lacks" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))} lack")
+        whose = "its verdict rests" if len(ranks) == 1 else "their verdicts rest"
+        notes.append(f"{who} {names}, which other ranks have: {whose} on fewer signals "
+                     "(a collector that failed or was not attached there: see meta.json)")
+    return notes
 
 
 def _gpu_breakdown(spans: pa.Table):

@@ -117,6 +117,8 @@ def report_html(r: Report) -> str:
             for rank in sorted(set(figs) | set(verdicts)))
         body.append("<h2>ranks</h2><table><tr><th>rank</th><th>breakdown</th><th>verdict</th><th>step (mean)</th>"
                     f"<th>straggler in</th><th>collectives/step</th><th>waited/step</th></tr>{rows}</table>")
+        notes = (r.rank_analysis or {}).get("notes", []) + r.rank_notes
+        body.extend(f"<div class='ev'>{_e(n)}</div>" for n in notes)
     rows = "".join(f"<tr><td>{_e(n)}</td><td>{_e(c.get('status'))}</td><td>{_e(c.get('reason', ''))}</td></tr>"
                    for n, c in r.collectors.items())
     body.append(f"<h2>collectors</h2><table>{rows}</table>")

@@ -97,6 +97,8 @@ def report_renderable(r: Report):
         if r.rank_analysis:
             for note in r.rank_analysis.get("notes", []):
                 parts.append(Text(f"  {note}", style="dim"))
+        for note in r.rank_notes:
+            parts.append(Text(f"  {note}", style="dim"))
 
     t = Table(title="collectors", title_justify="left", box=None, pad_edge=False)
     t.add_column("collector")

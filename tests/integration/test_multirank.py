@@ -109,9 +109,9 @@ def test_per_rank_without_ranks_says_so(tmp_path):
     assert "no process of the workload named a rank" in proc.stderr
 
 
-def _rank_script(run_dir, seconds):
+def _rank_script(run_dir, seconds, events="task-clock"):
     return (f"import counterprof, time\n"
-            f"with counterprof.profile(events='task-clock', interval_ms=10, path={str(run_dir)!r}):\n"
+            f"with counterprof.profile(events={events!r}, interval_ms=10, path={str(run_dir)!r}):\n"
             f"    with counterprof.region('work'):\n"
             f"        end = time.time() + {seconds}\n"
             f"        while time.time() < end: pass\n")
@@ -143,6 +143,26 @@ def test_context_managers_of_one_job_share_a_run(tmp_path):
     rep = run_cli("report", str(run_dir), "--json")
     assert rep.returncode == 0, rep.stderr
     assert len(json.loads(rep.stdout)["rank_verdicts"]) == 3
+
+
+def test_ranks_with_different_metric_sets_are_named(tmp_path):
+    import os
+    import subprocess
+    run_dir = tmp_path / "mixed"
+    procs = []
+    for rank, events in ((0, "task-clock,page-faults"), (1, "task-clock")):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", COUNTERPROF_JOB="job-mixed")
+        procs.append(subprocess.Popen([PYTHON, "-c", _rank_script(run_dir, 0.3, events)], env=env,
+                                      stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    rep = run_cli("report", str(run_dir), "--json")
+    assert rep.returncode == 0, rep.stderr
+    r = json.loads(rep.stdout)
+    assert len(r["rank_verdicts"]) == 2
+    assert any(n.startswith("rank 1 lacks page-faults") for n in r["rank_notes"]), r["rank_notes"]
+    assert "rank 1 lacks page-faults" in run_cli("report", str(run_dir)).stdout
 
 
 def test_a_run_of_another_job_is_not_joined(tmp_path):

@@ -100,3 +100,17 @@ def test_a_ranks_gpu_samples_land_in_its_partition(tmp_path):
                                     ["gpu:0", "gpu:1", "gpu:2"], [1.0, 2.0, 3.0]))
     s.stop()
     assert sorted(sink.got) == [(0, ["gpu:0", "gpu:2"]), (1, ["gpu:1"])]
+
+
+def test_ranks_lacking_metrics_are_grouped_and_named():
+    import pyarrow as pa
+    from counterprof.analysis.report import metric_set_notes
+    rows = [(0, "task-clock"), (0, "gpu.util"), (1, "task-clock"), (1, "gpu.util"),
+            (2, "task-clock"), (3, "task-clock"), (4, "page-faults")]
+    t = pa.table({"rank": [r for r, _ in rows], "metric": pa.array([m for _, m in rows]).dictionary_encode()})
+    notes = metric_set_notes(t)
+    assert notes[0].startswith("ranks 0, 1 lack page-faults, which other ranks have: their verdicts")
+    assert notes[1].startswith("ranks 2, 3 lack gpu.util, page-faults,")
+    assert notes[2].startswith("rank 4 lacks gpu.util, task-clock, which other ranks have: its verdict")
+    assert len(notes) == 3
+    assert metric_set_notes(t.filter(pa.compute.less(t["rank"], 2))) == []    # same sets: nothing
