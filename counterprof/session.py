@@ -24,6 +24,7 @@ from . import __version__, regions
 from .clock import Clock
 from .collector import Availability, Collector, SessionContext, Target, resolve
 from .errors import CounterprofError, RunDirectoryError, perf_event_paranoid
+from .gitrev import git_revision
 from .schema import Metric
 from .store import rundir
 from .store.compact import CompactionReport, compact_rank
@@ -390,6 +391,7 @@ class Session:
             "command": self.command,
             "argv": list(sys.argv),
             "cwd": os.getcwd(),
+            "git_revision": git_revision(os.getcwd()),
             "host": host_facts(),
             "gpus": [],
             "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.start_ns / 1e9)),

@@ -20,6 +20,7 @@ import time
 import counterprof
 
 EXTRA_S = float(os.environ.get("COUNTERPROF_TEST_EXTRA_MS", "0")) / 1000
+CRASH_AT = int(os.environ.get("COUNTERPROF_TEST_CRASH_AT", "0"))   # exit 3 before this step
 
 
 def _spin(seconds: float) -> None:
@@ -29,7 +30,9 @@ def _spin(seconds: float) -> None:
 
 
 def steps(n: str, spin_ms: str, sleep_ms: str) -> None:
-    for _ in range(int(n)):
+    for i in range(int(n)):
+        if CRASH_AT and i == CRASH_AT:
+            sys.exit(3)
         with counterprof.region("step", category="step"):
             with counterprof.region("compute"):
                 _spin(float(spin_ms) / 1000)

@@ -14,9 +14,13 @@ noise. Every row draws from its own generator, seeded from the seed and the row'
 result does not depend on which other rows were compared.
 
 A change is **flagged** when its interval excludes zero AND the median moved by at least the
-threshold (default 3%); a time (step, region) must also have moved by at least the noise floor
+threshold (default 3%); a region's time must also have moved by at least the noise floor
 (default 0.1 ms per occurrence: below it, a region of a few µs moves by tens of percent with
-the machine's scheduling, and whatever it costs shows in the step time). What a flagged change means depends on the quantity's direction
+the machine's scheduling, and whatever it costs shows in the step time, which has no floor).
+A counter or gauge (direction "either": a change, not a verdict) is flagged only when its whole
+interval lies beyond the threshold, and a count that is too small to resolve a change (fewer
+than MIN_EVENTS events, or of CPU time in clock ticks fewer than MIN_EVENTS ticks) is not
+flagged at all: quantized readings give wide, lumpy intervals. What a flagged change means depends on the quantity's direction
 (DIRECTIONS, the one table): a longer step is a regression; a counter that changed is a change.
 """
 from __future__ import annotations
@@ -31,10 +35,15 @@ import numpy as np
 
 from .run_figures import STEP, RunFigures
 
+WALL = "wall_time"
+
 RESAMPLES = 2000
 CONFIDENCE = 0.95
 THRESHOLD = 0.03
 MIN_TIME_CHANGE_S = 1e-4   # a step's or region's median must move by this much to be flagged
+MIN_EVENTS = 100           # a count (or tick-quantized CPU time) below this many units is too coarse
+TICK_S = 0.01              # /proc's CPU times are in clock ticks (USER_HZ = 100 on Linux)
+TICKED = ("metric:proc.cpu_user", "metric:proc.cpu_system")
 MIN_VALUES = 5             # fewer values on a side: shown, never flagged (too few to resample)
 CHUNK_ELEMENTS = 1 << 20   # bootstrap draws at most this many values at once (bounded memory)
 
@@ -46,6 +55,7 @@ CHUNK_ELEMENTS = 1 << 20   # bootstrap draws at most this many values at once (b
 #   context: measures the machine, not the workload (other jobs move it): shown, never flagged
 DIRECTIONS: list[tuple[str, str, str]] = [
     (STEP, "lower", "a step's wall time: longer steps are slower training"),
+    (WALL, "lower", "the workload's wall time, one value per run"),
     ("region:*", "lower", "a region's wall time per occurrence"),
     ("metric:gpu.throttle_time_*", "lower", "time the GPU's clocks were held down"),
     ("metric:system.*", "context", "machine-wide readings: other load on the host moves them"),
@@ -186,6 +196,8 @@ def judge(ch: Change, direction: str, threshold: float = THRESHOLD, min_abs: flo
     excludes_zero = lo > 0 or hi < 0
     if not excludes_zero or abs(ch.change) < threshold or abs(ch.cand_median - ch.base_median) < min_abs:
         return "unchanged"
+    if direction == "either" and min(abs(lo), abs(hi)) < threshold:
+        return "unchanged"        # a counter's interval reaching back inside the threshold
     if direction == "context":
         return "context"          # it moved, but it measures the machine: never flagged
     if direction == "lower":
@@ -238,6 +250,8 @@ class Comparison:
     settings: dict[str, Any]
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)   # why a side cannot be trusted: a failed
+    #                                                     workload, lost steps (fail a CI gate too)
 
     @property
     def regressions(self) -> list[Row]:
@@ -250,6 +264,7 @@ class Comparison:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["regressions"] = len(self.regressions)
+        out["failed"] = bool(self.regressions or self.problems)
         out["flagged"] = len(self.flagged)
         out["directions"] = [{"pattern": p, "direction": d, "why": w} for p, d, w in DIRECTIONS]
         return out
@@ -368,15 +383,29 @@ def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: 
             ch = median_change(b, c, resamples, confidence, seed, f"{key}@{rank}")
             row.base_median, row.cand_median, row.change, row.ci = ch.base_median, ch.cand_median, ch.change, ch.ci
             row.n_base, row.n_cand = ch.n_base, ch.n_cand
-            floor = 0.0 if key.startswith("metric:") else min_time_change_s
+            floor = min_time_change_s if key.startswith("region:") else 0.0
             row.status = judge(ch, direction, threshold, floor)
-            if row.status == "unchanged" and judge(ch, direction, threshold) in FLAGGED:
-                row.note = f"moved less than the {floor * 1e3:g} ms noise floor"
+            coarse = _too_coarse(row)
+            if coarse and row.status in FLAGGED:
+                row.status, row.note = "unchanged", coarse
+            elif row.status == "unchanged" and judge(ch, direction, threshold) in FLAGGED:
+                row.note = (f"moved less than the {floor * 1e3:g} ms noise floor" if floor
+                            else "its interval reaches inside the threshold")
             if row.status == "too few values":
                 row.note = f"fewer than {MIN_VALUES} values on a side"
             elif row.status == "no relative change":
                 row.note = "the baseline's median is 0"
             cmp.rows.append(row)
+    wall = _wall_row(baseline, candidate, threshold, resamples, confidence, seed)
+    if wall is not None:
+        at = sum(1 for r in cmp.rows if r.key == STEP)
+        cmp.rows.insert(at, wall)
+    cmp.problems.extend(_problems(baseline, candidate))
+    if len(baseline) == 1 and len(candidate) == 1:
+        cmp.notes.append("one run a side: the intervals carry no run-to-run noise (identical runs on a "
+                         "shared machine can differ by several percent); for a CI gate compare sets of "
+                         "runs (--baseline/--candidate, 3 or more each) or set --threshold above the "
+                         "noise you measured")
     missing_b = sorted({k for k in metric_keys if not any(k[7:] in r.metrics for r in baseline)})
     missing_c = sorted({k for k in metric_keys if not any(k[7:] in r.metrics for r in candidate)})
     for side, keys in (("baseline", missing_b), ("candidate", missing_c)):
@@ -386,6 +415,60 @@ def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: 
         cmp.notes.append("no steps or regions in either side (mark them with counterprof.region(), "
                          "counterprof.step() or --torch): metrics only")
     return cmp
+
+
+def _too_coarse(row: Row) -> str:
+    """Why a counter's change cannot be resolved ("" when it can): too few events, or too few
+    clock ticks of CPU time, on both sides."""
+    if not row.key.startswith("metric:") or row.base_total is None or row.cand_total is None:
+        return ""
+    most = max(abs(row.base_total), abs(row.cand_total))
+    if row.key in TICKED and most < MIN_EVENTS * TICK_S:
+        return f"under {MIN_EVENTS} clock ticks of CPU time a side: too coarse to compare"
+    if row.unit == "/s" and most < MIN_EVENTS:
+        return f"under {MIN_EVENTS} events a side: too few to compare"
+    return ""
+
+
+def _wall(run: RunFigures) -> float | None:
+    w = (run.meta.get("workload") or {}).get("elapsed_s")
+    return float(w) if isinstance(w, (int, float)) and w > 0 else None
+
+
+def _wall_row(baseline: list[RunFigures], candidate: list[RunFigures], threshold: float,
+              resamples: int, confidence: float, seed: int) -> Row | None:
+    """The workload's wall time (launched workloads: meta.json's workload.elapsed_s), one value
+    per run: judged only with MIN_VALUES runs a side, shown always."""
+    b = [np.array([w]) for w in map(_wall, baseline) if w is not None]
+    c = [np.array([w]) for w in map(_wall, candidate) if w is not None]
+    if not b or not c:
+        return None
+    ch = median_change(b, c, resamples, confidence, seed, WALL)
+    row = Row(WALL, None, "s", "lower", judge(ch, "lower", threshold), ch.base_median, ch.cand_median,
+              ch.change, ch.ci, ch.n_base, ch.n_cand)
+    if row.status == "too few values":
+        row.ci = None         # an interval from one or two values a side would mean nothing
+        row.note = f"one value per run: judged with {MIN_VALUES} or more runs a side"
+    return row
+
+
+def _problems(baseline: list[RunFigures], candidate: list[RunFigures]) -> list[str]:
+    """What makes a side's figures untrustworthy: its workload failed, or it lost steps."""
+    out = []
+    for side, runs in (("baseline", baseline), ("candidate", candidate)):
+        for r in runs:
+            w = r.meta.get("workload") or {}
+            if w.get("signal"):
+                out.append(f"the {side} run {r.run_id}'s workload was killed by signal {w['signal']}")
+            elif w.get("exit_status") not in (None, 0):
+                out.append(f"the {side} run {r.run_id}'s workload exited with status {w['exit_status']}")
+    steps = {side: [sum(len(a) for a in r.times.get(STEP, {}).values()) / max(1, len(r.ranks)) for r in runs]
+             for side, runs in (("baseline", baseline), ("candidate", candidate))}
+    b, c = steps["baseline"], steps["candidate"]
+    if b and c and np.median(b) >= MIN_VALUES and np.median(c) < 0.5 * np.median(b):
+        out.append(f"the candidate ran {np.median(c):g} steps per run against the baseline's "
+                   f"{np.median(b):g}: it stopped early or lost its step data")
+    return out
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -57,6 +57,12 @@ def guarded(fn: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         err("interrupted")
         return 130
+    except BrokenPipeError:
+        # the reader went away (`counterprof report RUN | head`): stop quietly, like a shell
+        # tool killed by SIGPIPE, and keep Python from complaining when it flushes stdout
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def use_system_allocator() -> None:

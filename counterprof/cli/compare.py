@@ -5,9 +5,11 @@
     counterprof compare base/ cand/ --fail-on-regression --markdown > comment.md   (CI)
 
 Per quantity: the median's relative change with a bootstrap confidence interval; flagged when
-the interval excludes 0 and the change is at least --threshold. Exit status: 0, or 1 with
---fail-on-regression when a regression is flagged; 2 for usage errors and for runs of different
-commands (unless --force).
+the interval excludes 0 and the change is at least --threshold. Exit status: 0; 1 with
+--fail-on-regression when a regression is flagged or a run cannot be trusted (its workload
+failed, the candidate lost its steps); 2 for everything else that went wrong (usage, runs that
+cannot be read, runs of different commands without --force), so that a CI job can tell a
+slower build from a broken comparison.
 """
 from __future__ import annotations
 
@@ -22,9 +24,15 @@ from .common import ArgumentParser, UsageFailure, err, guarded, open_run, use_sy
 SAMPLE_COLUMNS = ["time", "duration_ns", "metric", "value"]
 
 
+FAILED = 1001        # _main's "the gate fails": main() turns it into exit 1
+
+
 def main(argv: list[str]) -> int:
     use_system_allocator()
-    return guarded(lambda: _main(argv))
+    rc = guarded(lambda: _main(argv))
+    if rc == FAILED:
+        return 1
+    return 2 if rc == 1 else rc      # an error is not a regression: keep 1 for the gate
 
 
 def _parser() -> ArgumentParser:
@@ -74,7 +82,13 @@ def expand(patterns: list[str], p: ArgumentParser) -> list[str]:
             out.extend(hits)
         else:
             out.append(pat)
-    return out
+    unique, seen = [], set()
+    for path in out:      # a run named twice (a glob and its own name) counts once
+        key = Path(path).resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(path)
+    return unique
 
 
 def figures(run, window_ns: int | None = None, bounds=None):
@@ -154,7 +168,11 @@ def _main(argv: list[str]) -> int:
     else:
         sys.stdout.write(compare_text(cmp, all_rows=args.all))
     sys.stdout.flush()
-    if args.fail_on_regression and cmp.regressions:
-        err(f"{len(cmp.regressions)} regression(s) flagged (--fail-on-regression)")
-        return 1
+    for problem in cmp.problems:
+        err(problem)
+    if args.fail_on_regression and (cmp.regressions or cmp.problems):
+        why = [f"{len(cmp.regressions)} regression(s) flagged"] if cmp.regressions else []
+        why += [f"{len(cmp.problems)} run problem(s)"] if cmp.problems else []
+        err(" and ".join(why) + " (--fail-on-regression)")
+        return FAILED
     return 0

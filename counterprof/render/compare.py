@@ -2,7 +2,9 @@
 Comparison; computes nothing (JSON is Comparison.to_json())."""
 from __future__ import annotations
 
-from ..analysis.compare import FLAGGED, Comparison, Row
+import shlex
+
+from ..analysis.compare import FLAGGED, WALL, Comparison, Row
 
 STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "changed": "changed",
                "context": "moved (machine)"}
@@ -44,6 +46,8 @@ def fmt_ci(ci) -> str:
 def label(row: Row) -> str:
     if row.key == "step_time":
         return "step time"
+    if row.key == WALL:
+        return "wall time"
     if row.key.startswith("region:"):
         return "region " + row.key[7:]
     return row.key[7:]
@@ -67,6 +71,12 @@ def shown(cmp: Comparison, all_rows: bool = False) -> list[Row]:
             or (not r.key.startswith("metric:") and r.rank is None)]
 
 
+def _last_column(row: Row) -> str:
+    """The verdict (change) and, when a row has one, why it is not flagged."""
+    v = _verdict_text(row)
+    return f"{v}; {row.note}" if v and row.note else v or row.note
+
+
 def _verdict_text(row: Row) -> str:
     if not row.verdict:
         return ""
@@ -78,7 +88,8 @@ def _headline(cmp: Comparison) -> str:
     counts = {s: sum(1 for r in cmp.rows if r.status == s) for s in FLAGGED}
     return (f"{counts['regression']} regression{'s' if counts['regression'] != 1 else ''}, "
             f"{counts['improvement']} improvement{'s' if counts['improvement'] != 1 else ''}, "
-            f"{counts['changed']} changed (of {len(cmp.rows)} compared)")
+            f"{counts['changed']} changed (of {len(cmp.rows)} compared)"
+            + (f"; {len(cmp.problems)} PROBLEM{'S' if len(cmp.problems) != 1 else ''}" if cmp.problems else ""))
 
 
 def _side_text(side) -> str:
@@ -92,8 +103,9 @@ def _method(cmp: Comparison) -> str:
     s = cmp.settings
     return (f"median change per quantity; {100 * s['confidence']:g}% percentile bootstrap interval "
             f"({s['resamples']} resamples, seed {s['seed']}); flagged when the interval excludes 0 "
-            f"and |change| ≥ {100 * s['threshold']:g}%; metrics per {s['window_s']:g} s window; "
-            "times: up is a regression; counters: changed; system.*: context, never flagged")
+            f"and |change| ≥ {100 * s['threshold']:g}% (regions: and ≥ {1e3 * s['min_time_change_s']:g} ms; "
+            f"counters: the whole interval beyond {100 * s['threshold']:g}%); metrics per {s['window_s']:g} s "
+            "window; times: up is a regression; counters: changed; system.*: context, never flagged")
 
 
 def _verdict_line(cmp: Comparison) -> str:
@@ -113,18 +125,20 @@ def compare_text(cmp: Comparison, all_rows: bool = False) -> str:
     for r in rows:
         table.append((label(r), rank_text(r, multi), fmt_value(r.base_median, r.unit),
                       fmt_value(r.cand_median, r.unit), fmt_change(r.change), fmt_ci(r.ci),
-                      STATUS_WORD.get(r.status, r.status), _verdict_text(r) or r.note))
+                      STATUS_WORD.get(r.status, r.status), _last_column(r)))
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
     lines = [f"counterprof compare: {_headline(cmp)}",
              f"baseline   {_side_text(cmp.baseline)}",
              f"candidate  {_side_text(cmp.candidate)}",
-             f"command    {' '.join(cmp.baseline.command) or '(none)'}",
+             f"command    {shlex.join(cmp.baseline.command) or '(none)'}",
              _verdict_line(cmp), ""]
     for t in table:
         lines.append("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
     hidden = len(cmp.rows) - len(rows)
     if hidden:
         lines.append(f"{hidden} more rows (per rank and metrics) not flagged: --all shows them, --json has them")
+    for n in cmp.problems:
+        lines.append(f"PROBLEM: {n}")
     for n in cmp.notes:
         lines.append(f"note: {n}")
     lines.append(f"method: {_method(cmp)}")
@@ -144,7 +158,7 @@ def _md_table(rows: list[Row], multi: bool, confidence: float) -> list[str]:
         out.append("| " + " | ".join(_md(x) for x in (
             status, f"`{label(r)}`", rank_text(r, multi), fmt_value(r.base_median, r.unit),
             fmt_value(r.cand_median, r.unit), fmt_change(r.change), fmt_ci(r.ci),
-            _verdict_text(r) or r.note)) + " |")
+            _last_column(r))) + " |")
     return out
 
 
@@ -154,7 +168,7 @@ def compare_markdown(cmp: Comparison) -> str:
     conf = cmp.settings["confidence"]
     lines = [f"### counterprof compare: {_headline(cmp)}", "",
              f"**baseline** {_md(_side_text(cmp.baseline))} · **candidate** {_md(_side_text(cmp.candidate))}  ",
-             f"command: `{' '.join(cmp.baseline.command) or '(none)'}`  ",
+             f"command: `{shlex.join(cmp.baseline.command) or '(none)'}`  ",
              f"**{_md(_verdict_line(cmp))}**", ""]
     lines += _md_table(rows, multi, conf)
     if len(rows) < len(cmp.rows):
@@ -162,6 +176,8 @@ def compare_markdown(cmp: Comparison) -> str:
         lines += _md_table(cmp.rows, multi, conf)
         lines += ["", "</details>"]
     lines.append("")
+    for n in cmp.problems:
+        lines.append(f"- ⛔ **problem**: {_md(n)}")
     for n in cmp.notes:
         lines.append(f"- note: {_md(n)}")
     lines.append(f"- method: {_md(_method(cmp))}")

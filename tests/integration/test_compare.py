@@ -65,7 +65,10 @@ def test_an_unchanged_rerun_is_not_flagged(runs):
     assert gate.returncode == 0, gate.stderr
     j = json.loads(gate.stdout)
     times = [r for r in j["rows"] if not r["key"].startswith("metric:")]
-    assert {r["key"] for r in times} == {"step_time", "region:compute", "region:io"}
+    assert {r["key"] for r in times} == {"step_time", "wall_time", "region:compute", "region:io"}
+    wall = next(r for r in times if r["key"] == "wall_time")
+    assert wall["status"] == "too few values" and wall["ci"] is None and wall["n_base"] == 1
+    times.remove(wall)
     assert all(r["status"] == "unchanged" for r in times), times
     assert all(r["ci"][0] <= 0.03 and r["ci"][1] >= -0.03 for r in times)
     # counters may move between runs on a shared machine, but never count as a regression
@@ -148,8 +151,32 @@ def test_usage_errors_exit_2(runs, tmp_path):
         proc = run_cli("compare", *args)
         assert proc.returncode == 2, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
-    proc = run_cli("compare", str(runs["base"]), str(tmp_path / "missing"))
-    assert proc.returncode == 1 and "no such run directory" in proc.stderr
+    # what cannot be read is not a regression: 2, so that a CI gate can tell the two apart
+    proc = run_cli("compare", str(runs["base"]), str(tmp_path / "missing"), "--fail-on-regression")
+    assert proc.returncode == 2 and "no such run directory" in proc.stderr
+    proc = run_cli("compare", str(runs["base"]), str(tmp_path), "--fail-on-regression")
+    assert proc.returncode == 2 and "not a counterprof run" in proc.stderr
+
+
+def test_a_candidate_whose_workload_failed_fails_the_gate(runs, tmp_path):
+    env = dict(os.environ, COUNTERPROF_TEST_EXTRA_MS="10", COUNTERPROF_TEST_CRASH_AT="3")
+    crashed = tmp_path / "crashed"
+    proc = run_cli("run", "-q", "-I", "10", "-o", str(crashed), "--", PYTHON, WORKLOAD, *STEPS, env=env,
+                   timeout=300)
+    assert proc.returncode == 3
+    gate = run_cli("compare", str(runs["base"]), str(crashed), "--fail-on-regression")
+    assert gate.returncode == 1, gate.stderr
+    assert "workload exited with status 3" in gate.stderr
+    assert "ran 3 steps per run against the baseline's 50" in gate.stderr
+    assert "PROBLEM" in gate.stdout
+    j = compare_json(runs["base"], crashed)
+    assert j["failed"] is True and j["regressions"] == 0 and len(j["problems"]) == 2
+    assert run_cli("compare", str(runs["base"]), str(crashed)).returncode == 0    # no gate: shown only
+
+
+def test_a_run_named_twice_counts_once(runs):
+    j = compare_json("--baseline", runs["base"], str(runs["dir"] / "bas*"), "--candidate", runs["rerun"])
+    assert j["baseline"]["paths"] == [str(runs["base"])]
 
 
 def test_a_killed_profilers_run_is_recovered_first(runs, tmp_path):

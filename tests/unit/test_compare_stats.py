@@ -152,3 +152,43 @@ def test_a_slow_rank_is_a_regression_in_its_row_and_in_the_all_ranks_row():
     assert j["regressions"] == 2 and j["settings"]["resamples"] == 2000
     assert {"key", "rank", "status", "change", "ci", "base_median", "cand_median", "n_base", "n_cand",
             "direction", "unit", "verdict"} <= set(j["rows"][0])
+
+
+def test_a_counters_interval_must_lie_beyond_the_threshold_but_a_times_need_not():
+    from counterprof.analysis.compare import Change
+    lumpy = Change(10.0, 16.7, 0.667, (0.016, 1.746), 12, 10)    # a reviewer's proc.cpu_user rerun
+    assert judge(lumpy, "either") == "unchanged"
+    assert judge(lumpy, "lower") == "regression"                # a time: the usual rule
+    tight = Change(100.0, 110.0, 0.10, (0.08, 0.12), 50, 50)
+    assert judge(tight, "either") == "changed"
+
+
+def test_counts_too_small_to_resolve_are_not_flagged():
+    from counterprof.analysis.compare import Row, _too_coarse
+    few = Row("metric:cpu-migrations", None, "/s", "either", "changed", base_total=4, cand_total=0)
+    assert "too few" in _too_coarse(few)
+    many = Row("metric:cpu-migrations", None, "/s", "either", "changed", base_total=400, cand_total=90)
+    assert _too_coarse(many) == ""
+    ticks = Row("metric:proc.cpu_user", None, "s/s", "either", "changed", base_total=0.12, cand_total=0.2)
+    assert "clock ticks" in _too_coarse(ticks)
+    assert _too_coarse(Row("metric:proc.cpu_user", None, "s/s", "either", "changed",
+                           base_total=3.0, cand_total=2.0)) == ""
+    assert _too_coarse(Row("metric:task-clock", None, "s/s", "either", "changed",
+                           base_total=0.01, cand_total=0.02)) == ""       # ns resolution: fine
+
+
+def test_the_noise_floor_holds_regions_only_not_the_step_time():
+    from counterprof.analysis.compare import compare
+    from counterprof.analysis.run_figures import RunFigures
+    rng = np.random.default_rng(8)
+
+    def run(name, step_us):
+        t = rng.normal(step_us, 1.0, 200) * 1e-6
+        return RunFigures(name, name, ["python", "w.py"], [0], 0.2,
+                          times={"step_time": {0: t}, "region:tiny": {0: t.copy()}})
+    cmp = compare([run("a", 131)], [run("b", 182)])          # +39%, +51 µs
+    status = {r.key: r for r in cmp.rows}
+    assert status["step_time"].status == "regression"
+    assert status["region:tiny"].status == "unchanged"
+    assert "noise floor" in status["region:tiny"].note
+    assert compare([run("a", 131)], [run("b", 182)], min_time_change_s=0).rows[1].status == "regression"
