@@ -5,14 +5,16 @@
 
 `add` records per run: wall time, step and region times (median) with their verdicts, each
 metric's median, the classifier's key signals, the host (meta.json) and the git revision of the
-run's working directory (`git -C <cwd> rev-parse HEAD`, read when the run is added: add it
-right after the run). `show` prints each series' trend per command with its change points
-(E-divisive, analysis/changepoints.py).
+run's working directory as the run recorded it at its start (meta.json's git_revision). Runs made
+before counterprof recorded it have it read when they are added (the checkout's HEAD now, said on
+stderr: add such a run right after it ran). `show` prints each series' trend per command with its
+change points (E-divisive, analysis/changepoints.py); series not shown by default are counted
+on a last line.
 """
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -32,6 +34,7 @@ def _parser() -> ArgumentParser:
     a = sub.add_parser("add", help="append runs' summaries to the history file")
     a.add_argument("runs", nargs="+", metavar="RUN", help="run directories")
     a.add_argument("--db", required=True, metavar="FILE", help="the DuckDB history file (created if missing)")
+    a.set_defaults(parser=a)
     s = sub.add_parser("show", help="trends per series, with change points")
     s.add_argument("--db", required=True, metavar="FILE", help="the DuckDB history file")
     s.add_argument("--metric", action="append", metavar="SERIES",
@@ -41,20 +44,26 @@ def _parser() -> ArgumentParser:
                    help="smallest median shift that is a change point, in percent (default 3)")
     s.add_argument("--html", metavar="FILE", help="also write the trends as one self-contained HTML page")
     s.add_argument("--json", action="store_true", help="print the trends as JSON")
+    s.set_defaults(parser=s)
     return p
 
 
-def git_revision(cwd: str | None) -> str | None:
-    """HEAD of the checkout the run was started in, if it is one (and git is installed)."""
+def run_git_revision(meta: dict, path) -> str | None:
+    """The git revision the run was made from: meta.json's git_revision, recorded at the run's
+    start (None: its working directory was not a checkout). Runs from before counterprof
+    recorded it lack the key: for them, the HEAD of their working directory's checkout now,
+    and stderr says so (it is the run's revision only if nothing was committed since)."""
+    if "git_revision" in meta:
+        rev = meta["git_revision"]
+        return rev if isinstance(rev, str) and rev else None
+    cwd = meta.get("cwd")
     if not cwd or not Path(cwd).is_dir():
         return None
-    try:
-        out = subprocess.run(["git", "-C", cwd, "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    rev = out.stdout.strip()
-    return rev if out.returncode == 0 and rev else None
+    from ..gitrev import git_revision
+    rev = git_revision(cwd)
+    if rev:
+        err(f"{path}: no git revision recorded at run time; using the checkout's HEAD now, {rev}")
+    return rev
 
 
 def _record(path: str):
@@ -74,13 +83,14 @@ def _record(path: str):
     return RunRecord(
         run_id=str(meta.get("id") or run.path.name), path=str(run.path.resolve()), start_ns=meta.get("start_ns"),
         start_time=meta.get("start_time"), command=command_text(meta.get("command")), host=host,
-        git_rev=git_revision(meta.get("cwd")), ranks=len(run.ranks()),
+        git_rev=run_git_revision(meta, path), ranks=len(run.ranks()),
         duration_s=(f.end_ns - f.start_ns) / 1e9, verdict=summary_series(f)[0][4] or "none",
         counterprof_version=meta.get("counterprof_version") or __version__, figures=summary_series(f))
 
 
 def _add(args) -> int:
-    from ..store.history import add, connect
+    from ..store.history import add, check_file, connect
+    check_file(args.db)                                # a bad --db before reading the runs
     records = [_record(p) for p in args.runs]          # read every run before writing anything
     con = connect(args.db)
     try:
@@ -96,13 +106,29 @@ def _add(args) -> int:
     return 0
 
 
+def _check_output(path: str) -> None:
+    """Refuse an --html path that cannot be written, before anything is printed."""
+    from ..errors import UsageError
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UsageError(f"--html {path}: is a directory; give a file name (--html trends.html)")
+    if not parent.is_dir():
+        raise UsageError(f"--html {path}: the directory {parent} does not exist")
+    if not os.access(p if p.exists() else parent, os.W_OK):
+        raise UsageError(f"--html {path}: not writable (permission denied)")
+
+
 def _show(args, p) -> int:
-    from ..store.history import connect, series_names, trends
+    from ..errors import CounterprofError, UsageError
+    from ..store.history import connect, run_count, series_keys, series_names, trends
     from .compare import _threshold
     threshold = _threshold(args.threshold, p)
     if not Path(args.db).exists():
         raise UsageFailure(f"{args.db}: no such history file (`counterprof history add RUN --db "
                            f"{args.db}` creates it)", p.format_usage())
+    if args.html:
+        _check_output(args.html)
     con = connect(args.db, read_only=True)
     try:
         patterns = args.metric or list(DEFAULT_SHOWN)
@@ -114,27 +140,33 @@ def _show(args, p) -> int:
                 alt = [f"metric:{pat}", f"signal:{pat}", f"region:{pat}"]
                 got = [t for a in alt for t in trends(con, a)]
             if not got and args.metric:
-                from ..errors import UsageError
                 raise UsageError(f"no series {pat!r} in {args.db}; it has: {', '.join(names[:40])}"
                                  + (" ..." if len(names) > 40 else ""))
             found.extend(t for t in got if (t.command, t.series) not in {(x.command, x.series) for x in found})
-        from ..store.history import run_count
+        hidden: list[tuple[str, str]] = []
+        if not args.metric:                # what the default leaves out, said on the last line
+            shown = {(t.command, t.series) for t in found}
+            hidden = [k for k in series_keys(con) if k not in shown]
         runs = run_count(con)
     finally:
         con.close()
     from ..analysis.changepoints import change_points
     found.sort(key=lambda t: (t.command, _order(t.series), t.series))
     points = [change_points(t.values, threshold=threshold) for t in found]
-    from ..render.history import history_json, history_text
+    from ..render.history import history_json, history_text, hidden_text
     if args.json:
-        json.dump(history_json(found, points, threshold), sys.stdout, indent=2, default=str)
+        json.dump(history_json(found, points, threshold, hidden), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(history_text(args.db, runs, found, points, threshold))
+        sys.stdout.write(history_text(args.db, runs, found, points, threshold, hidden))
     if args.html:
         from ..render.history_html import history_html
-        with open(args.html, "w") as f:
-            f.write(history_html(args.db, found, points, threshold))
+        page = history_html(args.db, found, points, threshold, hidden_text(hidden))
+        try:
+            with open(args.html, "w") as f:
+                f.write(page)
+        except OSError as exc:
+            raise CounterprofError(f"cannot write --html {args.html}: {exc.strerror or exc}") from None
         err(f"HTML trends: {args.html}")
     return 0
 
@@ -152,5 +184,5 @@ def _main(argv: list[str]) -> int:
     if args.action == "add":
         return _add(args)
     if args.action == "show":
-        return _show(args, p)
+        return _show(args, args.parser)
     raise UsageFailure("history takes add or show", p.format_usage())

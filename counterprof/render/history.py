@@ -3,6 +3,7 @@ its trend and its change points. Formats; computes nothing."""
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from ..analysis.changepoints import ChangePoint
@@ -53,8 +54,23 @@ def _verdicts(t: Trend) -> str:
     return first if first == last else f"{first} → {last}"
 
 
+def hidden_text(hidden: list[tuple[str, str]]) -> str:
+    """The line that says which series the default view leaves out ((command, series) pairs),
+    and how to show them; "" when none."""
+    if not hidden:
+        return ""
+    metrics = sum(1 for _, s in hidden if s.startswith("metric:"))
+    scoped = sum(1 for _, s in hidden if "@" in s and not s.startswith("metric:"))
+    kinds = [f"{metrics} metric:*"] if metrics else []
+    if scoped:
+        kinds.append(f"{scoped} per step or region, NAME@SCOPE")
+    if len(hidden) > metrics + scoped:
+        kinds.append(f"{len(hidden) - metrics - scoped} other")
+    return f"{len(hidden)} more series not shown ({', '.join(kinds)}): --metric '*' shows them"
+
+
 def history_text(db: str, runs: int, trends: list[Trend], points: list[list[ChangePoint]],
-                 threshold: float) -> str:
+                 threshold: float, hidden: list[tuple[str, str]] = ()) -> str:
     lines = [f"counterprof history: {db}, {runs} run{'s' if runs != 1 else ''}"]
     command = None
     table: list[tuple[str, ...]] = []
@@ -77,7 +93,7 @@ def history_text(db: str, runs: int, trends: list[Trend], points: list[list[Chan
             lines += ["", f"command: {command_display(command)}  ({n} run{'s' if n != 1 else ''}; host{'s' if len(hosts) != 1 else ''} "
                           f"{', '.join(hosts) or 'unknown'})"]
         finite = [v for v in t.values if math.isfinite(v)]
-        median = sorted(finite)[len(finite) // 2] if finite else None
+        median = statistics.median(finite) if finite else None      # even count: the middle two's mean
         table.append((t.series, str(len(t.values)), fmt_value(finite[0] if finite else None, t.unit),
                       fmt_value(finite[-1] if finite else None, t.unit), fmt_value(median, t.unit),
                       sparkline(t.values, {c.index for c in cps}), _verdicts(t),
@@ -87,11 +103,15 @@ def history_text(db: str, runs: int, trends: list[Trend], points: list[list[Chan
         lines.append("no series to show")
     lines.append(f"change points: E-divisive (energy statistic, permutation test p < 0.05) with a median "
                  f"shift of at least {100 * threshold:g}%; '|' in a trend marks one")
+    if hidden:
+        lines.append(hidden_text(list(hidden)))
     return "\n".join(lines) + "\n"
 
 
-def history_json(trends: list[Trend], points: list[list[ChangePoint]], threshold: float) -> dict[str, Any]:
+def history_json(trends: list[Trend], points: list[list[ChangePoint]], threshold: float,
+                 hidden: list[tuple[str, str]] = ()) -> dict[str, Any]:
     return {"threshold": threshold, "method": "e-divisive, permutation test, alpha 0.05",
+            "not_shown": [{"command": command_display(c), "series": s} for c, s in hidden],
             "series": [{"command": command_display(t.command), "series": t.series, "unit": t.unit,
                         "points": [{**r, "value": (v if math.isfinite(v) else None), "verdict": vd}
                                    for r, v, vd in zip(t.runs, t.values, t.verdicts)],

@@ -76,7 +76,9 @@ def _plot(t: Trend, cps: list[ChangePoint]) -> str:
             f'{"".join(marks)}{"".join(dots)}</svg>')
 
 
-def history_html(db: str, trends: list[Trend], points: list[list[ChangePoint]], threshold: float) -> str:
+def history_html(db: str, trends: list[Trend], points: list[list[ChangePoint]], threshold: float,
+                 hidden: str = "") -> str:
+    """hidden: the line that says which series are left out (render/history.py's hidden_text)."""
     legend = "".join(f"<span><svg width='10' height='10' style='display:inline'><rect width='10' height='10' "
                      f"fill='{c}'/></svg> {_e(k)}</span>" for k, c in COLORS.items())
     body = [f"<h1>counterprof history: {_e(db)}</h1>",
@@ -91,5 +93,7 @@ def history_html(db: str, trends: list[Trend], points: list[list[ChangePoint]], 
         body.append(_plot(t, cps))
     if not trends:
         body.append("<p>no series to show</p>")
+    if hidden:
+        body.append(f"<p class='dim hidden-series'>{_e(hidden)}</p>")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>counterprof history: {_e(db)}</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")

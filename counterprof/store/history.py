@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..errors import CounterprofError, UsageError
@@ -37,25 +38,66 @@ class HistoryError(CounterprofError):
     """The history file cannot be opened or written."""
 
 
+DUCKDB_MAGIC = b"DUCK"      # DuckDB database files carry it at byte 8 (after an 8-byte checksum)
+
+
+def check_file(path: str, read_only: bool = False) -> None:
+    """Refuse, with the reason, a --db path DuckDB cannot use as a history file: a directory, a
+    missing file (to read) or a missing directory (to create it in), and an existing file that
+    is not a DuckDB database (DuckDB would open a .json/.csv/.parquet file as an in-memory
+    database over it and keep nothing, or fail with a message about another writer). An
+    existing file is never overwritten."""
+    p = Path(path)
+    if p.is_dir():
+        raise HistoryError(f"{path} is a directory, not a history file: give a file path "
+                           "(--db perf.duckdb)")
+    if not p.exists():
+        if read_only:
+            raise HistoryError(f"{path} does not exist: `counterprof history add RUN --db {path}` creates it")
+        parent = p.parent if str(p.parent) else Path(".")
+        if not parent.is_dir():
+            raise HistoryError(f"cannot create the history file {path}: the directory {parent} does not exist")
+        return
+    try:
+        with open(p, "rb") as f:
+            head = f.read(12)
+    except OSError as exc:
+        raise HistoryError(f"cannot read the history file {path}: {exc.strerror or exc}") from None
+    if not head:
+        raise HistoryError(f"{path} is an empty file, not a DuckDB database: remove it (`counterprof "
+                           "history add` creates the file) or give another path")
+    if head[8:12] != DUCKDB_MAGIC:
+        raise HistoryError(f"{path} is not a DuckDB database file (it lacks DuckDB's header; is it "
+                           "another kind of file?): give a new path or a history file")
+
+
 def connect(path: str, read_only: bool = False):
     try:
         import duckdb
     except ImportError:
         raise UsageError("counterprof history needs duckdb (a dependency of counterprof): reinstall counterprof "
                          "(or pip install duckdb)") from None
+    check_file(path, read_only)
     try:
         con = duckdb.connect(path, read_only=read_only)
     except duckdb.IOException as exc:
-        raise HistoryError(f"cannot open the history file {path}: {exc} (is another process "
-                           "writing it? DuckDB allows one writer at a time)") from None
+        if "lock" in str(exc).lower():
+            raise HistoryError(f"cannot open the history file {path}: another process has it open for "
+                               "writing (DuckDB allows one writer at a time): try again when it is done") from None
+        raise HistoryError(f"cannot open the history file {path}: {exc}") from None
     except duckdb.Error as exc:
         raise HistoryError(f"{path} is not a usable DuckDB file: {exc}") from None
+    stored = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
+    if not stored or not stored[0]:      # ':memory:' and the like: nothing would be kept
+        con.close()
+        raise HistoryError(f"{path}: DuckDB opened no file there (an in-memory database): give a file path")
     if not read_only:
         for stmt in SCHEMA:
             con.execute(stmt)
     else:
         names = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
         if not {"runs", "figures"} <= names:
+            con.close()
             raise HistoryError(f"{path} holds no counterprof history (no runs/figures tables); "
                                "`counterprof history add RUN --db FILE` creates one")
     return con
@@ -138,6 +180,12 @@ def trends(con, pattern: str | None = None) -> list[Trend]:
 
 def series_names(con) -> list[str]:
     return [r[0] for r in con.execute("SELECT DISTINCT series FROM figures ORDER BY series").fetchall()]
+
+
+def series_keys(con) -> list[tuple[str, str]]:
+    """Every (command, series) the file holds."""
+    return [(r[0], r[1]) for r in con.execute(
+        "SELECT DISTINCT r.command, f.series FROM figures f JOIN runs r USING (seq) ORDER BY 1, 2").fetchall()]
 
 
 def run_count(con) -> int:

@@ -36,9 +36,24 @@ def test_add_and_show_real_runs_with_their_git_revision(tmp_path):
         proc = run_cli("run", "-q", "-I", "10", "-o", str(tmp_path / name), "--", PYTHON, WORKLOAD,
                        "steps", "20", "5", "20", cwd=repo, env=env, timeout=300)
         assert proc.returncode == 0, proc.stderr
+    # the checkout moves on before the runs are added: night1 keeps the revision it recorded
+    # when it started; night2 stands for a run from before counterprof recorded one
+    (repo / "README").write_text("y\n")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qam", "next")
+    head2 = git(repo, "rev-parse", "HEAD")
+    assert head2 != head
+    for name, edit in (("night1", lambda m: m.update(git_revision=head)),
+                       ("night2", lambda m: m.pop("git_revision", None))):
+        meta_path = tmp_path / name / "meta.json"
+        meta = json.loads(meta_path.read_text())
+        edit(meta)
+        meta_path.write_text(json.dumps(meta))
     add = run_cli("history", "add", str(tmp_path / "night1"), str(tmp_path / "night2"), "--db", str(db))
     assert add.returncode == 0, add.stderr
-    assert "added as run 1" in add.stderr and "added as run 2" in add.stderr and f"git {head[:12]}" in add.stderr
+    assert "added as run 1" in add.stderr and "added as run 2" in add.stderr
+    assert f"git {head[:12]}" in add.stderr and f"git {head2[:12]}" in add.stderr
+    (note,) = [x for x in add.stderr.splitlines() if "no git revision recorded" in x]
+    assert "night2" in note and f"using the checkout's HEAD now, {head2}" in note
     again = run_cli("history", "add", str(tmp_path / "night1"), "--db", str(db))
     assert again.returncode == 0 and "already in" in again.stderr
 
@@ -46,7 +61,7 @@ def test_add_and_show_real_runs_with_their_git_revision(tmp_path):
     runs = con.execute("SELECT seq, run_id, git_rev, host, command, ranks, verdict FROM runs ORDER BY seq").fetchall()
     meta = json.loads((tmp_path / "night1" / "meta.json").read_text())
     assert [r[1] for r in runs] == ["night1", "night2"]
-    assert {r[2] for r in runs} == {head} and {r[3] for r in runs} == {meta["host"]["hostname"]}
+    assert [r[2] for r in runs] == [head, head2] and {r[3] for r in runs} == {meta["host"]["hostname"]}
     assert json.loads(runs[0][4]) == meta["command"] and runs[0][5] == 1 and runs[0][6]
     series = {r[0] for r in con.execute("SELECT series FROM figures").fetchall()}
     assert {"wall_time", "step_time", "region:compute", "region:io", "metric:task-clock",
@@ -64,7 +79,69 @@ def test_add_and_show_real_runs_with_their_git_revision(tmp_path):
     text = run_cli("history", "show", "--db", str(db))
     assert text.returncode == 0 and "step_time" in text.stdout and "region:io" in text.stdout
     assert "metric:task-clock" not in text.stdout   # metrics on request: --metric 'metric:*'
+    hidden = sorted(x for x in series if x.startswith("metric:") or "@" in x)
+    metrics = sum(x.startswith("metric:") for x in hidden)
+    last = text.stdout.splitlines()[-1]             # the default says what it leaves out
+    assert last == (f"{len(hidden)} more series not shown ({metrics} metric:*, {len(hidden) - metrics} per step "
+                    f"or region, NAME@SCOPE): --metric '*' shows them")
+    listed = json.loads(run_cli("history", "show", "--db", str(db), "--json").stdout)["not_shown"]
+    assert sorted(x["series"] for x in listed) == hidden
+    page = tmp_path / "trends.html"
+    assert run_cli("history", "show", "--db", str(db), "--html", str(page)).returncode == 0
+    assert f"<p class='dim hidden-series'>{last}</p>".replace("'*'", "&#x27;*&#x27;") in page.read_text()
+    every = run_cli("history", "show", "--db", str(db), "--metric", "*")
+    assert "metric:task-clock" in every.stdout and "signal:cpu_busy@step_time" in every.stdout
+    assert "more series not shown" not in every.stdout
     assert "metric:task-clock" in run_cli("history", "show", "--db", str(db), "--metric", "metric:*").stdout
+
+
+@pytest.fixture(scope="module")
+def a_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "run"
+    proc = run_cli("run", "-q", "-I", "10", "-o", str(out), "--", PYTHON, WORKLOAD, "steps", "5", "2", "2",
+                   timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_a_history_file_that_is_not_a_duckdb_database_is_refused(tmp_path, a_run):
+    real = tmp_path / "real.duckdb"                  # what the installed duckdb writes
+    duckdb.connect(str(real)).close()
+    assert real.read_bytes()[8:12] == b"DUCK"
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "t.parquet")
+    (tmp_path / "t.json").write_text('{"a": 1}\n')
+    (tmp_path / "t.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "t.txt").write_text("notes\n")
+    for name in ("t.json", "t.csv", "t.parquet", "t.txt"):
+        f = tmp_path / name
+        before = f.read_bytes()
+        proc = run_cli("history", "add", str(a_run), "--db", str(f))
+        assert proc.returncode == 1, (name, proc.stderr)
+        assert proc.stderr.strip().splitlines() == [
+            f"counterprof: {f} is not a DuckDB database file (it lacks DuckDB's header; is it another kind "
+            "of file?): give a new path or a history file"], name
+        assert f.read_bytes() == before
+        show = run_cli("history", "show", "--db", str(f))
+        assert show.returncode == 1 and "is not a DuckDB database file" in show.stderr, (name, show.stderr)
+        assert "another process" not in show.stderr
+    (tmp_path / "empty.duckdb").touch()
+    proc = run_cli("history", "add", str(a_run), "--db", str(tmp_path / "empty.duckdb"))
+    assert proc.returncode == 1 and "is an empty file, not a DuckDB database" in proc.stderr
+    for action in (["add", str(a_run)], ["show"]):
+        proc = run_cli("history", *action, "--db", str(tmp_path) + "/")
+        assert proc.returncode == 1 and "is a directory, not a history file" in proc.stderr, proc.stderr
+        assert "another process" not in proc.stderr
+    proc = run_cli("history", "add", str(a_run), "--db", str(tmp_path / "no" / "perf.duckdb"))
+    assert proc.returncode == 1 and f"the directory {tmp_path / 'no'} does not exist" in proc.stderr
+    proc = run_cli("history", "add", str(a_run), "--db", ":memory:")
+    assert proc.returncode == 1 and "an in-memory database" in proc.stderr
+    proc = run_cli("history", "add", str(a_run), "--db", str(real))     # a DuckDB file is fine
+    assert proc.returncode == 0 and "added as run 1" in proc.stderr
+    con = duckdb.connect(str(real), read_only=True)
+    assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 1
+    con.close()
 
 
 def nightly_db(path, n=24, change_at=14, seed=3):
@@ -118,8 +195,43 @@ def test_show_errors_exit_with_a_message(tmp_path):
     duckdb.connect(str(other)).close()
     proc = run_cli("history", "show", "--db", str(other))
     assert proc.returncode == 1 and "holds no counterprof history" in proc.stderr
-    for p in (proc,):
-        assert "Traceback" not in p.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_show_usage_errors_print_the_usage_of_show(tmp_path):
+    db = tmp_path / "n.duckdb"
+    nightly_db(db, n=6)
+    proc = run_cli("history", "show", "--db", str(db), "--threshold", "x")
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: counterprof history show")
+    assert "--threshold takes a percentage" in proc.stderr
+    proc = run_cli("history", "show", "--db", str(tmp_path / "none.duckdb"))
+    assert proc.returncode == 2 and proc.stderr.startswith("usage: counterprof history show")
+
+
+def test_an_unwritable_html_path_is_one_line_before_any_output(tmp_path):
+    db = tmp_path / "n.duckdb"
+    nightly_db(db, n=6)
+    missing = tmp_path / "nonexistent" / "x.html"
+    for html, why in ((missing, f"the directory {missing.parent} does not exist"),
+                      (tmp_path, "is a directory; give a file name (--html trends.html)")):
+        proc = run_cli("history", "show", "--db", str(db), "--html", str(html))
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout      # checked before printing
+        assert proc.stderr.splitlines() == [f"counterprof: --html {html}: {why}"]
+
+
+def test_the_median_of_an_even_count_is_the_mean_of_the_middle_two(tmp_path):
+    from counterprof.store.history import RunRecord, add, connect
+    db = tmp_path / "two.duckdb"
+    con = connect(str(db))
+    for i, v in enumerate((2.285, 1.877)):
+        add(con, RunRecord(f"r{i}", f"/runs/{i}", i, None, '["python", "t.py"]', "h", None, 1, 3.0, "compute",
+                           "0.1.0", [("step_time", v, "s", 10, "compute")]))
+    con.close()
+    proc = run_cli("history", "show", "--db", str(db), "--metric", "step_time")
+    assert proc.returncode == 0, proc.stderr
+    head, row = [x.split() for x in proc.stdout.splitlines() if x.strip().startswith(("series", "step_time"))]
+    assert row[:9] == ["step_time", "2", "2.285", "s", "1.877", "s", "2.081", "s", "█▁"], row
+    assert head[:5] == ["series", "runs", "first", "latest", "median"]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)

@@ -1,4 +1,6 @@
 """Change points (E-divisive with a permutation test) on synthetic nightly series."""
+import time
+
 import numpy as np
 import pytest
 
@@ -52,16 +54,42 @@ def test_the_same_series_gives_the_same_answer_and_short_series_none():
 
 def test_energy_statistic_matches_its_definition():
     rng = np.random.default_rng(6)
-    y = rng.normal(0, 1, 14)
-    tau, q = energy_statistic(y, 3)
-    best = None
-    for t in range(3, 12):
-        L, R = y[:t], y[t:]
-        a, b = len(L), len(R)
-        cross = np.abs(L[:, None] - R[None, :]).mean()
-        wl = np.abs(L[:, None] - L[None, :]).sum() / (a * (a - 1))
-        wr = np.abs(R[:, None] - R[None, :]).sum() / (b * (b - 1))
-        val = a * b / (a + b) * (2 * cross - wl - wr)
-        if best is None or val > best[1]:
-            best = (t, val)
-    assert tau == best[0] and q == pytest.approx(best[1])
+    for n in (6, 7, 14, 23):
+        y = rng.normal(0, 1, n)
+        best = None
+        for t in range(3, n - 2):                # X = y[:t], Y = y[t:k], both of 3 values or more
+            for k in range(t + 3, n + 1):
+                L, R = y[:t], y[t:k]
+                a, b = len(L), len(R)
+                cross = np.abs(L[:, None] - R[None, :]).mean()
+                wl = np.abs(L[:, None] - L[None, :]).sum() / (a * (a - 1))
+                wr = np.abs(R[:, None] - R[None, :]).sum() / (b * (b - 1))
+                val = a * b / (a + b) * (2 * cross - wl - wr)
+                if best is None or val > best[2]:
+                    best = (t, k, val)
+        tau, kappa, q = energy_statistic(y, 3)
+        assert (tau, kappa) == best[:2] and q == pytest.approx(best[2])
+
+
+@pytest.mark.parametrize("middle", [8, 5, 3])
+def test_a_regression_later_fixed_is_found_at_both_ends(middle):
+    """A temporary shift: the runs after the fix must not hide it (the split's right end is
+    searched, not fixed at the segment's end). 3 runs is the shortest shift found."""
+    for seed in range(10):
+        rng = np.random.default_rng(seed)
+        y = np.r_[1 + .005 * rng.standard_normal(8), 1.1 * (1 + .005 * rng.standard_normal(middle)),
+                  1 + .005 * rng.standard_normal(8)]
+        cps = change_points(y)
+        assert [c.index for c in cps] == [8, 8 + middle], seed
+        assert cps[0].change == pytest.approx(0.10, abs=0.02) and cps[1].change == pytest.approx(-1 / 11, abs=0.02)
+
+
+def test_a_year_of_nightly_runs_is_searched_in_seconds():
+    rng = np.random.default_rng(7)
+    level = np.r_[np.ones(150), 1.08 * np.ones(20), np.ones(120), 1.15 * np.ones(75)]    # 365 runs
+    y = 0.25 * level * (1 + 0.01 * rng.standard_normal(365))
+    t0 = time.perf_counter()
+    cps = change_points(y)
+    elapsed = time.perf_counter() - t0
+    assert [c.index for c in cps] == [150, 170, 290]
+    assert elapsed < 10, elapsed          # ~0.6 s on one core of the project's VM
