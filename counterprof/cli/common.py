@@ -78,9 +78,43 @@ def open_run(path: str, skip_unreadable: bool = False):
     subcommand that reads a run opens it with. skip_unreadable: leave out unreadable Parquet
     files (the subcommand names them from run.skipped)."""
     from ..store.reader import Run
-    from ..store.recover import needs_recovery, recover
+    from ..store.recover import recover, run_needs_recovery
     run = Run(path, skip_unreadable=skip_unreadable)
-    if needs_recovery(run.meta):
+    if run_needs_recovery(run.path):
+        # the one recovery `counterprof recover` runs: the journal, then the collectors' leftovers
         rep = recover(run.path)
         err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
+        shown = 10
+        for line in rep.lines[:shown]:
+            err(line)
+        if len(rep.lines) > shown:
+            err(f"... and {len(rep.lines) - shown} more like these")
+        for line in rep.failed:
+            err(line)
     return run
+
+
+def check_output_file(path: str, option: str) -> None:
+    """Refuse an output file that cannot be written (a directory, a missing directory, no
+    permission) before any work is done or anything is printed."""
+    import os
+    from pathlib import Path
+    from ..errors import UsageError
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UsageError(f"{option} {path}: is a directory; give a file name")
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: the directory {parent} does not exist")
+    if not os.access(p if p.exists() else parent, os.W_OK):
+        raise UsageError(f"{option} {path}: not writable (permission denied)")
+
+
+def write_text_file(path: str, text: str, option: str) -> None:
+    """Write an output file; a failure is one line, not a traceback."""
+    from ..errors import CounterprofError
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise CounterprofError(f"cannot write {option} {path}: {exc.strerror or exc}") from None

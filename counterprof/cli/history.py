@@ -14,11 +14,11 @@ on a last line.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-from .common import ArgumentParser, UsageFailure, err, guarded, use_system_allocator
+from .common import (ArgumentParser, UsageFailure, check_output_file, err, guarded, use_system_allocator,
+                     write_text_file)
 
 DEFAULT_SHOWN = ("wall_time", "step_time", "region:*", "signal:*")   # --metric picks any series
 
@@ -106,21 +106,8 @@ def _add(args) -> int:
     return 0
 
 
-def _check_output(path: str) -> None:
-    """Refuse an --html path that cannot be written, before anything is printed."""
-    from ..errors import UsageError
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise UsageError(f"--html {path}: is a directory; give a file name (--html trends.html)")
-    if not parent.is_dir():
-        raise UsageError(f"--html {path}: the directory {parent} does not exist")
-    if not os.access(p if p.exists() else parent, os.W_OK):
-        raise UsageError(f"--html {path}: not writable (permission denied)")
-
-
 def _show(args, p) -> int:
-    from ..errors import CounterprofError, UsageError
+    from ..errors import UsageError
     from ..store.history import connect, run_count, series_keys, series_names, trends
     from .compare import _threshold
     threshold = _threshold(args.threshold, p)
@@ -128,7 +115,7 @@ def _show(args, p) -> int:
         raise UsageFailure(f"{args.db}: no such history file (`counterprof history add RUN --db "
                            f"{args.db}` creates it)", p.format_usage())
     if args.html:
-        _check_output(args.html)
+        check_output_file(args.html, "--html")
     con = connect(args.db, read_only=True)
     try:
         patterns = args.metric or list(DEFAULT_SHOWN)
@@ -162,11 +149,7 @@ def _show(args, p) -> int:
     if args.html:
         from ..render.history_html import history_html
         page = history_html(args.db, found, points, threshold, hidden_text(hidden))
-        try:
-            with open(args.html, "w") as f:
-                f.write(page)
-        except OSError as exc:
-            raise CounterprofError(f"cannot write --html {args.html}: {exc.strerror or exc}") from None
+        write_text_file(args.html, page, "--html")
         err(f"HTML trends: {args.html}")
     return 0
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import ArgumentParser, err, guarded, open_run, use_system_allocator
+from .common import (ArgumentParser, check_output_file, err, guarded, open_run, use_system_allocator,
+                     write_text_file)
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +36,8 @@ def _main(argv: list[str]) -> int:
     from ..store.query import RunQuery
     from ..errors import RunDirectoryError
 
+    if args.html:
+        check_output_file(args.html, "--html")
     run = open_run(args.run)
     meta = run.meta
     q = RunQuery(run.path)
@@ -62,7 +65,6 @@ def _main(argv: list[str]) -> int:
         Console(highlight=False).print(report_renderable(report))
     if args.html:
         from ..render.report_html import report_html
-        with open(args.html, "w") as f:
-            f.write(report_html(report))
+        write_text_file(args.html, report_html(report), "--html")
         err(f"HTML report: {args.html}")
     return 0

@@ -129,3 +129,12 @@ def test_torch_loop_starved_by_its_data_loader_is_host(tmp_path):
     regions = {x["name"]: x["verdict"] for x in r["regions"]}
     assert regions["dataloader"]["verdict"] == "host"
     assert regions["train_step"]["shares"].get("host", 0) < regions["dataloader"]["shares"]["host"]
+
+
+def test_an_unwritable_html_path_is_one_line_before_any_work(tmp_path):
+    run_dir = tmp_path / "r"
+    assert run_cli("run", "-q", "--collectors", "host", "-o", str(run_dir), "--", "true").returncode == 0
+    for html, why in ((tmp_path / "no" / "r.html", "does not exist"), (tmp_path, "is a directory")):
+        rep = run_cli("report", str(run_dir), "--html", str(html))
+        assert rep.returncode == 2 and why in rep.stderr and "Traceback" not in rep.stderr, rep.stderr
+        assert rep.stdout == ""
