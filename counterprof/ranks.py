@@ -71,10 +71,11 @@ class RankWatcher:
             local = env.get("LOCAL_RANK", "")
             if local.isdigit():    # torchrun's convention: a rank drives cuda:LOCAL_RANK
                 self.session.own_entity(f"gpu:{int(local)}", rank)
-            self._start_rank(rank, pid)
+            world = env.get("WORLD_SIZE", "")
+            self._start_rank(rank, pid, int(world) if world.isdigit() else None)
 
-    def _start_rank(self, rank: int, pid: int) -> None:
-        entry = {"pid": pid, "collectors": []}
+    def _start_rank(self, rank: int, pid: int, world_size: int | None = None) -> None:
+        entry = {"pid": pid, "world_size": world_size, "collectors": []}
         with self._lock:
             if self._stop.is_set():
                 return

@@ -173,7 +173,8 @@ class Session:
                     self.warn(f"{name} collector unavailable: {avail.reason}")
                 continue
             self.plan.append(cls(cfg))
-        self.path, self.joined = rundir.claim(self.path, replace=self.replace, job=self.job)
+        words = rundir.API_WORDS if self.target.kind == "self" else rundir.CLI_WORDS
+        self.path, self.joined = rundir.claim(self.path, replace=self.replace, job=self.job, words=words)
         self.rank_path = rundir.rank_dir(self.path, self.rank)
         if self.joined and (self.rank_path / rundir.META).exists():
             raise RunDirectoryError(f"rank {self.rank} of {self.path} is already written by another "
@@ -372,6 +373,8 @@ class Session:
             entry = ranks.setdefault(str(rank), {"collectors": {}})
             if self.watcher is not None and rank in self.watcher.ranks:
                 entry["pid"] = self.watcher.ranks[rank]["pid"]
+                if self.watcher.ranks[rank].get("world_size"):
+                    entry["world_size"] = self.watcher.ranks[rank]["world_size"]
             entry["collectors"][col.name] = {"status": status, "reason": reason, **col.details}
             top = self.statuses.setdefault(col.name, {"config": col.summary_config()})
             if status == "failed" or "per_rank" not in top:

@@ -12,7 +12,12 @@ Where things happen:
   (convert.py) and emitted as spans into its rank's partition, ending with the trace's window
   span; then the next file. The workload pays for torch's own export only; conversion, the
   expensive part, runs in the profiler process (for counterprof.profile(), the same process, on
-  the collector's thread: the native scanner releases the GIL).
+  the collector's thread: the native scanner releases the GIL). `counterprof run` converts
+  every rank's traces; counterprof.profile() only those its own process wrote (in a job whose
+  ranks each run profile() into one run, each rank converts its own).
+- Each trace is converted by one process, once: a converter first takes the trace's claim
+  (claim.py: an flock on traces/.<trace>.claim, which then records who converted it), so
+  several profilers of one run and a recovery running meanwhile never convert a trace twice.
 
 Data loss: a window is on disk once torch has written it, so a killed workload loses only the
 window it was recording (it lives in torch's memory until then). A killed profiler loses
@@ -34,6 +39,8 @@ from typing import Any
 
 from counterprof.collector import Availability, Collector, SessionContext
 from counterprof.errors import CounterprofError, UsageError
+
+from .claim import Claim
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 DRIVER = "_counterprof_torch_driver"
@@ -69,7 +76,8 @@ class TorchCollector(Collector):
         self.done: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.traces = 0
+        self.traces = 0          # converted here
+        self.seen = 0            # found complete (converted here or by another process)
         self.spans = 0
         self.problems: list[str] = []
 
@@ -152,19 +160,44 @@ class TorchCollector(Collector):
         except Exception as exc:
             self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
 
+    def candidates(self) -> list[Path]:
+        """The trace files this collector converts. `counterprof run` (one profiler for the
+        whole launched tree): every rank's. counterprof.profile(): only those this process's
+        torch wrote; in a multi-rank job every rank has its own profile() and converts its own,
+        and the other ranks' traces are theirs."""
+        if self.ctx.target.kind == "self":
+            if self.driver is None:
+                return []
+            root = str(self.run_path.resolve()) + os.sep
+            return [Path(p) for p in list(self.driver.written) if p.startswith(root)]
+        return [p for g in TRACE_GLOBS for p in self.run_path.glob(g)]
+
     def sweep(self) -> int:
-        """Convert the complete trace files not converted yet; returns how many."""
+        """Convert the complete trace files not converted yet; returns how many. Each is taken
+        through its claim first (claim.py): one being converted by another process (a recovery,
+        another profiler of the run) is looked at again next time, one already converted is
+        left alone."""
         found = []
-        for path in (p for g in TRACE_GLOBS for p in self.run_path.glob(g)):
+        for path in self.candidates():
             if str(path) not in self.done:
                 try:
                     found.append((path.stat().st_mtime_ns, path))
                 except FileNotFoundError:
                     continue
+        converted = 0
         for _, path in sorted(found):
-            self.done.add(str(path))
-            self.convert(path)
-        return len(found)
+            claim = Claim.take(path)
+            if claim is None:
+                continue                 # another process converts it right now
+            with claim:
+                self.done.add(str(path))
+                self.seen += 1
+                if claim.converted_by is not None:
+                    continue             # converted by another process (recovery, a rank's own)
+                self.convert(path)
+                claim.mark_converted("torch collector")
+                converted += 1
+        return converted
 
     def convert(self, path: Path) -> None:
         from .convert import TraceConversion
@@ -202,7 +235,7 @@ class TorchCollector(Collector):
             self.sweep()
         except Exception as exc:
             self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
-        if self.traces == 0 and self.ctx.target.kind == "launch":
+        if self.seen == 0 and self.ctx.target.kind == "launch":
             self.ctx.warn("torch: no trace was recorded: no Python process of the workload "
                           "imported torch and marked a step (optimizer.step(), "
                           "counterprof.step() or prof.step())")

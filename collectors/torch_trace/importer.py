@@ -213,5 +213,4 @@ def check_run_target(run: str | os.PathLike, replace: bool) -> None:
     """Refuse early (before converting anything) what rundir.create would refuse."""
     p = Path(run)
     if p.exists() and rundir.is_run(p) and not replace:
-        raise RunDirectoryError(f"{p} already holds a run; choose another -o, or pass --force to "
-                                "replace it")
+        raise RunDirectoryError(rundir.already_holds_a_run(p, rundir.CLI_WORDS))

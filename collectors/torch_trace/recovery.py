@@ -7,9 +7,15 @@ conversion had already written are dropped first. They are recognisable without 
 come from the trace's process (pid) and lie in its recorded window, and one process's windows
 never overlap in time. Each step is safe to repeat: the new file appears (by rename) only after
 the old rows are gone, and a trace with its window span is never touched again.
+
+Recovery may run while other processes of the run still convert traces (a rank whose
+profiler is alive, `counterprof run`'s collector): each trace is taken through its claim
+(claim.py) first, so a trace being converted is left to its converter, and one a live
+process converted (its spans possibly still in its journal) is not converted again.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
 
@@ -18,30 +24,52 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from counterprof.store import rundir
+from counterprof.store.compact import compact_rank
+from counterprof.store.journal import read_segment, segments
 
 from . import TRACE_GLOBS, rank_of_trace_dir
+from .claim import Claim
 from .convert import CATEGORIES
 from .importer import ImportedTrace, convert_to_parquet
 
 _TORCH = pa.array([c for c in CATEGORIES])
 
 
-def converted_traces(run_path: Path) -> set[tuple[int, str]]:
-    """(rank, trace file name) of every trace whose window span is in the run."""
+def _windows(t) -> list[str]:
+    w = t.filter(pc.equal(t["category"].cast(pa.string()), "window"))
+    return w["name"].to_pylist()
+
+
+def converted_traces(run_path: Path, rank: int | None = None) -> set[tuple[int, str]]:
+    """(rank, trace file name) of every trace whose window span is in the run: in its Parquet
+    files or in a journal not compacted yet (a live process's, or one that died since). The
+    journal is read first: a compaction running meanwhile renames its Parquet file into place
+    before deleting the segments, so a span is seen in one or the other."""
     done = set()
-    for rank, d in rundir.rank_dirs(run_path):
+    for r, d in rundir.rank_dirs(run_path):
+        if rank is not None and r != rank:
+            continue
+        for s in segments(d):
+            if s.table == "spans":
+                for b in read_segment(s.path):
+                    done.update((r, n) for n in _windows(b.select(["name", "category"])))
         for f in d.glob("spans-*.parquet"):
-            t = pq.read_table(f, columns=["name", "category"])
-            w = t.filter(pc.equal(t["category"].cast(pa.string()), "window"))
-            done.update((rank, n) for n in w["name"].to_pylist())
+            try:
+                t = pq.read_table(f, columns=["name", "category"])
+            except (pa.ArrowInvalid, OSError):
+                continue      # unreadable: readers skip it too, so its traces count as pending
+            done.update((r, n) for n in _windows(t))
     return done
 
 
 def _drop_rows(parquet: Path, pid: int, start: int, end: int) -> int:
     """Rewrite `parquet` without the torch rows of process `pid` inside [start, end]."""
-    f = pq.ParquetFile(parquet)
+    try:
+        f = pq.ParquetFile(parquet)
+    except (pa.ArrowInvalid, OSError):
+        return 0           # unreadable: readers skip it, so its rows count nowhere
     dropped = 0
-    tmp = parquet.with_name(parquet.name + ".tmp")
+    tmp = parquet.with_name(f"{parquet.name}.{os.getpid()}.tmp")
     writer = None
     try:
         for batch in f.iter_batches(batch_size=64 * 1024):
@@ -69,27 +97,55 @@ def _drop_rows(parquet: Path, pid: int, start: int, end: int) -> int:
 
 def recover_traces(run_path: Path) -> list[str]:
     lines = []
-    done = converted_traces(run_path)
+    done: set[tuple[int, str]] | None = None
     for tmp in run_path.glob("rank=*/traces/*.tmp"):
         lines.append(f"{tmp}: a trace the workload did not finish writing (the process was "
                      "killed while exporting it); left as is")
     for path in sorted(p for g in TRACE_GLOBS for p in run_path.glob(g)):
         rank = rank_of_trace_dir(path)
-        if (rank, path.name) in done:
+        claim = Claim.take(path)
+        if claim is None:
+            lines.append(f"{path.name} (rank {rank}): being converted by another process; "
+                         "left to it")
             continue
-        target = path.parent.parent / f"spans-recovered-{path.name}.parquet"
-        staging = target.with_name(target.name + ".tmp")
-        trace = ImportedTrace(str(path))
-        convert_to_parquet(trace, staging, rank, path.parent)
-        if trace.failed:
-            staging.unlink(missing_ok=True)
-            lines.append(f"{path}: not converted: {trace.failed}")
-            continue
-        dropped = 0
-        if trace.window and trace.host_pid is not None:
-            for f in path.parent.parent.glob("spans-*.parquet"):
-                dropped += _drop_rows(f, trace.host_pid, *trace.window)
-        os.replace(staging, target)
-        note = f" (replacing {dropped:,} rows of a cut-off conversion)" if dropped else ""
-        lines.append(f"converted {path.name}: {trace.spans:,} spans into rank {rank}{note}")
+        with claim:
+            if claim.converted_by_live_process():
+                continue               # its spans are that process's to compact
+            if done is None:
+                done = converted_traces(run_path)
+            if (rank, path.name) not in done and claim.converted_by is not None:
+                # its converter said it converted it, and has died since the first look
+                done |= converted_traces(run_path, rank)
+            if (rank, path.name) in done:
+                continue
+            lines.append(_convert(path, rank, claim))
     return lines
+
+
+def _convert(path: Path, rank: int, claim: Claim) -> str:
+    target = path.parent.parent / f"spans-recovered-{path.name}.parquet"
+    staging = target.with_name(target.name + ".tmp")
+    trace = ImportedTrace(str(path))
+    convert_to_parquet(trace, staging, rank, path.parent)
+    if trace.failed:
+        staging.unlink(missing_ok=True)
+        return f"{path}: not converted: {trace.failed}"
+    dropped = 0
+    if trace.window and trace.host_pid is not None:
+        part = path.parent.parent
+        # one rewriter of a partition's files at a time (two recoveries may run at once)
+        lock = os.open(part / "traces" / ".recover.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            # a converter that died since the run's compaction left its rows in its journal
+            compact_rank(part)
+            for f in part.glob("spans-*.parquet"):
+                dropped += _drop_rows(f, trace.host_pid, *trace.window)
+            os.replace(staging, target)
+        finally:
+            os.close(lock)
+    else:
+        os.replace(staging, target)
+    claim.mark_converted("recover")
+    note = f" (replacing {dropped:,} rows of a cut-off conversion)" if dropped else ""
+    return f"converted {path.name}: {trace.spans:,} spans into rank {rank}{note}"

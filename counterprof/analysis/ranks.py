@@ -11,10 +11,14 @@ the steps (independent ranks), the straggler is the rank with the longest step.
 Clock skew (ranks on different hosts only; one host has one clock): every rank leaves a
 collective at nearly the same moment (none can finish before the last contributes), so the
 median difference of matched collective end times estimates each host's clock offset. Spans
-are aligned by it before steps are compared.
+are aligned by it before steps are compared. Collectives are matched within the steps both
+ranks have, by name and order, and only in steps where both recorded the same ones (never by
+position in the whole run: one missing collective would pair every later one with the wrong
+one); a rank none of whose collectives match is not aligned, and a note says so.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -42,7 +46,9 @@ class RankAnalysis:
     ranks: list[RankFigures] = field(default_factory=list)
     steps: int = 0                    # steps every rank has
     straggler: int | None = None      # the rank most often slowest
-    straggler_lag_s: float | None = None    # its median lag behind the median rank per step
+    # the others' mean wait for it per step, over the steps it was the straggler of: the mean,
+    # as the ranks table's waited_s_per_step (independent ranks: its step minus the mean step)
+    straggler_lag_s: float | None = None
     skew_max_ms: float | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -64,23 +70,89 @@ def _by_rank(spans: pa.Table, categories: tuple[str, ...]) -> dict[int, dict[str
     return out
 
 
-def clock_skew(colls: dict[int, dict[str, np.ndarray]]) -> dict[int, int]:
-    """rank -> its clock minus the lowest rank's, in ns, from matched collective end times."""
+def _matched_ends(ref: dict[str, np.ndarray], other: dict[str, np.ndarray],
+                  ref_steps: dict[str, np.ndarray] | None,
+                  other_steps: dict[str, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
+    """The end times of the collectives both ranks recorded, paired: within each step both have
+    (by its name), when the step holds the same collectives, by name, in the same order, on both
+    ranks (a step where one rank lacks some is left out); without steps in common, the whole
+    sequences, only when they are the same. Never by position alone: one collective missing
+    (a dropped trace window) would pair every later one with its neighbour."""
+    def per_step(c, s):
+        out = {}
+        for name, lo, hi in zip(s["name"], s["start"], s["end"]):
+            i, j = np.searchsorted(c["start"], [lo, hi], "left")
+            out[name] = (i, j)
+        return out
+
+    a_end, b_end = [], []
+    if ref_steps is not None and other_steps is not None:
+        ra, rb = per_step(ref, ref_steps), per_step(other, other_steps)
+        for name in ra.keys() & rb.keys():
+            (i, j), (k, m) = ra[name], rb[name]
+            if j - i and j - i == m - k and (ref["name"][i:j] == other["name"][k:m]).all():
+                a_end.append(ref["end"][i:j])
+                b_end.append(other["end"][k:m])
+    if not a_end and len(ref["name"]) and len(ref["name"]) == len(other["name"]) \
+            and (ref["name"] == other["name"]).all():
+        a_end, b_end = [ref["end"]], [other["end"]]
+    if not a_end:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    return np.concatenate(a_end), np.concatenate(b_end)
+
+
+def clock_skew(colls: dict[int, dict[str, np.ndarray]],
+               steps: dict[int, dict[str, np.ndarray]] | None = None) -> dict[int, int]:
+    """rank -> its clock minus the lowest rank's, in ns, from matched collective end times
+    (see _matched_ends). A rank whose collectives cannot be matched with the lowest rank's is
+    left out: its clock is not estimated."""
     if len(colls) < 2:
         return {}
+    steps = steps or {}
     ref = min(colls)
     out = {ref: 0}
     for r, c in colls.items():
         if r == ref:
             continue
-        n = min(len(c["end"]), len(colls[ref]["end"]))
-        if n == 0:
-            continue
-        same = c["name"][:n] == colls[ref]["name"][:n]
-        if not same.any():
-            continue
-        out[r] = int(np.median((c["end"][:n] - colls[ref]["end"][:n])[same]))
-    return out
+        a, b = _matched_ends(colls[ref], c, steps.get(ref), steps.get(r))
+        if len(a):
+            out[r] = int(np.median(b - a))
+    return out if len(out) > 1 else {}
+
+
+def parse_world_size(value: Any) -> int | None:
+    """WORLD_SIZE as meta.json's env records it (a string), or None when absent or not a
+    positive number."""
+    text = str(value).strip() if isinstance(value, (int, str)) else ""
+    n = int(text) if re.fullmatch(r"[0-9]+", text) else 0
+    return n if n > 0 else None
+
+
+def _ranges(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5" (sorted input)."""
+    out: list[list[int]] = []
+    for r in ranks:
+        if out and r == out[-1][1] + 1:
+            out[-1][1] = r
+        else:
+            out.append([r, r])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _missing(present: list[int], world: int | None) -> str:
+    """The ranks below the world size (else below the highest rank present) that are not
+    present, as ranges; cheap however large the world size."""
+    end = world if world is not None else (max(present) + 1 if present else 0)
+    out, at = [], 0
+    for r in sorted(set(present)):
+        if r >= end:
+            break
+        if r > at:
+            out.append(str(at) if r - 1 == at else f"{at}-{r - 1}")
+        at = r + 1
+    if at < end:
+        out.append(str(at) if end - 1 == at else f"{at}-{end - 1}")
+    return ", ".join(out)
 
 
 def _inside(coll: tuple[np.ndarray, np.ndarray] | None, lo: int, hi: int) -> float:
@@ -95,21 +167,33 @@ def _inside(coll: tuple[np.ndarray, np.ndarray] | None, lo: int, hi: int) -> flo
     return float(ov[ov > 0].sum())
 
 
-def analyze_ranks(spans: pa.Table, hosts: dict[int, str] | None = None) -> RankAnalysis | None:
-    """None for a run of one rank. hosts: rank -> host; skew is estimated only across hosts."""
+def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
+                  world_size: int | str | None = None) -> RankAnalysis | None:
+    """None for a run of one rank (of a job of one rank). hosts: rank -> host of every rank
+    partition in the run (with or without spans); skew is estimated only across hosts.
+    world_size: the job's WORLD_SIZE when known (meta.json's env): ranks up to it that the run
+    lacks are named, the highest ones included."""
     steps = _by_rank(spans, ("step",))
     colls = _by_rank(spans, ("collective",))
     ranks = sorted(set(steps) | set(colls))
-    if len(ranks) < 2:
+    present = sorted(set(ranks) | {r for r in (hosts or {}) if r >= 0})
+    gaps = _missing(present, parse_world_size(world_size))
+    if len(ranks) < 2 and not gaps:
         return None
     out = RankAnalysis()
-    gaps = sorted(set(range(max(ranks) + 1)) - set(ranks))
     if gaps:
-        out.notes.append(f"ranks missing from this run: {', '.join(map(str, gaps))} (their partitions "
-                         "are absent: a host not merged in, or a rank that never started)")
+        out.notes.append(f"ranks missing from this run: {gaps} (their partitions are absent: a host "
+                         "not merged in, or a rank that never started or was not profiled)")
     several_hosts = len({(hosts or {}).get(r) for r in ranks}) > 1
-    skew = clock_skew(colls) if several_hosts else {}
-    figures = {r: RankFigures(r) for r in ranks}
+    skew = clock_skew(colls, steps) if several_hosts else {}
+    if several_hosts and colls:       # (ranks on the lowest rank's host share its clock)
+        ref = min(colls)
+        lost = [r for r in ranks if r not in skew and hosts.get(r) != hosts.get(ref)]
+        if lost:
+            out.notes.append(f"clock skew not estimated: ranks {ref} and {_ranges(lost)} recorded "
+                             "different collectives (no step holds the same ones on both): their "
+                             "spans are compared on their own clocks")
+    figures = {r: RankFigures(r) for r in present}
     for r, ns in skew.items():
         figures[r].skew_ms = ns / 1e6
     if skew:
@@ -125,7 +209,7 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str] | None = None) -> RankA
              for r, s in steps.items()}
     if len(named) >= 2:
         common = set.intersection(*(set(v) for v in named.values()))
-        missing = sorted(set(ranks) - set(named))
+        missing = sorted(set(present) - set(named))
         if missing:
             out.notes.append(f"ranks without steps: {', '.join(map(str, missing))}")
         out.steps = len(common)
@@ -141,10 +225,10 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str] | None = None) -> RankA
             if any(cs.values()):      # synchronous: last to the collectives waits least
                 slow = min(cs, key=cs.get)
                 waits = [cs[r] - cs[slow] for r in named if r != slow]
-                lags.append((slow, float(np.median(waits)) if waits else 0.0))
+                lags.append((slow, float(np.mean(waits)) if waits else 0.0))
             else:                     # independent ranks: the longest step
                 slow = max(d, key=d.get)
-                lags.append((slow, d[slow] - float(np.median(list(d.values())))))
+                lags.append((slow, d[slow] - float(np.mean(list(d.values())))))
             figures[slow].slowest_in += 1
             for r in named:
                 durations[r].append(d[r])
@@ -160,6 +244,6 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str] | None = None) -> RankA
         if lags:
             counts = {r: figures[r].slowest_in for r in named}
             out.straggler = max(counts, key=counts.get)
-            out.straggler_lag_s = float(np.median([lag for r, lag in lags if r == out.straggler])) / 1e9
-    out.ranks = [figures[r] for r in ranks]
+            out.straggler_lag_s = float(np.mean([lag for r, lag in lags if r == out.straggler])) / 1e9
+    out.ranks = [figures[r] for r in present]
     return out

@@ -71,6 +71,7 @@ class ReportInputs:
     ranks: int = 1              # rank partitions: the processes doing the work
     rank_buckets: pa.Table | None = None   # per rank and metric, one bucket over the whole run
     hosts: dict[int, str] | None = None    # rank -> host that recorded it (clock skew across hosts)
+    world_size: int | None = None          # the job's WORLD_SIZE, when a rank recorded it
 
 
 def regroup(groups: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -218,7 +219,7 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
             v = classify(signals(data, [(lo, hi)]), f"rank {r}")
             v.start_ns, v.end_ns = lo, hi
             report.rank_verdicts.append(v)
-    analysis = analyze_ranks(spans, inputs.hosts)
+    analysis = analyze_ranks(spans, inputs.hosts, world_size=inputs.world_size)
     if analysis is not None:
         report.rank_analysis = analysis.to_json()
         if analysis.straggler is not None and analysis.straggler_lag_s:

@@ -1,7 +1,13 @@
 """Totals per event, like perf stat's table: a pure function over a run's tables.
 
 Delta metrics are summed over the run (and over threads or CPUs when recorded
-separately); gauges give their peak; ratios their duration-weighted mean. perf
+separately); gauges give their peak; ratios their duration-weighted mean.
+
+Several ranks (one run, a process tree per rank): totals are summed over the ranks, but a
+process-tree gauge (proc.rss, proc.processes, proc.threads) is the highest value ONE rank
+reached, and says so ("peak of one rank"): the summary's input carries no rank (Run.summary
+streams every partition's rows alike; the report's totals are regrouped over ranks), so the
+ranks' readings at one time cannot be told apart to be added up. perf
 events also get perf stat's derived figure (CPUs utilized, GHz, insn per cycle,
 % of all branches, rates per second of task-clock) and the share of time they
 were actually counted (perf's "(xx.xx%)" when counters were multiplexed).
@@ -27,7 +33,7 @@ class SummaryRow:
     coverage: float | None = None   # duration-weighted fraction counted, perf's (xx.xx%)
     unknown_intervals: int = 0
     note: str = ""               # perf stat's derived figure: "0.998 CPUs utilized"
-    aggregate: str = "total"     # total | peak | mean
+    aggregate: str = "total"     # total | peak | peak of one rank | mean
 
 
 @dataclass
@@ -40,6 +46,7 @@ class Summary:
     rows: list[SummaryRow] = field(default_factory=list)
     collectors: dict[str, dict[str, Any]] = field(default_factory=dict)
     path: str = ""
+    ranks: int = 1               # process trees (ranks) the figures come from
 
     def row(self, metric: str) -> SummaryRow | None:
         return next((r for r in self.rows if r.metric == metric), None)
@@ -127,19 +134,43 @@ def metric_totals(chunks: Iterable) -> pa.Table:
 
 
 def summary_from_totals(totals: pa.Table, catalog: dict[str, dict[str, Any]],
-                        meta: dict[str, Any]) -> Summary:
+                        meta: dict[str, Any], ranks: int | None = None) -> Summary:
+    """ranks: the run's rank partitions, when the caller knows them (else read from meta)."""
     stats = {(r["source"], r["metric"]): r for r in (totals.to_pylist() if totals.num_rows else [])}
-    return _summary(stats, catalog, meta)
+    return _summary(stats, catalog, meta, ranks)
 
 
 def summarize(samples: pa.Table | Iterable, catalog: dict[str, dict[str, Any]],
-              meta: dict[str, Any]) -> Summary:
-    """samples: the samples table, or an iterable of its batches (COLUMNS suffice)."""
+              meta: dict[str, Any], ranks: int | None = None) -> Summary:
+    """samples: the samples table, or an iterable of its batches (COLUMNS suffice).
+    ranks: the run's rank partitions, when the caller knows them (else read from meta)."""
     stats = _per_metric([samples] if isinstance(samples, (pa.Table, pa.RecordBatch)) else samples)
-    return _summary(stats, catalog, meta)
+    return _summary(stats, catalog, meta, ranks)
 
 
-def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: dict[str, Any]) -> Summary:
+def ranks_in(meta: dict[str, Any]) -> int:
+    """How many ranks (process trees) wrote the run, as far as its meta.json says:
+    `counterprof run --per-rank` and `counterprof merge` list them under "ranks"; a rank of a
+    job whose ranks each ran counterprof.profile() into one run records its job and its
+    WORLD_SIZE."""
+    listed = meta.get("ranks")
+    if isinstance(listed, dict) and listed:
+        return len(listed)
+    if meta.get("job"):
+        try:
+            return max(1, int((meta.get("env") or {}).get("WORLD_SIZE", 1)))
+        except (TypeError, ValueError):
+            return 1
+    return 1
+
+
+def _per_rank_gauge(source: str, metric: str) -> bool:
+    """A gauge of one rank's process tree (each rank's host collector samples its own)."""
+    return source == "host" and metric.startswith("proc.")
+
+
+def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: dict[str, Any],
+             ranks: int | None = None) -> Summary:
     workload = meta.get("workload") or {}
     elapsed = workload.get("elapsed_s")
     if elapsed is None and meta.get("duration_ns"):
@@ -149,7 +180,7 @@ def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: dict[str, An
         system_s=workload.get("system_s"), exit_status=workload.get("exit_status"),
         collectors={k: {"status": v.get("status"), "reason": v.get("reason", "")}
                     for k, v in (meta.get("collectors") or {}).items()},
-        path=meta.get("path", ""))
+        path=meta.get("path", ""), ranks=max(1, ranks if ranks is not None else ranks_in(meta)))
 
     # perf events first, in the order they were asked for, unsupported ones included
     perf_events = ((meta.get("collectors") or {}).get("perf") or {}).get("events") or {}
@@ -161,6 +192,11 @@ def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: dict[str, An
         if source == "perf" and metric in listed:
             continue
         summary.rows.append(_row(source, metric, catalog.get(metric, {}), s, None))
+    if summary.ranks > 1:
+        for r in summary.rows:
+            if r.aggregate == "peak" and _per_rank_gauge(r.source, r.metric):
+                r.aggregate = "peak of one rank"
+                r.note = f"not summed over the {summary.ranks} ranks"
     _add_notes(summary)
     return summary
 

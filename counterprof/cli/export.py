@@ -6,13 +6,16 @@ Every rank's spans (GPU kernels per device and stream, CPU ops per thread, annot
 regions, steps, collectives, trace windows) and every sample series as counter tracks, on the
 run's one clock, in a Chrome-trace JSON file (gzip'd when the name ends in .gz) that
 ui.perfetto.dev opens. --window keeps what lies in START:END seconds from the run's start
-(either side may be left out: 30: or :10), --ranks keeps the ranks listed. The run is read and
-written a batch at a time: memory does not grow with its size.
+(either side may be left out, not both: 30: or :10), --ranks keeps the ranks listed. The run is
+read and written a batch at a time: memory does not grow with its size. FILE may not lie inside
+the run directory.
 """
 from __future__ import annotations
 
 import argparse
+import bisect
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,43 +46,82 @@ def main(argv: list[str]) -> int:
     return guarded(lambda: _main(argv))
 
 
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_DIGITS = re.compile(r"[0-9]+")
+MAX_WINDOW_S = 1e9      # ~31 years: beyond it a bound no longer fits the run's int64 ns clock
+
+
 def parse_window(text: str | None, usage: str) -> tuple[float | None, float | None]:
+    """START:END in seconds, either side (not both) left out. Plain decimal numbers only: what
+    float() also takes (1_0, inf, nan) is refused."""
     if text is None:
         return None, None
     lo, sep, hi = text.partition(":")
-    try:
-        start = float(lo) if lo.strip() else None
-        end = float(hi) if hi.strip() else None
-    except ValueError:
-        start = end = float("nan")
-    if not sep or any(v is not None and not (v == v and abs(v) != float("inf")) for v in (start, end)):
+    lo, hi = lo.strip(), hi.strip()
+    if not sep or not (lo or hi) or any(v and not _NUMBER.fullmatch(v) for v in (lo, hi)):
         raise UsageFailure(f"--window {text}: expected START:END in seconds, e.g. 10:20, 10: or :20",
+                           usage)
+    start = float(lo) if lo else None
+    end = float(hi) if hi else None
+    if any(v is not None and abs(v) > MAX_WINDOW_S for v in (start, end)):
+        raise UsageFailure(f"--window {text}: a bound beyond {MAX_WINDOW_S:.0e} seconds is no time in a run",
                            usage)
     if start is not None and end is not None and end <= start:
         raise UsageFailure(f"--window {text}: END must be after START", usage)
     return start, end
 
 
-def parse_ranks(text: str | None, usage: str) -> list[int] | None:
+Ranks = list[tuple[int, int]]      # --ranks as inclusive (lo, hi) ranges, never expanded
+
+
+def parse_ranks(text: str | None, usage: str) -> Ranks | None:
+    """--ranks 0,1,4-7 -> [(0, 1), (4, 7)]: sorted, overlapping and adjacent ranges joined.
+    A range stays two numbers however wide (0-999999999 costs nothing)."""
     if text is None:
         return None
-    out: set[int] = set()
+    pairs = []
     for item in text.split(","):
         lo, sep, hi = item.strip().partition("-")
-        try:
-            a = int(lo)
-            b = int(hi) if sep else a
-        except ValueError:
-            raise UsageFailure(f"--ranks {text}: expected ranks like 0,1 or 0-3,8", usage) from None
-        if a < 0 or b < a:
+        if not _DIGITS.fullmatch(lo.strip()) or (sep and not _DIGITS.fullmatch(hi.strip())):
+            raise UsageFailure(f"--ranks {text}: expected ranks like 0,1 or 0-3,8", usage)
+        a = int(lo)
+        b = int(hi) if sep else a
+        if b < a:
             raise UsageFailure(f"--ranks {text}: {item.strip()} is not a rank or a range of ranks",
                                usage)
-        out.update(range(a, b + 1))
-    return sorted(out)
+        pairs.append((a, b))
+    out: Ranks = []
+    for a, b in sorted(pairs):
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
-def ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2, 5"."""
+def in_ranks(rank: int, wanted: Ranks) -> bool:
+    i = bisect.bisect_right(wanted, (rank, float("inf"))) - 1
+    return i >= 0 and wanted[i][0] <= rank <= wanted[i][1]
+
+
+def not_in_run(wanted: Ranks, have: list[int]) -> Ranks:
+    """The parts of the wanted ranges that name no rank of the run (`have`, sorted)."""
+    out: Ranks = []
+    for a, b in wanted:
+        at = a
+        for r in have[bisect.bisect_left(have, a):bisect.bisect_right(have, b)]:
+            if r > at:
+                out.append((at, r - 1))
+            at = r + 1
+        if at <= b:
+            out.append((at, b))
+    return out
+
+
+def ranges(ranks: list[int] | Ranks) -> str:
+    """[0, 1, 2, 5] or [(0, 2), (5, 5)] -> "0-2, 5"."""
+    if ranks and isinstance(ranks[0], tuple):
+        return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranks)
     out, i = [], 0
     while i < len(ranks):
         j = i
@@ -88,6 +130,35 @@ def ranges(ranks: list[int]) -> str:
         out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
         i = j + 1
     return ", ".join(out)
+
+
+def real_path(path: Path) -> Path:
+    """The path with every symlink resolved (as far as it exists); absolute where a loop of
+    symlinks makes that impossible."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return Path(os.path.abspath(path))
+
+
+def refuse_inside(out: Path, run_dir: Path, usage: str) -> None:
+    """--perfetto must not write into the run it reads (it would replace the run's files)."""
+    target, run_dir = real_path(out), real_path(run_dir)
+    if target == run_dir or run_dir in target.parents:
+        raise UsageFailure(f"--perfetto {out} is inside the run directory {run_dir}: writing there "
+                           "would replace the run's files; name a file outside it", usage)
+
+
+def size_text(n: float) -> str:
+    """1234 -> "1.2 KB": small outputs do not read as 0.0 MB."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def seconds_text(s: float) -> str:
+    return f"{s * 1e3:.0f} ms" if s < 1 else f"{s:.1f} s"
 
 
 @dataclass
@@ -289,12 +360,13 @@ def _main(argv: list[str]) -> int:
             "failed (see `counterprof list` and meta.json's collectors)")
     ranks = sorted(parts)
     if wanted is not None:
-        missing = [r for r in wanted if r not in parts]
-        if len(missing) == len(wanted):
-            raise UsageFailure(f"--ranks {args.ranks}: the run has rank(s) {ranges(ranks)} only", usage)
+        missing = not_in_run(wanted, ranks)
+        ranks = [r for r in ranks if in_ranks(r, wanted)]
+        if not ranks:
+            raise UsageFailure(f"--ranks {args.ranks}: the run has rank(s) {ranges(sorted(parts))} only",
+                               usage)
         if missing:
             err(f"--ranks: the run has no rank(s) {ranges(missing)}; exporting the others")
-        ranks = [r for r in ranks if r in wanted]
     chosen = [p for r in ranks for p in parts[r]]
     if all(p.rows() == 0 for p in chosen):
         raise RunDirectoryError(f"{run.path}: rank(s) {ranges(ranks)} hold no samples or spans to export")
@@ -306,6 +378,7 @@ def _main(argv: list[str]) -> int:
     w1 = None if w_end is None else start_ns + round(w_end * 1e9)
 
     out = Path(args.perfetto)
+    refuse_inside(out, run.path, usage)
     if out.is_dir():
         raise UsageFailure(f"--perfetto {out} is a directory; name a file, e.g. {out}/trace.json.gz", usage)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
@@ -375,10 +448,10 @@ def _nothing_message(run, ranks, window, start_ns, span_cut, sample_cut, problem
 def _summary(out, c, ranks, parts, wanted, window, start_ns, span_cut, sample_cut, problems,
              elapsed) -> None:
     size = out.stat().st_size
-    packed = f", {size / 1e6:.1f} MB gzip'd" if out.name.endswith(".gz") else ""
+    packed = f", {size_text(size)} gzip'd" if out.name.endswith(".gz") else ""
     err(f"wrote {out}: rank(s) {ranges(ranks)}; {c.spans:,} spans on {c.span_tracks} tracks, "
         f"{c.flows:,} launch→GPU flows, {c.samples:,} samples on {c.counter_tracks} counter tracks; "
-        f"{c.bytes / 1e6:.1f} MB of JSON{packed}, in {elapsed:.1f} s")
+        f"{size_text(c.bytes)} of JSON{packed}, in {seconds_text(elapsed)}")
     if window:
         lo, hi = _extent(span_cut, sample_cut)
         err(f"--window {window} (the run covers {(lo - start_ns) / 1e9:.3f} to "

@@ -26,10 +26,19 @@ def _main(argv: list[str]) -> int:
 
     from ..errors import RunDirectoryError
     from ..store import rundir
+    from .export import real_path
     from ..store.journal import segments
     from ..store.reader import Run
 
     runs = [Run(r) for r in args.runs]
+    target = real_path(Path(args.output))
+    for run in runs:      # before anything is written: a copy into its own input never ends
+        src = real_path(run.path)
+        if target == src or src in target.parents or target in src.parents:
+            where = ("is" if target == src else "is inside" if src in target.parents else "contains")
+            raise UsageFailure(f"-o {args.output} {where} the input run {run.path}: merging into "
+                               "it would copy the run into itself (or replace it); choose an -o "
+                               "outside every input", p.format_usage())
     owner: dict[int, Path] = {}
     for run in runs:
         for rank, d in rundir.rank_dirs(run.path):

@@ -2,10 +2,13 @@
 
 Safe to run twice and safe to interrupt. Refuses while the profiler that writes
 the run is still alive on this host (it will compact on its own when it stops).
+Each collector then finishes what it left on disk (torch traces not converted yet):
+the same recovery `report`, `export` and `compare` run on such a run, and run again
+here on a run already recovered, for whatever was still left pending.
 """
 from __future__ import annotations
 
-from .common import ArgumentParser, err, guarded, use_system_allocator
+from .common import EXIT_ERROR, ArgumentParser, err, guarded, use_system_allocator
 
 
 def main(argv: list[str]) -> int:
@@ -30,13 +33,11 @@ def _main(argv: list[str]) -> int:
         f"{len(report.files)} Parquet file(s) in {run.path}")
     for problem in report.truncated:
         err(f"cut-off segment (kept what was readable): {problem}")
-    from ..collector import registry
-    for name, cls in sorted(registry().items()):
-        if isinstance(cls, Exception):
-            continue
-        for line in cls.recover(run.path):    # e.g. torch traces not converted yet
-            err(f"{name}: {line}")
+    for line in report.lines:      # e.g. torch traces not converted yet
+        err(line)
+    for line in report.failed:
+        err(line)
     if not args.quiet:
         from rich.console import Console
         Console(stderr=True, highlight=False).print(run.summary())
-    return 0
+    return EXIT_ERROR if report.failed else 0

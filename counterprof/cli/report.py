@@ -15,6 +15,18 @@ from .common import (ArgumentParser, check_output_file, err, guarded, open_run, 
                      write_text_file)
 
 
+def world_size(run, ranks: list[int]) -> int | None:
+    """The job's WORLD_SIZE as any rank recorded it (its meta.json env; the rank watcher's)."""
+    seen = []
+    for m in [run.meta] + [run.rank_meta(r) for r in ranks]:
+        w = str((m.get("env") or {}).get("WORLD_SIZE", ""))
+        if w.isdigit():
+            seen.append(int(w))
+        seen += [e["world_size"] for e in (m.get("ranks") or {}).values()
+                 if isinstance(e, dict) and isinstance(e.get("world_size"), int)]
+    return max(seen) if seen else None
+
+
 def main(argv: list[str]) -> int:
     use_system_allocator()
     return guarded(lambda: _main(argv))
@@ -49,7 +61,8 @@ def _main(argv: list[str]) -> int:
     inputs = ReportInputs(q.buckets(bucket_ns(meta)), totals, devices, q.spans(),
                           catalog, meta, ranks=len(ranks),
                           rank_buckets=rank_buckets if len(ranks) > 1 else None,
-                          hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks})
+                          hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks},
+                          world_size=world_size(run, ranks))
     q.close()
     report = build_report(inputs, args.window)
     if report.overall.device == "none" and not report.windows:

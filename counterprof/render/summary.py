@@ -71,6 +71,8 @@ def summary_renderable(s: Summary):
         parts.append(Text("\n" + "\n".join(footer)))
     for source in dict.fromkeys(r.source for r in other):     # one section per collector
         title = _SECTION_TITLES.get(source, f"{source} collector")
+        if source == "host" and s.ranks > 1:
+            title = f"process trees of {s.ranks} ranks and the system (host collector)"
         section = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False,
                         title=Text(title, style="bold"), title_justify="left")
         section.add_column(justify="right", no_wrap=True)

@@ -1,8 +1,14 @@
-"""Finishing a run a killed profiler left: compact its journal, mark it recovered."""
+"""Finishing a run a killed profiler left: compact its journal, let each collector finish what
+it left on disk (the torch collector's unconverted traces), mark it recovered.
+
+`recover()` is the one recovery: `counterprof recover` calls it, and so does every subcommand
+that reads a run (report, export, compare, ... through cli/common.open_run) when the profiler
+that wrote it is gone."""
 from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import RunDirectoryError
@@ -22,32 +28,93 @@ def writer_alive(meta: dict) -> bool:
     return pid_alive(pid)
 
 
-def recover(path: str | os.PathLike, force: bool = False) -> CompactionReport:
-    """Compact every partition's journal; safe to repeat and to interrupt."""
+@dataclass
+class Recovery:
+    """What recover() did: the journal's compaction, then what each collector finished."""
+
+    compaction: CompactionReport
+    lines: list[str] = field(default_factory=list)     # "<collector>: what it did", one each
+    failed: list[str] = field(default_factory=list)    # "<collector>: why it could not finish"
+
+    # the compaction's figures, as CompactionReport names them
+    @property
+    def rows(self) -> int:
+        return self.compaction.rows
+
+    @property
+    def segments(self) -> int:
+        return self.compaction.segments
+
+    @property
+    def files(self) -> list[Path]:
+        return self.compaction.files
+
+    @property
+    def truncated(self) -> list[str]:
+        return self.compaction.truncated
+
+
+def _metas(path: Path) -> list[tuple[Path, dict]]:
+    """The run's meta.json and those of the ranks that joined it."""
+    out = [(path / rundir.META, rundir.read_json(path / rundir.META))]
+    for _rank, d in rundir.rank_dirs(path):
+        own = d / rundir.META
+        if own.exists():
+            try:
+                out.append((own, rundir.read_json(own)))
+            except RunDirectoryError:
+                continue
+    return out
+
+
+def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
+    """Compact every partition's journal, then run each collector's recover(run) (torch traces
+    not converted yet), then mark the run and its ranks recovered. Safe to repeat and to
+    interrupt: the status changes last, so an interrupted recovery is finished by the next
+    reader, and a later `counterprof recover` still converts what was left pending."""
     path = Path(path)
     meta = rundir.read_json(path / rundir.META)
     if writer_alive(meta) and not force:
         raise RunDirectoryError(
             f"{path} is still being written by counterprof (pid {meta['profiler']['pid']}); "
             "stop it first, or pass --force")
-    report = CompactionReport()
+    result = Recovery(CompactionReport())
     for _rank, d in rundir.rank_dirs(path):
-        compact_rank(d, report)
-    for _rank, d in rundir.rank_dirs(path):      # ranks that joined the run keep their own meta
-        own = d / rundir.META
-        if own.exists():
-            rank_meta = rundir.read_json(own)
-            if rank_meta.get("status") == "running" and not writer_alive(rank_meta):
-                rank_meta["status"] = "recovered"
-                rundir.write_json(own, rank_meta)
+        compact_rank(d, result.compaction)
+    from ..collector import registry
+    for name, cls in sorted(registry().items()):
+        if isinstance(cls, Exception):
+            continue
+        try:
+            result.lines += [f"{name}: {line}" for line in cls.recover(path)]
+        except Exception as exc:      # one collector's leftovers must not stop the others'
+            result.failed.append(f"{name}: could not finish what the profiler left "
+                                 f"({type(exc).__name__}: {exc}); run `counterprof recover {path}` "
+                                 "again")
+    if result.failed:
+        return result                # still "running": the next reader tries again
+    for own, rank_meta in _metas(path)[1:]:      # ranks that joined the run keep their own meta
+        if rank_meta.get("status") == "running" and not writer_alive(rank_meta):
+            rank_meta["status"] = "recovered"
+            rundir.write_json(own, rank_meta)
     if meta.get("status") == "running":
         meta["status"] = "recovered"
         meta.setdefault("warnings", []).append(
-            "the profiler stopped without finishing; the journal was compacted by "
-            "`counterprof recover` (at most the last second before it died is missing)")
+            "the profiler stopped without finishing; the run was recovered afterwards (journal "
+            "compacted, unconverted torch traces converted; at most the last second before it "
+            "died is missing)")
         rundir.write_json(path / rundir.META, meta)
-    return report
+    return result
 
 
 def needs_recovery(meta: dict) -> bool:
     return meta.get("status") == "running" and not writer_alive(meta)
+
+
+def run_needs_recovery(path: str | os.PathLike) -> bool:
+    """A profiler of the run (its creator, or a rank that joined it) died while writing, and
+    none is still writing (a live one compacts every partition when it stops)."""
+    metas = [m for _, m in _metas(Path(path))]
+    if any(writer_alive(m) for m in metas):
+        return False
+    return any(needs_recovery(m) for m in metas)

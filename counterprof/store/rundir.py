@@ -15,7 +15,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import RunDirectoryError
 
@@ -23,6 +23,16 @@ META = "meta.json"
 CATALOG = "catalog.json"
 JOURNAL = "journal"
 _RANK_DIR = re.compile(r"^rank=(\d+)$")
+
+
+class Words(NamedTuple):
+    """How a refusal tells the caller what to do, in the caller's own terms."""
+    other: str          # choosing another directory
+    replace: str        # replacing the run in it
+
+
+CLI_WORDS = Words("choose another -o", "pass --force")                    # counterprof run/import/merge
+API_WORDS = Words("pass another path=", "pass replace=True")              # counterprof.profile()
 
 
 def default_run_path(parent: str | os.PathLike = ".") -> Path:
@@ -36,19 +46,20 @@ def default_run_path(parent: str | os.PathLike = ".") -> Path:
     return path
 
 
-def create(path: str | os.PathLike, *, replace: bool = False, allow: tuple[str, ...] = ()) -> Path:
+def create(path: str | os.PathLike, *, replace: bool = False, allow: tuple[str, ...] = (),
+           words: Words = CLI_WORDS) -> Path:
     """Create a run directory (mode 0700). Refuses a directory that already holds a run.
-    allow: names a just-claimed directory may already hold."""
+    allow: names a just-claimed directory may already hold. words: the caller's terms for what
+    to do instead (CLI_WORDS, API_WORDS)."""
     path = Path(path)
     if path.exists():
         if not path.is_dir():
-            raise RunDirectoryError(f"{path} exists and is not a directory; choose another -o")
+            raise RunDirectoryError(f"{path} exists and is not a directory; {words.other}")
         if (path / META).exists() and not replace:
-            raise RunDirectoryError(
-                f"{path} already holds a run; choose another -o, or pass --force to replace it")
+            raise RunDirectoryError(already_holds_a_run(path, words))
         if any(p.name not in allow for p in path.iterdir()) and not (path / META).exists():
             raise RunDirectoryError(
-                f"{path} is not empty and is not a run directory; choose another -o")
+                f"{path} is not empty and is not a run directory; {words.other}")
         if replace:
             _clear_run(path)
     try:
@@ -62,14 +73,19 @@ def create(path: str | os.PathLike, *, replace: bool = False, allow: tuple[str, 
 JOB = ".job"           # the job that owns the run: its other processes join instead of refusing
 
 
-def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = None) -> tuple[Path, bool]:
+def already_holds_a_run(path: str | os.PathLike, words: Words = CLI_WORDS) -> str:
+    return f"{path} already holds a run; {words.other}, or {words.replace} to replace it"
+
+
+def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = None,
+          words: Words = CLI_WORDS) -> tuple[Path, bool]:
     """Create a run directory, or join it: (path, joined). With a job id, the first process of
     the job to get here creates the run; the job's other processes (the other ranks of a
     torchrun job, each in its own counterprof.profile()) join it and write their own partition.
     The job file is created exclusively, so simultaneous starts agree on who created it."""
     path = Path(path)
     if job is None:
-        return create(path, replace=replace), False
+        return create(path, replace=replace, words=words), False
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
@@ -85,15 +101,14 @@ def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = N
             time.sleep(0.01)
         if owner != job:
             raise RunDirectoryError(
-                f"{path} already holds a run of another job ({owner or 'unknown'}); choose another "
-                "path, or set COUNTERPROF_JOB alike in every process of one job") from None
+                f"{path} already holds a run of another job ({owner or 'unknown'}); {words.other}, "
+                "or set COUNTERPROF_JOB alike in every process of one job") from None
         return path, True
     with os.fdopen(fd, "w") as f:
         f.write(job + "\n")
     if (path / META).exists() and not replace:
-        raise RunDirectoryError(
-            f"{path} already holds a run; choose another -o, or pass --force to replace it")
-    return create(path, replace=replace, allow=(JOB,)), False
+        raise RunDirectoryError(already_holds_a_run(path, words))
+    return create(path, replace=replace, allow=(JOB,), words=words), False
 
 
 def _clear_run(path: Path) -> None:

@@ -39,6 +39,7 @@ def test_each_rank_has_its_own_partition(straggler_run):
     assert meta["per_rank"] is True
     assert set(meta["ranks"]) == {"0", "1"}
     assert meta["ranks"]["0"]["pid"] != meta["ranks"]["1"]["pid"]
+    assert meta["ranks"]["0"]["world_size"] == meta["ranks"]["1"]["world_size"] == 2
     assert meta["ranks"]["1"]["collectors"]["perf"]["status"] == "ok"
     for r in (0, 1):
         s = run.samples(rank=r)
@@ -163,6 +164,20 @@ def test_ranks_with_different_metric_sets_are_named(tmp_path):
     assert len(r["rank_verdicts"]) == 2
     assert any(n.startswith("rank 1 lacks page-faults") for n in r["rank_notes"]), r["rank_notes"]
     assert "rank 1 lacks page-faults" in run_cli("report", str(run_dir)).stdout
+
+
+def test_a_rank_missing_from_the_job_is_named(tmp_path):
+    import os
+    import subprocess
+    run_dir = tmp_path / "half"
+    env = dict(os.environ, RANK="0", WORLD_SIZE="2", COUNTERPROF_JOB="job-half")   # rank 1 never came
+    p = subprocess.run([PYTHON, "-c", _rank_script(run_dir, 0.2)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    rep = run_cli("report", str(run_dir), "--json")
+    assert rep.returncode == 0, rep.stderr
+    notes = json.loads(rep.stdout)["rank_analysis"]["notes"]
+    assert any("ranks missing from this run: 1" in n for n in notes), notes
 
 
 def test_a_run_of_another_job_is_not_joined(tmp_path):

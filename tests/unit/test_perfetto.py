@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -158,15 +159,78 @@ def test_nothing_in_the_window_is_an_error_and_leaves_no_file(run2, tmp_path, ca
     (["--window", "a:b"], "expected START:END"),
     (["--ranks", "x"], "expected ranks like"),
     (["--ranks", "7"], "the run has rank(s) 0-1 only"),
+    (["--window", ":"], "expected START:END"),             # neither side: not "the whole run"
+    (["--window", " : "], "expected START:END"),
+    (["--window", "1_0:20"], "expected START:END"),        # float() takes 1_0 as 10
+    (["--window", "nan:"], "expected START:END"),
+    (["--window", ":inf"], "expected START:END"),
+    (["--window", "1e300:"], "no time in a run"),
+    (["--ranks", "1_0"], "expected ranks like"),
 ])
 def test_bad_arguments_exit_2(run2, tmp_path, capsys, args, message):
     assert export(run2, tmp_path / "o.json", *args) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert err.count("counterprof:") == 1
+    assert not (tmp_path / "o.json").exists()
 
 
 def test_missing_ranks_are_named(run2, tmp_path, capsys):
     assert export(run2, tmp_path / "o.json", "--ranks", "1,5") == 0
     assert "the run has no rank(s) 5" in capsys.readouterr().err
+    assert export(run2, tmp_path / "o.json", "--ranks", "0-1,1-3,7") == 0
+    assert "the run has no rank(s) 2-3, 7; exporting the others" in capsys.readouterr().err
+
+
+def test_a_huge_rank_range_is_cheap(run2, tmp_path):
+    """--ranks 0-999999999 is two numbers, not a set of a billion ranks: under a 1 GB address
+    space limit it exports ranks 0 and 1 at once."""
+    import resource
+    import subprocess
+    import sys
+
+    def export_ranks(ranks):       # in a child, so that a set of a billion ranks fails there
+        return subprocess.run([sys.executable, "-m", "counterprof", "export", str(run2), "--perfetto",
+                               str(out), "--ranks", ranks], capture_output=True, text=True,
+                              preexec_fn=limit, timeout=120)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+    out = tmp_path / "o.json"
+    proc = export_ranks("0-999999999")
+    assert proc.returncode == 0, proc.stderr
+    assert "the run has no rank(s) 2-999999999; exporting the others" in proc.stderr
+    assert sorted(check(out).processes.values()) == ["rank 0", "rank 0 · GPU 0", "rank 1",
+                                                     "rank 1 · GPU 1"]
+    out.unlink()
+    proc = export_ranks("5-999999999")             # naming no rank of the run: a usage error
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.endswith("counterprof: --ranks 5-999999999: the run has rank(s) 0-1 only\n")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("inside", ["meta.json", "rank=0/samples-a.parquet", "rank=1/new.json",
+                                    ".", "link/meta.json"])
+def test_an_output_inside_the_run_is_refused(run2, tmp_path, capsys, inside):
+    (tmp_path / "link").symlink_to(run2)                 # a symlink into the run counts too
+    before = {f: f.read_bytes() for f in run2.rglob("*") if f.is_file()}
+    out = (tmp_path if inside.startswith("link") else run2) / inside
+    assert export(run2, out) == 2
+    err = capsys.readouterr().err
+    assert "is inside the run directory" in err and "Traceback" not in err
+    assert {f: f.read_bytes() for f in run2.rglob("*") if f.is_file()} == before
+    # and through a symlink to the run as the run argument
+    assert export(tmp_path / "link", run2 / "x.json") == 2
+    assert not (run2 / "x.json").exists()
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+def test_small_outputs_are_not_0_0_mb(run2, tmp_path, capsys, name):
+    assert export(run2, tmp_path / name) == 0
+    err = capsys.readouterr().err
+    assert "0.0 MB" not in err and "in 0.0 s" not in err
+    assert re.search(r"; [0-9.]+ KB of JSON" + (r", [0-9.]+ KB gzip'd" if name.endswith(".gz") else "")
+                     + r", in ([0-9]+ ms|[1-9][0-9.]* s)", err), err
 
 
 def test_not_a_run_and_an_empty_run_exit_1(tmp_path, capsys):

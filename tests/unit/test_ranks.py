@@ -114,3 +114,91 @@ def test_ranks_lacking_metrics_are_grouped_and_named():
     assert notes[2].startswith("rank 4 lacks gpu.util, task-clock, which other ranks have: its verdict")
     assert len(notes) == 3
     assert metric_set_notes(t.filter(pa.compute.less(t["rank"], 2))) == []    # same sets: nothing
+
+
+def test_skew_survives_a_rank_lacking_a_trace_window():
+    """Rank 1 (another host, clock 7 ms ahead) lost the trace window of steps 0-1: its
+    collectives are matched with rank 0's of the same steps, not by position (which paired
+    each with the one a step or two later: 200 ms of skew, and every span shifted by it)."""
+    t = synchronous(steps=6, skew_ms={1: 7})
+    starts = t["start"].cast(pa.int64()).to_pylist()
+    t = t.filter(pa.array([not (r == 1 and s < 200 * MS + 7 * MS)      # rank 1, steps 0 and 1
+                           for r, s in zip(t["rank"].to_pylist(), starts)]))
+    a = analyze_ranks(t, hosts={0: "a", 1: "b", 2: "a"})
+    f = {x.rank: x for x in a.ranks}
+    assert f[1].skew_ms == pytest.approx(7.0)
+    assert a.skew_max_ms == pytest.approx(7.0)
+    assert not any("not estimated" in n for n in a.notes)
+    assert (a.steps, a.straggler) == (4, 2)
+    assert f[0].waited_s_per_step == pytest.approx(0.030)
+
+
+def test_a_step_whose_collectives_differ_is_left_out_of_the_skew():
+    """Rank 1 has every step but lacks the all_reduce of steps 1-3 and has an extra barrier in
+    step 4: only steps 0 and 5 hold the same collectives on both ranks, and they are matched."""
+    t = synchronous(steps=6, ranks=2, slow_rank=1, skew_ms={1: 7})
+    extra = spans([(1, "collective", "gloo:barrier", 460 + 7, 470 + 7)])
+    t = pa.concat_tables([t, extra.cast(t.schema)])
+    starts = t["start"].cast(pa.int64()).to_pylist()
+    lost = {(k * 100 + 50 + 30 + 7) * MS for k in (1, 2, 3)}
+    t = t.filter(pa.array([not (r == 1 and c == "collective" and s in lost)
+                           for r, c, s in zip(t["rank"].to_pylist(),
+                                              t["category"].cast(pa.string()).to_pylist(), starts)]))
+    a = analyze_ranks(t, hosts={0: "a", 1: "b"})
+    assert {x.rank: x.skew_ms for x in a.ranks} == {0: 0.0, 1: pytest.approx(7.0)}
+
+
+def test_skew_that_cannot_be_matched_is_said_and_nothing_is_shifted():
+    """No steps to match within, and rank 1 lacks rank 0's first collective: the skew is not
+    estimated (not guessed from collectives paired by position), and the note says why."""
+    rows = []
+    for k in range(5):
+        for r in range(2):
+            off = 7 if r == 1 else 0
+            if not (r == 1 and k == 0):
+                rows.append((r, "collective", "gloo:all_reduce", k * 100 + 50 + off, k * 100 + 100 + off))
+    a = analyze_ranks(spans(rows), hosts={0: "a", 1: "b"})
+    assert a.skew_max_ms is None and all(x.skew_ms in (None, 0) for x in a.ranks)
+    assert any(n.startswith("clock skew not estimated: ranks 0 and 1 recorded different collectives")
+               for n in a.notes), a.notes
+    assert not any("clocks disagree" in n for n in a.notes)
+    # the same sequences on both (no steps): matched whole
+    rows = [r for r in rows if not (r[0] == 0 and r[3] == 50)]
+    a = analyze_ranks(spans(rows), hosts={0: "a", 1: "b"})
+    assert {x.rank: x.skew_ms for x in a.ranks} == {0: 0.0, 1: pytest.approx(7.0)}
+
+
+def test_missing_ranks_up_to_the_world_size_are_named():
+    """The gap check looks up to WORLD_SIZE, not only below the highest rank present: a run of
+    rank 0 alone of a 2-rank job names rank 1."""
+    one = spans([(0, "step", "ProfilerStep#0", 0, 10)])
+    assert analyze_ranks(one, hosts={0: "a"}) is None                 # world size unknown
+    assert analyze_ranks(one, hosts={0: "a"}, world_size="1") is None
+    a = analyze_ranks(one, hosts={0: "a"}, world_size="2")
+    assert a.notes[0].startswith("ranks missing from this run: 1 (their partitions are absent")
+    assert [x.rank for x in a.ranks] == [0]
+    # a rank partition without spans is present, not missing; a huge world size is cheap
+    a = analyze_ranks(synchronous(ranks=2), hosts={0: "a", 1: "a", 2: "a", 4: "a"}, world_size=10**12)
+    assert a.notes[0].startswith(f"ranks missing from this run: 3, 5-{10**12 - 1} (")
+    assert any(n == "ranks without steps: 2, 4" for n in a.notes)
+    for bad in ("x", "0", "-3", "1_0", None):
+        a = analyze_ranks(synchronous(ranks=2), hosts={0: "a", 1: "a", 3: "a"}, world_size=bad)
+        assert a.notes[0].startswith("ranks missing from this run: 2 ("), bad
+
+
+def test_the_straggler_lag_is_the_mean_wait_as_in_the_ranks_table():
+    """4 ranks, rank 3 the straggler: rank 0 waits 30 ms, rank 1 20 ms, rank 2 1 ms per step.
+    The evidence's lag and the table's waited are the same statistic: the mean (17 ms), not
+    the median (20 ms)."""
+    rows = []
+    for k in range(5):
+        t0 = k * 100
+        for r, late in ((0, 0), (1, 10), (2, 29), (3, 30)):
+            rows.append((r, "step", f"ProfilerStep#{k}", t0, t0 + 100))
+            rows.append((r, "collective", "gloo:all_reduce", t0 + 50 + late, t0 + 100))
+    a = analyze_ranks(spans(rows))
+    f = {x.rank: x for x in a.ranks}
+    assert a.straggler == 3 and f[3].slowest_in == 5
+    assert [f[r].waited_s_per_step for r in (0, 1, 2)] == pytest.approx([0.030, 0.020, 0.001])
+    assert a.straggler_lag_s == pytest.approx(0.017)
+    assert a.straggler_lag_s == pytest.approx(sum(f[r].waited_s_per_step for r in (0, 1, 2)) / 3)

@@ -112,3 +112,42 @@ def test_ratio_mean_ignores_unknown_intervals():
     rows = [("host", "system.cpu_util", "system", 50.0, 100 * MS, 1.0),
             ("host", "system.cpu_util", "system", None, 900 * MS, 0.0)]
     assert summarize(table(rows), CATALOG, META).row("system.cpu_util").value == 50.0
+
+
+TWO_RANKS = [
+    # two ranks' trees, ~350 MB and 1 process each, sampled at about the same times
+    ("host", "proc.rss", "process", 340e6, None, 1.0),
+    ("host", "proc.rss", "process", 343e6, None, 1.0),
+    ("host", "proc.rss", "process", 341e6, None, 1.0),
+    ("host", "proc.rss", "process", 342e6, None, 1.0),
+    ("host", "proc.cpu_user", "process", 1.0, 1000 * MS, 1.0),
+    ("host", "proc.cpu_user", "process", 2.0, 1000 * MS, 1.0),
+    ("host", "system.mem_used", "system", 9e9, None, 1.0),
+]
+CATALOG_RANKS = {**CATALOG, "proc.cpu_user": {"name": "proc.cpu_user", "unit": "s", "kind": "delta"},
+                 "system.mem_used": {"name": "system.mem_used", "unit": "bytes", "kind": "gauge"}}
+
+
+@pytest.mark.parametrize("meta", [
+    {**META, "per_rank": True, "ranks": {"0": {"pid": 10}, "1": {"pid": 11}}},    # counterprof run
+    {**META, "job": "host:123", "rank": 0, "env": {"RANK": "0", "WORLD_SIZE": "2"}},  # profile() per rank
+], ids=["per-rank run", "joined profile"])
+def test_a_process_tree_gauge_of_several_ranks_is_named_one_ranks_peak(meta):
+    s = summarize(table(TWO_RANKS), CATALOG_RANKS, meta)
+    assert s.ranks == 2
+    rss = s.row("proc.rss")
+    assert rss.value == 343e6 and rss.aggregate == "peak of one rank"
+    assert s.row("proc.cpu_user").value == 3.0              # totals are over every rank
+    assert s.row("system.mem_used").aggregate == "peak"     # the machine's, not a rank's
+    text = summary_text(s)
+    assert "proc.rss (peak of one rank)" in text and "not summed over the 2 ranks" in text
+    assert "proc.rss (peak)" not in text
+    assert "process trees of 2 ranks and the system (host collector)" in text
+
+
+def test_one_rank_keeps_plain_peaks_and_a_caller_may_say_how_many_ranks():
+    s = summarize(table(TWO_RANKS), CATALOG_RANKS, META)
+    assert s.ranks == 1 and s.row("proc.rss").aggregate == "peak"
+    assert "process trees of" not in summary_text(s) and "not summed" not in summary_text(s)
+    assert summarize(table(TWO_RANKS), CATALOG_RANKS, META, ranks=3).row("proc.rss").aggregate \
+        == "peak of one rank"

@@ -1,0 +1,56 @@
+"""A refused run directory is answered in the caller's own terms: the CLI's -o/--force, the
+Python API's path=/replace=True."""
+from __future__ import annotations
+
+import pytest
+
+import counterprof
+from counterprof.errors import RunDirectoryError
+from counterprof.store import rundir
+from helpers import run_cli
+
+
+def test_profile_into_a_run_directory_says_path_and_replace(tmp_path):
+    run = tmp_path / "run"
+    with counterprof.profile(path=run, collectors=["host"]):
+        pass
+    with pytest.raises(RunDirectoryError) as exc:
+        with counterprof.profile(path=run, collectors=["host"]):
+            pass
+    msg = str(exc.value)
+    assert "already holds a run" in msg and "path=" in msg and "replace=True" in msg, msg
+    assert "another -o" not in msg and "--force" not in msg, msg
+    with counterprof.profile(path=run, collectors=["host"], replace=True):   # what it says works
+        pass
+
+
+def test_the_cli_keeps_its_flags(tmp_path):
+    run = tmp_path / "run"
+    assert run_cli("run", "-q", "-o", str(run), "--", "true").returncode == 0
+    proc = run_cli("run", "-q", "-o", str(run), "--", "true")
+    assert proc.returncode == 1
+    assert "already holds a run; choose another -o, or pass --force to replace it" in proc.stderr
+
+
+@pytest.mark.parametrize("words,other,replace", [
+    (rundir.CLI_WORDS, "choose another -o", "pass --force"),
+    (rundir.API_WORDS, "pass another path=", "pass replace=True"),
+])
+def test_every_refusal_takes_the_callers_words(tmp_path, words, other, replace):
+    held = tmp_path / "held"
+    rundir.create(held)
+    rundir.write_json(held / rundir.META, {})
+    not_dir, foreign = tmp_path / "file", tmp_path / "foreign"
+    not_dir.write_text("x")
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("x")
+    for path, words_expected in ((held, f"{other}, or {replace} to replace it"), (not_dir, other),
+                                 (foreign, other)):
+        with pytest.raises(RunDirectoryError) as exc:
+            rundir.create(path, words=words)
+        assert str(exc.value).endswith(words_expected), exc.value
+    job = tmp_path / "job"
+    rundir.claim(job, job="a", words=words)
+    with pytest.raises(RunDirectoryError) as exc:
+        rundir.claim(job, job="b", words=words)
+    assert f"another job (a); {other}, or set COUNTERPROF_JOB" in str(exc.value)
