@@ -48,3 +48,27 @@ needs_pmu = pytest.mark.skipif(
                         "(usual in VMs); hardware-event tests run only where the PMU counts")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (or CAP_PERFMON)")
 
+
+
+class ClaimHeldElsewhere:
+    """Another process holds a torch trace's conversion claim (as a second converter would)
+    until `die()`: it then exits without marking the trace converted, like a killed one."""
+
+    def __init__(self, trace):
+        self.proc = subprocess.Popen(
+            [PYTHON, "-c", "import os, sys; from pathlib import Path\n"
+                           "from counterprof.collectors.torch_trace.claim import Claim\n"
+                           f"c = Claim.take(Path({str(trace)!r})); print(c is not None, flush=True)\n"
+                           "sys.stdin.readline(); os._exit(9)"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "True", "the claim was not free"
+
+    def die(self) -> None:
+        self.proc.communicate("\n", timeout=30)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()

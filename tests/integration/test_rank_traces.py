@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from helpers import PYTHON, run_cli
+from helpers import PYTHON, ClaimHeldElsewhere, run_cli
 from kineto_traces import X, write_trace
 
 pytest.importorskip("torch")
@@ -153,21 +153,12 @@ def test_a_trace_held_by_a_converter_is_left_to_it_and_recovered_once_it_died(tm
     traces = run / "rank=0" / "traces"
     traces.mkdir(parents=True)
     trace = Path(shutil.copy(_trace(tmp_path, "c.pt.trace.json", 33, 0), traces))
-    holder = subprocess.Popen(
-        [PYTHON, "-c", "import sys; from pathlib import Path\n"
-                       "from counterprof.collectors.torch_trace.claim import Claim\n"
-                       f"c = Claim.take(Path({str(trace)!r})); print(c is not None, flush=True)\n"
-                       "sys.stdin.readline()\nos_exit = __import__('os')._exit(9)"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "True"
+    with ClaimHeldElsewhere(trace) as holder:
         rec = run_cli("recover", str(run), "-q")
         assert rec.returncode == 0, rec.stderr
         assert "c.pt.trace.json (rank 0): being converted by another process; left to it" in rec.stderr
         assert by_category(counterprof.load(run).table("spans"), "window").num_rows == 0
-        holder.communicate("die\n", timeout=30)        # killed while converting: nothing marked
-    finally:
-        holder.kill()
+        holder.die()        # killed while converting: nothing marked
     rec = run_cli("recover", str(run), "-q")
     assert "converted c.pt.trace.json: 3,000 spans" in rec.stderr, rec.stderr
     spans = counterprof.load(run).table("spans")

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from helpers import COUNTERPROF, PYTHON, run_cli
+from helpers import COUNTERPROF, PYTHON, ClaimHeldElsewhere, run_cli
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -70,14 +70,7 @@ def test_report_of_a_killed_run_converts_its_pending_traces(tmp_path):
     assert json.loads((run / "meta.json").read_text())["status"] == "running"
     # a converter (say, a second reader) holds the last trace while report recovers the run
     held = run / "rank=0" / "traces" / traces[-1]
-    holder = subprocess.Popen(
-        [PYTHON, "-c", "import os, sys; from pathlib import Path\n"
-                       "from counterprof.collectors.torch_trace.claim import Claim\n"
-                       f"c = Claim.take(Path({str(held)!r})); print(c is not None, flush=True)\n"
-                       "sys.stdin.readline(); os._exit(9)"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "True"
+    with ClaimHeldElsewhere(held) as holder:
         rep = run_cli("report", str(run))
         assert rep.returncode == 0, rep.stderr
         assert "the profiler that wrote it is gone" in rep.stderr
@@ -85,9 +78,7 @@ def test_report_of_a_killed_run_converts_its_pending_traces(tmp_path):
         assert f"{traces[-1]} (rank 0): being converted by another process; left to it" in rep.stderr
         assert json.loads((run / "meta.json").read_text())["status"] == "recovered"
         assert windows(run) == Counter(traces[:-1])         # every other trace, once
-        holder.communicate("\n", timeout=30)             # it died before finishing
-    finally:
-        holder.kill()
+        holder.die()             # it died before finishing
     # recovered already; a later recover still converts what was left pending
     rec = run_cli("recover", str(run), "-q")
     assert rec.returncode == 0, rec.stderr
