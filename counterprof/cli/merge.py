@@ -64,7 +64,13 @@ def _main(argv: list[str]) -> int:
             rundir.write_json(out / f"rank={rank}" / rundir.META, {**meta, "merged_from": str(run.path)})
             ranks_meta[str(rank)] = {"host": (meta.get("host") or {}).get("hostname"),
                                      "run": str(run.path), "status": meta.get("status")}
-    first = runs[0].meta
+    # the run-level facts of the input that started first: the merged run's start (the export's
+    # and the report's time 0) is then before every rank's data, whatever the argument order
+    metas = [r.meta for r in runs]
+    first = min(metas, key=lambda m: m.get("start_ns") or float("inf"))
+    ends = [m["end_ns"] for m in metas if isinstance(m.get("end_ns"), int)]
+    if ends and isinstance(first.get("start_ns"), int):
+        first = {**first, "end_ns": max(ends), "duration_ns": max(ends) - first["start_ns"]}
     merged = {**first, "id": out.name, "status": "merged", "merged_from": [str(r.path) for r in runs],
               "ranks": ranks_meta, "hosts": sorted({v["host"] for v in ranks_meta.values() if v["host"]})}
     rundir.write_json(out / rundir.META, merged)

@@ -70,3 +70,17 @@ def test_an_output_beside_the_inputs_is_merged(hosts, tmp_path):
     run = counterprof.load(out)
     assert run.ranks() == [0, 1]
     assert json.loads((out / "rank=1" / "meta.json").read_text())["merged_from"] == str(b)
+
+
+def test_the_merged_run_starts_with_its_earliest_input_whatever_the_order(hosts, tmp_path):
+    _, (a, b) = hosts                      # host0's run started before host1's
+    out = tmp_path / "later-first"
+    proc = run_cli("merge", str(b), str(a), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    metas = [json.loads((x / "meta.json").read_text()) for x in (a, b)]
+    merged = json.loads((out / "meta.json").read_text())
+    assert merged["start_ns"] == min(m["start_ns"] for m in metas) < max(m["start_ns"] for m in metas)
+    assert merged["end_ns"] == max(m["end_ns"] for m in metas)
+    assert merged["duration_ns"] == merged["end_ns"] - merged["start_ns"]
+    times = counterprof.load(out).samples()["time"].cast("int64").to_numpy()
+    assert times.min() >= merged["start_ns"]          # nothing before time 0: no negative times
