@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,24 @@ def write_big_trace(path: Path, target_bytes: int) -> int:
         f.write('\n  ],\n  "traceName": "synthetic", "displayTimeUnit": "ms",\n'
                 '  "baseTimeNanoseconds": 1700000000000000000\n}\n')
     return events
+
+
+def profiler_after_first_trace(run: Path, first: Path) -> str:
+    """Python source for a child process: a `counterprof run`-style torch collector on `run`
+    converts the trace `first`, then stops sweeping (its thread joined), leaving `s` (the
+    session), `col` (the collector) and `traces` (rank 0's traces folder) for what follows."""
+    return textwrap.dedent(f"""
+    import os, shutil, sys, time
+    from pathlib import Path
+    from counterprof.session import Session
+    from counterprof.collector import Target
+    s = Session({str(run)!r}, collectors=["torch"], target=Target("launch", os.getpid()), rank=0)
+    s.prepare(); s.start()
+    traces = Path({str(run)!r}) / "rank=0" / "traces"
+    traces.mkdir(parents=True)
+    shutil.copy({str(first)!r}, traces)
+    col = s.collectors[0]
+    while col.traces < 1:
+        time.sleep(0.05)
+    col._stop.set(); col._thread.join()      # no sweeps of its own from here on
+    """)

@@ -17,7 +17,7 @@ import pytest
 
 import counterprof
 from helpers import PYTHON, ClaimHeldElsewhere, run_cli
-from kineto_traces import X, write_trace
+from kineto_traces import X, profiler_after_first_trace, write_trace
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -107,20 +107,7 @@ def test_a_trace_is_converted_by_one_process_once(tmp_path):
     next sweep leaves b alone."""
     run = tmp_path / "run"
     a, b = _trace(tmp_path, "a.pt.trace.json", 11, 0), _trace(tmp_path, "b.pt.trace.json", 22, 10_000)
-    code = textwrap.dedent(f"""
-    import os, shutil, sys, time
-    from pathlib import Path
-    from counterprof.session import Session
-    from counterprof.collector import Target
-    s = Session({str(run)!r}, collectors=["torch"], target=Target("launch", os.getpid()), rank=0)
-    s.prepare(); s.start()
-    traces = Path({str(run)!r}) / "rank=0" / "traces"
-    traces.mkdir(parents=True)
-    shutil.copy({str(a)!r}, traces)
-    col = s.collectors[0]
-    while col.traces < 1:
-        time.sleep(0.05)
-    col._stop.set(); col._thread.join()      # no sweeps of its own from here on
+    code = profiler_after_first_trace(run, a) + textwrap.dedent(f"""
     shutil.copy({str(b)!r}, traces)
     print("ready", flush=True)
     sys.stdin.readline()

@@ -18,7 +18,7 @@ import pytest
 
 import counterprof
 from helpers import PYTHON, run_cli
-from kineto_traces import X, write_trace
+from kineto_traces import X, profiler_after_first_trace, write_trace
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -210,25 +210,12 @@ def test_recover_converts_traces_a_killed_profiler_left(tmp_path):
         return write_trace(tmp_path / name, evs, {"baseTimeNanoseconds": 1_700_000_000_000_000_000})
     a, b, c = trace("a.pt.trace.json", 11, 0), trace("b.pt.trace.json", 22, 10_000), \
         trace("c.pt.trace.json", 33, 20_000)
-    code = textwrap.dedent(f"""
-    import os, shutil, time
-    from pathlib import Path
-    from counterprof.session import Session
-    from counterprof.collector import Target
+    code = profiler_after_first_trace(run, a) + textwrap.dedent(f"""
     from counterprof.collectors.torch_trace.convert import TraceConversion
-    s = Session({str(run)!r}, collectors=["torch"], target=Target("launch", os.getpid()), rank=0)
-    s.prepare(); s.start()
-    traces = Path({str(run)!r}) / "rank=0" / "traces"
-    traces.mkdir(parents=True)
-    shutil.copy({str(a)!r}, traces)
-    col = s.collectors[0]
-    while col.traces < 1:
-        time.sleep(0.05)
-    col._stop.set(); col._thread.join()               # the converter stops ...
     shutil.copy({str(b)!r}, traces)
     shutil.copy({str(c)!r}, traces)
     for i, batch in enumerate(TraceConversion(traces / "b.pt.trace.json", batch_rows=1000)):
-        s.emit("spans", batch, rank=0)                # ... in the middle of trace b
+        s.emit("spans", batch, rank=0)                # killed in the middle of trace b
         if i == 1:
             break
     os._exit(9)                                       # killed: no compaction, no final meta
