@@ -223,6 +223,22 @@ static int parse_string(cur_t *c, sink_t *s)
     }
 }
 
+/* An object's next key and its ':' (c->i before the key, whitespace allowed); decodes the key
+ * into ks (may be NULL). */
+static int parse_key(cur_t *c, sink_t *ks)
+{
+    int r;
+    skip_ws(c);
+    if (c->i >= c->n) return INCOMPLETE;
+    if (c->b[c->i] != '"') return fail(c, "expected a key");
+    if ((r = parse_string(c, ks)) != OK) return r;
+    skip_ws(c);
+    if (c->i >= c->n) return INCOMPLETE;
+    if (c->b[c->i] != ':') return fail(c, "expected ':'");
+    c->i++;
+    return OK;
+}
+
 /* ---- numbers ------------------------------------------------------------------------ */
 
 typedef struct {
@@ -377,16 +393,7 @@ static int skip_value(cur_t *c, int eof, int depth)
         if (c->i >= c->n) return INCOMPLETE;
         if (c->b[c->i] == close) { c->i++; return OK; }
         for (;;) {
-            if (ch == '{') {
-                skip_ws(c);
-                if (c->i >= c->n) return INCOMPLETE;
-                if (c->b[c->i] != '"') return fail(c, "expected a key");
-                if ((r = parse_string(c, NULL)) != OK) return r;
-                skip_ws(c);
-                if (c->i >= c->n) return INCOMPLETE;
-                if (c->b[c->i] != ':') return fail(c, "expected ':'");
-                c->i++;
-            }
+            if (ch == '{' && (r = parse_key(c, NULL)) != OK) return r;
             if ((r = skip_value(c, eof, depth + 1)) != OK) return r;
             skip_ws(c);
             if (c->i >= c->n) return INCOMPLETE;
@@ -468,14 +475,7 @@ static int parse_args(cur_t *c, int eof, struct cp_kineto_cols *cols, int row)
     for (;;) {
         char key[32];
         sink_t ks = {key, 0, sizeof key, 0};
-        skip_ws(c);
-        if (c->i >= c->n) return INCOMPLETE;
-        if (c->b[c->i] != '"') return fail(c, "expected a key");
-        if ((r = parse_string(c, &ks)) != OK) return r;
-        skip_ws(c);
-        if (c->i >= c->n) return INCOMPLETE;
-        if (c->b[c->i] != ':') return fail(c, "expected ':'");
-        c->i++;
+        if ((r = parse_key(c, &ks)) != OK) return r;
         int64_t *slot = NULL;
         if (!ks.overflow) {
             if (key_is(key, ks.len, "stream")) slot = &cols->stream[row];
@@ -522,14 +522,7 @@ static int parse_event(cur_t *c, int eof, struct cp_kineto_cols *cols, int row, 
     for (;;) {
         char key[16];
         sink_t ks = {key, 0, sizeof key, 0};
-        skip_ws(c);
-        if (c->i >= c->n) return INCOMPLETE;
-        if (c->b[c->i] != '"') return fail(c, "expected a key");
-        if ((r = parse_string(c, &ks)) != OK) return r;
-        skip_ws(c);
-        if (c->i >= c->n) return INCOMPLETE;
-        if (c->b[c->i] != ':') return fail(c, "expected ':'");
-        c->i++;
+        if ((r = parse_key(c, &ks)) != OK) return r;
         skip_ws(c);
         if (c->i >= c->n) return INCOMPLETE;
         unsigned char v0 = c->b[c->i];
