@@ -83,7 +83,7 @@ def open_run(path: str, skip_unreadable: bool = False):
     if run_needs_recovery(run.path):
         # the one recovery `counterprof recover` runs: the journal, then the collectors' leftovers
         rep = recover(run.path)
-        err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.rows} rows from its journal")
+        err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.compaction.rows} rows from its journal")
         shown = 10
         for line in rep.lines[:shown]:
             err(line)

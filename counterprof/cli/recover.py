@@ -29,9 +29,10 @@ def _main(argv: list[str]) -> int:
 
     run = Run(args.run)
     report = recover(run.path, force=args.force)
-    err(f"recovered {report.rows} rows from {report.segments} journal segment(s) into "
-        f"{len(report.files)} Parquet file(s) in {run.path}")
-    for problem in report.truncated:
+    c = report.compaction
+    err(f"recovered {c.rows} rows from {c.segments} journal segment(s) into "
+        f"{len(c.files)} Parquet file(s) in {run.path}")
+    for problem in c.truncated:
         err(f"cut-off segment (kept what was readable): {problem}")
     for line in report.lines:      # e.g. torch traces not converted yet
         err(line)

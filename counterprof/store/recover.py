@@ -36,23 +36,6 @@ class Recovery:
     lines: list[str] = field(default_factory=list)     # "<collector>: what it did", one each
     failed: list[str] = field(default_factory=list)    # "<collector>: why it could not finish"
 
-    # the compaction's figures, as CompactionReport names them
-    @property
-    def rows(self) -> int:
-        return self.compaction.rows
-
-    @property
-    def segments(self) -> int:
-        return self.compaction.segments
-
-    @property
-    def files(self) -> list[Path]:
-        return self.compaction.files
-
-    @property
-    def truncated(self) -> list[str]:
-        return self.compaction.truncated
-
 
 def _metas(path: Path) -> list[tuple[Path, dict]]:
     """The run's meta.json and those of the ranks that joined it."""
