@@ -93,22 +93,39 @@ def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = N
     try:
         fd = os.open(path / JOB, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        deadline = time.monotonic() + 5.0
-        while True:     # the creator may not have written it yet
-            owner = (path / JOB).read_text().strip()
-            if owner or time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
-        if owner != job:
-            raise RunDirectoryError(
-                f"{path} already holds a run of another job ({owner or 'unknown'}); {words.other}, "
-                "or set COUNTERPROF_JOB alike in every process of one job") from None
-        return path, True
+        return path, _join(path, job, words)
+    # The creator checks (and with replace, clears) the directory before it writes the job id:
+    # the other ranks wait for the id before they write anything, so their partitions are
+    # neither mistaken for foreign files nor cleared.
+    try:
+        create(path, replace=replace, allow=(JOB,), words=words)
+    except BaseException:
+        os.close(fd)
+        (path / JOB).unlink(missing_ok=True)
+        raise
     with os.fdopen(fd, "w") as f:
         f.write(job + "\n")
-    if (path / META).exists() and not replace:
-        raise RunDirectoryError(already_holds_a_run(path, words))
-    return create(path, replace=replace, allow=(JOB,), words=words), False
+    return path, False
+
+
+def _join(path: Path, job: str, words: Words) -> bool:
+    """Wait for the job id the creator writes once the directory is ready; True to join."""
+    deadline = time.monotonic() + 60.0
+    while True:
+        try:
+            owner = (path / JOB).read_text().strip()
+        except FileNotFoundError:
+            raise RunDirectoryError(
+                f"the first process of job {job} could not create the run in {path} "
+                f"(see its error); {words.other}") from None
+        if owner or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    if owner != job:
+        raise RunDirectoryError(
+            f"{path} already holds a run of another job ({owner or 'unknown'}); {words.other}, "
+            "or set COUNTERPROF_JOB alike in every process of one job")
+    return True
 
 
 def _clear_run(path: Path) -> None:

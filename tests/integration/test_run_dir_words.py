@@ -54,3 +54,47 @@ def test_every_refusal_takes_the_callers_words(tmp_path, words, other, replace):
     with pytest.raises(RunDirectoryError) as exc:
         rundir.claim(job, job="b", words=words)
     assert f"another job (a); {other}, or set COUNTERPROF_JOB" in str(exc.value)
+
+
+def test_a_joining_rank_waits_until_the_creator_has_checked_the_directory(tmp_path, monkeypatch):
+    """The creator checks the directory for foreign files after it wins the job file; a rank that
+    joined earlier and wrote its partition made the creator refuse its own job (seen in CI)."""
+    import threading
+    run = tmp_path / "run"
+    checking, joined = threading.Event(), []
+    real_create = rundir.create
+
+    def slow_create(*args, **kwargs):
+        checking.set()
+        import time
+        time.sleep(0.3)                      # a joiner that did not wait would write meanwhile
+        return real_create(*args, **kwargs)
+
+    monkeypatch.setattr(rundir, "create", slow_create)
+
+    def joiner():
+        checking.wait(5)
+        path, was_joined = rundir.claim(run, job="j")
+        rundir.rank_dir(path, 1)             # what a joined rank writes first
+        joined.append(was_joined)
+
+    t = threading.Thread(target=joiner)
+    t.start()
+    assert rundir.claim(run, job="j") == (run, False)
+    t.join(10)
+    assert joined == [True]
+    assert (run / "rank=1").is_dir()
+
+
+def test_joiners_are_told_when_the_creator_refused(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "notes.txt").write_text("x")
+    with pytest.raises(RunDirectoryError, match="not empty and is not a run directory"):
+        rundir.claim(run, job="j", words=rundir.API_WORDS)
+    assert not (run / rundir.JOB).exists(), "a refused creator leaves no job file behind"
+    (run / rundir.JOB).write_text("")        # a creator still checking, then refusing
+    import threading
+    threading.Timer(0.2, (run / rundir.JOB).unlink).start()
+    with pytest.raises(RunDirectoryError, match="first process of job j could not create"):
+        rundir.claim(run, job="j", words=rundir.API_WORDS)
