@@ -49,6 +49,50 @@ needs_pmu = pytest.mark.skipif(
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (or CAP_PERFMON)")
 
 
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_samples(run_dir: Path, rows: int = 1, timeout: float = 60.0) -> int:
+    """Wait until a running run's journal holds `rows` sample rows (a test that kills the
+    profiler then knows there is data, whatever the machine's speed); their number."""
+    import time
+    import counterprof
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            n = counterprof.load(run_dir).samples().num_rows
+        except Exception:              # not created yet, or no segment written yet
+            n = 0
+        if n >= rows:
+            return n
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{run_dir}: {n} sample rows after {timeout} s, waited for {rows}")
+        time.sleep(0.1)
+
+
+def kill_profiler(proc: subprocess.Popen) -> list:
+    """SIGKILL a `counterprof run` (no chance to finish anything); its workload goes on as an
+    orphan: the processes are returned so that the test can end them (`end_processes`)."""
+    import psutil
+    workload = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.wait()
+    return workload
+
+
+def end_processes(procs: list) -> None:
+    import psutil
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
 
 class ClaimHeldElsewhere:
     """Another process holds a torch trace's conversion claim (as a second converter would)

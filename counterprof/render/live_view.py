@@ -194,7 +194,8 @@ class LiveView:
         try:
             while not self._stop.wait(max(0.0, next_at - time.monotonic())):
                 next_at += LINE_S
-                line = R.plain_line(self.figures(0), self.elapsed())
+                at = self.elapsed()     # the time of the wake-up, not after the figures' work
+                line = R.plain_line(self.figures(0), at)
                 write_all(self.fd, f"counterprof: {line}\n".encode("utf-8", "replace"))
                 self.frames += 1
         except Exception as exc:

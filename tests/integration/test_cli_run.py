@@ -256,8 +256,9 @@ def test_recover_refuses_a_run_still_being_written(tmp_path):
 
 def test_workload_killed_keeps_the_data(tmp_path):
     run_dir = tmp_path / "r"
-    proc = _start(["run", "-q", "-I", "10", "-o", str(run_dir), "--", PYTHON, str(EXAMPLES / "busy.py"), "5"])
-    time.sleep(1.5)
+    proc = _start(["run", "-q", "-I", "10", "-o", str(run_dir), "--", PYTHON, str(EXAMPLES / "busy.py"), "30"])
+    from helpers import wait_for_samples
+    wait_for_samples(run_dir, rows=60)
     import psutil
     child = psutil.Process(proc.pid).children()[0]
     child.kill()

@@ -5,7 +5,6 @@ sleeps extra per step."""
 import json
 import os
 import subprocess
-import time
 
 import pytest
 
@@ -184,9 +183,9 @@ def test_a_killed_profilers_run_is_recovered_first(runs, tmp_path):
     env = dict(os.environ, COUNTERPROF_TEST_EXTRA_MS="0")
     proc = subprocess.Popen([*COUNTERPROF, "run", "-q", "-I", "10", "-o", str(run_dir), "--", PYTHON, WORKLOAD,
                              *STEPS], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(2.5)
-    proc.kill()
-    proc.wait()
+    from helpers import end_processes, kill_profiler, wait_for_samples
+    wait_for_samples(run_dir, rows=20)
+    end_processes(kill_profiler(proc))     # the workload too: it wrote its regions journal
     out = run_cli("compare", str(runs["base"]), str(run_dir), "--json")
     assert out.returncode == 0, out.stderr
     assert "recovered" in out.stderr

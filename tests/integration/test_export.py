@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import resource
 import subprocess
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -140,9 +139,9 @@ def test_a_killed_profilers_run_is_recovered_first(tmp_path):
     proc = subprocess.Popen([*COUNTERPROF, "run", "-q", "-o", str(run_dir), "--", PYTHON,
                              str(EXAMPLES / "busy.py"), "3"], stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
-    time.sleep(2.0)
-    proc.kill()
-    proc.wait()
+    from helpers import end_processes, kill_profiler, wait_for_samples
+    wait_for_samples(run_dir, rows=20)
+    end_processes(kill_profiler(proc))
     out = tmp_path / "t.json"
     done = export(run_dir, out)
     assert "recovered" in done.stderr

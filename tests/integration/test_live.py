@@ -237,7 +237,10 @@ def test_not_a_terminal_prints_a_line_per_interval(tmp_path):
     assert all(" | " in ln for ln in lines)
     assert "\x1b" not in p.stderr                                  # no escape sequences in a log
     times = [float(ln.split()[1]) for ln in lines]
-    assert times == sorted(times) and all(0.8 < b - a < 1.2 for a, b in zip(times, times[1:]))
+    # one line a second on a fixed grid: a late wake-up (a loaded machine) shortens the next gap
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert all(0.5 < g < 1.5 for g in gaps), times
+    assert (times[-1] - times[0]) / len(gaps) == pytest.approx(1.0, abs=0.15), times
     assert meta_of(run)["status"] == "complete"
 
 

@@ -18,9 +18,10 @@ def torchrun_gloo(run_dir, slow_ms):
     """20 steps of examples/gloo_allreduce.py on 2 ranks; rank 1 sleeps slow_ms in each."""
     if not TORCHRUN.exists():
         pytest.skip("torchrun is not installed next to this interpreter")
+    # --standalone: torchrun picks a free port itself (the default 29500 may be taken)
     proc = run_cli("run", "-q", "--torch", "--torch-window", "10/20", "-o", str(run_dir), "--",
-                   str(TORCHRUN), "--nproc_per_node", "2", str(EXAMPLES / "gloo_allreduce.py"), "20",
-                   str(slow_ms), timeout=300)
+                   str(TORCHRUN), "--standalone", "--nproc_per_node", "2",
+                   str(EXAMPLES / "gloo_allreduce.py"), "20", str(slow_ms), timeout=300)
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -101,7 +102,8 @@ def test_export_and_compare_of_the_torchrun_job(straggler_run, tmp_path):
     runs = []
     for name in ("steady", "steady-rerun"):
         runs.append(tmp_path / name)
-        proc = run_cli("run", "-q", "-o", str(runs[-1]), "--", str(TORCHRUN), "--nproc_per_node", "2",
+        proc = run_cli("run", "-q", "-o", str(runs[-1]), "--", str(TORCHRUN), "--standalone",
+                       "--nproc_per_node", "2",
                        str(REPO / "tests" / "step_workloads.py"), "gloo", "30", "100", timeout=300)
         assert proc.returncode == 0, proc.stderr
     # (the all_reduce region itself, a 1-3 ms wait for the other rank, swings by milliseconds

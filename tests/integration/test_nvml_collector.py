@@ -174,7 +174,10 @@ def test_two_gpus_end_to_end(tmp_path):
     assert fake.inits == 0
     # one batch a second (and the last at stop)
     gaps = [b[0] - a[0] for a, b in zip(log.arrivals, log.arrivals[1:])]
-    assert len(log.arrivals) >= 2 and all(g >= 0.9 for g in gaps[:-1]), gaps
+    # (on a fixed grid: one late wake-up on a loaded machine shortens the next gap)
+    assert len(log.arrivals) >= 2 and all(g >= 0.5 for g in gaps[:-1]), gaps
+    if len(gaps) > 2:
+        assert sum(gaps[:-1]) / len(gaps[:-1]) == pytest.approx(1.0, abs=0.15), gaps
     assert nv["thread_cpu_s"] > 0
 
 
@@ -184,8 +187,8 @@ def test_a_gpu_lost_mid_run_fails_the_collector_and_keeps_the_rest(tmp_path):
 
     def during(s):
         time.sleep(0.6)
-        marks["lost"] = s.clock.now_ns()
         fake.gpus[1].lost = True
+        marks["lost"] = s.clock.now_ns()      # after: no sample of gpu:1 can follow this mark
         time.sleep(0.8)
 
     run = record(tmp_path / "r", fake, during=during, collectors=("nvml", "host"))
@@ -364,5 +367,5 @@ def test_a_batch_leaves_every_second_whatever_the_interval(tmp_path):
     run = record(tmp_path / "r", FakeNvml([hopper()]), seconds=2.6, sinks=[log], interval_ms=5000)
     arrivals = [t for t, _ in log.arrivals]
     assert len(arrivals) >= 3                       # at ~1 s, ~2 s and at stop
-    assert all(b - a < 1.3 for a, b in zip(arrivals, arrivals[1:]))
+    assert all(b - a < 2.0 for a, b in zip(arrivals, arrivals[1:]))   # not every 5 s
     assert rows(run, "gpm.sm_util", "gpu:0")        # GPM kept its own 100 ms windows

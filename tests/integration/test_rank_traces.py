@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import textwrap
 from collections import Counter
@@ -16,19 +15,13 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from helpers import PYTHON, ClaimHeldElsewhere, run_cli
+from helpers import PYTHON, ClaimHeldElsewhere, free_port, run_cli
 from kineto_traces import X, profiler_after_first_trace, write_trace
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
 TORCHRUN = str(Path(PYTHON).parent / "torchrun")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def by_category(t: pa.Table, category: str) -> pa.Table:

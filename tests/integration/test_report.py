@@ -2,7 +2,6 @@
 on damaged and empty runs, and the HTML report in a real headless browser."""
 import json
 import subprocess
-import time
 
 import pytest
 
@@ -77,13 +76,16 @@ def test_report_of_a_killed_profiler_recovers_first(tmp_path):
     from helpers import COUNTERPROF
     proc = subprocess.Popen([*COUNTERPROF, "run", "-q", "-o", str(run_dir), "--", PYTHON,
                              str(EXAMPLES / "busy.py"), "3"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(2.0)
-    proc.kill()
-    proc.wait()
-    rep = run_cli("report", str(run_dir))
-    assert rep.returncode == 0, rep.stderr
-    assert "recovered" in rep.stderr and "verdict:" in rep.stdout
-    assert json.loads((run_dir / "meta.json").read_text())["status"] == "recovered"
+    from helpers import end_processes, kill_profiler, wait_for_samples
+    wait_for_samples(run_dir, rows=20)
+    orphans = kill_profiler(proc)
+    try:
+        rep = run_cli("report", str(run_dir))
+        assert rep.returncode == 0, rep.stderr
+        assert "recovered" in rep.stderr and "verdict:" in rep.stdout
+        assert json.loads((run_dir / "meta.json").read_text())["status"] == "recovered"
+    finally:
+        end_processes(orphans)
 
 
 def test_bad_runs_exit_1_with_a_message(tmp_path):

@@ -86,15 +86,15 @@ def test_a_joining_rank_waits_until_the_creator_has_checked_the_directory(tmp_pa
     assert (run / "rank=1").is_dir()
 
 
-def test_joiners_are_told_when_the_creator_refused(tmp_path):
+def test_joiners_are_told_when_the_creator_refused(tmp_path, monkeypatch):
     run = tmp_path / "run"
     run.mkdir()
     (run / "notes.txt").write_text("x")
     with pytest.raises(RunDirectoryError, match="not empty and is not a run directory"):
         rundir.claim(run, job="j", words=rundir.API_WORDS)
     assert not (run / rundir.JOB).exists(), "a refused creator leaves no job file behind"
-    (run / rundir.JOB).write_text("")        # a creator still checking, then refusing
-    import threading
-    threading.Timer(0.2, (run / rundir.JOB).unlink).start()
+    (run / rundir.JOB).write_text("")        # a creator still checking ...
+    # ... that refuses while this joiner waits
+    monkeypatch.setattr(rundir.time, "sleep", lambda _s: (run / rundir.JOB).unlink(missing_ok=True))
     with pytest.raises(RunDirectoryError, match="first process of job j could not create"):
         rundir.claim(run, job="j", words=rundir.API_WORDS)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from helpers import PYTHON, run_cli
+from helpers import PYTHON, free_port, run_cli
 from kineto_traces import X, profiler_after_first_trace, write_trace
 
 pytest.importorskip("torch")
@@ -41,12 +40,6 @@ def run_python(path: Path, *args, env=None, timeout=300) -> subprocess.Completed
 
 def by_category(t: pa.Table, category: str) -> pa.Table:
     return t.filter(pc.equal(t["category"].cast(pa.string()), category))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 MODEL = """

@@ -174,7 +174,8 @@ def test_both_scanners_give_exactly_the_oracles_rows(tmp_path, evs, extra, meta,
         assert scanner.skipped == len(elements) - len(expected)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
 @given(evs=st.lists(events(), min_size=1, max_size=30), cut=st.floats(0.05, 0.95), seed=st.integers(0, 1000))
 def test_a_trace_cut_anywhere_gives_a_prefix_of_its_rows(tmp_path, evs, cut, seed):
     rnd = random.Random(seed)
