@@ -25,6 +25,7 @@ from .clock import Clock
 from .collector import Availability, Collector, SessionContext, Target, resolve
 from .errors import CounterprofError, RunDirectoryError, perf_event_paranoid
 from .gitrev import git_revision
+from .proctree import rank_of
 from .schema import Metric
 from .store import rundir
 from .store.compact import CompactionReport, compact_rank
@@ -61,10 +62,9 @@ def job_from_env(environ=os.environ) -> str | None:
 
 
 def rank_from_env(environ=os.environ) -> int:
-    try:
-        return int(environ.get("RANK", "0"))
-    except ValueError:
-        return 0
+    """This process's rank as the launcher set it (RANK, or MPI's and Slurm's own), else 0:
+    the same reading as the rank watcher's, so counters and regions land in one partition."""
+    return rank_of(environ) or 0
 
 
 def _cpu_model() -> str:

@@ -155,13 +155,14 @@ def _missing(present: list[int], world: int | None) -> str:
     return ", ".join(out)
 
 
-def _inside(coll: tuple[np.ndarray, np.ndarray] | None, lo: int, hi: int) -> float:
-    """Time a rank's collectives (sorted by start) spent inside [lo, hi)."""
+def _inside(coll: tuple[np.ndarray, np.ndarray, np.ndarray] | None, lo: int, hi: int) -> float:
+    """Time a rank's collectives spent inside [lo, hi). coll: (start sorted, end, the running
+    maximum of end) -- before the first index whose running end exceeds lo, none reaches it."""
     if coll is None:
         return 0.0
-    start, end = coll
+    start, end, end_bound = coll
     i = int(np.searchsorted(start, hi, "left"))           # collectives starting before hi
-    j = max(0, i - 64)                                    # ... overlapping lo: among the last few
+    j = int(np.searchsorted(end_bound[:i], lo, "right"))  # ... and ending after lo
     s, e = start[j:i], end[j:i]
     ov = np.minimum(e, hi) - np.maximum(s, lo)
     return float(ov[ov > 0].sum())
@@ -214,7 +215,8 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
             out.notes.append(f"ranks without steps: {', '.join(map(str, missing))}")
         out.steps = len(common)
         # each rank's collectives on the aligned clock, searchable by time
-        aligned = {r: (c["start"] - skew.get(r, 0), c["end"] - skew.get(r, 0)) for r, c in colls.items()}
+        aligned = {r: (c["start"] - skew.get(r, 0), c["end"] - skew.get(r, 0),
+                       np.maximum.accumulate(c["end"]) - skew.get(r, 0)) for r, c in colls.items()}
         lags = []
         per_rank_coll = {r: [] for r in named}
         per_rank_wait = {r: [] for r in named}

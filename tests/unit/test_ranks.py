@@ -42,6 +42,24 @@ def test_the_rank_that_waits_least_in_collectives_is_the_straggler():
     assert a.skew_max_ms is None            # one host: one clock, nothing estimated
 
 
+def test_a_step_with_many_collectives_counts_them_all():
+    """Tensor-parallel steps hold hundreds of collectives; each counts, not only the last few
+    (the search once looked back over 64 only)."""
+    rows = []
+    for k in range(3):
+        t0 = k * 1000
+        for r in range(2):
+            rows.append((r, "step", f"ProfilerStep#{k}", t0, t0 + 1000))
+            # 100 all_reduces of 4 ms (rank 0) or 2 ms (rank 1, the straggler) in each step
+            for c in range(100):
+                rows.append((r, "collective", "nccl:all_reduce", t0 + 5 * c, t0 + 5 * c + (4 if r == 0 else 2)))
+    a = analyze_ranks(spans(rows))
+    f = {x.rank: x for x in a.ranks}
+    assert f[0].collective_s_per_step == pytest.approx(0.400)
+    assert f[0].waited_s_per_step == pytest.approx(0.200)
+    assert a.straggler == 1
+
+
 def test_skew_is_estimated_across_hosts_and_aligned():
     t = synchronous(skew_ms={1: 7})
     assert clock_skew({}) == {}
