@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 from .common import ArgumentParser, UsageFailure, err, guarded
+from ..store.compact import LOCK
 
 
 def main(argv: list[str]) -> int:
@@ -60,7 +61,7 @@ def _main(argv: list[str]) -> int:
             catalog.setdefault(m["name"], m)
         for rank, d in rundir.rank_dirs(run.path):
             meta = run.rank_meta(rank)
-            shutil.copytree(d, out / f"rank={rank}", ignore=shutil.ignore_patterns("journal"))
+            shutil.copytree(d, out / f"rank={rank}", ignore=shutil.ignore_patterns("journal", LOCK))
             rundir.write_json(out / f"rank={rank}" / rundir.META, {**meta, "merged_from": str(run.path)})
             ranks_meta[str(rank)] = {"host": (meta.get("host") or {}).get("hostname"),
                                      "run": str(run.path), "status": meta.get("status")}

@@ -6,8 +6,11 @@ written under a temporary name and renamed, and segments are deleted only after.
 """
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import re
+import socket
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -50,9 +53,42 @@ def writer_alive(writer: str) -> bool:
     return pid_alive(pid)
 
 
-def compact_rank(rank_path: Path, report: CompactionReport | None = None) -> CompactionReport:
-    """Compact the segments of every writer that is not still running."""
+def written_on_another_host(rank_path: Path) -> str | None:
+    """The host, when the partition's own meta.json (a rank that joined the run) says a
+    profiler on another host is still writing it: its pids mean nothing here, so none of its
+    writers can be judged dead from this host (a multi-node job on a shared filesystem)."""
+    try:
+        meta = json.loads((Path(rank_path) / "meta.json").read_text())
+    except (OSError, ValueError):
+        return None
+    host = (meta.get("profiler") or {}).get("host")
+    if meta.get("status") == "running" and host and host != socket.gethostname():
+        return host
+    return None
+
+
+def compact_rank(rank_path: Path, report: CompactionReport | None = None, *,
+                 force: bool = False) -> CompactionReport:
+    """Compact the segments of every writer that is not still running (force: a partition
+    another host's profiler says it writes too; `recover --force`)."""
     report = report if report is not None else CompactionReport()
+    if not force and (host := written_on_another_host(rank_path)) is not None:
+        report.live.append(f"{Path(rank_path).name} (written on {host})")
+        return report
+    # Two compactions of one partition (two readers recovering a killed run, ranks of one job
+    # stopping together) would write into one file: one at a time.
+    lock = os.open(Path(rank_path) / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _compact(Path(rank_path), report)
+    finally:
+        os.close(lock)
+
+
+LOCK = ".compact.lock"
+
+
+def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
     segs = segments(rank_path)
     for (table, writer), group in groupby(segs, key=lambda s: (s.table, s.writer)):
         group = list(group)

@@ -18,11 +18,15 @@ from .compact import CompactionReport, compact_rank
 
 
 def writer_alive(meta: dict) -> bool:
-    """Is the profiler that writes this run still running (on this host)?"""
+    """Is the profiler that writes this run (or rank) still running? One on another host (a
+    multi-node job on a shared filesystem) cannot be judged from here and counts as running:
+    only that host, or `recover --force`, finishes it."""
     prof = meta.get("profiler") or {}
     pid = prof.get("pid")
-    if meta.get("status") != "running" or prof.get("host") != socket.gethostname():
+    if meta.get("status") != "running":
         return False
+    if prof.get("host") and prof.get("host") != socket.gethostname():
+        return True
     if not isinstance(pid, int) or pid <= 0:
         return False
     return pid_alive(pid)
@@ -58,12 +62,13 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
     path = Path(path)
     meta = rundir.read_json(path / rundir.META)
     if writer_alive(meta) and not force:
+        prof = meta["profiler"]
         raise RunDirectoryError(
-            f"{path} is still being written by counterprof (pid {meta['profiler']['pid']}); "
-            "stop it first, or pass --force")
+            f"{path} is still being written by counterprof (pid {prof.get('pid')} on "
+            f"{prof.get('host')}); stop it first, or pass --force")
     result = Recovery(CompactionReport())
     for _rank, d in rundir.rank_dirs(path):
-        compact_rank(d, result.compaction)
+        compact_rank(d, result.compaction, force=force)
     from ..collector import registry
     for name, cls in sorted(registry().items()):
         if isinstance(cls, Exception):
@@ -77,7 +82,8 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
     if result.failed:
         return result                # still "running": the next reader tries again
     for own, rank_meta in _metas(path)[1:]:      # ranks that joined the run keep their own meta
-        if rank_meta.get("status") == "running" and not writer_alive(rank_meta):
+        elsewhere = (rank_meta.get("profiler") or {}).get("host") != socket.gethostname()
+        if rank_meta.get("status") == "running" and (not writer_alive(rank_meta) or (force and elsewhere)):
             rank_meta["status"] = "recovered"
             rundir.write_json(own, rank_meta)
     if meta.get("status") == "running":

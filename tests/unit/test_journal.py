@@ -145,3 +145,49 @@ def test_write_json_is_atomic_and_private(tmp_path):
     assert json.loads(p.read_text()) == {"a": 1}
     assert oct(p.stat().st_mode & 0o777) == "0o600"
     assert [f.name for f in tmp_path.iterdir()] == ["meta.json"]
+
+
+def test_a_partition_another_host_writes_is_left_to_that_host(tmp_path):
+    """A rank of a multi-node job on a shared filesystem: its writer's pid means nothing here,
+    so this host's compaction (and recovery) leaves its journal alone; --force takes it."""
+    import json
+    import socket
+    from counterprof.store import recover as rec
+    path, _ = make_run(tmp_path)
+    rank = rundir.rank_dir(path, 1)
+    w = JournalWriter(rank, "4242-abcdef")
+    w.write("samples", batch(0, 3))
+    w.close()
+    meta = {"status": "running", "profiler": {"pid": 1, "host": socket.gethostname() + "-other"}}
+    (rank / "meta.json").write_text(json.dumps(meta))
+    report = compact_rank(rank)
+    assert report.live == [f"rank=1 (written on {socket.gethostname()}-other)"] and not report.files
+    assert list((rank / "journal").iterdir())
+    assert rec.writer_alive(meta) and not rec.needs_recovery(meta)
+    assert compact_rank(rank, force=True).files
+
+
+def test_two_compactions_of_one_partition_at_once_keep_every_row(tmp_path):
+    """Two readers recovering one killed run compact together: one at a time, every row once."""
+    import threading
+    _, rank = make_run(tmp_path)
+    w = JournalWriter(rank, "4243-abcdef", segment_bytes=4096)
+    for i in range(200):
+        w.write("samples", batch(i * 100, 50))
+    w.close()
+    errors = []
+
+    def compact():
+        try:
+            compact_rank(rank)
+        except Exception as exc:      # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=compact) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert pq.read_table(rank / "samples-4243-abcdef.parquet").num_rows == 200 * 50
+    assert not (rank / "journal").exists()
