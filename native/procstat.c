@@ -111,8 +111,7 @@ static int push_children(const char *proc, int pid, struct pid_stack *stack) {
 /* Fields of one process: 1 if counted, 2 if a zombie (only its CPU time counted), 0 if gone.
  * A zombie keeps its CPU time until its parent reaps it and adds it to the parent's cutime:
  * dropping it meanwhile would make the tree's total dip and then count it twice. */
-static int add_stat(const char *stat, struct cp_tree_stats *out, long tick, long page,
-                    unsigned long long *reaped) {
+static int add_stat(const char *stat, struct cp_tree_stats *out, long tick, long page) {
     /* fields after the command's closing parenthesis, starting at field 3 (state) */
     const char *p = strrchr(stat, ')');
     if (!p || !p[1] || !p[2]) return 0;
@@ -131,7 +130,6 @@ static int add_stat(const char *stat, struct cp_tree_stats *out, long tick, long
     if (nf < 22) return 0;
     /* utime 14, stime 15, cutime 16, cstime 17 (cutime: reaped children, whose time
      * left the live tree with them), num_threads 20, rss 24 (pages) */
-    if (reaped) *reaped = f[13] + f[14];
     out->user_s += (double)(f[11] + f[13]) / (double)tick;
     out->system_s += (double)(f[12] + f[14]) / (double)tick;
     if (zombie) return 2;
@@ -214,26 +212,38 @@ void cp_procstat_close(cp_procstat *h) {
     free(h);
 }
 
-/* One walk of the tree. *reaped: the root's cutime + cstime when the walk began. */
-static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, unsigned long long *reaped) {
+/* One walk of the tree. Each process's children are listed before its stat is read: a child
+ * reaped before that read is in the parent's cutime, one reaped after it is read itself --
+ * unless it is reaped between the two reads, in which case its stat is gone when its turn
+ * comes: *vanished is set and the caller walks again. */
+static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, int *vanished) {
     memset(out, 0, sizeof(*out));
+    *vanished = 0;
     char path[512], buf[4096];
-    if (pread_small(h->root_stat, buf, sizeof(buf)) <= 0 ||
-        add_stat(buf, out, h->tick, h->page, reaped) != 1) {
+    struct pid_stack stack = {0};
+    int rc = push_children(h->proc, h->root, &stack);
+    if (rc < 0 || pread_small(h->root_stat, buf, sizeof(buf)) <= 0 ||
+        add_stat(buf, out, h->tick, h->page) != 1) {
+        free(stack.v);
         memset(out, 0, sizeof(*out));
-        return 0;                                   /* root exited: root_alive stays 0 */
+        return rc < 0 ? rc : 0;                     /* root exited: root_alive stays 0 */
     }
     out->root_alive = 1;
     if (h->root_io >= 0 && pread_small(h->root_io, buf, sizeof(buf)) > 0) add_io(buf, out);
     if (h->root_status >= 0 && pread_small(h->root_status, buf, sizeof(buf)) > 0) add_status(buf, out);
     if (h->root_sched >= 0 && pread_small(h->root_sched, buf, sizeof(buf)) > 0) add_schedstat(buf, out);
-    struct pid_stack stack = {0};
-    int rc = push_children(h->proc, h->root, &stack);
     while (rc == 0 && stack.n > 0) {
         int pid = stack.v[--stack.n];
+        size_t mark = stack.n;
+        rc = push_children(h->proc, pid, &stack);
+        if (rc < 0) break;
         snprintf(path, sizeof(path), "%s/%d/stat", h->proc, pid);
-        int counted = read_small(path, buf, sizeof(buf)) > 0 ? add_stat(buf, out, h->tick, h->page, NULL) : 0;
-        if (!counted) continue;                     /* reaped meanwhile */
+        int counted = read_small(path, buf, sizeof(buf)) > 0 ? add_stat(buf, out, h->tick, h->page) : 0;
+        if (!counted) {                             /* reaped since it was listed */
+            *vanished = 1;
+            stack.n = mark;                         /* its orphans are no longer ours */
+            continue;
+        }
         /* a zombie's I/O also moves to its parent when reaped (its ctx switches do not) */
         snprintf(path, sizeof(path), "%s/%d/io", h->proc, pid);
         if (read_small(path, buf, sizeof(buf)) > 0) add_io(buf, out);
@@ -242,27 +252,21 @@ static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, unsigned long lo
         if (read_small(path, buf, sizeof(buf)) > 0) add_status(buf, out);
         snprintf(path, sizeof(path), "%s/%d/schedstat", h->proc, pid);
         if (read_small(path, buf, sizeof(buf)) > 0) add_schedstat(buf, out);
-        rc = push_children(h->proc, pid, &stack);
     }
     free(stack.v);
     return rc;
 }
 
-/* The root may reap a child after its stat was read and before the walk reaches the child:
- * that child's CPU would be in neither (the total dips, and the next sample counts it again
- * through cutime). So a walk during which the root's cutime/cstime moved is taken again. */
+/* A process reaped mid-walk would be in neither its own stat nor its parent's cutime: the
+ * total would dip and the next sample count it again. Such a walk is taken again (3 times
+ * at most: a tree that reaps that fast keeps the last walk). */
 static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
     memset(out, 0, sizeof(*out));
     if (h->root <= 0 || h->root_stat < 0) return 0;
-    char buf[4096];
     for (int attempt = 0;; attempt++) {
-        unsigned long long before = 0, after = 0;
-        int rc = walk_tree(h, out, &before);
-        if (rc < 0 || !out->root_alive || attempt == 3) return rc;
-        struct cp_tree_stats again = {0};
-        if (pread_small(h->root_stat, buf, sizeof(buf)) <= 0 ||
-            add_stat(buf, &again, h->tick, h->page, &after) == 0 || after == before)
-            return rc;
+        int vanished = 0;
+        int rc = walk_tree(h, out, &vanished);
+        if (rc < 0 || !vanished || attempt == 3) return rc;
     }
 }
 
