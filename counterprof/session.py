@@ -44,8 +44,8 @@ ENV_ALLOWLIST = (
 
 def job_from_env(environ=os.environ) -> str | None:
     """Which job this process belongs to, so the processes of one multi-rank job share a run:
-    COUNTERPROF_JOB if set (`counterprof run` sets it for its workload; set it yourself for a
-    multi-node job on a shared filesystem), torchrun's TORCHELASTIC_RUN_ID, else, for a
+    COUNTERPROF_JOB if set (set it yourself, e.g. to the scheduler's job id, for a multi-node
+    job on a shared filesystem), torchrun's TORCHELASTIC_RUN_ID, else, for a
     process with WORLD_SIZE > 1, its host and parent (torchrun's agent, one per node)."""
     if environ.get("COUNTERPROF_JOB"):
         return environ["COUNTERPROF_JOB"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import fcntl
 import re
-import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -57,7 +57,7 @@ def create(path: str | os.PathLike, *, replace: bool = False, allow: tuple[str, 
             raise RunDirectoryError(f"{path} exists and is not a directory; {words.other}")
         if (path / META).exists() and not replace:
             raise RunDirectoryError(already_holds_a_run(path, words))
-        if any(p.name not in allow for p in path.iterdir()) and not (path / META).exists():
+        if any(p.name not in allow + (CLAIM_LOCK,) for p in path.iterdir()) and not (path / META).exists():
             raise RunDirectoryError(
                 f"{path} is not empty and is not a run directory; {words.other}")
         if replace:
@@ -82,56 +82,65 @@ def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = N
     """Create a run directory, or join it: (path, joined). With a job id, the first process of
     the job to get here creates the run; the job's other processes (the other ranks of a
     torchrun job, each in its own counterprof.profile()) join it and write their own partition.
-    The job file is created exclusively, so simultaneous starts agree on who created it."""
+    Simultaneous starts agree on who created it through a lock file; a finished run of another
+    job is replaced with replace=True, refused otherwise."""
     path = Path(path)
     if job is None:
         return create(path, replace=replace, words=words), False
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        lock = os.open(path / CLAIM_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise RunDirectoryError(f"cannot create run directory {path}: {exc.strerror}") from exc
+    # One process at a time decides: the creator checks (with replace, clears) the directory and
+    # writes the job id before the next one looks, so a joiner never writes into a directory
+    # that is still being checked, and a refused creator leaves nothing for the others to join.
     try:
-        fd = os.open(path / JOB, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path, _join(path, job, words)
-    # The creator checks (and with replace, clears) the directory before it writes the job id:
-    # the other ranks wait for the id before they write anything, so their partitions are
-    # neither mistaken for foreign files nor cleared.
-    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        owner = _read_owner(path)
+        if owner == job:
+            return path, True
+        if owner is not None:
+            if not (replace and _finished(path)):
+                raise RunDirectoryError(
+                    f"{path} already holds a run of another job ({owner or 'unknown'}); "
+                    f"{words.other}, or set COUNTERPROF_JOB alike in every process of one job"
+                    + (f", or {words.replace} to replace it" if _finished(path) else ""))
+            (path / JOB).unlink()                 # replacing a finished run of another job
         create(path, replace=replace, allow=(JOB,), words=words)
-    except BaseException:
-        os.close(fd)
-        (path / JOB).unlink(missing_ok=True)
-        raise
-    with os.fdopen(fd, "w") as f:
-        f.write(job + "\n")
-    return path, False
+        write_text = path / (JOB + ".tmp")
+        write_text.write_text(job + "\n")
+        os.replace(write_text, path / JOB)
+        return path, False
+    finally:
+        os.close(lock)
 
 
-def _join(path: Path, job: str, words: Words) -> bool:
-    """Wait for the job id the creator writes once the directory is ready; True to join."""
-    deadline = time.monotonic() + 60.0
-    while True:
-        try:
-            owner = (path / JOB).read_text().strip()
-        except FileNotFoundError:
-            raise RunDirectoryError(
-                f"the first process of job {job} could not create the run in {path} "
-                f"(see its error); {words.other}") from None
-        if owner or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    if owner != job:
-        raise RunDirectoryError(
-            f"{path} already holds a run of another job ({owner or 'unknown'}); {words.other}, "
-            "or set COUNTERPROF_JOB alike in every process of one job")
-    return True
+CLAIM_LOCK = ".claim.lock"
+
+
+def _read_owner(path: Path) -> str | None:
+    try:
+        return (path / JOB).read_text().strip()
+    except FileNotFoundError:
+        return None
+
+
+def _finished(path: Path) -> bool:
+    """The run in path is no longer being written (its profiler finished or is gone)."""
+    from .recover import writer_alive
+    try:
+        meta = read_json(path / META)
+    except RunDirectoryError:
+        return False
+    return not writer_alive(meta) and all(
+        not writer_alive(read_json(d / META)) for _r, d in rank_dirs(path) if (d / META).exists())
 
 
 def _clear_run(path: Path) -> None:
     """Remove what an earlier run left: only files counterprof writes."""
     for child in path.iterdir():
-        if child.name in (META, CATALOG) or child.name.endswith(".tmp"):
+        if child.name in (META, CATALOG, JOB) or child.name.endswith(".tmp"):
             child.unlink()
         elif _RANK_DIR.match(child.name) and child.is_dir():
             for f in sorted(child.rglob("*"), reverse=True):

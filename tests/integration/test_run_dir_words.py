@@ -86,15 +86,31 @@ def test_a_joining_rank_waits_until_the_creator_has_checked_the_directory(tmp_pa
     assert (run / "rank=1").is_dir()
 
 
-def test_joiners_are_told_when_the_creator_refused(tmp_path, monkeypatch):
+def test_a_refused_creator_leaves_nothing_to_join(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     (run / "notes.txt").write_text("x")
-    with pytest.raises(RunDirectoryError, match="not empty and is not a run directory"):
-        rundir.claim(run, job="j", words=rundir.API_WORDS)
-    assert not (run / rundir.JOB).exists(), "a refused creator leaves no job file behind"
-    (run / rundir.JOB).write_text("")        # a creator still checking ...
-    # ... that refuses while this joiner waits
-    monkeypatch.setattr(rundir.time, "sleep", lambda _s: (run / rundir.JOB).unlink(missing_ok=True))
-    with pytest.raises(RunDirectoryError, match="first process of job j could not create"):
-        rundir.claim(run, job="j", words=rundir.API_WORDS)
+    for _process in range(2):     # every process of the job gets the refusal itself
+        with pytest.raises(RunDirectoryError, match="not empty and is not a run directory; pass another path="):
+            rundir.claim(run, job="j", words=rundir.API_WORDS)
+    assert not (run / rundir.JOB).exists()
+
+
+def test_a_finished_run_of_another_job_is_replaced_only_when_asked(tmp_path):
+    """A rerun of a torchrun job has a new job id (TORCHELASTIC_RUN_ID): replace=True replaces
+    the finished run; without it the refusal says how."""
+    run = tmp_path / "run"
+    with counterprof.profile(path=run, collectors=["host"], job="first"):
+        pass
+    assert (run / rundir.JOB).read_text().strip() == "first"
+    with pytest.raises(RunDirectoryError) as exc:
+        rundir.claim(run, job="second", words=rundir.API_WORDS)
+    assert "another job (first)" in str(exc.value) and str(exc.value).endswith("pass replace=True to replace it")
+    assert rundir.claim(run, job="second", replace=True, words=rundir.API_WORDS) == (run, False)
+    assert (run / rundir.JOB).read_text().strip() == "second"
+    assert not (run / rundir.META).exists()
+    assert rundir.claim(run, job="second", replace=True) == (run, True)    # its other ranks join
+    # a plain replace (counterprof run --force) leaves no job file to confuse a later job
+    rundir.write_json(run / rundir.META, {"status": "complete"})
+    rundir.create(run, replace=True)
+    assert not (run / rundir.JOB).exists()
