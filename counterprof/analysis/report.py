@@ -68,7 +68,7 @@ class ReportInputs:
     spans: pa.Table             # the spans, with a "rank" column when the run has several ranks
     catalog: dict[str, dict[str, Any]]
     meta: dict[str, Any]
-    ranks: int = 1              # rank partitions: the processes doing the work
+    ranks: int | None = None    # rank partitions (the processes doing the work); None: from meta
     rank_buckets: pa.Table | None = None   # per rank and metric, one bucket over the whole run
     hosts: dict[int, str] | None = None    # rank -> host that recorded it (clock skew across hosts)
     world_size: int | None = None          # the job's WORLD_SIZE, when a rank recorded it
@@ -101,7 +101,7 @@ def regroup(groups: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
 
 
 def inputs_from_samples(samples: pa.Table, spans: pa.Table, catalog: dict[str, dict[str, Any]],
-                        meta: dict[str, Any], ranks: int = 1) -> ReportInputs:
+                        meta: dict[str, Any], ranks: int | None = None) -> ReportInputs:
     """ReportInputs from an in-memory samples table (small runs, tests)."""
     from .summary import metric_totals
     return ReportInputs(bucket_table([samples], bucket_ns(meta)), metric_totals([samples]),
@@ -110,10 +110,10 @@ def inputs_from_samples(samples: pa.Table, spans: pa.Table, catalog: dict[str, d
 
 def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     meta, catalog = inputs.meta, inputs.catalog
-    data = RunData(ranks=max(1, inputs.ranks))
+    data = RunData(ranks=max(1, inputs.ranks or 1))
     load_buckets(data, inputs.buckets, catalog)
     load_spans(data, inputs.spans, value("short_kernel_us"))
-    summary = summary_from_totals(inputs.totals, catalog, meta)
+    summary = summary_from_totals(inputs.totals, catalog, meta, ranks=inputs.ranks)
     bucket = bucket_ns(meta)
     spans = inputs.spans
 

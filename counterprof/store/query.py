@@ -53,6 +53,11 @@ def run_files(run_path: str | os.PathLike) -> RunFiles:
     return out
 
 
+def _sql_string(text: str) -> str:
+    """A SQL string literal (a run directory may be named "bob's run")."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 class RunQuery:
     """One DuckDB connection with a view per table (samples, spans), rank included."""
 
@@ -70,7 +75,7 @@ class RunQuery:
         parts = []
         files = self.files.parquet.get(table, [])
         if files:
-            paths = ", ".join(f"'{p}'" for _, p in files)
+            paths = ", ".join(_sql_string(str(p)) for _, p in files)
             parts.append(f"SELECT * FROM read_parquet([{paths}], hive_partitioning = true, "
                          f"union_by_name = true)")
         journal = self.files.journal.get(table, [])

@@ -71,6 +71,14 @@ def test_regions_from_a_launched_workload_get_their_own_verdicts(tmp_path):
     assert list((run_dir / "rank=0").glob("spans-regions*.parquet")), "the workload's own spans file"
 
 
+def test_a_run_directory_named_with_a_quote(tmp_path):
+    run_dir = tmp_path / "bob's run"
+    assert run_cli("run", "-q", "-I", "10", "-o", str(run_dir), "--", "true").returncode == 0
+    rep = run_cli("report", str(run_dir))
+    assert rep.returncode == 0, rep.stderr
+    assert "verdict:" in rep.stdout
+
+
 def test_report_of_a_killed_profiler_recovers_first(tmp_path):
     run_dir = tmp_path / "r"
     from helpers import COUNTERPROF
