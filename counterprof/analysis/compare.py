@@ -188,21 +188,31 @@ def judge(ch: Change, direction: str, threshold: float = THRESHOLD, min_abs: flo
     """regression | improvement | changed (flagged); unchanged; context (a machine-wide reading
     that moved: shown, never flagged); too few values; no relative change (baseline median 0).
     min_abs: the smallest move of the median, in the quantity's unit, that can be flagged."""
+    return judgement(ch, direction, threshold, min_abs)[0]
+
+
+def judgement(ch: Change, direction: str, threshold: float = THRESHOLD,
+              min_abs: float = 0.0) -> tuple[str, str]:
+    """judge()'s status, and why when that is not plain from the figures ("" otherwise)."""
     if min(ch.n_base, ch.n_cand) < MIN_VALUES:
-        return "too few values"
+        return "too few values", f"fewer than {MIN_VALUES} values on a side"
     if ch.change is None or ch.ci is None:
-        return "unchanged" if ch.cand_median == ch.base_median else "no relative change"
+        if ch.cand_median == ch.base_median:
+            return "unchanged", ""
+        return "no relative change", "the baseline's median is 0"
     lo, hi = ch.ci
     excludes_zero = lo > 0 or hi < 0
-    if not excludes_zero or abs(ch.change) < threshold or abs(ch.cand_median - ch.base_median) < min_abs:
-        return "unchanged"
+    if not excludes_zero or abs(ch.change) < threshold:
+        return "unchanged", ""
+    if abs(ch.cand_median - ch.base_median) < min_abs:
+        return "unchanged", f"moved less than the {min_abs * 1e3:g} ms noise floor"
     if direction == "either" and min(abs(lo), abs(hi)) < threshold:
-        return "unchanged"        # a counter's interval reaching back inside the threshold
+        return "unchanged", "its interval reaches inside the threshold"
     if direction == "context":
-        return "context"          # it moved, but it measures the machine: never flagged
+        return "context", ""      # it moved, but it measures the machine: never flagged
     if direction == "lower":
-        return "regression" if ch.change > 0 else "improvement"
-    return "changed"
+        return ("regression" if ch.change > 0 else "improvement"), ""
+    return "changed", ""
 
 
 FLAGGED = ("regression", "improvement", "changed")
@@ -384,17 +394,10 @@ def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: 
             row.base_median, row.cand_median, row.change, row.ci = ch.base_median, ch.cand_median, ch.change, ch.ci
             row.n_base, row.n_cand = ch.n_base, ch.n_cand
             floor = min_time_change_s if key.startswith("region:") else 0.0
-            row.status = judge(ch, direction, threshold, floor)
+            row.status, row.note = judgement(ch, direction, threshold, floor)
             coarse = _too_coarse(row)
             if coarse and row.status in FLAGGED:
                 row.status, row.note = "unchanged", coarse
-            elif row.status == "unchanged" and judge(ch, direction, threshold) in FLAGGED:
-                row.note = (f"moved less than the {floor * 1e3:g} ms noise floor" if floor
-                            else "its interval reaches inside the threshold")
-            if row.status == "too few values":
-                row.note = f"fewer than {MIN_VALUES} values on a side"
-            elif row.status == "no relative change":
-                row.note = "the baseline's median is 0"
             cmp.rows.append(row)
     wall = _wall_row(baseline, candidate, threshold, resamples, confidence, seed)
     if wall is not None:
@@ -430,17 +433,12 @@ def _too_coarse(row: Row) -> str:
     return ""
 
 
-def _wall(run: RunFigures) -> float | None:
-    w = (run.meta.get("workload") or {}).get("elapsed_s")
-    return float(w) if isinstance(w, (int, float)) and w > 0 else None
-
-
 def _wall_row(baseline: list[RunFigures], candidate: list[RunFigures], threshold: float,
               resamples: int, confidence: float, seed: int) -> Row | None:
     """The workload's wall time (launched workloads: meta.json's workload.elapsed_s), one value
     per run: judged only with MIN_VALUES runs a side, shown always."""
-    b = [np.array([w]) for w in map(_wall, baseline) if w is not None]
-    c = [np.array([w]) for w in map(_wall, candidate) if w is not None]
+    b = [np.array([r.workload_wall_s]) for r in baseline if r.workload_wall_s is not None]
+    c = [np.array([r.workload_wall_s]) for r in candidate if r.workload_wall_s is not None]
     if not b or not c:
         return None
     ch = median_change(b, c, resamples, confidence, seed, WALL)

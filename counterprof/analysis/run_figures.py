@@ -59,6 +59,18 @@ class RunFigures:
     scope_signals: dict[str, dict[str, float]] = field(default_factory=dict)  # "run" and the scopes
     meta: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def workload_wall_s(self) -> float | None:
+        """The launched workload's wall time (meta.json's workload.elapsed_s), None without one."""
+        w = (self.meta.get("workload") or {}).get("elapsed_s")
+        return float(w) if isinstance(w, (int, float)) and w > 0 else None
+
+    @property
+    def wall_s(self) -> float:
+        """The workload's wall time; for a run without a launched workload (profile()), the
+        span profiled."""
+        return self.workload_wall_s or (self.end_ns - self.start_ns) / 1e9
+
 
 def collector_intervals_ns(meta: dict[str, Any]) -> list[int]:
     """Sampling intervals of the collectors that ran (config interval_ms), in ns."""
@@ -247,6 +259,8 @@ def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ran
             cell = np.clip((t - start_ns - 1) // bucket, 0, ncells - 1)
             cells.add(ids, cell, t, t - dur, v, known)
         for name, vals in window_values(cells, k, kinds).items():
+            if (catalog.get(name) or {}).get("unit") == "bitmask":
+                continue      # a set of flags (throttle reasons): its mean says nothing
             factor = _rate_unit((catalog.get(name) or {}).get("unit", ""))[0] if kinds.get(name, "delta") == "delta" else 1.0
             per_window.setdefault(name, {})[rank] = vals * factor
         for i, name in enumerate(cells.names):
@@ -370,7 +384,7 @@ def summary_series(f: RunFigures) -> list[tuple[str, float, str, int, str | None
     """The run as history keeps it: (series, value, unit, n, verdict) rows; names in
     store/history.py. Medians over every rank's values."""
     out: list[tuple[str, float, str, int, str | None]] = [
-        ("wall_time", (f.end_ns - f.start_ns) / 1e9, "s", 1, _word(f.verdict))]
+        ("wall_time", f.wall_s, "s", 1, _word(f.verdict))]
     for key, by_rank in sorted(f.times.items()):
         vals = np.concatenate([v for v in by_rank.values() if len(v)] or [np.empty(0)])
         if len(vals):

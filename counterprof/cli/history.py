@@ -80,12 +80,13 @@ def _record(path: str):
     if f.verdict is None and not f.times:
         err(f"{run.path}: no samples or spans: only its wall time and command are recorded")
     host = (meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else meta.get("host")
+    series = summary_series(f)
     return RunRecord(
         run_id=str(meta.get("id") or run.path.name), path=str(run.path.resolve()), start_ns=meta.get("start_ns"),
         start_time=meta.get("start_time"), command=command_text(meta.get("command")), host=host,
         git_rev=run_git_revision(meta, path), ranks=len(run.ranks()),
-        duration_s=(f.end_ns - f.start_ns) / 1e9, verdict=summary_series(f)[0][4] or "none",
-        counterprof_version=meta.get("counterprof_version") or __version__, figures=summary_series(f))
+        duration_s=(f.end_ns - f.start_ns) / 1e9, verdict=series[0][4] or "none",
+        counterprof_version=meta.get("counterprof_version") or __version__, figures=series)
 
 
 def _add(args) -> int:
@@ -119,7 +120,7 @@ def _show(args, p) -> int:
     con = connect(args.db, read_only=True)
     try:
         patterns = args.metric or list(DEFAULT_SHOWN)
-        found = []
+        found, shown = [], set()
         names = series_names(con)
         for pat in patterns:
             got = [t for t in trends(con, pat) if args.metric or "@" not in t.series]
@@ -129,10 +130,12 @@ def _show(args, p) -> int:
             if not got and args.metric:
                 raise UsageError(f"no series {pat!r} in {args.db}; it has: {', '.join(names[:40])}"
                                  + (" ..." if len(names) > 40 else ""))
-            found.extend(t for t in got if (t.command, t.series) not in {(x.command, x.series) for x in found})
+            for t in got:
+                if (t.command, t.series) not in shown:
+                    shown.add((t.command, t.series))
+                    found.append(t)
         hidden: list[tuple[str, str]] = []
         if not args.metric:                # what the default leaves out, said on the last line
-            shown = {(t.command, t.series) for t in found}
             hidden = [k for k in series_keys(con) if k not in shown]
         runs = run_count(con)
     finally:

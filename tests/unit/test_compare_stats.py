@@ -192,3 +192,33 @@ def test_the_noise_floor_holds_regions_only_not_the_step_time():
     assert status["region:tiny"].status == "unchanged"
     assert "noise floor" in status["region:tiny"].note
     assert compare([run("a", 131)], [run("b", 182)], min_time_change_s=0).rows[1].status == "regression"
+
+
+def test_why_a_moved_quantity_is_unchanged_is_said():
+    from counterprof.analysis.compare import Change, judgement
+    # a counter 4% up whose interval reaches back inside the 3% threshold
+    assert judgement(Change(100.0, 104.0, 0.04, (0.02, 0.06), 50, 50), "either") == \
+        ("unchanged", "its interval reaches inside the threshold")
+    assert judgement(Change(100.0, 104.0, 0.04, (0.035, 0.05), 50, 50), "either") == ("changed", "")
+    # a region 50% slower by 0.05 ms: under the 0.1 ms floor
+    assert judgement(Change(1e-4, 1.5e-4, 0.5, (0.4, 0.6), 50, 50), "lower", 0.03, 1e-4) == \
+        ("unchanged", "moved less than the 0.1 ms noise floor")
+    assert judgement(Change(1.0, 2.0, 1.0, (0.5, 1.5), 2, 50), "lower")[1].startswith("fewer than")
+
+
+def test_a_bitmask_is_not_compared_as_a_number(tmp_path):
+    """Throttle reasons are flags: their mean over a window means nothing, so neither compare
+    nor history keeps them."""
+    import pyarrow as pa
+    from counterprof.analysis.run_figures import samples_pass
+    from counterprof.schema import samples_batch
+    catalog = {"gpu.throttle_reasons": {"name": "gpu.throttle_reasons", "unit": "bitmask", "kind": "gauge"},
+               "gpu.util": {"name": "gpu.util", "unit": "%", "kind": "gauge"}}
+    n = 20
+    t = [(i + 1) * 100_000_000 for i in range(n)]
+    b = pa.concat_tables([pa.Table.from_batches([samples_batch(
+        t, [None] * n, "nvml", [m] * n, ["gpu:0"] * n, [float(v)] * n, [1.0] * n)])
+        for m, v in (("gpu.throttle_reasons", 4), ("gpu.util", 50))])
+    per_window, *_ = samples_pass(lambda _r: b.to_batches(), [0], catalog, 0, t[-1], 500_000_000,
+                                  100_000_000)
+    assert "gpu.util" in per_window and "gpu.throttle_reasons" not in per_window
