@@ -398,19 +398,24 @@ def _main(argv: list[str]) -> int:
                 # first pass: flows and nesting need every span of the rank (a few numbers
                 # each); where each row group starts among them, for the second pass
                 plan = writer.plan(rank)
-                starts = {}
+                starts, rows = {}, {}
                 for part in spans:
                     for g, b in part.batches(PLAN_COLUMNS, Window(w0, w1)):
                         starts.setdefault((part.path, g), plan.rows)
+                        rows[(part.path, g)] = rows.get((part.path, g), 0) + b.num_rows
                         plan.add(b)
                 plan.finish()
                 for part in spans:
-                    at = None
+                    # a live run's last journal segment grows between the passes: only the
+                    # rows the first pass planned are written
+                    written: dict = {}
                     for g, b in part.batches(SPAN_COLUMNS, span_cut):
-                        if at is None or g != at[0]:
-                            at = [g, starts[(part.path, g)]]
-                        writer.spans(b, rank, plan, at[1])
-                        at[1] += b.num_rows
+                        key = (part.path, g)
+                        done = written.get(key, 0)
+                        b = b.slice(0, max(0, min(b.num_rows, rows.get(key, 0) - done)))
+                        if b.num_rows:
+                            writer.spans(b, rank, plan, starts[key] + done)
+                            written[key] = done + b.num_rows
                 del plan
                 for part in parts[rank]:
                     if part.table == "samples":

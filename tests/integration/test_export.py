@@ -173,3 +173,38 @@ def test_export_streams_memory_does_not_grow_with_the_run(tmp_path):
     assert every < 250
     t = check(tmp_path / "one.json.gz")
     assert sum(len(v) for v in t.counters.values()) == 60 * 100 * 20
+
+
+def test_a_journal_segment_that_grows_between_the_passes(tmp_path, monkeypatch):
+    """A live run's last segment gains rows between the export's plan and its write: only the
+    planned rows are written (more crashed the export)."""
+    from counterprof.cli import export as export_cli
+    from counterprof.render import perfetto
+    from counterprof.schema import spans_batch
+    from counterprof.store.journal import JournalWriter
+    from perfetto_check import check
+    run_dir = tmp_path / "r"
+    with counterprof.profile(path=run_dir, collectors=["host"]):
+        with counterprof.region("work"):
+            pass
+    start = counterprof.load(run_dir).meta["start_ns"]
+    jw = JournalWriter(run_dir / "rank=0", "999999-live")     # a writer still appending
+
+    def more(n, at):
+        return spans_batch([start + at + i * 1000 for i in range(n)], [start + at + i * 1000 + 500 for i in range(n)],
+                           ["live"] * n, ["region"] * n)
+
+    jw.write("spans", more(5, 0))
+    plan_finish = perfetto.SpanPlan.finish
+
+    def finish_then_grow(self):
+        out = plan_finish(self)
+        jw.write("spans", more(7, 10_000_000))
+        return out
+
+    monkeypatch.setattr(perfetto.SpanPlan, "finish", finish_then_grow)
+    out = tmp_path / "t.json"
+    assert export_cli.main([str(run_dir), "--perfetto", str(out)]) == 0
+    jw.close()
+    t = check(out)
+    assert sum(1 for v in t.slices.values() for e in v if e["name"] == "live") == 5
