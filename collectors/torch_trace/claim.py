@@ -23,6 +23,23 @@ from pathlib import Path
 from typing import Any
 
 
+# Claims this process holds. A child forked meanwhile (a DataLoader worker, in profile() mode
+# the conversion runs in the workload) would hold each lock for its whole life: it closes them.
+_held: set[int] = set()
+
+
+def _close_held_in_child() -> None:
+    for fd in _held:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_in_child)
+
+
 def claim_path(trace: Path) -> Path:
     return trace.with_name(f".{trace.name}.claim")
 
@@ -49,6 +66,7 @@ class Claim:
         except OSError:
             os.close(fd)
             raise
+        _held.add(fd)
         return cls(trace, fd)
 
     @property
@@ -84,6 +102,7 @@ class Claim:
 
     def release(self) -> None:
         if self.fd >= 0:
+            _held.discard(self.fd)
             os.close(self.fd)        # releases the lock
             self.fd = -1
 

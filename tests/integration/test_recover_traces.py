@@ -86,3 +86,33 @@ def test_report_of_a_killed_run_converts_its_pending_traces(tmp_path):
     assert windows(run) == Counter(traces)
     assert run_cli("recover", str(run), "-q").stderr.count("torch: converted") == 0
     assert run_cli("report", str(run)).stderr.count("torch: converted") == 0
+
+
+def test_a_child_forked_during_a_conversion_does_not_keep_the_claim(tmp_path):
+    """A DataLoader worker forked while its parent converts a trace: the claim goes with the
+    parent's release, not with the worker's life."""
+    import os
+    import signal
+    from counterprof.collectors.torch_trace.claim import Claim
+    trace = tmp_path / "t.pt.trace.json"
+    trace.write_text("{}")
+    claim = Claim.take(trace)
+    assert claim is not None
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                       # the worker: lives on past the parent's release
+        import time
+        os.write(w, b"up")             # (the fork hooks have run by now)
+        time.sleep(30)
+        os._exit(0)
+    try:
+        assert os.read(r, 2) == b"up"
+        claim.release()
+        again = Claim.take(trace)
+        assert again is not None, "the forked child still holds the claim"
+        again.release()
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(r)
+        os.close(w)
