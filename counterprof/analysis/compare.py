@@ -33,14 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from .run_figures import STEP, RunFigures
+from .run_figures import STEP, RunFigures, verdict_word
 
 WALL = "wall_time"
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
 THRESHOLD = 0.03
-MIN_TIME_CHANGE_S = 1e-4   # a step's or region's median must move by this much to be flagged
+MIN_TIME_CHANGE_S = 1e-4   # a region's median must move by this much to be flagged
 MIN_EVENTS = 100           # a count (or tick-quantized CPU time) below this many units is too coarse
 TICK_S = 0.01              # /proc's CPU times are in clock ticks (USER_HZ = 100 on Linux)
 TICKED = ("metric:proc.cpu_user", "metric:proc.cpu_system")
@@ -280,16 +280,8 @@ class Comparison:
         return out
 
 
-def _verdict_word(v) -> str:
-    if v is None:
-        return "none"
-    if v.verdict == "unknown" and v.undecided:
-        return "unknown (" + "|".join(v.undecided) + ")"
-    return v.verdict
-
-
 def _side(runs: list[RunFigures]) -> Side:
-    words = [_verdict_word(r.verdict) for r in runs]
+    words = [(verdict_word(r.verdict) or "none") for r in runs]
     common = Counter(words).most_common(1)[0][0] if words else "none"
     return Side([r.path for r in runs], [r.run_id for r in runs], runs[0].command if runs else [],
                 [r.ranks for r in runs], words, common)
@@ -330,7 +322,7 @@ def _total(runs: list[RunFigures], metric: str, rank: int | None) -> float | Non
 
 
 def _scope_verdict(runs: list[RunFigures], key: str) -> str | None:
-    words = [_verdict_word(r.scope_verdicts[key]) for r in runs if key in r.scope_verdicts]
+    words = [(verdict_word(r.scope_verdicts[key]) or "none") for r in runs if key in r.scope_verdicts]
     return Counter(words).most_common(1)[0][0] if words else None
 
 

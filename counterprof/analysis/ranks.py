@@ -128,15 +128,16 @@ def parse_world_size(value: Any) -> int | None:
     return n if n > 0 else None
 
 
-def _ranges(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2, 5" (sorted input)."""
-    out: list[list[int]] = []
-    for r in ranks:
-        if out and r == out[-1][1] + 1:
-            out[-1][1] = r
+def rank_ranges(ranks: list[int] | list[tuple[int, int]]) -> str:
+    """[0, 1, 2, 5] (sorted) or [(0, 2), (5, 5)] -> "0-2, 5"."""
+    pairs: list[list[int]] = []
+    for item in ranks:
+        a, b = item if isinstance(item, tuple) else (item, item)
+        if pairs and a == pairs[-1][1] + 1 and not isinstance(item, tuple):
+            pairs[-1][1] = b
         else:
-            out.append([r, r])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+            pairs.append([a, b])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in pairs)
 
 
 def _missing(present: list[int], world: int | None) -> str:
@@ -191,7 +192,7 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
         ref = min(colls)
         lost = [r for r in ranks if r not in skew and hosts.get(r) != hosts.get(ref)]
         if lost:
-            out.notes.append(f"clock skew not estimated: ranks {ref} and {_ranges(lost)} recorded "
+            out.notes.append(f"clock skew not estimated: ranks {ref} and {rank_ranges(lost)} recorded "
                              "different collectives (no step holds the same ones on both): their "
                              "spans are compared on their own clocks")
     figures = {r: RankFigures(r) for r in present}

@@ -372,7 +372,8 @@ def run_figures(path: str, meta: dict[str, Any], catalog: dict[str, dict[str, An
                       verdict=overall, scope_verdicts=scoped, scope_signals=scope_signals, meta=meta)
 
 
-def _word(v: Verdict | None) -> str | None:
+def verdict_word(v: Verdict | None) -> str | None:
+    """A verdict as one word (unknown with what it could not tell apart); None without one."""
     if v is None:
         return None
     if v.verdict == "unknown" and v.undecided:
@@ -384,11 +385,11 @@ def summary_series(f: RunFigures) -> list[tuple[str, float, str, int, str | None
     """The run as history keeps it: (series, value, unit, n, verdict) rows; names in
     store/history.py. Medians over every rank's values."""
     out: list[tuple[str, float, str, int, str | None]] = [
-        ("wall_time", f.wall_s, "s", 1, _word(f.verdict))]
+        ("wall_time", f.wall_s, "s", 1, verdict_word(f.verdict))]
     for key, by_rank in sorted(f.times.items()):
         vals = np.concatenate([v for v in by_rank.values() if len(v)] or [np.empty(0)])
         if len(vals):
-            out.append((key, float(np.median(vals)), "s", len(vals), _word(f.scope_verdicts.get(key))))
+            out.append((key, float(np.median(vals)), "s", len(vals), verdict_word(f.scope_verdicts.get(key))))
     for metric, by_rank in sorted(f.metrics.items()):
         vals = np.concatenate([v for v in by_rank.values() if len(v)] or [np.empty(0)])
         if len(vals):

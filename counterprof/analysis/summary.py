@@ -157,10 +157,8 @@ def ranks_in(meta: dict[str, Any]) -> int:
     if isinstance(listed, dict) and listed:
         return len(listed)
     if meta.get("job"):
-        try:
-            return max(1, int((meta.get("env") or {}).get("WORLD_SIZE", 1)))
-        except (TypeError, ValueError):
-            return 1
+        from .ranks import parse_world_size
+        return parse_world_size((meta.get("env") or {}).get("WORLD_SIZE")) or 1
     return 1
 
 

@@ -43,7 +43,7 @@ def _parser() -> ArgumentParser:
     p.add_argument("--threshold", default="3", metavar="PCT",
                    help="smallest change of the median that is flagged, in percent (default 3)")
     p.add_argument("--min-time-change-ms", type=float, default=0.1, metavar="MS",
-                   help="a step or region whose median moved by less is not flagged (default 0.1: "
+                   help="a region whose median moved by less is not flagged (default 0.1: "
                         "the noise of timing a few-µs region on a shared machine)")
     p.add_argument("--resamples", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)")
     p.add_argument("--confidence", type=float, default=0.95, metavar="P",

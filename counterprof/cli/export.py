@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .common import ArgumentParser, UsageFailure, err, guarded, open_run, use_system_allocator
+from ..analysis.ranks import rank_ranges
 
 BATCH_ROWS = 64 * 1024
 BIG_JSON = 1 << 30      # beyond about this much JSON the browser UI runs out of memory
@@ -116,20 +117,6 @@ def not_in_run(wanted: Ranks, have: list[int]) -> Ranks:
         if at <= b:
             out.append((at, b))
     return out
-
-
-def ranges(ranks: list[int] | Ranks) -> str:
-    """[0, 1, 2, 5] or [(0, 2), (5, 5)] -> "0-2, 5"."""
-    if ranks and isinstance(ranks[0], tuple):
-        return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in ranks)
-    out, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
-    return ", ".join(out)
 
 
 def real_path(path: Path) -> Path:
@@ -363,13 +350,13 @@ def _main(argv: list[str]) -> int:
         missing = not_in_run(wanted, ranks)
         ranks = [r for r in ranks if in_ranks(r, wanted)]
         if not ranks:
-            raise UsageFailure(f"--ranks {args.ranks}: the run has rank(s) {ranges(sorted(parts))} only",
+            raise UsageFailure(f"--ranks {args.ranks}: the run has rank(s) {rank_ranges(sorted(parts))} only",
                                usage)
         if missing:
-            err(f"--ranks: the run has no rank(s) {ranges(missing)}; exporting the others")
+            err(f"--ranks: the run has no rank(s) {rank_ranges(missing)}; exporting the others")
     chosen = [p for r in ranks for p in parts[r]]
     if all(p.rows() == 0 for p in chosen):
-        raise RunDirectoryError(f"{run.path}: rank(s) {ranges(ranks)} hold no samples or spans to export")
+        raise RunDirectoryError(f"{run.path}: rank(s) {rank_ranges(ranks)} hold no samples or spans to export")
 
     start_ns = meta.get("start_ns")
     if not isinstance(start_ns, int):
@@ -443,18 +430,18 @@ def _extent(span_cut: Window, sample_cut: Window) -> tuple[int | None, int | Non
 def _nothing_message(run, ranks, window, start_ns, span_cut, sample_cut, problems) -> str:
     lo, hi = _extent(span_cut, sample_cut)
     if window and lo is not None:
-        return (f"nothing to export: no span or sample of rank(s) {ranges(ranks)} lies in --window "
+        return (f"nothing to export: no span or sample of rank(s) {rank_ranges(ranks)} lies in --window "
                 f"{window} (the run covers {(lo - start_ns) / 1e9:.3f} to {(hi - start_ns) / 1e9:.3f} s "
                 "from its start)")
     why = "; ".join(problems) if problems else "they hold no rows"
-    return f"nothing to export from rank(s) {ranges(ranks)} of {run.path}: {why}"
+    return f"nothing to export from rank(s) {rank_ranges(ranks)} of {run.path}: {why}"
 
 
 def _summary(out, c, ranks, parts, wanted, window, start_ns, span_cut, sample_cut, problems,
              elapsed) -> None:
     size = out.stat().st_size
     packed = f", {size_text(size)} gzip'd" if out.name.endswith(".gz") else ""
-    err(f"wrote {out}: rank(s) {ranges(ranks)}; {c.spans:,} spans on {c.span_tracks} tracks, "
+    err(f"wrote {out}: rank(s) {rank_ranges(ranks)}; {c.spans:,} spans on {c.span_tracks} tracks, "
         f"{c.flows:,} launch→GPU flows, {c.samples:,} samples on {c.counter_tracks} counter tracks; "
         f"{size_text(c.bytes)} of JSON{packed}, in {seconds_text(elapsed)}")
     if window:
@@ -476,7 +463,7 @@ def _summary(out, c, ranks, parts, wanted, window, start_ns, span_cut, sample_cu
                     else:
                         rows[p.table] += n
             more = f" and {unknown} journal segment(s)" if unknown else ""
-            err(f"--ranks left out rank(s) {ranges(left)}: {rows['spans']:,} spans, "
+            err(f"--ranks left out rank(s) {rank_ranges(left)}: {rows['spans']:,} spans, "
                 f"{rows['samples']:,} samples{more}")
     for p in problems:
         err(p)

@@ -17,11 +17,12 @@ from .common import (ArgumentParser, check_output_file, err, guarded, open_run, 
 
 def world_size(run, ranks: list[int]) -> int | None:
     """The job's WORLD_SIZE as any rank recorded it (its meta.json env; the rank watcher's)."""
+    from ..analysis.ranks import parse_world_size
     seen = []
     for m in [run.meta] + [run.rank_meta(r) for r in ranks]:
-        w = str((m.get("env") or {}).get("WORLD_SIZE", ""))
-        if w.isdigit():
-            seen.append(int(w))
+        w = parse_world_size((m.get("env") or {}).get("WORLD_SIZE"))
+        if w is not None:
+            seen.append(w)
         seen += [e["world_size"] for e in (m.get("ranks") or {}).values()
                  if isinstance(e, dict) and isinstance(e.get("world_size"), int)]
     return max(seen) if seen else None

@@ -12,7 +12,7 @@ Series names:
     signal:NAME                     a classifier signal over the whole run (cpu_busy, gpu_util, ...)
     signal:NAME@step_time, signal:NAME@region:NAME   the same over the steps / a region
 
-duckdb is imported here only (the `history` extra); nothing else in counterprof needs it.
+duckdb is imported when a history file is opened (store/query.py uses it for the report too).
 """
 from __future__ import annotations
 
