@@ -48,6 +48,9 @@ class Verdict:
     secondary: list[Evidence] = field(default_factory=list)   # worth knowing, not the verdict
     undecided: list[str] = field(default_factory=list)        # classes it cannot tell apart
     missing: list[str] = field(default_factory=list)          # what would decide it
+    # the host share's parts (input pipeline, CPU contention, blocked), when the main thread's
+    # states are known: each a share of the scope's time
+    host_parts: dict[str, float] = field(default_factory=dict)
     start_ns: int | None = None
     end_ns: int | None = None
 
@@ -64,18 +67,115 @@ def _ev(sig: dict[str, Signal], key: str, threshold: str | None, text: str) -> E
     return Evidence(key, round(s.value, 6), value(threshold) if threshold else None, s.source, text)
 
 
-def classify(sig: dict[str, Signal], scope: str = "run") -> Verdict:
+def classify(sig: dict[str, Signal], scope: str = "run", facts: dict | None = None) -> Verdict:
+    """facts: what the evidence may name (meta.json's threads details: the main threads'
+    pids, the other processes that used the CPUs)."""
     if "wall_s" not in sig:
         return Verdict(scope, "unknown", "none", missing=["samples or spans covering this time"])
     gpu_used = (sig.get("gpu_active_share") and sig["gpu_active_share"].value >= value("gpu_in_use")) or \
         (sig.get("gpu_util") and sig["gpu_util"].value >= value("gpu_in_use"))
-    v = _classify_gpu(sig, scope) if gpu_used else _classify_cpu(sig, scope)
+    if gpu_used:
+        v = _classify_gpu(sig, scope)
+    elif "main_running" in sig:
+        v = _classify_main_thread(sig, scope, facts or {})
+    else:
+        v = _classify_cpu(sig, scope)
     v.shares = {k: round(s, 6) for k, s in v.shares.items() if s > 0}
+    v.host_parts = {k: round(s, 6) for k, s in v.host_parts.items() if s > 0}
     _secondary(sig, v)
     return v
 
 
-# ---- the CPU as the compute device --------------------------------------------------------
+# ---- the CPU as the compute device: the critical thread's time ------------------------------
+
+def _who(sig: dict[str, Signal], facts: dict) -> str:
+    mains = [m for m in facts.get("main_threads") or [] if isinstance(m, dict)]
+    ranks = sig["ranks"].value if "ranks" in sig else 1.0
+    if ranks > 1:
+        return "the main thread of each rank"
+    if len(mains) == 1 and mains[0].get("pid") is not None:
+        m = mains[0]
+        name = f"{m.get('comm')}, " if m.get("comm") else ""
+        return f"the main thread ({name}pid {m['pid']})"
+    return "the main thread"
+
+
+def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Verdict:
+    """A step's wall time is its main (training or serving) thread's time. Its states share
+    that time out: waiting for the input pipeline, waiting on collectives with no op of its
+    own, runnable without a CPU (contention), blocked otherwise (host); on-CPU in its own work
+    (compute or memory). Helper threads' CPU (intra-op pools, DataLoader workers, gloo) is
+    evidence, never the step's time."""
+    v = Verdict(scope, "unknown", "cpu")
+    run, ready, blocked = (sig[f"main_{k}"].value for k in ("running", "runnable", "blocked"))
+    coll = sig["cpu_collective_exposed"].value if "cpu_collective_exposed" in sig else 0.0
+    inp = sig["input_wait"].value if "input_wait" in sig else 0.0
+    # the waits come out of the blocked time first (waiting is blocking), then out of the
+    # running time (a loader without workers loads on the main thread; a collective may spin)
+    waits = min(1.0, coll + inp)
+    from_blocked = min(blocked, waits)
+    from_running = min(run, waits - from_blocked)
+    from_ready = min(ready, waits - from_blocked - from_running)
+    blocked, run, ready = blocked - from_blocked, run - from_running, ready - from_ready
+    v.host_parts = {"input pipeline": inp, "CPU contention": ready, "blocked": blocked}
+    v.shares = {"collectives": coll, "host": inp + ready + blocked}
+    who = _who(sig, facts)
+    v.evidence.append(Evidence(
+        "main_thread", round(sig["main_running"].value, 6), None, "threads",
+        f"{who}: on-CPU {_pct(sig['main_running'].value)}, blocked {_pct(sig['main_blocked'].value)}, "
+        f"runnable but not running {_pct(sig['main_runnable'].value)} of the time"))
+    if inp >= 0.02:
+        text = f"waiting for the input pipeline (DataLoader next()) {_pct(inp)} of the time"
+        if "loader_busy" in sig:
+            busy, workers = sig["loader_busy"].value, sig["loader_workers"].value
+            text += f"; its {workers:.0f} worker{'s' if round(workers) != 1 else ''} busy {_pct(busy)} of their time: "
+            text += ("saturated: more workers (num_workers) or cheaper per-item work would help"
+                     if busy >= value("loader_saturated") else
+                     "not saturated: more prefetch (prefetch_factor), or look at what else the main "
+                     "thread waits for (pin_memory, worker start-up, IPC of large batches)")
+        elif inp >= 0.2:
+            text += "; the loading runs in the main process (num_workers=0?): workers would overlap it"
+        v.evidence.append(_ev(sig, "input_wait", None, text))
+    if coll > 0 or "cpu_collective" in sig:
+        text = f"waiting on collectives with no own compute {_pct(coll)} of the time"
+        if "cpu_collective_overlap" in sig:
+            text += f" ({_pct(sig['cpu_collective_overlap'].value)} of its collective time overlapped by its own ops)"
+        if "trace_coverage" in sig and sig["trace_coverage"].value < 0.99:
+            text += f", over the recorded trace windows ({_pct(sig['trace_coverage'].value)} of the time)"
+        v.evidence.append(Evidence("cpu_collective_exposed", round(coll, 6), value("collective_share"),
+                                   "spans", text))
+    if ready >= value("contention_share"):
+        text = f"runnable but waiting for a CPU {_pct(ready)} of the time: CPU contention"
+        others = [c for c in facts.get("contenders") or [] if isinstance(c, dict) and c.get("cpu_s")]
+        if others:
+            text += "; other processes used the CPUs meanwhile: " + ", ".join(
+                f"{c.get('comm', '?')} (pid {c.get('pid')}, {float(c['cpu_s']):.1f} CPU-s)" for c in others[:3])
+        v.evidence.append(Evidence("main_runnable", round(ready, 6), value("contention_share"), "threads", text))
+    if blocked >= value("contention_share"):
+        why = [f"blocked {_pct(blocked)} of the time outside input and collective waits (sleep, I/O, locks)"]
+        if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > 1e6:
+            why.append(f"{sig['io_bytes_per_s'].value / 1e6:,.1f} MB/s of storage I/O")
+        if "system_iowait" in sig and sig["system_iowait"].value > 0.05:
+            why.append(f"{_pct(sig['system_iowait'].value)} of CPU time in iowait")
+        v.evidence.append(Evidence("main_blocked", round(blocked, 6), None, "threads", "; ".join(why)))
+    helpers = [(THREAD_WORDS[r], sig[f"{r}_cpus"].value) for r in THREAD_WORDS
+               if f"{r}_cpus" in sig and sig[f"{r}_cpus"].value >= 0.05]
+    if helpers or "cpu_busy" in sig:
+        parts = [f"{name} {cpus:.2f} CPUs" for name, cpus in helpers]
+        text = "meanwhile " + (", ".join(parts) if parts else "no helper thread was busy")
+        if "cpu_busy" in sig:
+            text += f"; the whole process tree {sig['cpu_busy'].value:.2f} CPUs ({sig['cpu_busy'].detail})"
+        v.evidence.append(Evidence("helpers", round(sum(c for _, c in helpers), 6), None, "threads",
+                                   text + ": evidence, not the step's time"))
+    _split_busy(v, run, *_compute_or_memory_cpu(sig))
+    return v
+
+
+THREAD_WORDS = {"intraop": "intra-op threads", "loader": "DataLoader workers",
+                "comm": "communication threads", "other": "other threads"}
+
+
+# ---- the CPU as the compute device, without thread states (older runs, imported traces) ----
 
 def _classify_cpu(sig: dict[str, Signal], scope: str) -> Verdict:
     v = Verdict(scope, "unknown", "cpu")
@@ -277,6 +377,10 @@ def _secondary(sig: dict[str, Signal], v: Verdict) -> None:
 
 def describe(v: Verdict) -> str:
     """The verdict in one phrase (what would decide an unknown one is in v.missing)."""
+    if v.verdict == "host" and v.host_parts:
+        part, share = max(v.host_parts.items(), key=lambda kv: kv[1])
+        if share >= 0.5 * v.shares.get("host", 0):
+            return f"host-bound ({_pct(v.shares.get('host', 0))} of the time; {part} {_pct(share)})"
     if v.verdict == "unknown":
         if v.undecided:
             lead = "mixed"

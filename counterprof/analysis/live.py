@@ -596,74 +596,67 @@ def _gpu_util(c: _Ctx, seconds: float) -> list[tuple[str, float]]:
     return sorted(out.items(), key=lambda kv: _device_sort(kv[0]))
 
 
-def process_busy(c: _Ctx, seconds: float) -> float | None:
-    """CPUs the workload keeps busy: task-clock where perf counts it, else the host tree's CPU."""
-    ser = {} if c.perf_system_wide else _series_by_base(c.snap, "perf")
-    for name in ("task-clock", "cpu-clock"):
-        if name in ser:
-            v = per_ns(c.now(ser[name], seconds))
-            if v is not None:
-                return v
-    user = combined(c.snap, "host", "proc.cpu_user", ["process"])
-    sys_ = combined(c.snap, "host", "proc.cpu_system", ["process"])
-    if user is None and sys_ is None:
-        return None
-    return cpus_from_seconds(c.now(_cpu_seconds(user, sys_), seconds))
+class LiveView:
+    """The live window's last `seconds` as the signal table reads a scope (signals.MetricView):
+    every entity of a metric summed side by side, deltas as value per ns of covered time x
+    the window, so the same formulas give the report's and the live line's signals."""
+
+    def __init__(self, c: _Ctx, seconds: float):
+        self.c, self.seconds = c, seconds
+        self.wall_ns = seconds * 1e9
+        self._keys: dict[str, list[Key]] = {}
+        for key in c.snap.series:
+            source, metric, _entity = key
+            if source == "perf":
+                if c.perf_system_wide:   # every CPU's time, idle included: says nothing of the workload
+                    continue
+                metric = _base(metric)
+            self._keys.setdefault(metric, []).append(key)
+
+    def _now(self, metric: str) -> Bucket | None:
+        keys = self._keys.get(metric)
+        if not keys:
+            return None
+        return self.c.now(Series(_sum_side_by_side([self.c.snap.series[k] for k in keys]), {}),
+                          self.seconds)
+
+    def _kind(self, metric: str) -> str:
+        keys = self._keys.get(metric) or []
+        name = keys[0][1] if keys else metric
+        return kind_of(self.c.catalog, name, self.c.snap.series.get(keys[0]) if keys else None)[0]
+
+    def delta(self, metric: str) -> float | None:
+        if metric not in self._keys or self._kind(metric) != "delta":
+            return None
+        v = per_ns(self._now(metric))
+        return None if v is None else v * self.wall_ns
+
+    def mean(self, metric: str) -> float | None:
+        if metric not in self._keys:
+            return None
+        kind = self._kind(metric)
+        b = self._now(metric)
+        return weighted(b) if kind == "ratio" else gauge_mean(b) if kind == "gauge" else None
+
+    def source(self, metric: str) -> str:
+        keys = self._keys.get(metric)
+        return keys[0][0] if keys else ""
+
+    def first(self, names: Iterable[str]) -> str | None:
+        return next((n for n in names if n in self._keys), None)
 
 
 def live_signals(c: _Ctx, seconds: float) -> dict[str, Any]:
-    """The classifier's signals (analysis.signals names) over the last `seconds` of the window."""
-    from .signals import Signal
+    """The classifier's signals over the last `seconds` of the window: the report's signal
+    table (analysis.signals.counter_signals) over the live window."""
+    from .signals import Signal, counter_signals
     out: dict[str, Signal] = {"wall_s": Signal(seconds, "live", "the last seconds")}
-    busy = process_busy(c, seconds)
-    if busy is not None:
-        out["cpu_busy"] = Signal(busy, "perf" if "task-clock" in _series_by_base(c.snap, "perf")
-                                 and not c.perf_system_wide else "host", "CPU time / wall")
-
-    def now(source: str, metric: str, entity: str) -> Bucket | None:
-        ser = combined(c.snap, source, metric, [entity])
-        return c.now(ser, seconds) if ser else None
-
-    vol = rate(now("host", "proc.ctx_switches_voluntary", "process"))
-    if vol is not None:
-        out["voluntary_switches_per_s"] = Signal(vol, "host", "voluntary context switches per second")
-    io = [r for m in ("proc.read_bytes", "proc.write_bytes")
-          if (r := rate(now("host", m, "process"))) is not None]
-    if io:
-        out["io_bytes_per_s"] = Signal(sum(io), "host", "storage bytes per second")
-    iow = weighted(now("host", "system.cpu_iowait", "system"))
-    if iow is not None:
-        out["system_iowait"] = Signal(iow / 100, "host", "system iowait")
-    delay = cpus_from_seconds(now("host", "proc.run_delay", "process"))
-    if delay is not None:
-        out["run_queue_wait"] = Signal(delay, "host", "run-queue delay / wall")
-    if not c.perf_system_wide:
-        perf = {k: c.now(v, seconds) for k, v in _series_by_base(c.snap, "perf").items()}
-        ins, cyc = perf.get("instructions"), perf.get("cycles") or perf.get("cpu-cycles")
-        if (ipc := quotient(ins, cyc)) is not None:
-            out["ipc"] = Signal(ipc, "perf", "instructions / cycles")
-        if (mpki := quotient(perf.get("LLC-load-misses"), ins, 1000.0)) is not None:
-            out["llc_mpki"] = Signal(mpki, "perf", "LLC-load-misses per 1000 instructions")
-        if (stall := quotient(perf.get("stalled-cycles-backend"), cyc)) is not None:
-            out["backend_stall"] = Signal(stall, "perf", "stalled-cycles-backend / cycles")
-    gpus = _gpu_util(c, seconds)
-    if gpus:
-        out["gpu_util"] = Signal(sum(v for _, v in gpus) / len(gpus) / 100, "nvml", "GPU utilization")
-    for key, names in (("gpm_tensor", ("gpm.tensor_util", "gpm.any_tensor_util")),
-                       ("gpm_dram", ("gpm.dram_bw_util", "gpm.dram_util"))):
-        vals = []
-        for (source, metric, entity), _ in c.snap.series.items():
-            if metric in names and entity.startswith("gpu"):
-                kind, unit = kind_of(c.catalog, metric, None)
-                v, _u = current_value(kind, unit, c.now(c.snap.get((source, metric, entity)), seconds))
-                if v is not None:
-                    vals.append(v / 100 if v > 1.0 else v)
-        if vals:
-            out[key] = Signal(sum(vals) / len(vals), "gpm", " / ".join(names))
+    out.update(counter_signals(LiveView(c, seconds)))
     return out
 
 
-def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None) -> Verdict:
+def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None,
+            statuses: Mapping[str, Any] | None = None) -> Verdict:
     """The current bottleneck over the last VERDICT_S seconds: the classifier (analysis.classify)
     for the workload; for the machine (counterprof top without --pid), plain system figures."""
     T = THRESHOLDS
@@ -692,7 +685,9 @@ def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None) -> Verdict
     sig = live_signals(c, sec)
     if "cpu_busy" not in sig and "gpu_util" not in sig:
         return Verdict("unknown", "no CPU-time figures yet" + ("" if not gpus else f"; {gpu_text}"))
-    v = classify(sig, "now")
+    threads = (statuses or {}).get("threads") or {}
+    v = classify(sig, "now", {"main_threads": threads.get("main") or [],
+                              "contenders": threads.get("contenders") or []})
     evidence = "; ".join(e.text for e in v.evidence[:2])
     return Verdict(describe(v), evidence)
 
@@ -718,7 +713,7 @@ def live_figures(snap: Snapshot, catalog: Mapping[str, Any], statuses: Mapping[s
         if not any(p.title.endswith(name) for p in panels):
             panels.append(PanelFigures(name, status=st.get("status", "unavailable"),
                                        reason=st.get("reason", "")))
-    return LiveFigures(panels, verdict(c, scope, cpus))
+    return LiveFigures(panels, verdict(c, scope, cpus, statuses))
 
 
 # -- top: processes by CPU ---------------------------------------------------------------

@@ -124,8 +124,9 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         overall = Verdict("run", "unknown", "none", missing=["samples or spans: the run holds none"])
         return Report(run_info, overall, window_s, summary=summary, collectors=collectors)
 
+    facts = verdict_facts(meta)
     whole = [(data.start_ns, data.end_ns)]
-    overall = classify(signals(data, whole), "run")
+    overall = classify(signals(data, whole), "run", facts)
     overall.start_ns, overall.end_ns = data.start_ns, data.end_ns
     report = Report(run_info, overall, window_s, summary=summary, collectors=collectors)
 
@@ -138,7 +139,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     while t < data.end_ns:
         hi = min(t + step, data.end_ns)
         sig = signals(data, [(t, hi)])
-        w = classify(sig, f"{(t - data.start_ns) / 1e9:.1f}s")
+        w = classify(sig, f"{(t - data.start_ns) / 1e9:.1f}s", facts)
         w.start_ns, w.end_ns = t, hi
         report.windows.append(w)
         window_points.append(point(t, sig))
@@ -154,7 +155,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
 
     ranked = sorted(data.regions.items(), key=lambda kv: iv.total(kv[1]), reverse=True)
     for name, occ in ranked[:MAX_REGIONS]:
-        v = classify(signals(data, occ), name)
+        v = classify(signals(data, occ), name, facts)
         sp = iv.span(occ)
         v.start_ns, v.end_ns = sp if sp else (None, None)
         mean_ns = iv.total(occ) / max(1, data.region_count.get(name, 1))
@@ -188,6 +189,17 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         if share >= 0.2 or overall.verdict == cls:
             report.next_steps.append(text)
     return report
+
+
+def verdict_facts(meta: dict[str, Any]) -> dict[str, Any]:
+    """What the verdict's evidence may name, from the threads collector's entry in meta.json:
+    the main threads it followed and the other processes that used the CPUs."""
+    entry = (meta.get("collectors") or {}).get("threads")
+    if not isinstance(entry, dict):
+        return {}
+    main, others = entry.get("main"), entry.get("contenders")
+    return {"main_threads": main if isinstance(main, list) else [],
+            "contenders": others if isinstance(others, list) else []}
 
 
 def bucket_ns(meta: dict[str, Any]) -> int:

@@ -101,6 +101,14 @@ class RunData:
     region_kind: dict[str, str] = field(default_factory=dict)    # name -> region|annotation|step
     region_count: dict[str, int] = field(default_factory=dict)
     kernel_durations_us: list[float] = field(default_factory=list)
+    # per rank: what the main (training) thread did, from spans
+    input_waits: dict[int, iv.Intervals] = field(default_factory=dict)     # DataLoader next() waits
+    input_whole_run: bool = False      # waits recorded for the whole run (else only in traces)
+    rank_collectives: dict[int, iv.Intervals] = field(default_factory=dict)
+    main_ops: dict[int, iv.Intervals] = field(default_factory=dict)       # main thread's own ops
+    # facts from meta.json the evidence names: the critical threads, other processes' CPU
+    main_threads: list[dict[str, Any]] = field(default_factory=list)
+    contenders: list[dict[str, Any]] = field(default_factory=list)
 
     def has(self, metric: str) -> bool:
         return metric in self.series
@@ -174,6 +182,12 @@ def load_samples(data: RunData, chunks: Iterable, catalog: dict[str, dict[str, A
     load_buckets(data, bucket_table(chunks, bucket_ns), catalog)
 
 
+# ops on the main thread that wait rather than compute: not "own compute" under a collective
+_WAIT_OPS = ("c10d::", "gloo:", "nccl:", "record_param_comms", "aten::wait", "wait")
+# torch's profiler names DataLoader waits "enumerate(DataLoader)#_...Iter.__next__"
+DATALOADER_NEXT = "enumerate(DataLoader)#"
+
+
 def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     if spans.num_rows == 0:
         return
@@ -184,9 +198,19 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     kclass = cols["kernel_class"].cast(pa.string()).to_pylist()
     device = cols["device"].to_pylist()
     name = cols["name"].to_pylist()
+    n_rows = spans.num_rows
+    rank = (spans["rank"].to_pylist() if "rank" in spans.column_names else [0] * n_rows)
+    tid = (spans["tid"].to_pylist() if "tid" in spans.column_names else [None] * n_rows)
     busy, by_class, cpu_coll, regions, windows = [], {}, [], {}, []
+    inputs: dict[int, list] = {}
+    annotated_inputs: dict[int, list] = {}
+    coll_by_rank: dict[int, list] = {}
+    step_tids: dict[int, set] = {}
+    op_time: dict[tuple[int, Any], int] = {}
+    ops: dict[tuple[int, Any], list] = {}
     short_ns = short_kernel_us * 1000
-    for s, e, c, k, d, n in zip(start, end, cat, kclass, device, name):
+    for s, e, c, k, d, n, r, t in zip(start, end, cat, kclass, device, name, rank, tid):
+        r = r or 0
         if c in GPU_KERNEL_CATEGORIES and d is not None:
             busy.append((s, e))
             by_class.setdefault(k or "other", []).append((s, e))
@@ -198,11 +222,24 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
         elif c == "collective":
             if d is None:
                 cpu_coll.append((s, e))
+                coll_by_rank.setdefault(r, []).append((s, e))
             else:
                 by_class.setdefault("communication", []).append((s, e))
         elif c == "window":
             windows.append((s, e))
-        elif c in ("region", "annotation", "step"):
+        elif c == "input":
+            inputs.setdefault(r, []).append((s, e))
+        elif c == "cpu_op" and d is None:
+            if n and n.startswith(DATALOADER_NEXT):
+                annotated_inputs.setdefault(r, []).append((s, e))
+            elif not (n or "").startswith(_WAIT_OPS):
+                ops.setdefault((r, t), []).append((s, e))
+                op_time[(r, t)] = op_time.get((r, t), 0) + (e - s)
+        if c in ("region", "annotation", "step"):
+            if c == "step" and t is not None:
+                step_tids.setdefault(r, set()).add(t)
+            if c == "annotation" and n and n.startswith(DATALOADER_NEXT):
+                annotated_inputs.setdefault(r, []).append((s, e))
             key = "ProfilerStep" if c == "step" else n
             regions.setdefault(key, []).append((s, e))
             data.region_kind[key] = c
@@ -212,6 +249,13 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     data.cpu_collectives = iv.merge(cpu_coll)
     data.regions = {k: iv.merge(v) for k, v in regions.items()}
     data.windows = iv.merge(windows)
+    data.input_whole_run = bool(inputs)
+    data.input_waits = {r: iv.merge(v) for r, v in (inputs or annotated_inputs).items()}
+    data.rank_collectives = {r: iv.merge(v) for r, v in coll_by_rank.items()}
+    # each rank's main thread: the one that marks steps, else the one with the most op time
+    for r in {r for r, _t in ops}:
+        tids = step_tids.get(r) or {max((k for k in op_time if k[0] == r), key=op_time.get)[1]}
+        data.main_ops[r] = iv.merge([p for t in tids for p in ops.get((r, t), [])])
     all_times = [p for p in (iv.span(data.gpu_busy), iv.span(data.cpu_collectives)) if p]
     for lo, hi in all_times:
         data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
@@ -225,27 +269,38 @@ class Signal:
     detail: str = ""     # how it was computed, in words
 
 
-def _first(data: RunData, names: Iterable[str]) -> str | None:
-    return next((n for n in names if n in data.series), None)
+class MetricView:
+    """Metric totals over one scope, as the signal table reads them. The report's view sums a
+    run's buckets over any interval set (RunDataView); the live view's sums the last seconds of
+    the live window (analysis/live.py). One table of signals (counter_signals) reads both, so
+    the report and the live line can never compute a signal two ways."""
+
+    wall_ns: float = 0.0
+
+    def delta(self, metric: str) -> float | None:       # sum over the scope; None: not measured
+        raise NotImplementedError
+
+    def mean(self, metric: str) -> float | None:        # gauges and ratios
+        raise NotImplementedError
+
+    def source(self, metric: str) -> str:
+        return ""
+
+    def first(self, names: Iterable[str]) -> str | None:
+        return next((n for n in names if self.delta(n) is not None or self.mean(n) is not None), None)
 
 
-def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
-    """Every signal measurable over `scope` (a merged interval set)."""
-    out: dict[str, Signal] = {}
-    wall = iv.total(scope)
-    if wall <= 0:
-        return out
-    out["wall_s"] = Signal(wall / 1e9, "run", "wall time of the scope")
-    if data.ranks > 1:
-        out["ranks"] = Signal(float(data.ranks), "run", "rank partitions in the run")
+class RunDataView(MetricView):
+    def __init__(self, data: RunData, scope: iv.Intervals):
+        self.data, self.scope = data, scope
+        self.wall_ns = float(iv.total(scope))
 
-    def delta(metric: str) -> float | None:
-        s = data.series.get(metric)
+    def delta(self, metric: str) -> float | None:
+        s = self.data.series.get(metric)
         if s is None or s.kind != "delta":
             return None
-        tot, cov = 0.0, 0.0
-        found = False
-        for lo, hi in scope:
+        tot, cov, found = 0.0, 0.0, False
+        for lo, hi in self.scope:
             r = s.delta(lo, hi)
             if r is not None:
                 found = True
@@ -253,12 +308,30 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
                 cov += r[1] * (hi - lo)
         return tot if found and cov > 0 else None
 
-    def mean(metric: str) -> float | None:
-        s = data.series.get(metric)
+    def mean(self, metric: str) -> float | None:
+        s = self.data.series.get(metric)
         if s is None:
             return None
-        vals = [m for lo, hi in scope if (m := s.mean(lo, hi)) is not None]
+        vals = [m for lo, hi in self.scope if (m := s.mean(lo, hi)) is not None]
         return sum(vals) / len(vals) if vals else None
+
+    def source(self, metric: str) -> str:
+        return self.data.sources.get(metric, "")
+
+
+# the thread-state collector's roles (collectors/threads.py): helpers are evidence, never time
+THREAD_ROLES = {"intraop": "intra-op threads", "loader": "DataLoader workers",
+                "comm": "communication threads", "other": "other threads of the job"}
+
+
+def counter_signals(view: MetricView, ranks: int = 1) -> dict[str, Signal]:
+    """Every signal that comes from samples (counters, host figures, thread states, GPU
+    metrics) over the view's scope: the one signal table of the report and the live view."""
+    out: dict[str, Signal] = {}
+    wall = view.wall_ns
+    if wall <= 0:
+        return out
+    delta, mean = view.delta, view.mean
 
     # --- CPU: how busy, how it waits ----------------------------------------------------
     task = delta("task-clock")
@@ -274,7 +347,7 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
                         ("proc.ctx_switches_voluntary", "voluntary_switches_per_s")):
         v = delta(metric)
         if v is not None:
-            out[key] = Signal(v * 1e9 / wall, data.sources.get(metric, ""), f"{metric} per second")
+            out[key] = Signal(v * 1e9 / wall, view.source(metric), f"{metric} per second")
     rd = delta("proc.run_delay")
     if rd is not None:
         out["run_queue_wait"] = Signal(rd * 1e9 / wall, "host",
@@ -285,6 +358,25 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
     iowait = mean("system.cpu_iowait")
     if iowait is not None:
         out["system_iowait"] = Signal(iowait / 100, "host", "share of CPU time idle waiting for I/O")
+
+    # --- the critical (main) thread's states, and its helpers' CPU ----------------------------
+    states = {k: delta(f"thread.main.{k}") for k in ("running", "runnable", "blocked")}
+    known = sum(v for v in states.values() if v is not None)
+    if states["running"] is not None and known > 0:
+        for k, v in states.items():
+            out[f"main_{k}"] = Signal((v or 0.0) / known, "threads",
+                                      f"thread.main.{k} / the main thread's time")
+        out["main_threads"] = Signal(known * 1e9 / wall, "threads",
+                                     "main threads' time / wall (one per rank)")
+    for role in THREAD_ROLES:
+        v = delta(f"thread.{role}.running")
+        if v is not None:
+            out[f"{role}_cpus"] = Signal(v * 1e9 / wall, "threads", f"thread.{role}.running / wall")
+    workers = mean("thread.loader.workers")
+    if workers and "loader_cpus" in out:
+        out["loader_workers"] = Signal(workers, "threads", "DataLoader worker processes (mean)")
+        out["loader_busy"] = Signal(min(1.0, out["loader_cpus"].value / workers), "threads",
+                                    "DataLoader workers' CPU / workers")
 
     # --- CPU: what the busy time is made of (hardware counters) ----------------------------
     ins = delta("instructions") or delta("inst_retired")
@@ -325,18 +417,44 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
             out["td_memory"] = Signal(mem / arm_cyc, "perf", "stall_backend_mem / cpu_cycles")
 
     # --- GPU: from NVML/GPM samples ----------------------------------------------------------
-    util_metric = _first(data, GPU_UTIL)
+    util_metric = view.first(GPU_UTIL)
     if util_metric:
         u = mean(util_metric)
         if u is not None:
-            out["gpu_util"] = Signal(u / 100 if u > 1.0 else u, data.sources.get(util_metric, "nvml"),
+            out["gpu_util"] = Signal(u / 100 if u > 1.0 else u, view.source(util_metric) or "nvml",
                                      f"{util_metric} mean (share of time a kernel ran)")
     for key, names in GPM.items():
-        m = _first(data, names)
+        m = view.first(names)
         if m:
             v = mean(m)
             if v is not None:
-                out[f"gpm_{key}"] = Signal(v / 100 if v > 1.0 else v, data.sources.get(m, "gpm"), f"{m} mean")
+                out[f"gpm_{key}"] = Signal(v / 100 if v > 1.0 else v, view.source(m) or "gpm", f"{m} mean")
+    return out
+
+
+def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
+    """Every signal measurable over `scope` (a merged interval set)."""
+    out: dict[str, Signal] = {}
+    wall = iv.total(scope)
+    if wall <= 0:
+        return out
+    out["wall_s"] = Signal(wall / 1e9, "run", "wall time of the scope")
+    if data.ranks > 1:
+        out["ranks"] = Signal(float(data.ranks), "run", "rank partitions in the run")
+    out.update(counter_signals(RunDataView(data, scope), data.ranks))
+    ranks = max(1, data.ranks)
+
+    # --- the main thread's waits, from spans ----------------------------------------------
+    # DataLoader next() waits: recorded for the whole run by the torch driver, or else only
+    # inside trace windows (torch's own annotation of them)
+    if data.input_waits:
+        where = scope if data.input_whole_run else (iv.intersect(scope, data.windows) if data.windows else scope)
+        where_ns = iv.total(where)
+        if where_ns > 0:
+            waited = sum(iv.total(iv.intersect(w, where)) for w in data.input_waits.values())
+            out["input_wait"] = Signal(min(1.0, waited / (where_ns * ranks)), "spans",
+                                       "time the main thread waited in DataLoader next() / wall"
+                                       + ("" if data.input_whole_run else ", in the trace windows"))
 
     # --- GPU and collectives: from spans -----------------------------------------------------
     # Traces are recorded in windows (a few steps every N): span-derived shares are measured
@@ -377,7 +495,21 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
         coll = iv.intersect(data.cpu_collectives, traced)
         if coll:
             out["cpu_collective"] = Signal(iv.total(coll) / traced_ns, "spans",
-                                           "time inside CPU collectives (gloo) / traced wall")
+                                           "time inside CPU collectives (gloo), any rank / traced wall")
+            # per rank: the time its main thread waits for a collective with no op of its own
+            # running (the exposed share); collective time under its own ops is overlapped
+            in_coll = exposed = 0
+            for r, spans_r in data.rank_collectives.items():
+                c = iv.intersect(spans_r, traced)
+                own = data.main_ops.get(r)
+                in_coll += iv.total(c)
+                exposed += iv.total(iv.subtract(c, own) if own else c)
+            out["cpu_collective_exposed"] = Signal(
+                min(1.0, exposed / (traced_ns * ranks)), "spans",
+                "per rank, collective time not overlapped by the main thread's own ops / traced wall")
+            if in_coll:
+                out["cpu_collective_overlap"] = Signal(1 - exposed / in_coll, "spans",
+                                                       "collective time overlapped by the main thread's ops")
             rest = iv.subtract(traced, coll)
             rest_ns = iv.total(rest)
             if rest_ns > 0 and "cpu_busy" in out:

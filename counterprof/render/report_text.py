@@ -26,10 +26,17 @@ def shares_bar(v: Verdict, width: int = 40) -> Text:
         if n:
             text.append("█" * n, style=COLORS.get(cls, "white"))
     text.append("  ")
-    parts = [f"{cls} {_pct(s)}" for cls, s in sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True)
-             if s >= 0.005]
+    parts = [f"{cls} {_pct(s)}" + (_host_parts(v) if cls == "host" else "")
+             for cls, s in sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True) if s >= 0.005]
     text.append("  ".join(parts))
     return text
+
+
+def _host_parts(v: Verdict) -> str:
+    """The host share's parts (input pipeline, CPU contention, blocked), where known."""
+    parts = [f"{name} {_pct(x)}" for name, x in sorted(v.host_parts.items(), key=lambda kv: -kv[1])
+             if x >= 0.005]
+    return f" ({', '.join(parts)})" if len(parts) > 1 or (parts and len(v.host_parts) > 1) else ""
 
 
 def evidence_lines(v: Verdict, indent: str = "  ") -> list[Text]:
