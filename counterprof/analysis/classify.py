@@ -124,7 +124,7 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
         "main_thread", round(sig["main_running"].value, 6), None, "threads",
         f"{who}: on-CPU {_pct(sig['main_running'].value)}, blocked {_pct(sig['main_blocked'].value)}, "
         f"runnable but not running {_pct(sig['main_runnable'].value)} of the time"))
-    if inp >= 0.02:
+    if inp >= value("evidence_share"):
         text = f"waiting for the input pipeline (DataLoader next()) {_pct(inp)} of the time"
         if "loader_busy" in sig:
             busy, workers = sig["loader_busy"].value, sig["loader_workers"].value
@@ -133,7 +133,7 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
                      if busy >= value("loader_saturated") else
                      "not saturated: more prefetch (prefetch_factor), or look at what else the main "
                      "thread waits for (pin_memory, worker start-up, IPC of large batches)")
-        elif inp >= 0.2:
+        elif inp >= value("loader_in_main"):
             text += "; the loading runs in the main process (num_workers=0?): workers would overlap it"
         v.evidence.append(_ev(sig, "input_wait", None, text))
     if coll > 0 or "cpu_collective" in sig:
@@ -153,13 +153,13 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
         v.evidence.append(Evidence("main_runnable", round(ready, 6), value("contention_share"), "threads", text))
     if blocked >= value("contention_share"):
         why = [f"blocked {_pct(blocked)} of the time outside input and collective waits (sleep, I/O, locks)"]
-        if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > 1e6:
+        if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > value("io_bytes_named"):
             why.append(f"{sig['io_bytes_per_s'].value / 1e6:,.1f} MB/s of storage I/O")
-        if "system_iowait" in sig and sig["system_iowait"].value > 0.05:
+        if "system_iowait" in sig and sig["system_iowait"].value > value("iowait_named"):
             why.append(f"{_pct(sig['system_iowait'].value)} of CPU time in iowait")
         v.evidence.append(Evidence("main_blocked", round(blocked, 6), None, "threads", "; ".join(why)))
     helpers = [(THREAD_WORDS[r], sig[f"{r}_cpus"].value) for r in THREAD_WORDS
-               if f"{r}_cpus" in sig and sig[f"{r}_cpus"].value >= 0.05]
+               if f"{r}_cpus" in sig and sig[f"{r}_cpus"].value >= value("helper_cpus")]
     if helpers or "cpu_busy" in sig:
         parts = [f"{name} {cpus:.2f} CPUs" for name, cpus in helpers]
         text = "meanwhile " + (", ".join(parts) if parts else "no helper thread was busy")
@@ -189,7 +189,7 @@ def _classify_cpu(sig: dict[str, Signal], scope: str) -> Verdict:
             v.evidence.insert(0, _ev(sig, "cpu_collective", "collective_share",
                                      f"{_pct(coll)} of the traced time inside CPU collectives (gloo)"))
             if coll - (1 - coll) >= value("verdict_margin"):     # dominates whatever the rest is
-                v.verdict, v.confidence = "collectives", round(min(1.0, (2 * coll - 1) / 0.5), 3)
+                v.verdict, v.confidence = "collectives", round(min(1.0, (2 * coll - 1) / value("confidence_full")), 3)
         return v
     coll = sig["cpu_collective"].value if "cpu_collective" in sig else 0.0
     busy_key = "cpu_busy_outside_collectives" if "cpu_busy_outside_collectives" in sig else "cpu_busy"
@@ -211,18 +211,18 @@ def _classify_cpu(sig: dict[str, Signal], scope: str) -> Verdict:
              + (f"; {sig[busy_key].value / ranks:.2f} per rank outside collectives"
                 if busy_key != "cpu_busy" else ""))
     v.evidence.append(_ev(sig, busy_key, "cpu_busy", words))
-    if host_share > 0.2:
+    if host_share > value("off_cpu_named"):
         why = []
-        if "run_queue_wait" in sig and sig["run_queue_wait"].value > 0.05:
+        if "run_queue_wait" in sig and sig["run_queue_wait"].value > value("run_delay_named"):
             why.append(f"{_pct(sig['run_queue_wait'].value)} of the time runnable but waiting for a "
                        "CPU (the machine is oversubscribed)")
         if "voluntary_switches_per_s" in sig:
             why.append(f"{sig['voluntary_switches_per_s'].value:,.0f} voluntary context switches/s (blocking)")
         elif "ctx_switches_per_s" in sig:
             why.append(f"{sig['ctx_switches_per_s'].value:,.0f} context switches/s")
-        if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > 1e6:
+        if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > value("io_bytes_named"):
             why.append(f"{sig['io_bytes_per_s'].value / 1e6:,.1f} MB/s of storage I/O")
-        if "system_iowait" in sig and sig["system_iowait"].value > 0.05:
+        if "system_iowait" in sig and sig["system_iowait"].value > value("iowait_named"):
             why.append(f"{_pct(sig['system_iowait'].value)} of CPU time in iowait")
         if why:
             v.evidence.append(Evidence("off_cpu", round(host_share, 6), None, "host",
@@ -281,7 +281,8 @@ def _classify_gpu(sig: dict[str, Signal], scope: str) -> Verdict:
         v.shares = {"host": idle, "collectives": comm}
         v.evidence.append(_ev(sig, "gpu_idle", "gpu_idle_host",
                               f"GPU idle {_pct(idle)} of the active span (waiting for the host)"))
-        if "short_kernel_share" in sig and sig["short_kernel_share"].value > 0.5 and idle > 0.1:
+        if "short_kernel_share" in sig and sig["short_kernel_share"].value > value("short_kernel_majority") \
+                and idle > value("launch_bound_idle"):
             v.evidence.append(_ev(sig, "short_kernel_share", None,
                                   f"{_pct(sig['short_kernel_share'].value)} of kernels are shorter than "
                                   f"{value('short_kernel_us'):.0f} µs: launch-bound"))
@@ -291,7 +292,7 @@ def _classify_gpu(sig: dict[str, Signal], scope: str) -> Verdict:
                 text += f" ({_pct(sig['comm_overlap'].value)} of communication overlapped)"
             v.evidence.append(_ev(sig, "gpu_comm_exposed", "collective_share", text))
         v.evidence.append(_ev(sig, "gpu_compute", None, f"compute kernels {_pct(comp)} of the active span"))
-        if mem > 0.01:
+        if mem > value("memcpy_named"):
             v.evidence.append(_ev(sig, "gpu_memory", None, f"memcpy/memset {_pct(mem)} of the active span"))
         v.shares["memory"] = mem
         kernel_busy = max(0.0, 1 - idle - comm - mem)
@@ -352,7 +353,7 @@ def _decide(v: Verdict, undecided_pair: tuple[str, str] | None) -> None:
     top, top_share = ranked[0]
     second, second_share = ranked[1] if len(ranked) > 1 else (None, 0.0)
     margin = top_share - second_share
-    v.confidence = round(max(0.0, min(1.0, margin / 0.5)), 3)
+    v.confidence = round(max(0.0, min(1.0, margin / value("confidence_full"))), 3)
     if top == "compute|memory":
         v.verdict, v.undecided = "unknown", list(undecided_pair or ("compute", "memory"))
     elif margin < value("verdict_margin"):
@@ -365,7 +366,7 @@ def _decide(v: Verdict, undecided_pair: tuple[str, str] | None) -> None:
 
 
 def _secondary(sig: dict[str, Signal], v: Verdict) -> None:
-    if "major_faults_per_s" in sig and sig["major_faults_per_s"].value > 10:
+    if "major_faults_per_s" in sig and sig["major_faults_per_s"].value > value("major_faults_named"):
         v.secondary.append(_ev(sig, "major_faults_per_s", None,
                                f"{sig['major_faults_per_s'].value:,.0f} major page faults/s (reading from disk)"))
     if "power_ratio" in sig and sig["power_ratio"].value >= value("power_limit"):

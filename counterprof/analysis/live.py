@@ -109,21 +109,6 @@ class LiveFigures:
     verdict: Verdict
 
 
-# Thresholds of the machine view's line (counterprof top without --pid); the workload's verdict
-# is the classifier's, with its thresholds in analysis/thresholds.py.
-THRESHOLDS = {
-    # a GPU busy this share of the time is the thing to look at first (nvidia-smi's
-    # utilization is the share of time a kernel ran, so it overstates how full the SMs are)
-    "gpu_bound_util": 80.0,
-    # the machine is this busy overall while the workload does not get a full CPU: starved
-    "machine_busy_pct": 90.0,
-    # this share of all CPU time idle waiting for I/O (system-wide) points at storage
-    "iowait_pct": 20.0,
-    # a machine (counterprof top) with less than this share of its CPUs busy is idle
-    "machine_idle_pct": 10.0,
-}
-
-
 # -- series arithmetic ------------------------------------------------------------------
 
 def combined(snap: Snapshot, source: str, metric: str, entities: Iterable[str] | None = None
@@ -659,7 +644,7 @@ def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None,
             statuses: Mapping[str, Any] | None = None) -> Verdict:
     """The current bottleneck over the last VERDICT_S seconds: the classifier (analysis.classify)
     for the workload; for the machine (counterprof top without --pid), plain system figures."""
-    T = THRESHOLDS
+    from .thresholds import value
     sec = VERDICT_S
     gpus = _gpu_util(c, sec)
     gpu_text = ", ".join(f"{e} {v:.0f}% busy" for e, v in gpus) if gpus else "no GPU"
@@ -672,13 +657,13 @@ def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None,
             return Verdict("unknown", "no system CPU figures yet")
         n = cpus or 1
         busy = sys_util * n / 100.0
-        if gpus and max(v for _, v in gpus) >= T["gpu_bound_util"]:
+        if gpus and max(v for _, v in gpus) >= value("machine_gpu_busy"):
             return Verdict("GPU busy", f"{gpu_text}; {busy:.1f} of {n} CPUs busy")
-        if iowait is not None and iowait >= T["iowait_pct"]:
+        if iowait is not None and iowait >= value("machine_iowait"):
             return Verdict("waiting for I/O", f"iowait {iowait:.0f}%, {busy:.1f} of {n} CPUs busy")
-        if sys_util < T["machine_idle_pct"]:
+        if sys_util < value("machine_idle"):
             return Verdict("idle", f"{busy:.1f} of {n} CPUs busy, {gpu_text}")
-        label = "CPU-bound" if sys_util >= T["machine_busy_pct"] else "busy"
+        label = "CPU-bound" if sys_util >= value("machine_busy") else "busy"
         return Verdict(label, f"{busy:.1f} of {n} CPUs busy ({sys_util:.0f}%), {gpu_text}")
 
     from .classify import classify, describe

@@ -176,7 +176,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         report.gpu_breakdown = total.to_json()
         report.top_kernels = [k.to_json() for k in total.top]
         idle = sum(x.idle_ns for x in total.idle)
-        if idle and overall.device == "gpu" and overall.shares.get("host", 0) > 0.05:
+        if idle and overall.device == "gpu" and overall.shares.get("host", 0) > value("host_wait_named"):
             wait = sum(x.host_wait_ns for x in total.idle)
             overall.evidence.insert(1, Evidence(
                 "host_wait", wait / idle, None, "spans",
@@ -186,7 +186,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     shares = overall.shares
     for cls, text in NEXT_STEPS.items():
         share = shares.get(cls, 0.0) + (shares.get("compute|memory", 0.0) if cls in ("compute", "memory") else 0.0)
-        if share >= 0.2 or overall.verdict == cls:
+        if share >= value("next_step_share") or overall.verdict == cls:
             report.next_steps.append(text)
     return report
 

@@ -96,6 +96,69 @@ T = {
         0.3, "of time",
         "collectives not hidden behind compute for over 30% of the time dominate a step "
         "(our choice, in the spirit of HTA's comm/comp overlap analysis)"),
+    # --- what the evidence names (a finding below its cut-off is noise, not evidence) ----------
+    "evidence_share": Threshold(
+        0.02, "of time",
+        "a wait (input pipeline) shorter than 2% of the time is not worth a line (our choice)"),
+    "loader_in_main": Threshold(
+        0.2, "of time",
+        "waiting in DataLoader next() over 20% of the time with no worker processes: the "
+        "loading runs on the main thread, and workers would overlap it (our choice)"),
+    "helper_cpus": Threshold(
+        0.05, "CPUs",
+        "a helper role (intra-op, DataLoader, communication threads) using under 0.05 CPUs is "
+        "left out of the evidence (our choice)"),
+    "off_cpu_named": Threshold(
+        0.2, "of time",
+        "off-CPU over 20% of the time: say why (switches, I/O, iowait, run delay) (our choice)"),
+    "run_delay_named": Threshold(
+        0.05, "of time",
+        "run-queue delay over 5% of the wall time: the machine is oversubscribed (our choice)"),
+    "io_bytes_named": Threshold(
+        1e6, "bytes/s",
+        "storage I/O over 1 MB/s is named as a reason for blocking (our choice)"),
+    "iowait_named": Threshold(
+        0.05, "of CPU time",
+        "system iowait over 5% of CPU time is named (our choice; `top` shows it from 0.1%)"),
+    "short_kernel_majority": Threshold(
+        0.5, "of kernels",
+        "most kernels shorter than short_kernel_us, with the GPU idle over 10%: launch-bound "
+        "(our choice)"),
+    "launch_bound_idle": Threshold(
+        0.1, "of active span",
+        "the idle share from which many short kernels are called launch-bound (our choice)"),
+    "memcpy_named": Threshold(
+        0.01, "of active span",
+        "memcpy/memset over 1% of the GPU-active span gets an evidence line (our choice)"),
+    "major_faults_named": Threshold(
+        10.0, "/s",
+        "over 10 major page faults a second: the workload reads its memory from disk "
+        "(secondary finding; our choice)"),
+    "host_wait_named": Threshold(
+        0.05, "of time",
+        "a GPU run whose host share is over 5% gets the host-wait line of its idle time "
+        "(our choice)"),
+    "next_step_share": Threshold(
+        0.2, "of time",
+        "a class with over 20% of the time gets its 'what to look at next' line (our choice)"),
+    "confidence_full": Threshold(
+        0.5, "share",
+        "confidence is the leader's margin over the runner-up, full (1.0) at a 50-point lead "
+        "(our choice)"),
+    # --- counterprof top's machine view (no workload: plain system figures) -------------------
+    "machine_gpu_busy": Threshold(
+        80.0, "percent",
+        "a GPU busy this share of the time is the thing to look at first (nvidia-smi's "
+        "utilization is the share of time a kernel ran, so it overstates how full the SMs are)"),
+    "machine_busy": Threshold(
+        90.0, "percent",
+        "the machine this busy overall: CPU-bound (our choice)"),
+    "machine_iowait": Threshold(
+        20.0, "percent",
+        "this share of all CPU time idle waiting for I/O (system-wide) points at storage"),
+    "machine_idle": Threshold(
+        10.0, "percent",
+        "a machine with less than this share of its CPUs busy is idle (our choice)"),
     # --- the verdict itself --------------------------------------------------------------------
     "verdict_margin": Threshold(
         0.1, "share",

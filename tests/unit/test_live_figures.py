@@ -5,7 +5,7 @@ import pyarrow as pa
 import pytest
 from live_batches import MS, T0, catalog, gpu_batch, host_batch, perf_batch
 
-from counterprof.analysis.live import (THRESHOLDS, Bucket, binned, current_value, live_figures,
+from counterprof.analysis.live import (Bucket, binned, current_value, live_figures,
                                        rate, recent, top_processes)
 from counterprof.render.live_window import LiveWindow
 
@@ -155,7 +155,9 @@ def test_verdict_prefers_task_clock_and_thresholds_are_documented():
                                 host_batch(t, 100 * MS, {"proc.cpu_user": 0.05})])
     v = figures(w).verdict
     assert v.label.startswith("unknown (busy CPU") and "1.00 CPUs" in v.evidence
-    assert set(THRESHOLDS) >= {"gpu_bound_util", "machine_busy_pct", "iowait_pct"}
+    from counterprof.analysis.thresholds import T    # every cut-off in one table, with its source
+    assert set(T) >= {"machine_gpu_busy", "machine_busy", "machine_iowait", "machine_idle"}
+    assert all(t.why for t in T.values())
 
 
 def test_system_wide_perf_is_not_a_busy_figure():
