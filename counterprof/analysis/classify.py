@@ -153,6 +153,8 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
         v.evidence.append(Evidence("main_runnable", round(ready, 6), value("contention_share"), "threads", text))
     if blocked >= value("contention_share"):
         why = [f"blocked {_pct(blocked)} of the time outside input and collective waits (sleep, I/O, locks)"]
+        if "voluntary_switches_per_s" in sig:
+            why.append(f"{sig['voluntary_switches_per_s'].value:,.0f} voluntary context switches/s (blocking)")
         if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > value("io_bytes_named"):
             why.append(f"{sig['io_bytes_per_s'].value / 1e6:,.1f} MB/s of storage I/O")
         if "system_iowait" in sig and sig["system_iowait"].value > value("iowait_named"):
@@ -161,10 +163,12 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
     helpers = [(THREAD_WORDS[r], sig[f"{r}_cpus"].value) for r in THREAD_WORDS
                if f"{r}_cpus" in sig and sig[f"{r}_cpus"].value >= value("helper_cpus")]
     if helpers or "cpu_busy" in sig:
-        parts = [f"{name} {cpus:.2f} CPUs" for name, cpus in helpers]
-        text = "meanwhile " + (", ".join(parts) if parts else "no helper thread was busy")
+        text = ""
         if "cpu_busy" in sig:
-            text += f"; the whole process tree {sig['cpu_busy'].value:.2f} CPUs ({sig['cpu_busy'].detail})"
+            text = (f"the whole process tree used {sig['cpu_busy'].value:.2f} CPUs over the wall time "
+                    f"({sig['cpu_busy'].detail}); ")
+        text += "meanwhile " + (", ".join(f"{name} {cpus:.2f} CPUs" for name, cpus in helpers)
+                                if helpers else "no helper thread was busy")
         v.evidence.append(Evidence("helpers", round(sum(c for _, c in helpers), 6), None, "threads",
                                    text + ": evidence, not the step's time"))
     _split_busy(v, run, *_compute_or_memory_cpu(sig))
