@@ -118,8 +118,8 @@ def test_one_collector_failed_still_reports(tmp_path):
     r, _ = profile_and_report(tmp_path, PYTHON, str(EXAMPLES / "off_cpu_wait.py"), "1",
                               run_args=("-e", "cycles"))
     assert r["collectors"]["perf"]["status"] == "failed"
-    assert r["overall"]["verdict"] == "host"          # from the host collector alone
-    assert r["overall"]["evidence"][0]["source"] == "host"
+    assert r["overall"]["verdict"] == "host"          # from the host and threads collectors alone
+    assert r["overall"]["evidence"][0]["source"] in ("host", "threads")
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
