@@ -303,13 +303,16 @@ class Machine:
     other_change: float | None = None     # other processes' share of the machine's CPUs, c - b
     own_change: float | None = None       # the workload's own CPU use (CPUs), c - b
     moved: bool = False                   # a wait or the others' CPU moved beyond its cut-off
+    busier: str = ""                      # "candidate" | "baseline": whose machine was busier: its
+    #                                       main thread waited more (and not for its own threads),
+    #                                       or, the waits unmoved, other processes used more CPU
 
     def to_json(self) -> dict[str, Any]:
         def side(c: Contention) -> dict[str, Any]:
             return {**asdict(c), "other_cpus": c.other_cpus, "other_share": c.other_share}
         return {"baseline": side(self.baseline), "candidate": side(self.candidate),
                 "scope": self.scope, "wait_change": self.wait_change, "other_change": self.other_change,
-                "own_change": self.own_change, "moved": self.moved,
+                "own_change": self.own_change, "moved": self.moved, "busier": self.busier,
                 "cut_offs": {k: value(k) for k in CONTENTION_CUT_OFFS}}
 
 
@@ -531,9 +534,22 @@ def machine(baseline: list[RunFigures], candidate: list[RunFigures]) -> Machine:
         m.other_change = c.other_share - b.other_share
     if b.workload_cpus is not None and c.workload_cpus is not None:
         m.own_change = c.workload_cpus - b.workload_cpus
-    m.moved = bool((m.wait_change is not None and abs(m.wait_change) >= value("contention_wait_points"))
-                   or (m.other_change is not None and abs(m.other_change) >= value("contention_other_share")))
+    waited = m.wait_change is not None and abs(m.wait_change) >= value("contention_wait_points")
+    others = m.other_change is not None and abs(m.other_change) >= value("contention_other_share")
+    m.moved = waited or others
+    if waited and not _own_threads(m, 1.0 if m.wait_change > 0 else -1.0, abs(m.wait_change)):
+        m.busier = "candidate" if m.wait_change > 0 else "baseline"
+    elif others and not waited:
+        m.busier = "candidate" if m.other_change > 0 else "baseline"
     return m
+
+
+def _own_threads(m: Machine, sign: float, added: float) -> bool:
+    """Whether the workload's own CPU use rose (on the side that waited more: sign) by
+    contention_own_share of the added wait, in CPUs, or more: its own threads may be what its
+    main threads waited for."""
+    threads = max(m.baseline.main_threads, m.candidate.main_threads, 1.0)
+    return m.own_change is not None and m.own_change * sign >= value("contention_own_share") * added * threads
 
 
 def explain(row: Row, m: Machine, threshold: float = THRESHOLD) -> None:
@@ -563,8 +579,7 @@ def explain(row: Row, m: Machine, threshold: float = THRESHOLD) -> None:
     row.adjusted_change = (1 + row.change) * k - 1
     if row.ci is not None:
         row.adjusted_ci = ((1 + row.ci[0]) * k - 1, (1 + row.ci[1]) * k - 1)
-    threads = max(m.baseline.main_threads, m.candidate.main_threads, 1.0)
-    if m.own_change is not None and m.own_change * sign >= value("contention_own_share") * added * threads:
+    if _own_threads(m, sign, added):
         row.contention = "own"
         return
     implied = abs(1 / k - 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from ..analysis.compare import WALL, Comparison, Machine, Row
+from ..analysis.compare import WALL, Comparison, Row
 from ..analysis.run_figures import STEP
 
 STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "changed": "changed",
@@ -157,9 +157,8 @@ def machine_line(cmp: Comparison) -> str:
         parts.append(f"other processes used {fmt_share(c.other_share)} of the machine's {c.cpus or b.cpus} CPUs "
                      f"vs {fmt_share(b.other_share)}")
     text = "machine: " + ("; ".join(parts) or "moved")
-    busier = _busier(m)
-    if busier:
-        text += f": the machine was busier for the {busier}"
+    if m.busier:
+        text += f": the machine was busier for the {m.busier}"
     explained = [r for r in touched if r.explained]
     if explained:
         names = ", ".join(_scope_name(r) for r in explained)
@@ -174,17 +173,6 @@ def machine_line(cmp: Comparison) -> str:
         text += ("; the workload's own CPU use rose with the wait, so its own threads may be what it "
                  "waited for: not explained (" + ", ".join(_scope_name(r) for r in own) + ")")
     return text
-
-
-def _busier(m: Machine) -> str:
-    """Which side ran on the busier machine: its main thread waited more for a CPU, or (no
-    wait figures) other processes used more of the machine."""
-    from ..analysis.thresholds import value
-    if m.wait_change is not None and abs(m.wait_change) >= value("contention_wait_points"):
-        return "candidate" if m.wait_change > 0 else "baseline"
-    if m.other_change is not None and abs(m.other_change) >= value("contention_other_share"):
-        return "candidate" if m.other_change > 0 else "baseline"
-    return ""
 
 
 def _scope_name(r: Row) -> str:

@@ -120,6 +120,7 @@ def test_contention_that_accounts_for_the_change_explains_it_and_the_gate_passes
     j = cmp.to_json()
     assert j["explained_by_contention"] == 1 and j["failed"] is False
     assert j["machine"]["moved"] and j["machine"]["wait_change"] == pytest.approx(0.48)
+    assert j["machine"]["busier"] == "candidate" and j["machine"]["scope"] == STEP
     assert j["machine"]["cut_offs"]["contention_wait_points"] == value("contention_wait_points")
     assert "🟠 slower (machine)" in compare_markdown(cmp)
 
@@ -144,6 +145,7 @@ def test_a_wait_that_the_workloads_own_threads_may_cause_is_not_the_machine():
     cmp = contended_pair(2.14, own_c=1.4)
     (step,) = [r for r in cmp.rows if r.key == STEP]
     assert step.contention == "own" and not step.explained and cmp.failed
+    assert cmp.machine.moved and cmp.machine.busier == ""          # not the machine's doing
     assert "its own threads may be the competition" in compare_text(cmp)
 
 
@@ -164,7 +166,7 @@ def test_an_improvement_from_a_contended_baseline_is_explained_too():
     cmp = compare([base], [cand])
     (step,) = [r for r in cmp.rows if r.key == STEP]
     assert step.status == "improvement" and step.contention == "explains"
-    assert "faster (machine)" in compare_text(cmp)
+    assert "faster (machine)" in compare_text(cmp) and cmp.machine.busier == "baseline"
 
 
 def test_the_cut_offs_are_the_thresholds_tables():
