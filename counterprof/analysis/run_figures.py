@@ -389,14 +389,18 @@ def contention(data: RunData, catalog: dict[str, dict[str, Any]], ranks: int,
     span = [(data.start_ns, data.end_ns)]
 
     def delta_s(metric: str, scope: iv.Intervals) -> float | None:
-        s = data.series.get(metric)
-        if s is None or s.kind != "delta":
+        """The metric's sum over the scope, each bucket pro-rated by its overlap (as
+        Series.delta, for every occurrence at once); None when no known bucket overlaps."""
+        sr = data.series.get(metric)
+        if sr is None or sr.kind != "delta" or not scope or not len(sr.values):
             return None
-        parts = [d for lo, hi in scope if (d := s.delta(lo, hi)) is not None]
-        if not parts or not any(c > 0 for _, c in parts):
+        ov = _covered(scope, sr.ends) - _covered(scope, sr.starts)
+        known = (ov > 0) & ~np.isnan(sr.values)
+        if not known.any():
             return None
+        width = np.maximum(sr.ends - sr.starts, 1)
         factor = 1e-9 if (catalog.get(metric) or {}).get("unit") == "ns" else 1.0
-        return sum(v for v, _ in parts) * factor
+        return float(np.sum(sr.values[known] * ov[known] / width[known])) * factor
 
     wall_s = (data.end_ns - data.start_ns) / 1e9
     user, system = delta_s("proc.cpu_user", span), delta_s("proc.cpu_system", span)
@@ -425,6 +429,16 @@ def contention(data: RunData, catalog: dict[str, dict[str, Any]], ranks: int,
         if waited is not None:
             out.waits[key] = min(1.0, waited / wall / threads)
     return out
+
+
+def _covered(scope: iv.Intervals, t: np.ndarray) -> np.ndarray:
+    """For each time in t, how much of the (sorted, disjoint) interval set lies before it."""
+    starts = np.fromiter((a for a, _ in scope), np.int64, len(scope))
+    ends = np.fromiter((b for _, b in scope), np.int64, len(scope))
+    before = np.concatenate([[0], np.cumsum(ends - starts)])     # whole intervals before each one
+    i = np.searchsorted(starts, t, "right") - 1                  # the last interval starting by t
+    j = np.maximum(i, 0)
+    return np.where(i >= 0, before[j] + np.minimum(t, ends[j]) - starts[j], 0)
 
 
 def _key_signals(sig) -> dict[str, float]:

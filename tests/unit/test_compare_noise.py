@@ -234,3 +234,16 @@ def test_run_delay_is_per_main_thread_and_the_threads_collectors_wait_is_preferr
     assert c.main_threads == 3.0 and c.waits["run"] == pytest.approx(0.30, abs=0.01)
     c = synthetic_run(wait_metric="thread.main.runnable").contention
     assert c.wait_source == "thread.main.runnable" and c.waits["region:late"] == pytest.approx(0.5, abs=0.01)
+
+
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(1, 50)), max_size=20),
+       st.lists(st.integers(-10, 1100), min_size=1, max_size=30))
+def test_the_covered_length_before_each_time_is_the_brute_force_one(pairs, times):
+    from counterprof.analysis import intervals as iv
+    from counterprof.analysis.run_figures import _covered
+    scope = iv.merge((a, a + n) for a, n in pairs)
+    if not scope:
+        return
+    t = np.array(times, np.int64)
+    brute = [sum(max(0, min(b, x) - a) for a, b in scope) for x in times]
+    assert _covered(scope, t).tolist() == brute
