@@ -45,7 +45,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("--baseline", nargs="+", metavar="RUN", help="baseline runs (directories or globs)")
     p.add_argument("--candidate", nargs="+", metavar="RUN", help="candidate runs (directories or globs)")
     p.add_argument("--threshold", default="3", metavar="PCT",
-                   help="smallest change of the median that is flagged, in percent (default 3)")
+                   help="smallest change of the median that is flagged, in percent (default 3); a "
+                        "change whose whole interval lies within it is unchanged, else inconclusive")
     p.add_argument("--min-time-change-ms", type=float, default=0.1, metavar="MS",
                    help="a region whose median moved by less is not flagged (default 0.1: "
                         "the noise of timing a few-µs region on a shared machine)")
