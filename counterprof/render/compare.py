@@ -164,7 +164,8 @@ def machine_line(cmp: Comparison) -> str:
         names = ", ".join(_scope_name(r) for r in explained)
         text += (f"; contention explains {names}"
                  + ("" if cmp.settings.get("strict") else
-                    " (--fail-on-regression does not fail on it; --strict does)"))
+                    f" (--fail-on-regression does not fail on {'them' if len(explained) > 1 else 'it'}; "
+                    "--strict does)"))
     partly = [r for r in touched if r.contention == "partly"]
     if partly:
         text += "; it explains only part of " + ", ".join(_scope_name(r) for r in partly)
