@@ -6,6 +6,9 @@ baseline and candidate run the same command, as `counterprof compare` requires.
 
     steps N SPIN_MS SLEEP_MS      N steps, each a region "compute" (a wall-clock spin: preemption
                                   does not lengthen it) and a region "io" (a sleep, + the extra)
+    work N KILO_ITERS             N steps of a fixed amount of CPU work (a region "compute": a Python
+                                  loop of KILO_ITERS thousand iterations): a step takes longer when
+                                  another process holds the CPU (contention), unlike the spin above
     gloo N SLEEP_MS               2 ranks (gloo, launched like torchrun would), each step a sleep and
                                   an all_reduce; rank COUNTERPROF_TEST_SLOW_RANK sleeps the extra
 """
@@ -38,6 +41,16 @@ def steps(n: str, spin_ms: str, sleep_ms: str) -> None:
                 _spin(float(spin_ms) / 1000)
             with counterprof.region("io"):
                 time.sleep(float(sleep_ms) / 1000 + EXTRA_S)
+
+
+def work(n: str, kilo_iters: str) -> None:
+    iters = int(kilo_iters) * 1000
+    for _ in range(int(n)):
+        with counterprof.region("step", category="step"):
+            with counterprof.region("compute"):
+                x = 0
+                for i in range(iters):
+                    x += i * i
 
 
 def _gloo_rank(n: int, sleep_s: float) -> None:

@@ -13,15 +13,33 @@ within each chosen run, so the interval carries the run-to-run noise, not only t
 noise. Every row draws from its own generator, seeded from the seed and the row's name, so a
 result does not depend on which other rows were compared.
 
-A change is **flagged** when its interval excludes zero AND the median moved by at least the
-threshold (default 3%); a region's time must also have moved by at least the noise floor
-(default 0.1 ms per occurrence: below it, a region of a few µs moves by tens of percent with
-the machine's scheduling, and whatever it costs shows in the step time, which has no floor).
-A counter or gauge (direction "either": a change, not a verdict) is flagged only when its whole
-interval lies beyond the threshold, and a count that is too small to resolve a change (fewer
-than MIN_EVENTS events, or of CPU time in clock ticks fewer than MIN_EVENTS ticks) is not
-flagged at all: quantized readings give wide, lumpy intervals. What a flagged change means depends on the quantity's direction
-(DIRECTIONS, the one table): a longer step is a regression; a counter that changed is a change.
+Each compared quantity gets one **status**, from its interval and a band of "too small to
+matter": the threshold (default 3%), for a region's time at least the noise floor (default 0.1
+ms per occurrence: below it, a region of a few µs moves by tens of percent with the machine's
+scheduling, and whatever it costs shows in the step time, which has no floor) over its median:
+  regression / improvement   a time (step, region, wall time) whose interval excludes 0 and whose
+                             median moved by at least the band: longer is a regression
+  changed                    a counter or gauge whose whole interval lies beyond the band (more
+                             instructions per second can mean faster or more wasteful code)
+  context                    a reading of the machine (system.*, run delay) that moved: shown,
+                             never flagged
+  unchanged                  the whole interval lies inside the band: if it moved, by less than
+                             what matters
+  inconclusive               neither: the interval holds both "no change that matters" and a change
+                             beyond the band (e.g. +631% [-8%, +1301%]): too wide to call; more
+                             runs or steps narrow it
+  too few values, no relative change, only in baseline / candidate: what they say.
+A count that is too small to resolve a change (fewer than MIN_EVENTS events, or of CPU time
+fewer than MIN_EVENTS clock ticks) is inconclusive when it would be flagged: quantized readings
+give wide, lumpy intervals. Directions come from DIRECTIONS, the one table.
+
+**Contention** (explain()): a regressed or improved time whose slower side's main thread waited
+for a CPU much more (run_figures.Contention, per scope) is explained by the machine when the
+added wait accounts for the change: with the wait taken out, (1 + change) x (1 - wait_c) /
+(1 - wait_b) - 1, what is left is under the threshold or a quarter of what the wait implies,
+and the workload's own CPU use did not rise with the wait (its own threads would be the
+competition). The cut-offs are in thresholds.py (contention_*). The CI gate does not fail on an
+explained regression unless it is strict.
 """
 from __future__ import annotations
 
@@ -33,7 +51,8 @@ from typing import Any
 
 import numpy as np
 
-from .run_figures import STEP, RunFigures, verdict_word
+from .run_figures import STEP, Contention, RunFigures, verdict_word
+from .thresholds import value
 
 WALL = "wall_time"
 
@@ -60,6 +79,7 @@ DIRECTIONS: list[tuple[str, str, str]] = [
     ("metric:gpu.throttle_time_*", "lower", "time the GPU's clocks were held down"),
     ("metric:system.*", "context", "machine-wide readings: other load on the host moves them"),
     ("metric:proc.run_delay", "context", "time runnable but waiting for a CPU: other load on the host"),
+    ("metric:thread.*.runnable", "context", "a thread's time runnable but waiting for a CPU: other load"),
     ("metric:*", "either", "rates of counters and means of gauges: a change, not a verdict"),
 ]
 
@@ -185,10 +205,17 @@ def median_change(base: list[np.ndarray], cand: list[np.ndarray], resamples: int
 
 
 def judge(ch: Change, direction: str, threshold: float = THRESHOLD, min_abs: float = 0.0) -> str:
-    """regression | improvement | changed (flagged); unchanged; context (a machine-wide reading
-    that moved: shown, never flagged); too few values; no relative change (baseline median 0).
-    min_abs: the smallest move of the median, in the quantity's unit, that can be flagged."""
+    """The status (module docstring): regression | improvement | changed (flagged); context;
+    unchanged; inconclusive; too few values; no relative change (baseline median 0).
+    min_abs: the smallest move of the median, in the quantity's unit, that matters."""
     return judgement(ch, direction, threshold, min_abs)[0]
+
+
+def band_of(ch: Change, threshold: float, min_abs: float) -> float:
+    """The relative change too small to matter: the threshold, or the floor over the median."""
+    if min_abs > 0 and ch.base_median:
+        return max(threshold, min_abs / abs(ch.base_median))
+    return threshold
 
 
 def judgement(ch: Change, direction: str, threshold: float = THRESHOLD,
@@ -201,13 +228,17 @@ def judgement(ch: Change, direction: str, threshold: float = THRESHOLD,
             return "unchanged", ""
         return "no relative change", "the baseline's median is 0"
     lo, hi = ch.ci
-    excludes_zero = lo > 0 or hi < 0
-    if not excludes_zero or abs(ch.change) < threshold:
+    band = band_of(ch, threshold, min_abs)
+    if -band < lo and hi < band:
+        if band > threshold and not (-threshold < lo and hi < threshold):
+            return "unchanged", f"moved less than the {min_abs * 1e3:g} ms noise floor"
         return "unchanged", ""
-    if abs(ch.cand_median - ch.base_median) < min_abs:
-        return "unchanged", f"moved less than the {min_abs * 1e3:g} ms noise floor"
-    if direction == "either" and min(abs(lo), abs(hi)) < threshold:
-        return "unchanged", "its interval reaches inside the threshold"
+    if direction == "either":       # a counter: its whole interval beyond the band
+        beyond = lo >= band or hi <= -band
+    else:                           # a time: the interval excludes 0, the median beyond the band
+        beyond = (lo > 0 or hi < 0) and abs(ch.change) >= band
+    if not beyond:
+        return "inconclusive", f"interval too wide to call: it reaches both inside and beyond ±{100 * band:.3g}%"
     if direction == "context":
         return "context", ""      # it moved, but it measures the machine: never flagged
     if direction == "lower":
@@ -237,10 +268,21 @@ class Row:
     cand_total: float | None = None
     verdict: tuple[str, str] | None = None   # the classifier's (baseline, candidate) for this scope
     note: str = ""
+    # contention (explain()): "explains" | "partly" | "own" (the workload's own threads may be the
+    # competition) | "" (the slower side did not wait more for a CPU, or no wait figures)
+    contention: str = ""
+    wait: tuple[float, float] | None = None          # the scope's CPU wait share, (baseline, candidate)
+    adjusted_change: float | None = None             # the change with the CPU wait taken out
+    adjusted_ci: tuple[float, float] | None = None
 
     @property
     def flagged(self) -> bool:
         return self.status in FLAGGED
+
+    @property
+    def explained(self) -> bool:
+        """A flagged time that contention explains (the gate lets it pass unless strict)."""
+        return self.flagged and self.contention == "explains"
 
 
 @dataclass
@@ -254,6 +296,33 @@ class Side:
 
 
 @dataclass
+class Machine:
+    """How busy the machine was for each side (the median over its runs), and how that moved."""
+    baseline: Contention
+    candidate: Contention
+    scope: str = ""                       # whose waits wait_change compares: the steps', else the run's
+    wait_change: float | None = None      # that CPU wait share, candidate - baseline
+    other_change: float | None = None     # other processes' share of the machine's CPUs, c - b
+    own_change: float | None = None       # the workload's own CPU use (CPUs), c - b
+    moved: bool = False                   # a wait or the others' CPU moved beyond its cut-off
+    busier: str = ""                      # "candidate" | "baseline": whose machine was busier: its
+    #                                       main thread waited more (and not for its own threads),
+    #                                       or, the waits unmoved, other processes used more CPU
+
+    def to_json(self) -> dict[str, Any]:
+        def side(c: Contention) -> dict[str, Any]:
+            return {**asdict(c), "other_cpus": c.other_cpus, "other_share": c.other_share}
+        return {"baseline": side(self.baseline), "candidate": side(self.candidate),
+                "scope": self.scope, "wait_change": self.wait_change, "other_change": self.other_change,
+                "own_change": self.own_change, "moved": self.moved, "busier": self.busier,
+                "cut_offs": {k: value(k) for k in CONTENTION_CUT_OFFS}}
+
+
+CONTENTION_CUT_OFFS = ("contention_wait_points", "contention_unexplained_share", "contention_own_share",
+                       "contention_other_share")
+
+
+@dataclass
 class Comparison:
     baseline: Side
     candidate: Side
@@ -262,19 +331,40 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)   # why a side cannot be trusted: a failed
     #                                                     workload, lost steps (fail a CI gate too)
+    machine: Machine | None = None
 
     @property
     def regressions(self) -> list[Row]:
+        """Every regression, explained by contention or not."""
         return [r for r in self.rows if r.status == "regression"]
+
+    @property
+    def failing(self) -> list[Row]:
+        """The regressions that fail the gate: all when strict, else those contention does not
+        explain."""
+        strict = self.settings.get("strict", False)
+        return [r for r in self.regressions if strict or not r.explained]
+
+    @property
+    def inconclusive(self) -> list[Row]:
+        return [r for r in self.rows if r.status == "inconclusive"]
 
     @property
     def flagged(self) -> list[Row]:
         return [r for r in self.rows if r.flagged]
 
+    @property
+    def failed(self) -> bool:
+        """The gate's answer (--fail-on-regression): a failing regression or a run problem."""
+        return bool(self.failing or self.problems)
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        out["machine"] = self.machine.to_json() if self.machine else None
         out["regressions"] = len(self.regressions)
-        out["failed"] = bool(self.regressions or self.problems)
+        out["explained_by_contention"] = sum(1 for r in self.rows if r.explained)
+        out["inconclusive"] = len(self.inconclusive)
+        out["failed"] = self.failed
         out["flagged"] = len(self.flagged)
         out["directions"] = [{"pattern": p, "direction": d, "why": w} for p, d, w in DIRECTIONS]
         return out
@@ -328,14 +418,15 @@ def _scope_verdict(runs: list[RunFigures], key: str) -> str | None:
 
 def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: float = THRESHOLD,
             resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0,
-            min_time_change_s: float = MIN_TIME_CHANGE_S) -> Comparison:
+            min_time_change_s: float = MIN_TIME_CHANGE_S, strict: bool = False) -> Comparison:
     """Every quantity either side has, per rank and (multi-rank runs) over all ranks. Nothing is
-    dropped: a quantity one side lacks is a row that says so."""
+    dropped: a quantity one side lacks is a row that says so. strict: the gate fails on every
+    regression, contention or not."""
     cmp = Comparison(_side(baseline), _side(candidate), {
         "threshold": threshold, "resamples": resamples, "confidence": confidence, "seed": seed,
         "statistic": "relative change of the median, percentile bootstrap interval",
         "window_s": max([r.window_s for r in baseline + candidate] or [0.0]),
-        "min_values": MIN_VALUES, "min_time_change_s": min_time_change_s})
+        "min_values": MIN_VALUES, "min_time_change_s": min_time_change_s, "strict": strict})
     b_ranks = sorted({x for r in baseline for x in r.ranks})
     c_ranks = sorted({x for r in candidate for x in r.ranks})
     multi = len(b_ranks) > 1 or len(c_ranks) > 1
@@ -389,12 +480,17 @@ def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: 
             row.status, row.note = judgement(ch, direction, threshold, floor)
             coarse = _too_coarse(row)
             if coarse and row.status in FLAGGED:
-                row.status, row.note = "unchanged", coarse
+                row.status, row.note = "inconclusive", coarse
             cmp.rows.append(row)
     wall = _wall_row(baseline, candidate, threshold, resamples, confidence, seed)
     if wall is not None:
         at = sum(1 for r in cmp.rows if r.key == STEP)
         cmp.rows.insert(at, wall)
+    if baseline and candidate:
+        cmp.machine = machine(baseline, candidate)
+        for row in cmp.rows:
+            if not row.key.startswith("metric:"):
+                explain(row, cmp.machine, threshold)
     cmp.problems.extend(_problems(baseline, candidate))
     if len(baseline) == 1 and len(candidate) == 1:
         cmp.notes.append("one run a side: the intervals carry no run-to-run noise (identical runs on a "
@@ -410,6 +506,87 @@ def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: 
         cmp.notes.append("no steps or regions in either side (mark them with counterprof.region(), "
                          "counterprof.step() or --torch): metrics only")
     return cmp
+
+
+def _median(vals: list[float | None]) -> float | None:
+    known = [v for v in vals if v is not None]
+    return float(np.median(known)) if known else None
+
+
+def side_contention(runs: list[RunFigures]) -> Contention:
+    """A side's Contention: each figure's median over its runs."""
+    cs = [r.contention for r in runs]
+    sources = Counter(c.wait_source for c in cs if c.wait_source)
+    scopes = sorted({k for c in cs for k in c.waits})
+    return Contention(
+        wait_source=sources.most_common(1)[0][0] if sources else "",
+        waits={k: w for k in scopes if (w := _median([c.waits.get(k) for c in cs])) is not None},
+        main_threads=_median([c.main_threads for c in cs if c.wait_source]) or 0.0,
+        workload_cpus=_median([c.workload_cpus for c in cs]), busy_cpus=_median([c.busy_cpus for c in cs]),
+        cpus=max((c.cpus for c in cs if c.cpus), default=None))
+
+
+def machine(baseline: list[RunFigures], candidate: list[RunFigures]) -> Machine:
+    b, c = side_contention(baseline), side_contention(candidate)
+    m = Machine(b, c)
+    m.scope = next((k for k in (STEP, "run") if k in b.waits and k in c.waits), "")
+    if m.scope:        # the steps are what is compared first; the run holds start-up and the end
+        m.wait_change = c.waits[m.scope] - b.waits[m.scope]
+    if b.other_share is not None and c.other_share is not None:
+        m.other_change = c.other_share - b.other_share
+    if b.workload_cpus is not None and c.workload_cpus is not None:
+        m.own_change = c.workload_cpus - b.workload_cpus
+    waited = m.wait_change is not None and abs(m.wait_change) >= value("contention_wait_points")
+    others = m.other_change is not None and abs(m.other_change) >= value("contention_other_share")
+    m.moved = waited or others
+    if waited and not _own_threads(m, 1.0 if m.wait_change > 0 else -1.0, abs(m.wait_change)):
+        m.busier = "candidate" if m.wait_change > 0 else "baseline"
+    elif others and not waited:
+        m.busier = "candidate" if m.other_change > 0 else "baseline"
+    return m
+
+
+def _own_threads(m: Machine, sign: float, added: float) -> bool:
+    """Whether the workload's own CPU use rose (on the side that waited more: sign) by
+    contention_own_share of the added wait, in CPUs, or more: its own threads may be what its
+    main threads waited for."""
+    threads = max(m.baseline.main_threads, m.candidate.main_threads, 1.0)
+    return m.own_change is not None and m.own_change * sign >= value("contention_own_share") * added * threads
+
+
+def explain(row: Row, m: Machine, threshold: float = THRESHOLD) -> None:
+    """Whether contention explains a regressed or improved time (sets row.contention, .wait and
+    the change with the wait taken out). The slower side's main thread must have waited for a CPU
+    at least contention_wait_points more of the scope's time; the workload's own CPU use must
+    not have risen by contention_own_share of that added wait (else its own threads may be what
+    it waited for); and the added wait must account for the change: a thread's time is running
+    + blocked + waiting, so with the first two unchanged what is left of the change once the
+    wait is taken out, (1 + change) x (1 - wait_c) / (1 - wait_b) - 1, is 0; it must be under the
+    threshold or under contention_unexplained_share of the change the wait alone implies,
+    (1 - wait_b) / (1 - wait_c) - 1 (sharing a core also lengthens the on-CPU time: caches and
+    TLBs refilled after each switch). Else "partly"."""
+    scope = "run" if row.key == WALL else row.key
+    wb = m.baseline.waits.get(scope, m.baseline.waits.get("run"))
+    wc = m.candidate.waits.get(scope, m.candidate.waits.get("run"))
+    if wb is None or wc is None:
+        return
+    row.wait = (wb, wc)
+    if row.status not in ("regression", "improvement") or not row.change or max(wb, wc) >= 1:
+        return
+    sign = 1.0 if row.status == "regression" else -1.0      # the slower side should have waited more
+    added = (wc - wb) * sign
+    if added < value("contention_wait_points"):
+        return
+    k = (1 - wc) / (1 - wb)
+    row.adjusted_change = (1 + row.change) * k - 1
+    if row.ci is not None:
+        row.adjusted_ci = ((1 + row.ci[0]) * k - 1, (1 + row.ci[1]) * k - 1)
+    if _own_threads(m, sign, added):
+        row.contention = "own"
+        return
+    implied = abs(1 / k - 1)
+    allowed = max(threshold, value("contention_unexplained_share") * implied)
+    row.contention = "explains" if row.adjusted_change * sign < allowed else "partly"
 
 
 def _too_coarse(row: Row) -> str:

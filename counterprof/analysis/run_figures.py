@@ -33,8 +33,37 @@ MIN_SAMPLES_PER_WINDOW = 2  # ... but never fewer than 2 sampling intervals per 
 MAX_VERDICT_REGIONS = 50   # regions that get their own verdict (by total time), like report's 20
 REGION_CATEGORIES = ("region", "annotation")
 STEP = "step_time"
+# The main threads' time runnable but waiting for a CPU, first found wins: the threads collector's
+# (the rank's main thread itself), else the host collector's (each process's main thread, summed)
+WAIT_METRICS = ("thread.main.runnable", "proc.run_delay")
 KEY_SIGNALS = ("cpu_busy", "ipc", "gpu_util", "gpm_tensor", "gpm_dram", "gpu_idle", "cpu_collective",
                "io_bytes_per_s", "run_queue_wait")
+
+
+@dataclass
+class Contention:
+    """How long the workload's main threads waited for a CPU, and how busy the machine was
+    around the workload, over one run (compare's evidence that the machine moved)."""
+
+    wait_source: str = ""       # the metric the waits come from (WAIT_METRICS); "" without one
+    waits: dict[str, float] = field(default_factory=dict)   # "run", "step_time", "region:NAME" ->
+    #                             share of the scope's wall time a main thread spent waiting for a CPU
+    main_threads: float = 0.0   # the waits are the mean over this many main threads
+    workload_cpus: float | None = None   # the workload tree's CPU use, in CPUs (proc.cpu_user + system)
+    busy_cpus: float | None = None       # the machine's (system.cpu_util x its CPUs)
+    cpus: int | None = None              # the machine's CPUs (meta.json host.cpus)
+
+    @property
+    def other_cpus(self) -> float | None:
+        """CPUs other processes used (the machine's busy CPUs less the workload's)."""
+        if self.busy_cpus is None or self.workload_cpus is None:
+            return None
+        return max(0.0, self.busy_cpus - self.workload_cpus)
+
+    @property
+    def other_share(self) -> float | None:
+        o = self.other_cpus
+        return o / self.cpus if o is not None and self.cpus else None
 
 
 @dataclass
@@ -58,6 +87,7 @@ class RunFigures:
     scope_verdicts: dict[str, Verdict] = field(default_factory=dict)    # "step_time", "region:NAME"
     scope_signals: dict[str, dict[str, float]] = field(default_factory=dict)  # "run" and the scopes
     meta: dict[str, Any] = field(default_factory=dict)
+    contention: Contention = field(default_factory=Contention)
 
     @property
     def workload_wall_s(self) -> float | None:
@@ -346,6 +376,71 @@ def verdicts(data: RunData) -> tuple[Verdict | None, dict[str, Verdict], dict[st
     return overall, scoped, scope_signals
 
 
+def contention(data: RunData, catalog: dict[str, dict[str, Any]], ranks: int,
+               cpus: int | None) -> Contention:
+    """The run's Contention from the classifier's input (all ranks summed). A scope's wait is its
+    occurrences' share of the wait metric (buckets pro-rated by overlap) over their wall time,
+    per main thread: proc.run_delay sums each process's main thread, so it is divided by the
+    tree's mean process count (exact for a one-process workload, an average over a launcher and
+    its workers otherwise); thread.main.runnable by the rank count."""
+    out = Contention(cpus=cpus if isinstance(cpus, int) and cpus > 0 else None)
+    if data.end_ns <= data.start_ns:
+        return out
+    span = [(data.start_ns, data.end_ns)]
+
+    def delta_s(metric: str, scope: iv.Intervals) -> float | None:
+        """The metric's sum over the scope, each bucket pro-rated by its overlap (as
+        Series.delta, for every occurrence at once); None when no known bucket overlaps."""
+        sr = data.series.get(metric)
+        if sr is None or sr.kind != "delta" or not scope or not len(sr.values):
+            return None
+        ov = _covered(scope, sr.ends) - _covered(scope, sr.starts)
+        known = (ov > 0) & ~np.isnan(sr.values)
+        if not known.any():
+            return None
+        width = np.maximum(sr.ends - sr.starts, 1)
+        factor = 1e-9 if (catalog.get(metric) or {}).get("unit") == "ns" else 1.0
+        return float(np.sum(sr.values[known] * ov[known] / width[known])) * factor
+
+    wall_s = (data.end_ns - data.start_ns) / 1e9
+    user, system = delta_s("proc.cpu_user", span), delta_s("proc.cpu_system", span)
+    if user is not None:
+        out.workload_cpus = (user + (system or 0.0)) / wall_s
+    util = data.series.get("system.cpu_util")
+    mean_util = util.mean(data.start_ns, data.end_ns + 1) if util is not None else None
+    if mean_util is not None and out.cpus:
+        out.busy_cpus = mean_util / 100 * out.cpus
+    source = next((m for m in WAIT_METRICS if m in data.series and data.series[m].kind == "delta"), None)
+    if source is None:
+        return out
+    if source == "proc.run_delay":
+        procs = data.series.get("proc.processes")
+        per_rank = procs.mean(data.start_ns, data.end_ns + 1) if procs is not None else None
+        threads = max(1.0, per_rank or 1.0) * max(1, ranks)
+    else:
+        threads = float(max(1, ranks))
+    out.wait_source, out.main_threads = source, threads
+    scopes = {"run": span}
+    for name, occ in data.regions.items():
+        scopes[STEP if data.region_kind.get(name) == "step" else f"region:{name}"] = occ
+    for key, occ in scopes.items():
+        wall = iv.total(occ) / 1e9
+        waited = delta_s(source, occ) if wall > 0 else None
+        if waited is not None:
+            out.waits[key] = min(1.0, waited / wall / threads)
+    return out
+
+
+def _covered(scope: iv.Intervals, t: np.ndarray) -> np.ndarray:
+    """For each time in t, how much of the (sorted, disjoint) interval set lies before it."""
+    starts = np.fromiter((a for a, _ in scope), np.int64, len(scope))
+    ends = np.fromiter((b for _, b in scope), np.int64, len(scope))
+    before = np.concatenate([[0], np.cumsum(ends - starts)])     # whole intervals before each one
+    i = np.searchsorted(starts, t, "right") - 1                  # the last interval starting by t
+    j = np.maximum(i, 0)
+    return np.where(i >= 0, before[j] + np.minimum(t, ends[j]) - starts[j], 0)
+
+
 def _key_signals(sig) -> dict[str, float]:
     return {k: round(sig[k].value, 6) for k in KEY_SIGNALS if k in sig}
 
@@ -365,11 +460,13 @@ def run_figures(path: str, meta: dict[str, Any], catalog: dict[str, dict[str, An
                                                    window_ns, finest)
     load_spans(data, spans, value("short_kernel_us"))
     overall, scoped, scope_signals = verdicts(data)
+    busy = contention(data, catalog, len(ranks), (meta.get("host") or {}).get("cpus"))
     kinds = {m: (catalog.get(m) or {}).get("kind", "delta") for m in per_window}
     return RunFigures(path=path, run_id=str(meta.get("id") or path), command=list(meta.get("command") or []),
                       ranks=list(ranks), window_s=window_ns / 1e9, start_ns=start_ns, end_ns=end_ns,
                       times=span_times(spans), metrics=per_window, units=units, kinds=kinds, totals=totals,
-                      verdict=overall, scope_verdicts=scoped, scope_signals=scope_signals, meta=meta)
+                      verdict=overall, scope_verdicts=scoped, scope_signals=scope_signals, meta=meta,
+                      contention=busy)
 
 
 def verdict_word(v: Verdict | None) -> str | None:

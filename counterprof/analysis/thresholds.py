@@ -164,6 +164,32 @@ T = {
         0.1, "share",
         "the leading class must lead the next by 10 points of time share to be called; closer is "
         "'mixed' and reported as unknown with both candidates (our choice)"),
+    # --- compare: when the machine explains a change -------------------------------------------
+    "contention_wait_points": Threshold(
+        0.05, "of wall time",
+        "a main thread's share of time runnable but waiting for a CPU must differ by 5 points "
+        "between the runs for the machine to have moved: unchanged reruns of a CPU-bound step "
+        "workload pinned to CPU 0 of this project's shared 2-core VM differed by 0-2 points, once "
+        "by 8 at load average 11 (its steps 24% faster, which that wait explained); one sharing "
+        "CPU 0 with a busy loop waits 53% against 5% on a quiet machine, 86% against 72% at load "
+        "11 (measured; tests/integration/test_compare_contention.py)"),
+    "contention_unexplained_share": Threshold(
+        0.25, "of the change the wait implies",
+        "a change is explained when, with the added CPU wait taken out, what is left is under the "
+        "threshold or under a quarter of the change the wait alone implies: sharing a core also "
+        "lengthens the on-CPU time (caches refilled after each switch) and one run a side is "
+        "noisy: 6-14% of the implied change was left in runs sharing CPU 0 with a busy loop on "
+        "this VM (measured, a Python loop); a quarter leaves room for larger working sets "
+        "(our choice)"),
+    "contention_own_share": Threshold(
+        0.5, "of the added wait",
+        "when the workload's own CPU use rose by half the added wait (in CPUs) or more, its own "
+        "threads may be what its main threads waited for: not the machine (our choice)"),
+    "contention_other_share": Threshold(
+        0.25, "of the machine's CPUs",
+        "other processes' CPU use must differ by a quarter of the machine for compare to say "
+        "the machine moved without a wait to show for it: on this shared 2-core VM it swings "
+        "by ~20 points between unchanged reruns (measured)"),
 }
 
 

@@ -5,11 +5,15 @@
     counterprof compare base/ cand/ --fail-on-regression --markdown > comment.md   (CI)
 
 Per quantity: the median's relative change with a bootstrap confidence interval; flagged when
-the interval excludes 0 and the change is at least --threshold. Exit status: 0; 1 with
---fail-on-regression when a regression is flagged or a run cannot be trusted (its workload
-failed, the candidate lost its steps); 2 for everything else that went wrong (usage, runs that
-cannot be read, runs of different commands without --force), so that a CI job can tell a
-slower build from a broken comparison.
+the interval excludes 0 and the change is at least --threshold; unchanged when the whole
+interval lies within --threshold; inconclusive otherwise (too wide to call: said, never
+failed). A regression that the machine's contention explains (the candidate's main thread
+waited for a CPU much longer, and that wait accounts for the change) is said next to its row.
+Exit status: 0; 1 with --fail-on-regression when a regression is flagged that contention does
+not explain (--strict: any regression) or a run cannot be trusted (its workload failed, the
+candidate lost its steps); 2 for everything else that went wrong (usage, runs that cannot be
+read, runs of different commands without --force), so that a CI job can tell a slower build
+from a broken comparison.
 """
 from __future__ import annotations
 
@@ -41,7 +45,8 @@ def _parser() -> ArgumentParser:
     p.add_argument("--baseline", nargs="+", metavar="RUN", help="baseline runs (directories or globs)")
     p.add_argument("--candidate", nargs="+", metavar="RUN", help="candidate runs (directories or globs)")
     p.add_argument("--threshold", default="3", metavar="PCT",
-                   help="smallest change of the median that is flagged, in percent (default 3)")
+                   help="smallest change of the median that is flagged, in percent (default 3); a "
+                        "change whose whole interval lies within it is unchanged, else inconclusive")
     p.add_argument("--min-time-change-ms", type=float, default=0.1, metavar="MS",
                    help="a region whose median moved by less is not flagged (default 0.1: "
                         "the noise of timing a few-µs region on a shared machine)")
@@ -56,7 +61,12 @@ def _parser() -> ArgumentParser:
     out.add_argument("--json", action="store_true", help="print the comparison as JSON")
     out.add_argument("--markdown", action="store_true", help="print a markdown table (pull-request comments)")
     p.add_argument("--all", action="store_true", help="show every row, not only steps, regions and flagged ones")
-    p.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a regression is flagged (CI)")
+    p.add_argument("--fail-on-regression", action="store_true",
+                   help="exit 1 when a regression is flagged that contention on the machine does not "
+                        "explain (CI); inconclusive changes are said, never failed")
+    p.add_argument("--strict", action="store_true",
+                   help="with --fail-on-regression: fail on every regression, even one that the "
+                        "machine's contention explains")
     p.add_argument("--force", action="store_true", help="compare runs of different commands")
     return p
 
@@ -151,7 +161,7 @@ def _main(argv: list[str]) -> int:
     base = [figures(r, window_ns, bounds[id(r)]) for r in base_runs]
     cand = [figures(r, window_ns, bounds[id(r)]) for r in cand_runs]
     cmp = compare(base, cand, threshold=threshold, resamples=args.resamples, confidence=args.confidence,
-                  seed=args.seed, min_time_change_s=args.min_time_change_ms / 1000)
+                  seed=args.seed, min_time_change_s=args.min_time_change_ms / 1000, strict=args.strict)
     for r in base_runs + cand_runs:
         for why in r.skipped:
             err(f"skipped an unreadable file: {why}")
@@ -170,9 +180,19 @@ def _main(argv: list[str]) -> int:
     sys.stdout.flush()
     for problem in cmp.problems:
         err(problem)
-    if args.fail_on_regression and (cmp.regressions or cmp.problems):
-        why = [f"{len(cmp.regressions)} regression(s) flagged"] if cmp.regressions else []
+    if not args.fail_on_regression:
+        return 0
+    explained = [r for r in cmp.regressions if r.explained]
+    wide = [r for r in cmp.inconclusive if r.direction == "lower"]    # times that could regress
+    if wide:
+        err(f"{len(wide)} time(s) inconclusive (intervals too wide to call): not failing; more runs "
+            "a side (--baseline/--candidate) narrow them")
+    if explained and not args.strict:
+        err(f"{len(explained)} regression(s) that contention on the machine explains: not failing "
+            "(--strict fails on them)")
+    if cmp.failed:
+        why = [f"{len(cmp.failing)} regression(s) flagged"] if cmp.failing else []
         why += [f"{len(cmp.problems)} run problem(s)"] if cmp.problems else []
-        err(" and ".join(why) + " (--fail-on-regression)")
+        err(" and ".join(why) + (" (--fail-on-regression --strict)" if args.strict else " (--fail-on-regression)"))
         return FAILED
     return 0

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import shlex
 
-from ..analysis.compare import FLAGGED, WALL, Comparison, Row
+from ..analysis.compare import WALL, Comparison, Row
+from ..analysis.run_figures import STEP
 
 STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "changed": "changed",
-               "context": "moved (machine)"}
+               "context": "moved (machine)", "inconclusive": "inconclusive"}
+EXPLAINED_WORD = {"regression": "slower (machine)", "improvement": "faster (machine)"}
+# the readings compare's machine line rests on: shown by default when they moved
+CONTENTION_KEYS = ("metric:proc.run_delay", "metric:thread.main.runnable", "metric:system.cpu_util")
 UNITS_SI = (("G", 1e9), ("M", 1e6), ("k", 1e3))
 
 
@@ -43,6 +47,33 @@ def fmt_ci(ci) -> str:
     return "—" if ci is None else f"[{100 * ci[0]:+.1f}%, {100 * ci[1]:+.1f}%]"
 
 
+def fmt_share(x: float | None) -> str:
+    return "?" if x is None else f"{100 * x:.0f}%"
+
+
+def status_word(row: Row, strict: bool) -> str:
+    """A regression contention explains reads "slower (machine)" (the gate lets it pass), unless
+    the gate is strict."""
+    if row.explained and not strict:
+        return EXPLAINED_WORD.get(row.status, row.status)
+    return STATUS_WORD.get(row.status, row.status)
+
+
+def contention_text(row: Row) -> str:
+    """What the machine's contention says about a flagged time ("" when nothing)."""
+    if not row.contention or row.wait is None:
+        return ""
+    wb, wc = row.wait
+    slower, more, less = ("candidate", wc, wb) if row.status == "regression" else ("baseline", wb, wc)
+    waited = f"the {slower} waited for a CPU {fmt_share(more)} of the time vs {fmt_share(less)}"
+    without = f"{fmt_change(row.adjusted_change)} with the wait taken out"
+    if row.contention == "explains":
+        return f"{waited}: contention explains this ({without})"
+    if row.contention == "partly":
+        return f"{waited}: contention explains only part of this ({without})"
+    return f"{waited}, but the workload's own CPU use rose with it: its own threads may be the competition"
+
+
 def label(row: Row) -> str:
     if row.key == "step_time":
         return "step time"
@@ -67,14 +98,16 @@ def shown(cmp: Comparison, all_rows: bool = False) -> list[Row]:
     """Steps and regions over all ranks, every flagged row, and what one side lacks."""
     if all_rows:
         return list(cmp.rows)
+    moved = cmp.machine is not None and cmp.machine.moved
     return [r for r in cmp.rows if r.flagged or r.status.startswith("only in")
-            or (not r.key.startswith("metric:") and r.rank is None)]
+            or (not r.key.startswith("metric:") and r.rank is None)
+            or (moved and r.status == "context" and r.key in CONTENTION_KEYS)]
 
 
 def _last_column(row: Row) -> str:
-    """The verdict (change) and, when a row has one, why it is not flagged."""
-    v = _verdict_text(row)
-    return f"{v}; {row.note}" if v and row.note else v or row.note
+    """The verdict (change), why a row is not flagged when it has a reason, and what the
+    machine's contention says about it."""
+    return "; ".join(x for x in (_verdict_text(row), row.note, contention_text(row)) if x)
 
 
 def _verdict_text(row: Row) -> str:
@@ -84,12 +117,67 @@ def _verdict_text(row: Row) -> str:
     return f"{a} → {b}" if a != b else a
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
 def _headline(cmp: Comparison) -> str:
-    counts = {s: sum(1 for r in cmp.rows if r.status == s) for s in FLAGGED}
-    return (f"{counts['regression']} regression{'s' if counts['regression'] != 1 else ''}, "
-            f"{counts['improvement']} improvement{'s' if counts['improvement'] != 1 else ''}, "
-            f"{counts['changed']} changed (of {len(cmp.rows)} compared)"
-            + (f"; {len(cmp.problems)} PROBLEM{'S' if len(cmp.problems) != 1 else ''}" if cmp.problems else ""))
+    """Regressions that fail the gate (all of them when strict), then the rest."""
+    count = lambda status: sum(1 for r in cmp.rows if r.status == status and not r.explained)   # noqa: E731
+    strict = cmp.settings.get("strict", False)
+    regressions = len(cmp.failing)
+    explained = [r for r in cmp.rows if r.explained]
+    text = (f"{_plural(regressions, 'regression')}, {_plural(count('improvement'), 'improvement')}, "
+            f"{count('changed')} changed, {len(cmp.inconclusive)} inconclusive (of {len(cmp.rows)} compared)")
+    if explained:
+        slower = sum(1 for r in explained if r.status == "regression")
+        text += (f"; {len(explained)} {'slower' if slower == len(explained) else 'moved'} with the machine: "
+                 f"contention explains {'them' if len(explained) > 1 else 'it'}"
+                 + (" (--strict: counted as regressions)" if strict and slower else ""))
+    if cmp.problems:
+        text += f"; {len(cmp.problems)} PROBLEM{'S' if len(cmp.problems) != 1 else ''}"
+    return text
+
+
+def machine_line(cmp: Comparison) -> str:
+    """The machine's contention, per side, and what it explains ("" when it did not move and
+    explains nothing)."""
+    m = cmp.machine
+    touched = [r for r in cmp.rows if r.contention]
+    if m is None or not (m.moved or touched):
+        return ""
+    b, c = m.baseline, m.candidate
+    parts = []
+    scope = m.scope
+    if scope:
+        of = "of its steps' time" if scope == STEP else "of the time"
+        parts.append(f"the candidate's main thread waited for a CPU {fmt_share(c.waits[scope])} {of} "
+                     f"vs the baseline's {fmt_share(b.waits[scope])} ({c.wait_source or b.wait_source})")
+    if b.other_share is not None and c.other_share is not None:
+        parts.append(f"other processes used {fmt_share(c.other_share)} of the machine's {c.cpus or b.cpus} CPUs "
+                     f"vs {fmt_share(b.other_share)}")
+    text = "machine: " + ("; ".join(parts) or "moved")
+    if m.busier:
+        text += f": the machine was busier for the {m.busier}"
+    explained = [r for r in touched if r.explained]
+    if explained:
+        names = ", ".join(_scope_name(r) for r in explained)
+        text += (f"; contention explains {names}"
+                 + ("" if cmp.settings.get("strict") else
+                    f" (--fail-on-regression does not fail on {'them' if len(explained) > 1 else 'it'}; "
+                    "--strict does)"))
+    partly = [r for r in touched if r.contention == "partly"]
+    if partly:
+        text += "; it explains only part of " + ", ".join(_scope_name(r) for r in partly)
+    own = [r for r in touched if r.contention == "own"]
+    if own:
+        text += ("; the workload's own CPU use rose with the wait, so its own threads may be what it "
+                 "waited for: not explained (" + ", ".join(_scope_name(r) for r in own) + ")")
+    return text
+
+
+def _scope_name(r: Row) -> str:
+    return label(r) + (f" (rank {r.rank})" if r.rank is not None else "")
 
 
 def _side_text(side) -> str:
@@ -100,12 +188,18 @@ def _side_text(side) -> str:
 
 
 def _method(cmp: Comparison) -> str:
+    from ..analysis.thresholds import value
     s = cmp.settings
+    t = f"{100 * s['threshold']:g}%"
     return (f"median change per quantity; {100 * s['confidence']:g}% percentile bootstrap interval "
             f"({s['resamples']} resamples, seed {s['seed']}); flagged when the interval excludes 0 "
-            f"and |change| ≥ {100 * s['threshold']:g}% (regions: and ≥ {1e3 * s['min_time_change_s']:g} ms; "
-            f"counters: the whole interval beyond {100 * s['threshold']:g}%); metrics per {s['window_s']:g} s "
-            "window; times: up is a regression; counters: changed; system.*: context, never flagged")
+            f"and |change| ≥ {t} (regions: and ≥ {1e3 * s['min_time_change_s']:g} ms; "
+            f"counters: the whole interval beyond {t}); unchanged when the whole interval lies within "
+            f"±{t}; inconclusive otherwise; metrics per {s['window_s']:g} s "
+            "window; times: up is a regression; counters: changed; system.*: context, never flagged; "
+            "contention explains a time when the slower side's main thread waited for a CPU at least "
+            f"{100 * value('contention_wait_points'):g} points longer and, with that wait taken out, "
+            f"under ±{t} (or {value('contention_unexplained_share'):g} of the change the wait implies) is left")
 
 
 def _verdict_line(cmp: Comparison) -> str:
@@ -119,24 +213,30 @@ def _verdict_line(cmp: Comparison) -> str:
 
 def compare_text(cmp: Comparison, all_rows: bool = False) -> str:
     multi = _multi(cmp)
+    strict = cmp.settings.get("strict", False)
     rows = shown(cmp, all_rows)
     table = [("quantity", "rank", "baseline", "candidate", "change", f"{100 * cmp.settings['confidence']:g}% CI",
               "status", "verdict")]
     for r in rows:
         table.append((label(r), rank_text(r, multi), fmt_value(r.base_median, r.unit),
                       fmt_value(r.cand_median, r.unit), fmt_change(r.change), fmt_ci(r.ci),
-                      STATUS_WORD.get(r.status, r.status), _last_column(r)))
+                      status_word(r, strict), _last_column(r)))
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
     lines = [f"counterprof compare: {_headline(cmp)}",
              f"baseline   {_side_text(cmp.baseline)}",
              f"candidate  {_side_text(cmp.candidate)}",
              f"command    {shlex.join(cmp.baseline.command) or '(none)'}",
-             _verdict_line(cmp), ""]
+             _verdict_line(cmp)]
+    if machine_line(cmp):
+        lines.append(machine_line(cmp))
+    lines.append("")
     for t in table:
         lines.append("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
     hidden = len(cmp.rows) - len(rows)
     if hidden:
-        lines.append(f"{hidden} more rows (per rank and metrics) not flagged: --all shows them, --json has them")
+        wide = sum(1 for r in cmp.rows if r.status == "inconclusive" and r not in rows)
+        lines.append(f"{hidden} more rows (per rank and metrics) not flagged"
+                     + (f" ({wide} of them inconclusive)" if wide else "") + ": --all shows them, --json has them")
     for n in cmp.problems:
         lines.append(f"PROBLEM: {n}")
     for n in cmp.notes:
@@ -149,12 +249,16 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _md_table(rows: list[Row], multi: bool, confidence: float) -> list[str]:
+def _md_table(rows: list[Row], multi: bool, confidence: float, strict: bool) -> list[str]:
     out = [f"| | quantity | rank | baseline | candidate | change | {100 * confidence:g}% CI | verdict |",
            "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        status = {"regression": "🔴 **regression**", "improvement": "🟢 improvement",
-                  "changed": "🟡 changed"}.get(r.status, STATUS_WORD.get(r.status, r.status))
+        if r.explained and not strict:
+            status = "🟠 " + status_word(r, strict)
+        else:
+            status = {"regression": "🔴 **regression**", "improvement": "🟢 improvement",
+                      "changed": "🟡 changed", "inconclusive": "⚪ inconclusive"}.get(
+                r.status, STATUS_WORD.get(r.status, r.status))
         out.append("| " + " | ".join(_md(x) for x in (
             status, f"`{label(r)}`", rank_text(r, multi), fmt_value(r.base_median, r.unit),
             fmt_value(r.cand_median, r.unit), fmt_change(r.change), fmt_ci(r.ci),
@@ -166,14 +270,18 @@ def compare_markdown(cmp: Comparison) -> str:
     multi = _multi(cmp)
     rows = shown(cmp)
     conf = cmp.settings["confidence"]
+    strict = cmp.settings.get("strict", False)
     lines = [f"### counterprof compare: {_headline(cmp)}", "",
              f"**baseline** {_md(_side_text(cmp.baseline))} · **candidate** {_md(_side_text(cmp.candidate))}  ",
              f"command: `{shlex.join(cmp.baseline.command) or '(none)'}`  ",
-             f"**{_md(_verdict_line(cmp))}**", ""]
-    lines += _md_table(rows, multi, conf)
+             f"**{_md(_verdict_line(cmp))}**" + ("  " if machine_line(cmp) else "")]
+    if machine_line(cmp):
+        lines.append(f"⚠️ {_md(machine_line(cmp))}")
+    lines.append("")
+    lines += _md_table(rows, multi, conf, strict)
     if len(rows) < len(cmp.rows):
         lines += ["", f"<details><summary>all {len(cmp.rows)} rows</summary>", ""]
-        lines += _md_table(cmp.rows, multi, conf)
+        lines += _md_table(cmp.rows, multi, conf, strict)
         lines += ["", "</details>"]
     lines.append("")
     for n in cmp.problems:

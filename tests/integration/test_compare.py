@@ -68,11 +68,14 @@ def test_an_unchanged_rerun_is_not_flagged(runs):
     wall = next(r for r in times if r["key"] == "wall_time")
     assert wall["status"] == "too few values" and wall["ci"] is None and wall["n_base"] == 1
     times.remove(wall)
-    assert all(r["status"] == "unchanged" for r in times), times
+    # unchanged: the whole interval within ±3%; inconclusive: it reaches beyond (a busy machine
+    # widens it), but it holds "no change" too: never a regression
+    assert all(r["status"] in ("unchanged", "inconclusive") for r in times), times
     assert all(r["ci"][0] <= 0.03 and r["ci"][1] >= -0.03 for r in times)
     # counters may move between runs on a shared machine, but never count as a regression
     assert j["regressions"] == 0
-    assert all(r["status"] in ("changed", "unchanged", "context", "too few values", "no relative change")
+    assert all(r["status"] in ("changed", "unchanged", "inconclusive", "context", "too few values",
+                               "no relative change")
                for r in j["rows"] if r["key"].startswith("metric:"))
 
 

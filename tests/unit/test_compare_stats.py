@@ -66,7 +66,7 @@ def test_the_threshold_and_the_interval_must_both_be_passed():
     assert judge(small, "lower", threshold=0.03) == "unchanged"
     assert judge(small, "lower", threshold=0.01) == "regression"
     wide = median_change([rng.normal(100, 40, 8)], [rng.normal(110, 40, 8)])   # big but uncertain
-    assert wide.ci[0] < 0 < wide.ci[1] and judge(wide, "lower") == "unchanged"
+    assert wide.ci[0] < 0 < wide.ci[1] and judge(wide, "lower") == "inconclusive"   # too wide to call
 
 
 def test_a_region_of_microseconds_is_not_flagged_below_the_noise_floor():
@@ -157,7 +157,7 @@ def test_a_slow_rank_is_a_regression_in_its_row_and_in_the_all_ranks_row():
 def test_a_counters_interval_must_lie_beyond_the_threshold_but_a_times_need_not():
     from counterprof.analysis.compare import Change
     lumpy = Change(10.0, 16.7, 0.667, (0.016, 1.746), 12, 10)    # a reviewer's proc.cpu_user rerun
-    assert judge(lumpy, "either") == "unchanged"
+    assert judge(lumpy, "either") == "inconclusive"          # reaches inside the threshold
     assert judge(lumpy, "lower") == "regression"                # a time: the usual rule
     tight = Change(100.0, 110.0, 0.10, (0.08, 0.12), 50, 50)
     assert judge(tight, "either") == "changed"
@@ -194,11 +194,11 @@ def test_the_noise_floor_holds_regions_only_not_the_step_time():
     assert compare([run("a", 131)], [run("b", 182)], min_time_change_s=0).rows[1].status == "regression"
 
 
-def test_why_a_moved_quantity_is_unchanged_is_said():
+def test_why_a_moved_quantity_is_unchanged_or_inconclusive_is_said():
     from counterprof.analysis.compare import Change, judgement
-    # a counter 4% up whose interval reaches back inside the 3% threshold
+    # a counter 4% up whose interval reaches back inside the 3% threshold: too wide to call
     assert judgement(Change(100.0, 104.0, 0.04, (0.02, 0.06), 50, 50), "either") == \
-        ("unchanged", "its interval reaches inside the threshold")
+        ("inconclusive", "interval too wide to call: it reaches both inside and beyond ±3%")
     assert judgement(Change(100.0, 104.0, 0.04, (0.035, 0.05), 50, 50), "either") == ("changed", "")
     # a region 50% slower by 0.05 ms: under the 0.1 ms floor
     assert judgement(Change(1e-4, 1.5e-4, 0.5, (0.4, 0.6), 50, 50), "lower", 0.03, 1e-4) == \
