@@ -25,7 +25,8 @@ class UsageFailure(Exception):
 
 
 def err(message: str) -> None:
-    print(f"counterprof: {message}", file=sys.stderr, flush=True)
+    from ..render.console import inert_lines    # names in messages print inert
+    print(f"counterprof: {inert_lines(message)}", file=sys.stderr, flush=True)
 
 
 class WarningRoute:

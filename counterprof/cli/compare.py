@@ -160,13 +160,14 @@ def _main(argv: list[str]) -> int:
         cmp.notes.insert(0, "--force: the runs ran different commands (" + " | ".join(sorted(commands)) + ")")
 
     from ..render.compare import compare_markdown, compare_text
+    from ..render.console import inert_lines
     if args.json:
         json.dump(cmp.to_json(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     elif args.markdown:
-        sys.stdout.write(compare_markdown(cmp))
+        sys.stdout.write(inert_lines(compare_markdown(cmp)))
     else:
-        sys.stdout.write(compare_text(cmp, all_rows=args.all))
+        sys.stdout.write(inert_lines(compare_text(cmp, all_rows=args.all)))
     sys.stdout.flush()
     for problem in cmp.problems:
         err(problem)

@@ -148,7 +148,8 @@ def _show(args, p) -> int:
         json.dump(history_json(found, points, threshold, hidden), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(history_text(args.db, runs, found, points, threshold, hidden))
+        from ..render.console import inert_lines
+        sys.stdout.write(inert_lines(history_text(args.db, runs, found, points, threshold, hidden)))
     if args.html:
         from ..render.history_html import history_html
         page = history_html(args.db, found, points, threshold, hidden_text(hidden))

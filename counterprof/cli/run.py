@@ -246,10 +246,10 @@ def _observe(session, args, window=None, warnings: WarningRoute | None = None) -
 def _report(session, args) -> None:
     from ..store.reader import Run
     if not args.quiet:
-        from rich.console import Console
+        from ..render.console import console
         try:
             summary = Run(session.path).summary()
-            Console(stderr=True, highlight=False).print(summary)
+            console(stderr=True).print(summary)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
             err(f"could not print the summary: {exc}")
     print(f"counterprof: run directory: {session.path}", file=sys.stderr)

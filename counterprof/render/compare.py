@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from ..analysis.compare import FLAGGED, WALL, Comparison, Row
+from .console import inert
 
 STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "changed": "changed",
                "context": "moved (machine)"}
@@ -49,8 +50,8 @@ def label(row: Row) -> str:
     if row.key == WALL:
         return "wall time"
     if row.key.startswith("region:"):
-        return "region " + row.key[7:]
-    return row.key[7:]
+        return "region " + inert(row.key[7:])
+    return inert(row.key[7:])
 
 
 def rank_text(row: Row, multi: bool) -> str:
@@ -130,7 +131,7 @@ def compare_text(cmp: Comparison, all_rows: bool = False) -> str:
     lines = [f"counterprof compare: {_headline(cmp)}",
              f"baseline   {_side_text(cmp.baseline)}",
              f"candidate  {_side_text(cmp.candidate)}",
-             f"command    {shlex.join(cmp.baseline.command) or '(none)'}",
+             f"command    {inert(shlex.join(cmp.baseline.command)) or '(none)'}",
              _verdict_line(cmp), ""]
     for t in table:
         lines.append("  ".join(c.ljust(w) for c, w in zip(t, widths)).rstrip())
@@ -168,7 +169,7 @@ def compare_markdown(cmp: Comparison) -> str:
     conf = cmp.settings["confidence"]
     lines = [f"### counterprof compare: {_headline(cmp)}", "",
              f"**baseline** {_md(_side_text(cmp.baseline))} · **candidate** {_md(_side_text(cmp.candidate))}  ",
-             f"command: `{shlex.join(cmp.baseline.command) or '(none)'}`  ",
+             f"command: `{inert(shlex.join(cmp.baseline.command)) or '(none)'}`  ",
              f"**{_md(_verdict_line(cmp))}**", ""]
     lines += _md_table(rows, multi, conf)
     if len(rows) < len(cmp.rows):

@@ -4,11 +4,12 @@ from __future__ import annotations
 import io
 import shlex
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from ..analysis.summary import Summary, SummaryRow
+from .console import console, inert
 
 
 def _number(value: float, unit: str) -> tuple[str, str]:
@@ -32,9 +33,9 @@ def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
     if r.value is None:
         label = {"not supported": "<not supported>", "not counted": "<not counted>"}.get(
             r.status, f"<{r.status}>")
-        return Text(label, style="yellow"), "", Text(r.metric), Text("")
+        return Text(label, style="yellow"), "", Text(inert(r.metric)), Text("")
     num, unit = _number(r.value, r.unit)
-    name = r.metric if r.aggregate == "total" else f"{r.metric} ({r.aggregate})"
+    name = inert(r.metric if r.aggregate == "total" else f"{r.metric} ({r.aggregate})")
     note = f"#  {r.note}" if r.note else ""
     if r.coverage is not None and r.coverage < 0.9999:
         note += f"  ({100 * r.coverage:.2f}%)"
@@ -48,7 +49,7 @@ _SECTION_TITLES = {"host": "process tree and system (host collector)",
 
 
 def summary_renderable(s: Summary):
-    what = shlex.join(s.command) if s.command else "this run"
+    what = inert(shlex.join(s.command)) if s.command else "this run"
     title = Text(f"\n Performance counter stats for '{what}':\n", style="bold")
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
     table.add_column(justify="right", no_wrap=True)
@@ -84,12 +85,12 @@ def summary_renderable(s: Summary):
                 section.add_row(*_cells(r))
         parts.append(Text(""))
         parts.append(section)
-    failed = [f"{k}: {v['status']} ({v['reason']})" for k, v in s.collectors.items()
+    failed = [inert(f"{k}: {v['status']} ({v['reason']})") for k, v in s.collectors.items()
               if v.get("status") not in ("ok", "unavailable", None)]
     if failed:
         parts.append(Text("\n" + "\n".join(failed), style="yellow"))
     # a default collector this machine cannot run (no GPU, say): one short line, not a paragraph
-    absent = [f"{k} ({_first_clause(v.get('reason', ''))})" for k, v in s.collectors.items()
+    absent = [inert(f"{k} ({_first_clause(v.get('reason', ''))})") for k, v in s.collectors.items()
               if v.get("status") == "unavailable"]
     if absent:
         parts.append(Text("not available here: " + "; ".join(absent) + "  (`counterprof list` says why)",
@@ -104,5 +105,5 @@ def _first_clause(reason: str, limit: int = 60) -> str:
 
 def summary_text(s: Summary, width: int = 120) -> str:
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, highlight=False).print(summary_renderable(s))
+    console(file=buf, width=width, color_system=None).print(summary_renderable(s))
     return buf.getvalue()
