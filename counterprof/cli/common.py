@@ -78,8 +78,14 @@ def open_run(path: str, skip_unreadable: bool = False):
     """A Run, recovered first when a killed profiler left it (and saying so): what every
     subcommand that reads a run opens it with. skip_unreadable: leave out unreadable Parquet
     files (the subcommand names them from run.skipped)."""
+    from ..runset import is_set, members
     from ..store.reader import Run
     from ..store.recover import recover, run_needs_recovery
+    if is_set(path):
+        from ..errors import UsageError
+        runs = members(path)
+        raise UsageError(f"{path} is a set of {len(runs)} runs (`counterprof run -r`): give one of "
+                         f"them ({runs[0] if runs else path + '/run-1'}), or compare the set with another")
     run = Run(path, skip_unreadable=skip_unreadable)
     if run_needs_recovery(run.path):
         # the one recovery `counterprof recover` runs: the journal, then the collectors' leftovers

@@ -27,6 +27,7 @@ examples:
   counterprof run --live -- python train.py
   counterprof run --gpus 0,1 --nvml-interval-ms 50 -- python train.py
   counterprof run --torch -- torchrun --nproc_per_node 2 train.py
+  counterprof run -r 5 -o base -- python bench.py     # 5 runs: means ± sd; compare base cand
 """
 
 
@@ -80,6 +81,8 @@ def build_parser() -> ArgumentParser:
                    help="a live dashboard at the bottom of the terminal while it runs (q stops "
                         "profiling, the workload runs on); one line a second when stderr is not "
                         "a terminal")
+    from .repeat import add_arguments as add_repeat_arguments
+    add_repeat_arguments(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     return p
 
@@ -95,6 +98,13 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.repeat is not None:
+        from .repeat import run_repeated
+        return run_repeated(args, _run, build_parser().format_usage())
+    return _run(args)
+
+
+def _run(args) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]

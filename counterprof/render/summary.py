@@ -41,6 +41,8 @@ def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
         note += f"  ({100 * r.coverage:.2f}%)"
     if r.unknown_intervals:
         note += f"  [{r.unknown_intervals} intervals unknown]"
+    if r.stddev is not None:
+        note = f"{_spread(r.value, r.stddev, r.unit)}  {note}".rstrip()
     return Text(num), unit, Text(name), Text(note, style="dim")
 
 
@@ -50,7 +52,8 @@ _SECTION_TITLES = {"host": "process tree and system (host collector)",
 
 def summary_renderable(s: Summary):
     what = inert(shlex.join(s.command)) if s.command else "this run"
-    title = Text(f"\n Performance counter stats for '{what}':\n", style="bold")
+    runs = f" ({s.runs} runs)" if s.runs > 1 else ""
+    title = Text(f"\n Performance counter stats for '{what}'{runs}:\n", style="bold")
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
     table.add_column(justify="right", no_wrap=True)
     table.add_column(no_wrap=True)
@@ -62,12 +65,17 @@ def summary_renderable(s: Summary):
         table.add_row(*_cells(r))
     parts = [title, table]
     footer = []
-    if s.elapsed_s is not None:
-        footer.append(f"{s.elapsed_s:15.9f} seconds time elapsed")
-    if s.user_s is not None:
-        footer.append(f"{s.user_s:15.9f} seconds user")
-    if s.system_s is not None:
-        footer.append(f"{s.system_s:15.9f} seconds sys")
+    for value, key, what in ((s.elapsed_s, "elapsed_s", "seconds time elapsed"),
+                             (s.user_s, "user_s", "seconds user"), (s.system_s, "system_s", "seconds sys")):
+        if value is None:
+            continue
+        sd = s.spread.get(key)
+        if sd is None:
+            footer.append(f"{value:15.9f} {what}")
+        else:     # perf stat -r's form
+            footer.append(f"{value:15.9f} +- {sd:.9f} {what}  {_pct_spread(value, sd)}")
+    if s.runs > 1:
+        footer.append(f"(means of {s.runs} runs; +- is the sample standard deviation over the runs)")
     if footer:
         parts.append(Text("\n" + "\n".join(footer)))
     for source in dict.fromkeys(r.source for r in other):     # one section per collector
@@ -96,6 +104,18 @@ def summary_renderable(s: Summary):
         parts.append(Text("not available here: " + "; ".join(absent) + "  (`counterprof list` says why)",
                           style="dim"))
     return Group(*parts)
+
+
+def _pct_spread(mean: float, sd: float) -> str:
+    return f"( +- {100 * sd / abs(mean):.2f}% )" if mean else f"( +- {sd:.3g} )"
+
+
+def _spread(mean: float, sd: float, unit: str) -> str:
+    """A row's standard deviation over the runs, relative like perf stat -r's."""
+    if mean:
+        return f"( +- {100 * sd / abs(mean):.2f}% )"
+    num, u = _number(sd, unit)
+    return f"( +- {num} {u} )".replace("  )", " )")
 
 
 def _first_clause(reason: str, limit: int = 60) -> str:
