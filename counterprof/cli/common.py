@@ -66,6 +66,22 @@ def guarded(fn: Callable[[], int]) -> int:
         return 141
 
 
+def check_pid(pid: int, usage: str) -> None:
+    """A --pid that names a live process, or a usage error that says what it is instead.
+    psutil tells a zombie (exited, not yet reaped: /proc/PID still exists, but nothing runs
+    there to count) from a live process."""
+    import psutil
+    try:
+        zombie = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, ValueError):       # ValueError: not a valid pid at all
+        raise UsageFailure(f"no process with pid {pid}", usage) from None
+    except psutil.AccessDenied:
+        return              # it exists; whether it may be counted is the collectors' to say
+    if zombie:
+        raise UsageFailure(f"pid {pid} has exited (a zombie its parent has not reaped): "
+                           "nothing runs there to profile", usage)
+
+
 def use_system_allocator() -> None:
     """In counterprof's own process, Arrow allocates through malloc rather than its default
     mimalloc pool, which keeps freed memory around: compaction and the summary at the end of a

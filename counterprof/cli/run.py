@@ -15,7 +15,8 @@ import os
 import shlex
 import sys
 
-from .common import ArgumentParser, UsageFailure, WarningRoute, err, guarded, use_system_allocator
+from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
+                     use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -122,8 +123,8 @@ def _run(args) -> int:
 
     if command:
         check_command(command)     # 127/126 before anything is created
-    if args.pid is not None and not os.path.exists(f"/proc/{args.pid}"):
-        raise UsageFailure(f"no process with pid {args.pid}", build_parser().format_usage())
+    if args.pid is not None:
+        check_pid(args.pid, build_parser().format_usage())
 
     perf_cfg: dict = {"interval_ms": args.interval_ms, "per_thread": args.per_thread,
                       "per_cpu": args.no_aggr}

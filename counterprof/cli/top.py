@@ -17,7 +17,8 @@ import tempfile
 import threading
 import time
 
-from .common import ArgumentParser, UsageFailure, WarningRoute, err, guarded, use_system_allocator
+from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
+                     use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -111,8 +112,8 @@ class ProcessPoller:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.pid is not None and not os.path.exists(f"/proc/{args.pid}"):
-        raise UsageFailure(f"no process with pid {args.pid}", build_parser().format_usage())
+    if args.pid is not None:
+        check_pid(args.pid, build_parser().format_usage())
     if args.processes < 0:
         raise UsageFailure("-n must be 0 or more", build_parser().format_usage())
 
