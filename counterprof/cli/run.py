@@ -83,7 +83,9 @@ def build_parser() -> ArgumentParser:
                         "profiling, the workload runs on); one line a second when stderr is not "
                         "a terminal")
     from .repeat import add_arguments as add_repeat_arguments
+    from .serve import add_arguments as add_serve_arguments
     add_repeat_arguments(p)
+    add_serve_arguments(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     return p
 
@@ -163,11 +165,16 @@ def _run(args) -> int:
         from ..render.live_window import LiveWindow
         window = LiveWindow()
     warnings = WarningRoute()
+    from .serve import exporter_for
+    exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
     session = Session(args.output, collectors=collectors, config=config, target=target,
                       per_rank=bool(command) and (args.per_rank if args.per_rank is not None
                                                   else launches_ranks(command)),
                       command=command or None, replace=args.force, rank=0, on_warning=warnings,
-                      sinks=[window] if window is not None else None)
+                      sinks=[s for s in (window, exporter) if s is not None] or None)
+    if exporter is not None:
+        exporter.attach(session, scope="machine" if not command and args.pid is None else "process",
+                        cpus=os.cpu_count(), perf_system_wide=args.all_cpus)
     session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
 
     if not command:

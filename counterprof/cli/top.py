@@ -45,6 +45,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR",
                    help="keep what was recorded as a run directory (default: nothing is kept)")
     p.add_argument("--force", action="store_true", help="replace the run already in -o DIR")
+    from .serve import add_arguments as add_serve_arguments
+    add_serve_arguments(p)
     return p
 
 
@@ -129,13 +131,19 @@ def _main(argv: list[str]) -> int:
     machine = args.pid is None
     target = Target("pid", None, system_wide=True) if machine else Target("pid", args.pid)
 
+    window = LiveWindow()
+    from .serve import exporter_for
+    exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
     keep = args.output is not None
     tmp = None if keep else tempfile.mkdtemp(prefix="counterprof-top-")
     path = args.output if keep else os.path.join(tmp, "run")
-    window = LiveWindow()
     warnings = WarningRoute()
     session = Session(path, collectors=collectors, config=config, target=target, command=None,
-                      replace=args.force, rank=0, on_warning=warnings, sinks=[window])
+                      replace=args.force, rank=0, on_warning=warnings,
+                      sinks=[window] + ([exporter] if exporter is not None else []))
+    if exporter is not None:
+        exporter.attach(session, scope="machine" if machine else "process", cpus=os.cpu_count(),
+                        perf_system_wide=machine)
     try:
         return _watch(session, window, warnings, args, machine, keep)
     finally:
