@@ -40,6 +40,8 @@ def run_repeated(args, run_once: Callable, usage: str) -> int:
         raise UsageFailure("-r repeats a command: give it after --", usage)
     if args.live:
         raise UsageFailure("-r and --live do not go together (one dashboard per run); drop one", usage)
+    from ..workload import check_command
+    check_command(command)          # 127/126 before the set is created
     base = prepare_dir(args.output or default_run_path(), replace=args.force)
     quiet = args.quiet
     data = {"kind": "counterprof run set", "counterprof_version": __version__, "command": command,
@@ -67,9 +69,16 @@ def run_repeated(args, run_once: Callable, usage: str) -> int:
 def _finish(base, data: dict, quiet: bool) -> None:
     """The set's summary (means ± sd) into runset.json and, unless -q, on stderr."""
     from ..analysis.repeat import combine
-    from ..runset import members, write_set
+    from ..runset import SET_FILE, members, write_set
     from ..store.reader import Run
     runs = members(base)
+    if not runs:        # the first run failed before it wrote anything (bad events, say): no set
+        (base / SET_FILE).unlink(missing_ok=True)
+        try:
+            base.rmdir()
+        except OSError:
+            pass
+        return
     summary = None
     if runs:
         try:

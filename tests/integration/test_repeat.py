@@ -94,5 +94,10 @@ def test_a_set_is_replaced_only_with_force_and_report_says_what_to_give(sets, tm
     assert rep.returncode == 2 and "is a set of 3 runs" in rep.stderr and "run-1" in rep.stderr
     bad = run_cli("run", "-r", "0", "--", PYTHON, "-c", "pass")
     assert bad.returncode == 2 and "-r/--repeat" in bad.stderr
+    for args, code in ((["-e", "no-such-event", "--", PYTHON, "-c", "pass"], 2),
+                       (["--", str(tmp_path / "missing")], 127)):
+        failed = run_cli("run", "-r", "2", "-o", str(tmp_path / "none"), *args)
+        assert failed.returncode == code, failed.stderr
+        assert not (tmp_path / "none").exists()          # no empty set left behind
     nocmd = run_cli("run", "-r", "2", "--pid", "1")
     assert nocmd.returncode == 2 and "-r repeats a command" in nocmd.stderr
