@@ -90,9 +90,9 @@ class Totals:
     def write(self, table: str, batch: pa.RecordBatch, rank: int = 0) -> None:
         if table != "samples" or batch.num_rows == 0:
             return
-        t = pa.table({"source": batch.column("source").cast(pa.string()),
-                      "metric": batch.column("metric").cast(pa.string()),
-                      "entity": batch.column("entity").cast(pa.string()),
+        # dictionary columns are grouped as they come (a cast to strings costs more)
+        t = pa.table({"source": batch.column("source"), "metric": batch.column("metric"),
+                      "entity": batch.column("entity"),
                       "value": batch.column("value").cast(pa.float64()),
                       "time": batch.column("time").cast(pa.int64())})
         t = t.filter(t.column("value").is_valid())
