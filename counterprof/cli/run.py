@@ -29,6 +29,7 @@ examples:
   counterprof run --gpus 0,1 --nvml-interval-ms 50 -- python train.py
   counterprof run --torch -- torchrun --nproc_per_node 2 train.py
   counterprof run -r 5 -o base -- python bench.py     # 5 runs: means ± sd; compare base cand
+  counterprof run --serve 127.0.0.1:9464 -- python train.py   # OpenMetrics on /metrics
 """
 
 

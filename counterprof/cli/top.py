@@ -26,6 +26,7 @@ examples:
   counterprof top --pid 1234
   counterprof top --duration 10 2> top.log      # one line a second, for 10 s
   counterprof top --pid 1234 -o attach-run      # keep what was recorded
+  counterprof top --serve 9464                  # and OpenMetrics on 127.0.0.1:9464/metrics
 """
 
 

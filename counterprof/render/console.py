@@ -59,12 +59,7 @@ def width_for(stream: IO, environ: Mapping[str, str] = os.environ) -> int | None
     cols = environ.get("COLUMNS", "").strip()
     if cols.isdigit() and int(cols) > 0:
         return int(cols)
-    try:
-        if stream.isatty():
-            return None
-    except (AttributeError, ValueError):
-        pass
-    return UNWRAPPED_WIDTH
+    return None if _isatty(stream) else UNWRAPPED_WIDTH
 
 
 class SafeConsole(Console):
@@ -84,6 +79,32 @@ class SafeConsole(Console):
             yield seg
 
 
+class _TrimmedLines:
+    """A text stream that drops the spaces rich pads table rows with at the end of each line
+    (in a file or a CI log they only make diffs noisy); the rest passes through."""
+
+    _TRAILING = re.compile(r" +(?=\n)")
+
+    def __init__(self, stream: IO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(self._TRAILING.sub("", text))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", "utf-8") or "utf-8"
+
+
 def console(stderr: bool = False, file: IO | None = None,
             environ: Mapping[str, str] = os.environ, **kw) -> Console:
     """The Console every text renderer of counterprof prints through (stdout, or stderr)."""
@@ -93,4 +114,13 @@ def console(stderr: bool = False, file: IO | None = None,
     options.update(kw)
     if "width" not in options:
         options["width"] = width_for(stream, environ)
-    return SafeConsole(file=file, stderr=stderr, **options)
+    if not _isatty(stream) and "FORCE_COLOR" not in environ:
+        file = _TrimmedLines(stream)
+    return SafeConsole(file=file, stderr=stderr and file is None, **options)
+
+
+def _isatty(stream: IO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -77,6 +77,7 @@ def test_report_to_a_file_keeps_the_regions_table_whole_and_aligned(nasty_run, t
         assert row[at - 2:at] == "  " and row[at] != " ", (col, lines[head], row)
     assert max(len(ln) for ln in lines) > 80
     assert lines[head + 2].strip() == ""          # the row did not wrap onto the next line
+    assert not [ln for ln in lines if ln.endswith(" ")]      # no padding left at line ends
     # the kernel names, region names and commands in --json are the raw names, as data
     js = json.loads(run_cli("report", str(run), "--json", env=_env(), check=True).stdout)
     assert NASTY in json.dumps(js, ensure_ascii=False) or NASTY in {r["name"] for r in js["regions"]}
