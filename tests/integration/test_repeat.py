@@ -101,3 +101,31 @@ def test_a_set_is_replaced_only_with_force_and_report_says_what_to_give(sets, tm
         assert not (tmp_path / "none").exists()          # no empty set left behind
     nocmd = run_cli("run", "-r", "2", "--pid", "1")
     assert nocmd.returncode == 2 and "-r repeats a command" in nocmd.stderr
+
+
+def test_a_terminated_profiler_stops_repeating_and_keeps_the_runs_done(tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    from helpers import COUNTERPROF
+    out = tmp_path / "set"
+    proc = subprocess.Popen([*COUNTERPROF, "run", "-q", "-r", "5", "-e", "task-clock", "-o", str(out),
+                             "--", PYTHON, "-c", "import time; time.sleep(60)"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "run-1" / "meta.json").exists():   # the first workload is running
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)        # forwarded to the workload, which dies of it
+        _, errs = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, errs
+    data = json.loads((out / "runset.json").read_text())
+    assert data["runs"] == ["run-1"] and data["stopped_after"] == 1
+    assert "not repeating further" in errs
+    assert not (out / "run-2").exists()
