@@ -65,15 +65,15 @@ def summary_renderable(s: Summary):
         table.add_row(*_cells(r))
     parts = [title, table]
     footer = []
-    for value, key, what in ((s.elapsed_s, "elapsed_s", "seconds time elapsed"),
-                             (s.user_s, "user_s", "seconds user"), (s.system_s, "system_s", "seconds sys")):
+    for value, key, words in ((s.elapsed_s, "elapsed_s", "seconds time elapsed"),
+                              (s.user_s, "user_s", "seconds user"), (s.system_s, "system_s", "seconds sys")):
         if value is None:
             continue
         sd = s.spread.get(key)
         if sd is None:
-            footer.append(f"{value:15.9f} {what}")
+            footer.append(f"{value:15.9f} {words}")
         else:     # perf stat -r's form
-            footer.append(f"{value:15.9f} +- {sd:.9f} {what}  {_pct_spread(value, sd)}")
+            footer.append(f"{value:15.9f} +- {sd:.9f} {words}  {_pct_spread(value, sd)}")
     if s.runs > 1:
         footer.append(f"(means of {s.runs} runs; +- is the sample standard deviation over the runs)")
     if footer:
