@@ -98,6 +98,7 @@ class PanelFigures:
 class Verdict:
     label: str                     # CPU-bound | GPU-bound | waiting | waiting for I/O | starved | idle | busy | unknown
     evidence: str                  # "1.00 CPUs busy, no GPU"
+    shares: dict = field(default_factory=dict)   # the classifier's time share per class (workload scope)
 
     def __str__(self) -> str:
         return f"{self.label}: {self.evidence}" if self.evidence else self.label
@@ -674,7 +675,7 @@ def verdict(c: _Ctx, scope: str = "process", cpus: int | None = None,
     v = classify(sig, "now", {"main_threads": threads.get("main") or [],
                               "contenders": threads.get("contenders") or []})
     evidence = "; ".join(e.text for e in v.evidence[:2])
-    return Verdict(describe(v), evidence)
+    return Verdict(describe(v), evidence, dict(v.shares))
 
 
 # -- everything the view shows ----------------------------------------------------------

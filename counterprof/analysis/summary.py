@@ -34,6 +34,7 @@ class SummaryRow:
     unknown_intervals: int = 0
     note: str = ""               # perf stat's derived figure: "0.998 CPUs utilized"
     aggregate: str = "total"     # total | peak | peak of one rank | mean
+    stddev: float | None = None  # over the runs of `run -r N` (analysis/repeat.py); else None
 
 
 @dataclass
@@ -47,6 +48,8 @@ class Summary:
     collectors: dict[str, dict[str, Any]] = field(default_factory=dict)
     path: str = ""
     ranks: int = 1               # process trees (ranks) the figures come from
+    runs: int = 1                # repetitions the figures are the means of (`run -r N`)
+    spread: dict[str, float | None] = field(default_factory=dict)   # their times' std deviations
 
     def row(self, metric: str) -> SummaryRow | None:
         return next((r for r in self.rows if r.metric == metric), None)

@@ -88,8 +88,7 @@ def _main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps({"run": str(run.path), "rules": args.rules, **result.to_json()}, indent=2))
         return 0
-    from rich.console import Console
-
     from ..render.breakdown import render
-    Console(highlight=False).print(render(result, rules=args.rules))
+    from ..render.console import console
+    console().print(render(result, rules=args.rules))
     return 0

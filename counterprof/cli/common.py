@@ -25,7 +25,8 @@ class UsageFailure(Exception):
 
 
 def err(message: str) -> None:
-    print(f"counterprof: {message}", file=sys.stderr, flush=True)
+    from ..render.console import inert_lines    # names in messages print inert
+    print(f"counterprof: {inert_lines(message)}", file=sys.stderr, flush=True)
 
 
 class WarningRoute:
@@ -65,6 +66,22 @@ def guarded(fn: Callable[[], int]) -> int:
         return 141
 
 
+def check_pid(pid: int, usage: str) -> None:
+    """A --pid that names a live process, or a usage error that says what it is instead.
+    psutil tells a zombie (exited, not yet reaped: /proc/PID still exists, but nothing runs
+    there to count) from a live process."""
+    import psutil
+    try:
+        zombie = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, ValueError):       # ValueError: not a valid pid at all
+        raise UsageFailure(f"no process with pid {pid}", usage) from None
+    except psutil.AccessDenied:
+        return              # it exists; whether it may be counted is the collectors' to say
+    if zombie:
+        raise UsageFailure(f"pid {pid} has exited (a zombie its parent has not reaped): "
+                           "nothing runs there to profile", usage)
+
+
 def use_system_allocator() -> None:
     """In counterprof's own process, Arrow allocates through malloc rather than its default
     mimalloc pool, which keeps freed memory around: compaction and the summary at the end of a
@@ -77,8 +94,14 @@ def open_run(path: str, skip_unreadable: bool = False):
     """A Run, recovered first when a killed profiler left it (and saying so): what every
     subcommand that reads a run opens it with. skip_unreadable: leave out unreadable Parquet
     files (the subcommand names them from run.skipped)."""
+    from ..runset import is_set, members
     from ..store.reader import Run
     from ..store.recover import recover, run_needs_recovery
+    if is_set(path):
+        from ..errors import UsageError
+        runs = members(path)
+        raise UsageError(f"{path} is a set of {len(runs)} runs (`counterprof run -r`): give one of "
+                         f"them ({runs[0] if runs else path + '/run-1'}), or compare the set with another")
     run = Run(path, skip_unreadable=skip_unreadable)
     if run_needs_recovery(run.path):
         # the one recovery `counterprof recover` runs: the journal, then the collectors' leftovers

@@ -2,6 +2,7 @@
 
     counterprof compare base/ cand/                      step time, regions, metrics; the verdicts
     counterprof compare --baseline 'nightly/a*' --candidate cand1/ cand2/
+    counterprof compare base-set/ cand-set/              sets from `run -r N`: N runs per side
     counterprof compare base/ cand/ --fail-on-regression --markdown > comment.md   (CI)
 
 Per quantity: the median's relative change with a bootstrap confidence interval; flagged when
@@ -82,18 +83,20 @@ def _threshold(text: str, p: ArgumentParser) -> float:
 
 
 def expand(patterns: list[str], p: ArgumentParser) -> list[str]:
-    """Run directories from paths and globs (quoted, so that the shell leaves them to us)."""
+    """Run directories from paths and globs (quoted, so that the shell leaves them to us); a
+    run set (`run -r N`) stands for its runs."""
+    from ..runset import expand as expand_sets, is_set
     out: list[str] = []
     for pat in patterns:
         if glob.has_magic(pat):
-            hits = sorted(h for h in glob.glob(pat) if Path(h, "meta.json").exists())
+            hits = sorted(h for h in glob.glob(pat) if Path(h, "meta.json").exists() or is_set(h))
             if not hits:
                 raise UsageFailure(f"no run directory matches {pat!r}", p.format_usage())
             out.extend(hits)
         else:
             out.append(pat)
     unique, seen = [], set()
-    for path in out:      # a run named twice (a glob and its own name) counts once
+    for path in expand_sets(out):      # a run named twice (a glob and its own name) counts once
         key = Path(path).resolve()
         if key not in seen:
             seen.add(key)
@@ -170,13 +173,14 @@ def _main(argv: list[str]) -> int:
         cmp.notes.insert(0, "--force: the runs ran different commands (" + " | ".join(sorted(commands)) + ")")
 
     from ..render.compare import compare_markdown, compare_text
+    from ..render.console import inert_lines
     if args.json:
         json.dump(cmp.to_json(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     elif args.markdown:
-        sys.stdout.write(compare_markdown(cmp))
+        sys.stdout.write(inert_lines(compare_markdown(cmp)))
     else:
-        sys.stdout.write(compare_text(cmp, all_rows=args.all))
+        sys.stdout.write(inert_lines(compare_text(cmp, all_rows=args.all)))
     sys.stdout.flush()
     for problem in cmp.problems:
         err(problem)

@@ -32,7 +32,8 @@ def _parser() -> ArgumentParser:
     p = ArgumentParser(prog="counterprof history", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="action", metavar="{add,show}")
     a = sub.add_parser("add", help="append runs' summaries to the history file")
-    a.add_argument("runs", nargs="+", metavar="RUN", help="run directories")
+    a.add_argument("runs", nargs="+", metavar="RUN",
+                   help="run directories, or run sets from `run -r N` (each adds its runs)")
     a.add_argument("--db", required=True, metavar="FILE", help="the DuckDB history file (created if missing)")
     a.set_defaults(parser=a)
     s = sub.add_parser("show", help="trends per series, with change points")
@@ -92,6 +93,8 @@ def _record(path: str):
 def _add(args) -> int:
     from ..store.history import add, check_file, connect
     check_file(args.db)                                # a bad --db before reading the runs
+    from ..runset import expand as expand_sets
+    args.runs = expand_sets(args.runs)                 # a run set (`run -r N`) adds its runs in order
     records = [_record(p) for p in args.runs]          # read every run before writing anything
     con = connect(args.db)
     try:
@@ -148,7 +151,8 @@ def _show(args, p) -> int:
         json.dump(history_json(found, points, threshold, hidden), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(history_text(args.db, runs, found, points, threshold, hidden))
+        from ..render.console import inert_lines
+        sys.stdout.write(inert_lines(history_text(args.db, runs, found, points, threshold, hidden)))
     if args.html:
         from ..render.history_html import history_html
         page = history_html(args.db, found, points, threshold, hidden_text(hidden))

@@ -38,16 +38,16 @@ def _main(argv: list[str]) -> int:
         print(json.dumps({"collectors": collectors}, indent=2))
         return 0
 
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
-    console = Console(highlight=False)
+    from ..render.console import console as text_console, inert
+    console = text_console()
     t = Table(title="collectors", title_justify="left", box=None, pad_edge=False)
     for col in ("name", "here", "why not"):
         t.add_column(col)
     for c in collectors:
         here = Text("available", "green") if c["available"] else Text("unavailable", "yellow")
-        t.add_row(c["name"], here, c["reason"])
+        t.add_row(inert(c["name"]), here, inert(c["reason"]))
     console.print(t)
     for c in collectors:
         for table in c["tables"]:
@@ -57,7 +57,7 @@ def _main(argv: list[str]) -> int:
             for col in table["columns"]:
                 t.add_column(col, overflow="fold")
             for row in table["rows"]:
-                t.add_row(*[Text(str(x)) for x in row])
+                t.add_row(*[Text(inert(x)) for x in row])
             console.print(t)
             if table.get("note"):
                 console.print(table["note"])

@@ -39,6 +39,6 @@ def _main(argv: list[str]) -> int:
     for line in report.failed:
         err(line)
     if not args.quiet:
-        from rich.console import Console
-        Console(stderr=True, highlight=False).print(run.summary())
+        from ..render.console import console
+        console(stderr=True).print(run.summary())
     return EXIT_ERROR if report.failed else 0

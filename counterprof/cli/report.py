@@ -74,9 +74,9 @@ def _main(argv: list[str]) -> int:
         json.dump(report.to_json(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
     else:
-        from rich.console import Console
+        from ..render.console import console
         from ..render.report_text import report_renderable
-        Console(highlight=False).print(report_renderable(report))
+        console().print(report_renderable(report))
     if args.html:
         from ..render.report_html import report_html
         write_text_file(args.html, report_html(report), "--html")

@@ -15,7 +15,8 @@ import os
 import shlex
 import sys
 
-from .common import ArgumentParser, UsageFailure, WarningRoute, err, guarded, use_system_allocator
+from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
+                     use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -27,6 +28,8 @@ examples:
   counterprof run --live -- python train.py
   counterprof run --gpus 0,1 --nvml-interval-ms 50 -- python train.py
   counterprof run --torch -- torchrun --nproc_per_node 2 train.py
+  counterprof run -r 5 -o base -- python bench.py     # 5 runs: means ± sd; compare base cand
+  counterprof run --serve 127.0.0.1:9464 -- python train.py   # OpenMetrics on /metrics
 """
 
 
@@ -80,6 +83,10 @@ def build_parser() -> ArgumentParser:
                    help="a live dashboard at the bottom of the terminal while it runs (q stops "
                         "profiling, the workload runs on); one line a second when stderr is not "
                         "a terminal")
+    from .repeat import add_arguments as add_repeat_arguments
+    from .serve import add_arguments as add_serve_arguments
+    add_repeat_arguments(p)
+    add_serve_arguments(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     return p
 
@@ -95,6 +102,13 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.repeat is not None:
+        from .repeat import run_repeated
+        return run_repeated(args, _run, build_parser().format_usage())
+    return _run(args)
+
+
+def _run(args) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -112,8 +126,8 @@ def _main(argv: list[str]) -> int:
 
     if command:
         check_command(command)     # 127/126 before anything is created
-    if args.pid is not None and not os.path.exists(f"/proc/{args.pid}"):
-        raise UsageFailure(f"no process with pid {args.pid}", build_parser().format_usage())
+    if args.pid is not None:
+        check_pid(args.pid, build_parser().format_usage())
 
     perf_cfg: dict = {"interval_ms": args.interval_ms, "per_thread": args.per_thread,
                       "per_cpu": args.no_aggr}
@@ -152,11 +166,16 @@ def _main(argv: list[str]) -> int:
         from ..render.live_window import LiveWindow
         window = LiveWindow()
     warnings = WarningRoute()
+    from .serve import exporter_for
+    exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
     session = Session(args.output, collectors=collectors, config=config, target=target,
                       per_rank=bool(command) and (args.per_rank if args.per_rank is not None
                                                   else launches_ranks(command)),
                       command=command or None, replace=args.force, rank=0, on_warning=warnings,
-                      sinks=[window] if window is not None else None)
+                      sinks=[s for s in (window, exporter) if s is not None] or None)
+    if exporter is not None:
+        exporter.attach(session, scope="machine" if not command and args.pid is None else "process",
+                        cpus=os.cpu_count(), perf_system_wide=args.all_cpus)
     session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
 
     if not command:
@@ -246,10 +265,10 @@ def _observe(session, args, window=None, warnings: WarningRoute | None = None) -
 def _report(session, args) -> None:
     from ..store.reader import Run
     if not args.quiet:
-        from rich.console import Console
+        from ..render.console import console
         try:
             summary = Run(session.path).summary()
-            Console(stderr=True, highlight=False).print(summary)
+            console(stderr=True).print(summary)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
             err(f"could not print the summary: {exc}")
     print(f"counterprof: run directory: {session.path}", file=sys.stderr)

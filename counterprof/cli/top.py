@@ -17,7 +17,8 @@ import tempfile
 import threading
 import time
 
-from .common import ArgumentParser, UsageFailure, WarningRoute, err, guarded, use_system_allocator
+from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
+                     use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -25,6 +26,7 @@ examples:
   counterprof top --pid 1234
   counterprof top --duration 10 2> top.log      # one line a second, for 10 s
   counterprof top --pid 1234 -o attach-run      # keep what was recorded
+  counterprof top --serve 9464                  # and OpenMetrics on 127.0.0.1:9464/metrics
 """
 
 
@@ -44,6 +46,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("-o", "--output", metavar="DIR",
                    help="keep what was recorded as a run directory (default: nothing is kept)")
     p.add_argument("--force", action="store_true", help="replace the run already in -o DIR")
+    from .serve import add_arguments as add_serve_arguments
+    add_serve_arguments(p)
     return p
 
 
@@ -111,8 +115,8 @@ class ProcessPoller:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.pid is not None and not os.path.exists(f"/proc/{args.pid}"):
-        raise UsageFailure(f"no process with pid {args.pid}", build_parser().format_usage())
+    if args.pid is not None:
+        check_pid(args.pid, build_parser().format_usage())
     if args.processes < 0:
         raise UsageFailure("-n must be 0 or more", build_parser().format_usage())
 
@@ -128,13 +132,19 @@ def _main(argv: list[str]) -> int:
     machine = args.pid is None
     target = Target("pid", None, system_wide=True) if machine else Target("pid", args.pid)
 
+    window = LiveWindow()
+    from .serve import exporter_for
+    exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
     keep = args.output is not None
     tmp = None if keep else tempfile.mkdtemp(prefix="counterprof-top-")
     path = args.output if keep else os.path.join(tmp, "run")
-    window = LiveWindow()
     warnings = WarningRoute()
     session = Session(path, collectors=collectors, config=config, target=target, command=None,
-                      replace=args.force, rank=0, on_warning=warnings, sinks=[window])
+                      replace=args.force, rank=0, on_warning=warnings,
+                      sinks=[window] + ([exporter] if exporter is not None else []))
+    if exporter is not None:
+        exporter.attach(session, scope="machine" if machine else "process", cpus=os.cpu_count(),
+                        perf_system_wide=machine)
     try:
         return _watch(session, window, warnings, args, machine, keep)
     finally:

@@ -6,6 +6,7 @@ import shlex
 
 from ..analysis.compare import WALL, Comparison, Row
 from ..analysis.run_figures import STEP
+from .console import inert
 
 STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "changed": "changed",
                "context": "moved (machine)", "inconclusive": "inconclusive"}
@@ -80,8 +81,8 @@ def label(row: Row) -> str:
     if row.key == WALL:
         return "wall time"
     if row.key.startswith("region:"):
-        return "region " + row.key[7:]
-    return row.key[7:]
+        return "region " + inert(row.key[7:])
+    return inert(row.key[7:])
 
 
 def rank_text(row: Row, multi: bool) -> str:
@@ -225,7 +226,7 @@ def compare_text(cmp: Comparison, all_rows: bool = False) -> str:
     lines = [f"counterprof compare: {_headline(cmp)}",
              f"baseline   {_side_text(cmp.baseline)}",
              f"candidate  {_side_text(cmp.candidate)}",
-             f"command    {shlex.join(cmp.baseline.command) or '(none)'}",
+             f"command    {inert(shlex.join(cmp.baseline.command)) or '(none)'}",
              _verdict_line(cmp)]
     if machine_line(cmp):
         lines.append(machine_line(cmp))
@@ -273,7 +274,7 @@ def compare_markdown(cmp: Comparison) -> str:
     strict = cmp.settings.get("strict", False)
     lines = [f"### counterprof compare: {_headline(cmp)}", "",
              f"**baseline** {_md(_side_text(cmp.baseline))} · **candidate** {_md(_side_text(cmp.candidate))}  ",
-             f"command: `{shlex.join(cmp.baseline.command) or '(none)'}`  ",
+             f"command: `{inert(shlex.join(cmp.baseline.command)) or '(none)'}`  ",
              f"**{_md(_verdict_line(cmp))}**" + ("  " if machine_line(cmp) else "")]
     if machine_line(cmp):
         lines.append(f"⚠️ {_md(machine_line(cmp))}")

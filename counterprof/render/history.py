@@ -8,6 +8,7 @@ from typing import Any
 
 from ..analysis.changepoints import ChangePoint
 from ..store.history import Trend, command_display
+from .console import inert
 from .compare import fmt_value
 
 SPARK = "▁▂▃▄▅▆▇█"
@@ -90,11 +91,11 @@ def history_text(db: str, runs: int, trends: list[Trend], points: list[list[Chan
             command = t.command
             n = len({s for x in trends if x.command == command for s in x.seqs})
             hosts = sorted({r["host"] for x in trends if x.command == command for r in x.runs if r["host"]})
-            lines += ["", f"command: {command_display(command)}  ({n} run{'s' if n != 1 else ''}; host{'s' if len(hosts) != 1 else ''} "
-                          f"{', '.join(hosts) or 'unknown'})"]
+            lines += ["", f"command: {inert(command_display(command))}  ({n} run{'s' if n != 1 else ''}; host{'s' if len(hosts) != 1 else ''} "
+                          f"{inert(', '.join(hosts)) or 'unknown'})"]
         finite = [v for v in t.values if math.isfinite(v)]
         median = statistics.median(finite) if finite else None      # even count: the middle two's mean
-        table.append((t.series, str(len(t.values)), fmt_value(finite[0] if finite else None, t.unit),
+        table.append((inert(t.series), str(len(t.values)), fmt_value(finite[0] if finite else None, t.unit),
                       fmt_value(finite[-1] if finite else None, t.unit), fmt_value(median, t.unit),
                       sparkline(t.values, {c.index for c in cps}), _verdicts(t),
                       "; ".join(change_text(t, c) for c in cps) or "none"))

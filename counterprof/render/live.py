@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 
 from rich import box
 from rich.cells import cell_len, set_cell_size
-from rich.console import Console, Group
+from rich.console import Group
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
 from ..analysis.live import LiveFigures, PanelFigures, ProcessRow
+from .console import SafeConsole, inert
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 ASCII_LEVELS = " .:-=+*#%@"
@@ -138,15 +139,15 @@ def spark_width(width: int) -> int:
 def _header_lines(h: Header, verdict_text: Text, width: int) -> list[Text]:
     right = Text.assemble((fmt_elapsed(h.elapsed_s), "bold"), (f"  {h.keys}" if h.keys else "", "dim"))
     left_w = max(0, width - right.cell_len - 1)
-    left = Text.assemble(("counterprof", "bold cyan"), " ▸ ", (h.title, "bold"))
+    left = Text.assemble(("counterprof", "bold cyan"), " ▸ ", (inert(h.title), "bold"))
     left.truncate(left_w, overflow="ellipsis", pad=True)
     lines = [Text.assemble(left, " ", right)]
     sub = Text.assemble(("bottleneck ", "dim"), verdict_text)
     lines.append(sub)
     if h.run_path:
-        lines.append(Text.assemble(("run ", "dim"), h.run_path))
+        lines.append(Text.assemble(("run ", "dim"), inert(h.run_path)))
     if h.warnings:
-        lines.append(Text(f"! {h.warnings[-1]}", style="yellow"))
+        lines.append(Text(f"! {inert(h.warnings[-1])}", style="yellow"))
     for t in lines:
         t.no_wrap, t.overflow = True, "ellipsis"
     return lines
@@ -246,7 +247,7 @@ def _process_lines(rows: list[ProcessRow], width: int, ascii_only: bool) -> list
     body = [(head, _Styles.label)]
     for r in rows:
         body.append((f"{_fit(str(r.pid), 8, True)} {_fit(fmt_value(r.cpu_pct, 'percent'), 8, True)} "
-                     f"{_fit(fmt_value(r.rss, 'bytes'), 11, True)} {_fit(r.name, name_w)}", Style()))
+                     f"{_fit(fmt_value(r.rss, 'bytes'), 11, True)} {_fit(inert(r.name), name_w)}", Style()))
     for text, style in body:
         text = _fit(text, inner)
         lines.append([Segment(bx.mid_left + " "), Segment(text, style), Segment(" " + bx.mid_right)])
@@ -324,14 +325,14 @@ def one_line(figs: LiveFigures, h: Header, width: int) -> list[Text]:
 
 def plain_line(figs: LiveFigures, elapsed_s: float) -> str:
     """One line of text per interval (stderr is not a terminal): like `perf stat -I`."""
-    return f"{elapsed_s:10.3f} s  {headline_text(figs).replace(' · ', '  ')}  | {figs.verdict}"
+    return inert(f"{elapsed_s:10.3f} s  {headline_text(figs).replace(' · ', '  ')}  | {figs.verdict}")
 
 
 # -- to terminal lines ------------------------------------------------------------------
 
 def to_lines(renderable, width: int, color_system: str | None, ascii_only: bool = False) -> list[str]:
     """Render to lines of text with ANSI styles, each at most `width` cells."""
-    console = Console(file=io.StringIO(), width=width, force_terminal=color_system is not None,
+    console = SafeConsole(file=io.StringIO(), width=width, force_terminal=color_system is not None,
                       color_system=color_system, legacy_windows=False, highlight=False,
                       emoji=False, markup=False, _environ={}, safe_box=ascii_only)
     with console.capture() as cap:

@@ -9,6 +9,7 @@ from rich.text import Text
 
 from ..analysis.classify import Verdict, describe
 from ..analysis.report import Report
+from .console import inert
 
 COLORS = {"compute": "green", "memory": "magenta", "collectives": "cyan", "host": "yellow",
           "unknown": "white", "compute|memory": "blue"}
@@ -42,16 +43,16 @@ def _host_parts(v: Verdict) -> str:
 def evidence_lines(v: Verdict, indent: str = "  ") -> list[Text]:
     out = []
     for e in v.evidence:
-        line = Text(f"{indent}• {e.text}")
+        line = Text(f"{indent}• {inert(e.text)}")
         if e.threshold is not None:
             line.append(f"  [threshold {e.threshold:g}; {e.source}]", style="dim")
         elif e.source:
             line.append(f"  [{e.source}]", style="dim")
         out.append(line)
     for e in v.secondary:
-        out.append(Text(f"{indent}◦ also: {e.text}", style="dim"))
+        out.append(Text(f"{indent}◦ also: {inert(e.text)}", style="dim"))
     if v.missing and v.verdict == "unknown":
-        out.append(Text(f"{indent}→ would decide it: " + "; ".join(v.missing), style="italic"))
+        out.append(Text(f"{indent}→ would decide it: " + inert("; ".join(v.missing)), style="italic"))
     return out
 
 
@@ -71,8 +72,8 @@ def timeline(r: Report, width: int = 100) -> Text:
 
 def report_renderable(r: Report):
     parts = []
-    cmd = shlex.join(r.run.get("command") or []) or "(no command)"
-    parts.append(Text(f"counterprof report: {r.run.get('id')}  '{cmd}'", style="bold"))
+    cmd = inert(shlex.join(r.run.get("command") or [])) or "(no command)"
+    parts.append(Text(f"counterprof report: {inert(r.run.get('id'))}  '{cmd}'", style="bold"))
     o = r.overall
     head = Text("\nverdict: ", style="bold")
     head.append(describe(o), style=f"bold {COLORS.get(o.verdict, 'white')}")
@@ -94,8 +95,8 @@ def report_renderable(r: Report):
         for col in ("region", "kind", "count", "time", "verdict", "evidence"):
             t.add_column(col, overflow="fold")
         for rv in r.regions:
-            first = rv.verdict.evidence[0].text if rv.verdict.evidence else ""
-            t.add_row(rv.name, rv.kind, str(rv.count), f"{rv.total_s:.3f} s",
+            first = inert(rv.verdict.evidence[0].text) if rv.verdict.evidence else ""
+            t.add_row(inert(rv.name), rv.kind, str(rv.count), f"{rv.total_s:.3f} s",
                       Text(describe(rv.verdict), style=COLORS.get(rv.verdict.verdict, "white")), first)
         parts.extend([Text(""), t])
 
@@ -103,9 +104,9 @@ def report_renderable(r: Report):
         parts.extend([Text(""), ranks_table(r)])
         if r.rank_analysis:
             for note in r.rank_analysis.get("notes", []):
-                parts.append(Text(f"  {note}", style="dim"))
+                parts.append(Text(f"  {inert(note)}", style="dim"))
         for note in r.rank_notes:
-            parts.append(Text(f"  {note}", style="dim"))
+            parts.append(Text(f"  {inert(note)}", style="dim"))
 
     t = Table(title="collectors", title_justify="left", box=None, pad_edge=False)
     t.add_column("collector")
@@ -113,7 +114,7 @@ def report_renderable(r: Report):
     t.add_column("why")
     for name, c in r.collectors.items():
         style = "green" if c.get("status") == "ok" else "yellow"
-        t.add_row(name, Text(str(c.get("status")), style=style), c.get("reason", ""))
+        t.add_row(inert(name), Text(str(c.get("status")), style=style), inert(c.get("reason", "")))
     parts.extend([Text(""), t])
 
     if r.summary is not None and r.summary.rows:
@@ -125,7 +126,7 @@ def report_renderable(r: Report):
             t.add_column(col)
         for d in r.devices:
             for metric, m in d["metrics"].items():
-                t.add_row(d["entity"], metric, _num(m["mean"]), _num(m["peak"]), m["unit"])
+                t.add_row(inert(d["entity"]), inert(metric), _num(m["mean"]), _num(m["peak"]), m["unit"])
         parts.extend([Text(""), t])
 
     if r.gpu_breakdown:
@@ -149,13 +150,13 @@ def report_renderable(r: Report):
         for col in ("kernel", "class", "count", "total", "share"):
             t.add_column(col, overflow="fold")
         for k in r.top_kernels:
-            t.add_row(k["name"][:80], k["kernel_class"] or "", str(k["count"]),
+            t.add_row(inert(k["name"][:80]), k["kernel_class"] or "", str(k["count"]),
                       f"{k['total_ns'] / 1e6:.2f} ms", f"{k['share_pct']:.0f}%")
         parts.extend([Text(""), t])
 
     if r.next_steps:
         parts.append(Text("\nwhat to look at next:", style="bold"))
-        parts.extend(Text(f"  → {s}") for s in r.next_steps)
+        parts.extend(Text(f"  → {inert(s)}") for s in r.next_steps)
     return Group(*parts)
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 import io
 import shlex
 
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
 from ..analysis.summary import Summary, SummaryRow
+from .console import console, inert
 
 
 def _number(value: float, unit: str) -> tuple[str, str]:
@@ -32,14 +33,16 @@ def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
     if r.value is None:
         label = {"not supported": "<not supported>", "not counted": "<not counted>"}.get(
             r.status, f"<{r.status}>")
-        return Text(label, style="yellow"), "", Text(r.metric), Text("")
+        return Text(label, style="yellow"), "", Text(inert(r.metric)), Text("")
     num, unit = _number(r.value, r.unit)
-    name = r.metric if r.aggregate == "total" else f"{r.metric} ({r.aggregate})"
+    name = inert(r.metric if r.aggregate == "total" else f"{r.metric} ({r.aggregate})")
     note = f"#  {r.note}" if r.note else ""
     if r.coverage is not None and r.coverage < 0.9999:
         note += f"  ({100 * r.coverage:.2f}%)"
     if r.unknown_intervals:
         note += f"  [{r.unknown_intervals} intervals unknown]"
+    if r.stddev is not None:
+        note = f"{_spread(r.value, r.stddev, r.unit)}  {note}".rstrip()
     return Text(num), unit, Text(name), Text(note, style="dim")
 
 
@@ -48,8 +51,9 @@ _SECTION_TITLES = {"host": "process tree and system (host collector)",
 
 
 def summary_renderable(s: Summary):
-    what = shlex.join(s.command) if s.command else "this run"
-    title = Text(f"\n Performance counter stats for '{what}':\n", style="bold")
+    what = inert(shlex.join(s.command)) if s.command else "this run"
+    runs = f" ({s.runs} runs)" if s.runs > 1 else ""
+    title = Text(f"\n Performance counter stats for '{what}'{runs}:\n", style="bold")
     table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
     table.add_column(justify="right", no_wrap=True)
     table.add_column(no_wrap=True)
@@ -61,12 +65,17 @@ def summary_renderable(s: Summary):
         table.add_row(*_cells(r))
     parts = [title, table]
     footer = []
-    if s.elapsed_s is not None:
-        footer.append(f"{s.elapsed_s:15.9f} seconds time elapsed")
-    if s.user_s is not None:
-        footer.append(f"{s.user_s:15.9f} seconds user")
-    if s.system_s is not None:
-        footer.append(f"{s.system_s:15.9f} seconds sys")
+    for value, key, words in ((s.elapsed_s, "elapsed_s", "seconds time elapsed"),
+                              (s.user_s, "user_s", "seconds user"), (s.system_s, "system_s", "seconds sys")):
+        if value is None:
+            continue
+        sd = s.spread.get(key)
+        if sd is None:
+            footer.append(f"{value:15.9f} {words}")
+        else:     # perf stat -r's form
+            footer.append(f"{value:15.9f} +- {sd:.9f} {words}  {_pct_spread(value, sd)}")
+    if s.runs > 1:
+        footer.append(f"(means of {s.runs} runs; +- is the sample standard deviation over the runs)")
     if footer:
         parts.append(Text("\n" + "\n".join(footer)))
     for source in dict.fromkeys(r.source for r in other):     # one section per collector
@@ -84,17 +93,29 @@ def summary_renderable(s: Summary):
                 section.add_row(*_cells(r))
         parts.append(Text(""))
         parts.append(section)
-    failed = [f"{k}: {v['status']} ({v['reason']})" for k, v in s.collectors.items()
+    failed = [inert(f"{k}: {v['status']} ({v['reason']})") for k, v in s.collectors.items()
               if v.get("status") not in ("ok", "unavailable", None)]
     if failed:
         parts.append(Text("\n" + "\n".join(failed), style="yellow"))
     # a default collector this machine cannot run (no GPU, say): one short line, not a paragraph
-    absent = [f"{k} ({_first_clause(v.get('reason', ''))})" for k, v in s.collectors.items()
+    absent = [inert(f"{k} ({_first_clause(v.get('reason', ''))})") for k, v in s.collectors.items()
               if v.get("status") == "unavailable"]
     if absent:
         parts.append(Text("not available here: " + "; ".join(absent) + "  (`counterprof list` says why)",
                           style="dim"))
     return Group(*parts)
+
+
+def _pct_spread(mean: float, sd: float) -> str:
+    return f"( +- {100 * sd / abs(mean):.2f}% )" if mean else f"( +- {sd:.3g} )"
+
+
+def _spread(mean: float, sd: float, unit: str) -> str:
+    """A row's standard deviation over the runs, relative like perf stat -r's."""
+    if mean:
+        return f"( +- {100 * sd / abs(mean):.2f}% )"
+    num, u = _number(sd, unit)
+    return f"( +- {num} {u} )".replace("  )", " )")
 
 
 def _first_clause(reason: str, limit: int = 60) -> str:
@@ -104,5 +125,5 @@ def _first_clause(reason: str, limit: int = 60) -> str:
 
 def summary_text(s: Summary, width: int = 120) -> str:
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, highlight=False).print(summary_renderable(s))
+    console(file=buf, width=width, color_system=None).print(summary_renderable(s))
     return buf.getvalue()
