@@ -124,7 +124,7 @@ def recover_traces(run_path: Path) -> list[str]:
 
 def _convert(path: Path, rank: int, claim: Claim) -> str:
     folder = rundir.table_dir(path.parent.parent, "spans")
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    rundir.make_dirs(folder)
     target = folder / f"spans-recovered-{path.name}.parquet"
     staging = target.with_name(f".{target.name}.tmp")
     trace = ImportedTrace(str(path))

@@ -1,9 +1,10 @@
 """counterprof merge RUN... -o OUT: one run from the runs of several hosts (or jobs).
 
 Each input's rank partitions (its tables' files and its own folder) are copied into OUT, in
-the current layout whatever the input's (a rank may come from one input only), each keeps the meta.json of the process that wrote it (its host, its collectors), and the catalogs
-are merged, so `counterprof report OUT` sees every rank, estimates the hosts' clock skew from
-collective end times, and finds the stragglers across hosts.
+the current layout whatever the input's (a rank may come from one input only); each keeps the
+meta.json of the process that wrote it (its host, its collectors), and the catalogs are merged,
+so `counterprof report OUT` sees every rank, estimates the hosts' clock skew from collective end
+times, and finds the stragglers across hosts.
 """
 from __future__ import annotations
 

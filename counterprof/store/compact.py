@@ -1,7 +1,8 @@
 """Compaction: journal segments -> one Parquet file per table and writer.
 
-A rank's journal (<run>/_ranks/rank=<r>/journal/) becomes <run>/<table>/rank=<r>/<table>-<writer>
-.parquet (rundir.table_dir: beside the journal in a run of the older layout).
+A rank's journal (<run>/_ranks/rank=<r>/journal/) becomes one file per table and writer in the
+table's dataset, <run>/<table>/rank=<r>/<table>-<writer>.parquet (rundir.table_dir; beside the
+journal in a run of the older layout).
 
 Streams segment by segment and writes row groups of bounded size, so memory does
 not grow with the run. Safe to repeat and safe to interrupt: the Parquet file is
@@ -23,7 +24,7 @@ import pyarrow.parquet as pq
 
 from ..proctree import pid_alive
 from .journal import JOURNAL, SegmentRead, read_segment, segments
-from .rundir import table_dir
+from .rundir import make_dirs, table_dir
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
 ROW_GROUP_ROWS = 64 * 1024
@@ -117,7 +118,7 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
                 return
             table_obj = pa.Table.from_batches(pending).unify_dictionaries()
             if writer_obj is None:
-                folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+                make_dirs(folder)
                 writer_obj = pq.ParquetWriter(str(tmp), table_obj.schema, compression="zstd")
             writer_obj.write_table(table_obj)
             report.rows += table_obj.num_rows

@@ -168,17 +168,18 @@ def rank_name(rank: int) -> str:
     return f"rank={rank}"
 
 
-def _mkdir(path: Path) -> Path:
-    """path and its missing parents inside the run, each readable by the owner only."""
+def make_dirs(path: Path) -> Path:
+    """path and its missing parents (inside the run), each readable by the owner only."""
+    path = Path(path)
     if not path.is_dir():
-        _mkdir(path.parent)
+        make_dirs(path.parent)
         path.mkdir(mode=0o700, exist_ok=True)
     return path
 
 
 def rank_dir(run: Path, rank: int) -> Path:
     """The folder of a rank's own files (journal, traces, a joined rank's meta), created."""
-    return _mkdir(Path(run) / RANKS / rank_name(rank))
+    return make_dirs(Path(run) / RANKS / rank_name(rank))
 
 
 def traces_dir(run: Path, rank: int) -> Path:
@@ -221,7 +222,7 @@ def table_dir(rank_path: Path, table: str) -> Path:
 
 def dataset_dir(run: Path, table: str, rank: int) -> Path:
     """<run>/<table>/rank=<r>, created: where a rank's Parquet files of table go."""
-    return _mkdir(Path(run) / table / rank_name(rank))
+    return make_dirs(Path(run) / table / rank_name(rank))
 
 
 def table_files(run: Path, table: str, rank: int | None = None) -> list[tuple[int, Path]]:

@@ -52,6 +52,8 @@ def test_compaction_writes_each_table_into_its_dataset(tmp_path):
     assert [p.name for p in run.iterdir()] == ["_ranks"]     # the journal is a rank's own file
     for r in (0, 1):
         compact_rank(rundir.rank_dir(run, r))
+    for d in (run / "samples", run / "samples" / "rank=1"):
+        assert oct(d.stat().st_mode & 0o777) == "0o700"
     t = pyarrow.dataset.dataset(run / "samples", partitioning="hive").to_table()
     assert sorted(t["rank"].to_pylist()) == [0, 0, 0, 1, 1]
     assert rundir.table_files(run, "samples") == [
