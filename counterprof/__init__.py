@@ -4,7 +4,7 @@ clock, in Parquet, with the evidence for what held a workload back.
     import counterprof
     with counterprof.profile(events="task-clock,page-faults", interval_ms=10) as run:
         work()
-    run.samples()   # pyarrow.Table, samples schema
+    run.samples()   # pyarrow.Table, samples schema (+ rank when the run has several)
     run.summary()   # totals per event, like perf stat
 """
 __version__ = "0.1.0"

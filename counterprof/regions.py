@@ -9,7 +9,7 @@
 Where the spans go:
 - inside `counterprof.profile()` (an in-process session): to that session;
 - inside a workload that `counterprof run` launched (it sets COUNTERPROF_RUN_DIR): to a
-  journal of this process's own in the run directory, rank=<RANK>/;
+  journal of this process's own in the run directory's _ranks/rank=<RANK>/;
 - anywhere else: nowhere (a region then costs two clock reads).
 
 Spans are buffered and written at most once a second (and at exit), so a killed
@@ -23,6 +23,7 @@ import os
 import secrets
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 FLUSH_EVERY_NS = 1_000_000_000
@@ -62,9 +63,9 @@ class _Recorder:
             return
         from .session import rank_from_env
         from .store.journal import JournalWriter
-        rank_path = os.path.join(run_dir, f"rank={rank_from_env()}")
+        from .store.rundir import rank_dir
         try:
-            os.makedirs(rank_path, mode=0o700, exist_ok=True)
+            rank_path = rank_dir(Path(run_dir), rank_from_env())
             self._journal = JournalWriter(rank_path, f"regions{os.getpid()}-{secrets.token_hex(2)}")
         except OSError:
             return      # not writable: regions are dropped, the workload is not disturbed

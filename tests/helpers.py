@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,91 @@ def end_processes(procs: list) -> None:
         except psutil.NoSuchProcess:
             pass
 
+
+
+def table_files(run_dir, table: str, rank: int | None = None) -> list[Path]:
+    """A run's Parquet files of one table (samples, spans), every rank or one: where the run
+    layout puts them (counterprof.store.rundir), so tests name no path of their own."""
+    from counterprof.store import rundir
+    return [f for _, f in rundir.table_files(Path(run_dir), table, rank)]
+
+
+def table_dir(run_dir, table: str, rank: int = 0) -> Path:
+    """The folder of a rank's Parquet files of one table, created (to put a file there)."""
+    from counterprof.store import rundir
+    return rundir.dataset_dir(Path(run_dir), table, rank)
+
+
+def table_file(run_dir, table: str, rank: int = 0, writer: str = "a") -> Path:
+    """Where a writer's Parquet file of one table goes in a rank's partition (folder created)."""
+    return table_dir(run_dir, table, rank) / f"{table}-{writer}.parquet"
+
+
+def rank_files(run_dir, rank: int = 0) -> Path:
+    """The folder of a rank's own files (journal/, traces/, a joined rank's meta.json)."""
+    from counterprof.store import rundir
+    return Path(run_dir) / rundir.RANKS / rundir.rank_name(rank)
+
+
+def journal_dir(run_dir, rank: int = 0) -> Path:
+    from counterprof.store import rundir
+    return rank_files(run_dir, rank) / rundir.JOURNAL
+
+
+def traces_dir(run_dir, rank: int = 0) -> Path:
+    from counterprof.store import rundir
+    return rank_files(run_dir, rank) / rundir.TRACES
+
+
+def to_older_layout(run_dir) -> Path:
+    """Rewrite a run in the layout counterprof wrote before one dataset per table: everything
+    of a rank in <run>/rank=<r>/ (Parquet files, journal/, traces/, meta.json). Such runs are
+    data someone kept; counterprof still reads them."""
+    from counterprof.store import rundir
+    run_dir = Path(run_dir)
+    for rank in rundir.ranks(run_dir):
+        old = run_dir / rundir.rank_name(rank)
+        own = rank_files(run_dir, rank)
+        if own.is_dir():
+            own.rename(old)
+        old.mkdir(mode=0o700, exist_ok=True)
+        for table in rundir.TABLE_NAMES:
+            part = run_dir / table / rundir.rank_name(rank)
+            for f in list(part.glob("*")) if part.is_dir() else []:
+                f.rename(old / f.name)
+    for name in (rundir.RANKS, *rundir.TABLE_NAMES):
+        d = run_dir / name
+        if d.is_dir():
+            for sub in sorted(d.rglob("*"), reverse=True):
+                sub.rmdir()
+            d.rmdir()
+    return run_dir
+
+
+# Two ranks (RANK=0, 1: one partition each), each marking regions: samples from perf and host,
+# spans from each rank's own regions journal.
+TWO_RANKS = textwrap.dedent(f"""
+    import os, subprocess, sys
+    child = '''
+    import time, counterprof
+    for i in range(4):
+        with counterprof.region("work"):
+            sum(range(300_000))
+        with counterprof.region("rest"):
+            time.sleep(0.03)
+    '''
+    procs = [subprocess.Popen([{PYTHON!r}, "-c", child],
+                              env={{**os.environ, "RANK": str(r), "WORLD_SIZE": "2"}}) for r in (0, 1)]
+    sys.exit(max(p.wait() for p in procs))
+""")
+
+
+def two_rank_run(path) -> Path:
+    """A real run of two ranks through `counterprof run --per-rank`, in path."""
+    proc = run_cli("run", "-q", "--per-rank", "-o", str(path), "--", PYTHON, "-c", TWO_RANKS,
+                   timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return path
 
 
 class ClaimHeldElsewhere:

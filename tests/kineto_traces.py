@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO
+from helpers import REPO, traces_dir
 
 _CANDIDATES = [os.environ.get("COUNTERPROF_TRACES"), REPO.parent / "shared" / "traces",
                REPO.parent.parent / "shared" / "traces", Path("/work/shared/traces")]
@@ -153,7 +153,7 @@ def profiler_after_first_trace(run: Path, first: Path) -> str:
     from counterprof.collector import Target
     s = Session({str(run)!r}, collectors=["torch"], target=Target("launch", os.getpid()), rank=0)
     s.prepare(); s.start()
-    traces = Path({str(run)!r}) / "rank=0" / "traces"
+    traces = Path({str(traces_dir(run))!r})
     traces.mkdir(parents=True)
     shutil.copy({str(first)!r}, traces)
     col = s.collectors[0]

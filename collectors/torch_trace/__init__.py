@@ -7,7 +7,7 @@ and costs the profiled steps real time. `counterprof list` says whether torch is
 Where things happen:
 - In the workload's Python processes (bootstrap/_counterprof_torch_driver.py): torch.profiler
   records a window of steps every N; torch writes each finished window as a Kineto JSON file
-  into <run>/rank=<rank>/traces/ (temporary name, then renamed).
+  into <run>/_ranks/rank=<rank>/traces/ (rundir.traces_dir; temporary name, then renamed).
 - In the profiler (this collector's thread): each complete trace file is converted in a stream
   (convert.py) and emitted as spans into its rank's partition, ending with the trace's window
   span; then the next file. The workload pays for torch's own export only; conversion, the
@@ -39,12 +39,13 @@ from typing import Any
 
 from counterprof.collector import Availability, Collector, SessionContext
 from counterprof.errors import CounterprofError, UsageError
+from counterprof.store import rundir
 
 from .claim import Claim
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 DRIVER = "_counterprof_torch_driver"
-TRACE_GLOBS = ("rank=*/traces/*.pt.trace.json", "rank=*/traces/*.pt.trace.json.gz")
+TRACE_GLOBS = tuple(rundir.trace_globs("*.pt.trace.json", "*.pt.trace.json.gz"))
 
 
 def load_driver():
@@ -59,7 +60,7 @@ def load_driver():
 
 
 def rank_of_trace_dir(path: Path) -> int:
-    name = path.parent.parent.name        # rank=<r>/traces/<file>
+    name = path.parent.parent.name        # [_ranks/]rank=<r>/traces/<file>
     return int(name.split("=", 1)[1])
 
 

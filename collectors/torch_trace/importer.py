@@ -1,7 +1,7 @@
 """Existing torch profiler traces -> a run directory (`counterprof import`).
 
 Each trace file is converted in a stream into one Parquet file of spans, written under a
-temporary name and renamed into rank=<r>/ once complete, so a run never holds half a trace.
+temporary name and renamed into spans/rank=<r>/ once complete, so a run never holds half a trace.
 The rank comes from the trace (distributedInfo.rank), else the file name (rank3, rank_3, ...),
 else `default_rank`. Several files may share a rank when their recorded windows do not overlap
 in time (one process's successive windows); two files claiming one rank over the same time are
@@ -149,7 +149,7 @@ def import_traces(paths: list[str | os.PathLike], run: str | os.PathLike, *, rep
                 f"{t.path}: {t.failed}" for t in traces))
         for i, trace in enumerate(traces):
             if trace.tmp is not None:
-                target = rundir.rank_dir(run_path, trace.rank) / f"spans-import-{i}.parquet"
+                target = rundir.dataset_dir(run_path, "spans", trace.rank) / f"spans-import-{i}.parquet"
                 os.replace(trace.tmp, target)
                 trace.tmp = None
     except BaseException:

@@ -1,7 +1,7 @@
 """`counterprof recover` for torch traces: convert what a killed profiler left unconverted.
 
 A trace's spans end with its window span (named after the trace file), so a trace file in
-rank=<r>/traces/ without a window span of that name was not converted, or was cut off while
+a rank's traces/ without a window span of that name was not converted, or was cut off while
 being converted. Such a trace is converted again into its own Parquet file; rows a cut-off
 conversion had already written are dropped first. They are recognisable without any id: they
 come from the trace's process (pid) and lie in its recorded window, and one process's windows
@@ -53,7 +53,7 @@ def converted_traces(run_path: Path, rank: int | None = None) -> set[tuple[int, 
             if s.table == "spans":
                 for b in read_segment(s.path):
                     done.update((r, n) for n in _windows(b.select(["name", "category"])))
-        for f in d.glob("spans-*.parquet"):
+        for f in rundir.table_dir(d, "spans").glob("spans-*.parquet"):
             try:
                 t = pq.read_table(f, columns=["name", "category"])
             except (pa.ArrowInvalid, OSError):
@@ -69,7 +69,7 @@ def _drop_rows(parquet: Path, pid: int, start: int, end: int) -> int:
     except (pa.ArrowInvalid, OSError):
         return 0           # unreadable: readers skip it, so its rows count nowhere
     dropped = 0
-    tmp = parquet.with_name(f"{parquet.name}.{os.getpid()}.tmp")
+    tmp = parquet.with_name(f".{parquet.name}.{os.getpid()}.tmp")     # readers skip dot names
     writer = None
     try:
         for batch in f.iter_batches(batch_size=64 * 1024):
@@ -98,7 +98,7 @@ def _drop_rows(parquet: Path, pid: int, start: int, end: int) -> int:
 def recover_traces(run_path: Path) -> list[str]:
     lines = []
     done: set[tuple[int, str]] | None = None
-    for tmp in run_path.glob("rank=*/traces/*.tmp"):
+    for tmp in (p for g in rundir.trace_globs("*.tmp") for p in run_path.glob(g)):
         lines.append(f"{tmp}: a trace the workload did not finish writing (the process was "
                      "killed while exporting it); left as is")
     for path in sorted(p for g in TRACE_GLOBS for p in run_path.glob(g)):
@@ -123,8 +123,10 @@ def recover_traces(run_path: Path) -> list[str]:
 
 
 def _convert(path: Path, rank: int, claim: Claim) -> str:
-    target = path.parent.parent / f"spans-recovered-{path.name}.parquet"
-    staging = target.with_name(target.name + ".tmp")
+    folder = rundir.table_dir(path.parent.parent, "spans")
+    rundir.make_dirs(folder)
+    target = folder / f"spans-recovered-{path.name}.parquet"
+    staging = target.with_name(f".{target.name}.tmp")
     trace = ImportedTrace(str(path))
     convert_to_parquet(trace, staging, rank, path.parent)
     if trace.failed:
@@ -139,7 +141,7 @@ def _convert(path: Path, rank: int, claim: Claim) -> str:
             fcntl.flock(lock, fcntl.LOCK_EX)
             # a converter that died since the run's compaction left its rows in its journal
             compact_rank(part)
-            for f in part.glob("spans-*.parquet"):
+            for f in folder.glob("spans-*.parquet"):
                 dropped += _drop_rows(f, trace.host_pid, *trace.window)
             os.replace(staging, target)
         finally:

@@ -229,13 +229,14 @@ class Part:
 
 def list_parts(run) -> dict[int, list[Part]]:
     from ..store.journal import segments
-    from ..store.rundir import rank_dirs
-    out: dict[int, list[Part]] = {}
-    for rank, d in rank_dirs(run.path):
-        parts = out.setdefault(rank, [])
-        for table in ("spans", "samples"):
-            parts += [Part(rank, table, f) for f in sorted(d.glob(f"{table}-*.parquet"))]
-            parts += [Part(rank, table, s.path, journal=True) for s in segments(d) if s.table == table]
+    from ..store.rundir import rank_dirs, ranks, table_files
+    out: dict[int, list[Part]] = {r: [] for r in ranks(run.path)}
+    journals = dict(rank_dirs(run.path))
+    for table in ("spans", "samples"):
+        for rank, f in table_files(run.path, table):
+            out[rank].append(Part(rank, table, f))
+        for rank, d in journals.items():
+            out[rank] += [Part(rank, table, s.path, journal=True) for s in segments(d) if s.table == table]
     return out
 
 

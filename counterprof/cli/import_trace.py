@@ -4,7 +4,7 @@
 
 Any Kineto (torch.profiler) trace: .json or .json.gz, one or many ranks, old and new formats,
 CUDA and ROCm. Directories are searched for *.json and *.json.gz. Each rank's spans land in
-RUN/rank=<r>/ (rank from the trace's distributedInfo, else the file name, else --rank).
+RUN/spans/rank=<r>/ (rank from the trace's distributedInfo, else the file name, else --rank).
 Then `counterprof breakdown RUN`.
 """
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """counterprof merge RUN... -o OUT: one run from the runs of several hosts (or jobs).
 
-Each input's rank partitions are copied into OUT (a rank may come from one input only), each
-keeps the meta.json of the process that wrote it (its host, its collectors), and the catalogs
-are merged, so `counterprof report OUT` sees every rank, estimates the hosts' clock skew from
-collective end times, and finds the stragglers across hosts.
+Each input's rank partitions (its tables' files and its own folder) are copied into OUT, in
+the current layout whatever the input's (a rank may come from one input only); each keeps the
+meta.json of the process that wrote it (its host, its collectors), and the catalogs are merged,
+so `counterprof report OUT` sees every rank, estimates the hosts' clock skew from collective end
+times, and finds the stragglers across hosts.
 """
 from __future__ import annotations
 
@@ -42,11 +43,12 @@ def _main(argv: list[str]) -> int:
                                "outside every input", p.format_usage())
     owner: dict[int, Path] = {}
     for run in runs:
-        for rank, d in rundir.rank_dirs(run.path):
+        own = dict(rundir.rank_dirs(run.path))
+        for rank in run.ranks():
             if rank in owner:
                 raise UsageFailure(f"rank {rank} is in both {owner[rank]} and {run.path}: merge runs "
                                    "of different ranks (one per host of one job)", p.format_usage())
-            if segments(d):
+            if rank in own and segments(own[rank]):
                 raise RunDirectoryError(f"{run.path} has an unfinished journal (rank {rank}): run "
                                         f"`counterprof recover {run.path}` first")
             owner[rank] = run.path
@@ -59,10 +61,17 @@ def _main(argv: list[str]) -> int:
     for run in runs:
         for m in run.catalog.values():
             catalog.setdefault(m["name"], m)
-        for rank, d in rundir.rank_dirs(run.path):
+        own = dict(rundir.rank_dirs(run.path))
+        for rank in run.ranks():
             meta = run.rank_meta(rank)
-            shutil.copytree(d, out / f"rank={rank}", ignore=shutil.ignore_patterns("journal", LOCK))
-            rundir.write_json(out / f"rank={rank}" / rundir.META, {**meta, "merged_from": str(run.path)})
+            dest = rundir.rank_dir(out, rank)
+            if rank in own:     # its traces and files; the tables' files go to their datasets
+                shutil.copytree(own[rank], dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+                    rundir.JOURNAL, LOCK, "*.parquet"))
+            for table in rundir.TABLE_NAMES:
+                for _r, f in rundir.table_files(run.path, table, rank):
+                    shutil.copy2(f, rundir.dataset_dir(out, table, rank) / f.name)
+            rundir.write_json(dest / rundir.META, {**meta, "merged_from": str(run.path)})
             ranks_meta[str(rank)] = {"host": (meta.get("host") or {}).get("hostname"),
                                      "run": str(run.path), "status": meta.get("status")}
     # the run-level facts of the input that started first: the merged run's start (the export's

@@ -75,7 +75,7 @@ def build_parser() -> ArgumentParser:
     ranks = p.add_mutually_exclusive_group()
     ranks.add_argument("--per-rank", dest="per_rank", action="store_const", const=True, default=None,
                        help="a multi-rank job: count each rank process (RANK in its environment) "
-                            "into its own rank=<r>/ partition (default for torchrun, mpirun, srun, ...)")
+                            "into its own rank=<r> partition (default for torchrun, mpirun, srun, ...)")
     ranks.add_argument("--no-per-rank", dest="per_rank", action="store_const", const=False,
                        help="count the launched process tree as one, even under torchrun")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at the end")

@@ -1,5 +1,9 @@
 """Compaction: journal segments -> one Parquet file per table and writer.
 
+A rank's journal (<run>/_ranks/rank=<r>/journal/) becomes one file per table and writer in the
+table's dataset, <run>/<table>/rank=<r>/<table>-<writer>.parquet (rundir.table_dir; beside the
+journal in a run of the older layout).
+
 Streams segment by segment and writes row groups of bounded size, so memory does
 not grow with the run. Safe to repeat and safe to interrupt: the Parquet file is
 written under a temporary name and renamed, and segments are deleted only after.
@@ -20,6 +24,7 @@ import pyarrow.parquet as pq
 
 from ..proctree import pid_alive
 from .journal import JOURNAL, SegmentRead, read_segment, segments
+from .rundir import make_dirs, table_dir
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
 ROW_GROUP_ROWS = 64 * 1024
@@ -95,13 +100,14 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
         if writer_alive(writer):
             report.live.append(writer)
             continue
-        target = Path(rank_path) / parquet_name(table, writer)
+        folder = table_dir(rank_path, table)
+        target = folder / parquet_name(table, writer)
         if target.exists():
             # An earlier compaction renamed its file but died before deleting segments.
             for s in group:
                 s.path.unlink(missing_ok=True)
             continue
-        tmp = target.with_name(target.name + ".tmp")
+        tmp = folder / f".{target.name}.tmp"            # dataset readers skip dot names
         writer_obj = None
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
@@ -112,6 +118,7 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
                 return
             table_obj = pa.Table.from_batches(pending).unify_dictionaries()
             if writer_obj is None:
+                make_dirs(folder)
                 writer_obj = pq.ParquetWriter(str(tmp), table_obj.schema, compression="zstd")
             writer_obj.write_table(table_obj)
             report.rows += table_obj.num_rows

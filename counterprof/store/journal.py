@@ -1,6 +1,6 @@
 """The journal: the crash-safe sink every batch goes to first.
 
-Each table gets an Arrow IPC stream segment under rank=<r>/journal/. The file is
+Each table gets an Arrow IPC stream segment under _ranks/rank=<r>/journal/. The file is
 unbuffered (pyarrow.OSFile), so each batch is in the kernel's hands as soon as it is
 written: a profiler killed with SIGKILL loses only what collectors had not yet
 emitted (they emit at least once a second). Segments rotate at a size limit so
@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from .rundir import JOURNAL
+from .rundir import JOURNAL, rank_dir
 
 SUFFIX = ".arrows"
 SEGMENT_BYTES = 32 * 1024 * 1024
@@ -109,9 +109,7 @@ class JournalSet:
         with self._lock:
             w = self.writers.get(rank)
             if w is None:
-                d = self.run_path / f"rank={rank}"
-                d.mkdir(mode=0o700, exist_ok=True)
-                w = self.writers[rank] = JournalWriter(d, self.writer_id)
+                w = self.writers[rank] = JournalWriter(rank_dir(self.run_path, rank), self.writer_id)
         w.write(table, batch)
 
     def rank_paths(self) -> list[Path]:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .journal import read_segment, segments
-from .rundir import rank_dirs
+from .rundir import TABLE_NAMES, rank_dirs, table_files
 
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
 _TOTALS = """
@@ -39,15 +39,15 @@ class RunFiles:
 
 def run_files(run_path: str | os.PathLike) -> RunFiles:
     out = RunFiles()
-    for rank, d in rank_dirs(Path(run_path)):
-        for f in sorted(d.glob("*.parquet")):
-            table = f.name.split("-", 1)[0]
+    for table in TABLE_NAMES:
+        for rank, f in table_files(Path(run_path), table):
             try:
                 pq.read_metadata(f)
             except (pa.ArrowInvalid, OSError) as exc:
                 out.skipped.append(f"{f}: {exc}")
                 continue
             out.parquet.setdefault(table, []).append((rank, str(f)))
+    for rank, d in rank_dirs(Path(run_path)):
         for s in segments(d):
             out.journal.setdefault(s.table, []).append((rank, s.path))
     return out

@@ -2,7 +2,8 @@
 
 Reading never changes the directory: journal segments that a killed profiler left
 are read alongside the Parquet files (tolerating a cut-off tail), so a run is
-readable before, during and after `counterprof recover`.
+readable before, during and after `counterprof recover`. Runs of the older layout (rank=<r>/
+folders holding everything of a rank) read the same (rundir finds their files).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 from ..errors import RunDirectoryError
 from ..schema import TABLES
 from .journal import read_segment, segments
+from . import rundir
 from .rundir import CATALOG, META, is_run, rank_dirs, read_json
 
 
@@ -46,9 +48,9 @@ class Run:
 
     def rank_meta(self, rank: int) -> dict[str, Any]:
         """The meta.json of the process that wrote this rank: its own when it joined another
-        process's run (rank=<r>/meta.json), else the run's."""
-        own = self.path / f"rank={rank}" / META
-        return read_json(own) if own.exists() else self.meta
+        process's run (_ranks/rank=<r>/meta.json), else the run's."""
+        own = dict(rank_dirs(self.path)).get(rank)
+        return read_json(own / META) if own is not None and (own / META).exists() else self.meta
 
     @property
     def catalog(self) -> dict[str, dict[str, Any]]:
@@ -66,7 +68,7 @@ class Run:
         return out
 
     def ranks(self) -> list[int]:
-        return [r for r, _ in rank_dirs(self.path)]
+        return rundir.ranks(self.path)
 
     def _unreadable(self, f: Path, exc: Exception) -> None:
         if not self.skip_unreadable:
@@ -75,26 +77,39 @@ class Run:
         if not any(w.startswith(f"{f}: ") for w in self.skipped):
             self.skipped.append(f"{f}: {exc}")
 
-    def table(self, name: str, rank: int | None = None, with_rank: bool = False) -> pa.Table:
-        """One of the run's tables (samples, spans), all ranks or one, sorted by time."""
+    def _rank_column(self, with_rank: bool | None) -> bool:
+        return len(self.ranks()) > 1 if with_rank is None else with_rank
+
+    def _parts(self, name: str, rank: int | None):
+        """(rank, its Parquet files, its journal segments) of a table, rank by rank."""
+        files: dict[int, list[Path]] = {}
+        for r, f in rundir.table_files(self.path, name, rank):
+            files.setdefault(r, []).append(f)
+        journals = {r: [s.path for s in segments(d) if s.table == name]
+                    for r, d in rank_dirs(self.path) if rank is None or r == rank}
+        for r in sorted(set(files) | set(journals)):
+            yield r, files.get(r, []), journals.get(r, [])
+
+    def table(self, name: str, rank: int | None = None, with_rank: bool | None = None) -> pa.Table:
+        """One of the run's tables (samples, spans), all ranks or one, sorted by time. It has a
+        rank column whenever the run has more than one rank (with_rank: always or never)."""
         schema = TABLES[name]
+        add = self._rank_column(with_rank)
         parts: list[pa.Table] = []
-        for r, d in rank_dirs(self.path):
-            if rank is not None and r != rank:
-                continue
-            for f in sorted(d.glob(f"{name}-*.parquet")):
+        for r, files, journal in self._parts(name, rank):
+            for f in files:
                 try:
                     t = pq.read_table(f)
                 except (pa.ArrowInvalid, OSError) as exc:
                     self._unreadable(f, exc)
                     continue
-                parts.append(_with_rank(t, r, with_rank))
-            batches = [b for s in segments(d) if s.table == name for b in read_segment(s.path)]
+                parts.append(_with_rank(t, r, add))
+            batches = [b for s in journal for b in read_segment(s)]
             if batches:
-                parts.append(_with_rank(pa.Table.from_batches(batches), r, with_rank))
+                parts.append(_with_rank(pa.Table.from_batches(batches), r, add))
         if not parts:
             empty = schema.empty_table()
-            return _with_rank(empty, 0, with_rank).slice(0, 0)
+            return _with_rank(empty, 0, add).slice(0, 0)
         table = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
         sort_key = "time" if "time" in table.column_names else "start"
         return table.take(pc.sort_indices(table, [(sort_key, "ascending")]))
@@ -103,22 +118,20 @@ class Run:
                 batch_rows: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
         """A table's rows in bounded pieces (file order, not time order): for aggregates over
         runs too big to hold in memory."""
-        for r, d in rank_dirs(self.path):
-            if rank is not None and r != rank:
-                continue
-            for f in sorted(d.glob(f"{name}-*.parquet")):
+        for _r, files, journal in self._parts(name, rank):
+            for f in files:
                 try:
                     yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(
                         batch_size=batch_rows, columns=columns)
                 except (pa.ArrowInvalid, OSError) as exc:
                     self._unreadable(f, exc)
-            for s in segments(d):
-                if s.table == name:
-                    for b in read_segment(s.path):
-                        yield b.select(columns) if columns else b
+            for s in journal:
+                for b in read_segment(s):
+                    yield b.select(columns) if columns else b
 
-    def samples(self, rank: int | None = None, with_rank: bool = False) -> pa.Table:
-        """Every sample (samples schema), time-ordered. with_rank adds the partition's rank."""
+    def samples(self, rank: int | None = None, with_rank: bool | None = None) -> pa.Table:
+        """Every sample (samples schema), time-ordered, with the partition's rank as a column
+        whenever the run has more than one rank (with_rank: always or never)."""
         return self.table("samples", rank, with_rank)
 
     def summary(self, rank: int | None = None):

@@ -1,9 +1,22 @@
 """The run directory on disk: its creation, meta.json, catalog.json and partitions.
 
-<run>/meta.json          the run, its command, host, and each collector's status
-<run>/catalog.json       every metric: name, unit, kind, description, source
-<run>/rank=<r>/samples-<writer>.parquet, spans-<writer>.parquet
-<run>/rank=<r>/journal/  Arrow IPC stream segments not yet compacted
+<run>/meta.json                               the run, its command, host, each collector's status
+<run>/catalog.json                            every metric: name, unit, kind, description, source
+<run>/samples/rank=<r>/samples-<writer>.parquet   one dataset per table, hive-partitioned by rank
+<run>/spans/rank=<r>/spans-<writer>.parquet
+<run>/_ranks/rank=<r>/                        each rank's own files (rank_dir):
+    journal/       Arrow IPC stream segments not yet compacted
+    traces/        torch's Kineto traces
+    meta.json, catalog.json   those of a process that joined another's run
+
+Each table is its own dataset, so any reader opens it in one line (pyarrow.dataset(run/samples,
+partitioning="hive"), DuckDB, Polars, Spark). A rank's own files stay in one folder (a joined
+rank owns it, merge copies it, replace removes it), under a name dataset readers skip: they
+skip names starting with "_" or "." (Spark keeps "_" names holding "=", hence not "_rank=<r>").
+Files being written in a dataset folder are named ".<name>.tmp" for the same reason.
+
+Runs of the older layout (<run>/rank=<r>/ holding the Parquet files, journal/ and traces/ of the
+rank) are data someone kept: rank_dirs, table_dir and table_files find their files too.
 
 Run directories are readable by their owner only: command lines can hold secrets.
 """
@@ -22,6 +35,9 @@ from ..errors import RunDirectoryError
 META = "meta.json"
 CATALOG = "catalog.json"
 JOURNAL = "journal"
+TRACES = "traces"
+RANKS = "_ranks"
+TABLE_NAMES = ("samples", "spans")
 _RANK_DIR = re.compile(r"^rank=(\d+)$")
 
 
@@ -142,25 +158,87 @@ def _clear_run(path: Path) -> None:
     for child in path.iterdir():
         if child.name in (META, CATALOG, JOB) or child.name.endswith(".tmp"):
             child.unlink()
-        elif _RANK_DIR.match(child.name) and child.is_dir():
+        elif child.is_dir() and (_RANK_DIR.match(child.name) or child.name in (RANKS, *TABLE_NAMES)):
             for f in sorted(child.rglob("*"), reverse=True):
                 f.rmdir() if f.is_dir() else f.unlink()
             child.rmdir()
 
 
+def rank_name(rank: int) -> str:
+    return f"rank={rank}"
+
+
+def make_dirs(path: Path) -> Path:
+    """path and its missing parents (inside the run), each readable by the owner only."""
+    path = Path(path)
+    if not path.is_dir():
+        make_dirs(path.parent)
+        path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
 def rank_dir(run: Path, rank: int) -> Path:
-    d = run / f"rank={rank}"
-    d.mkdir(mode=0o700, exist_ok=True)
-    return d
+    """The folder of a rank's own files (journal, traces, a joined rank's meta), created."""
+    return make_dirs(Path(run) / RANKS / rank_name(rank))
+
+
+def traces_dir(run: Path, rank: int) -> Path:
+    """Where the workload's torch writes a rank's traces (the torch driver, which cannot import
+    counterprof, builds the same path)."""
+    return rank_dir(run, rank) / TRACES
+
+
+def _ranked(parent: Path) -> list[tuple[int, Path]]:
+    out = []
+    if parent.is_dir():
+        for child in parent.iterdir():
+            m = _RANK_DIR.match(child.name)
+            if m and child.is_dir():
+                out.append((int(m.group(1)), child))
+    return out
 
 
 def rank_dirs(run: Path) -> list[tuple[int, Path]]:
-    out = []
-    for child in run.iterdir():
-        m = _RANK_DIR.match(child.name)
-        if m and child.is_dir():
-            out.append((int(m.group(1)), child))
-    return sorted(out)
+    """(rank, folder of its own files) for every rank that has one, in either layout."""
+    found = dict(_ranked(Path(run)))                  # the older layout
+    found.update(_ranked(Path(run) / RANKS))
+    return sorted(found.items())
+
+
+def trace_globs(*patterns: str) -> list[str]:
+    """Globs, relative to the run, of the files matching patterns in every rank's traces/."""
+    return [f"{prefix}rank=*/{TRACES}/{p}" for prefix in (RANKS + "/", "") for p in patterns]
+
+
+def table_dir(rank_path: Path, table: str) -> Path:
+    """Where the Parquet files of table go for the rank whose own folder is rank_path: the
+    table's dataset (<run>/<table>/rank=<r>), or rank_path itself in a run of the older layout.
+    Not created."""
+    rank_path = Path(rank_path)
+    if rank_path.parent.name == RANKS:
+        return rank_path.parent.parent / table / rank_path.name
+    return rank_path
+
+
+def dataset_dir(run: Path, table: str, rank: int) -> Path:
+    """<run>/<table>/rank=<r>, created: where a rank's Parquet files of table go."""
+    return make_dirs(Path(run) / table / rank_name(rank))
+
+
+def table_files(run: Path, table: str, rank: int | None = None) -> list[tuple[int, Path]]:
+    """(rank, Parquet file) of one table, every rank or one, in either layout."""
+    run = Path(run)
+    dirs = _ranked(run / table) + [(r, table_dir(d, table)) for r, d in _ranked(run)]
+    return sorted((r, f) for r, d in dirs if rank is None or r == rank
+                  for f in d.glob(f"{table}-*.parquet"))
+
+
+def ranks(run: Path) -> list[int]:
+    """Every rank with files in the run: its own folder, or a table's partition."""
+    found = {r for r, _ in rank_dirs(run)}
+    for table in TABLE_NAMES:
+        found.update(r for r, _ in _ranked(Path(run) / table))
+    return sorted(found)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -25,6 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from counterprof.store import rundir
+
 HERE = Path(__file__).resolve().parent
 READ_ONLY = """
 import sys, pyarrow as pa
@@ -42,7 +44,7 @@ print(rows)
 
 def slow_down_rank(run: Path, rank: int, factor: float) -> None:
     """Stretch one rank's step spans by `factor` (the candidate's straggler)."""
-    f = next((run / f"rank={rank}").glob("spans-*.parquet"))
+    f = next(f for _, f in rundir.table_files(run, "spans", rank))
     t = pq.read_table(f)
     start = t["start"].cast(pa.int64())
     length = pc.subtract(t["end"].cast(pa.int64()), start)

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from counterprof.schema import SAMPLES_SCHEMA, SPANS_SCHEMA, spans_batch
+from counterprof.store import rundir
 
 DELTAS = ["task-clock", "context-switches", "page-faults", "cpu-migrations", "proc.cpu_user",
           "proc.cpu_system", "proc.read_bytes", "proc.write_bytes", "instructions", "cycles"]
@@ -52,14 +53,13 @@ def metrics(n: int) -> list[str]:
 
 
 def write_rank(run: Path, rank: int, names: list[str], t0: int, seconds: float, hz: float) -> int:
-    d = run / f"rank={rank}"
-    d.mkdir(parents=True, exist_ok=True)
     step_ns = int(1e9 / hz)
     ticks = int(seconds * hz)
     dicts = {k: pa.array(v) for k, v in (("source", ["perf", "host", "nvml", "gpm"]), ("metric", names),
                                            ("entity", ["process", "system", "gpu:0"]))}
     src_idx = {"perf": 0, "host": 1, "nvml": 2, "gpm": 3}
-    writer = pq.ParquetWriter(d / "samples-synthetic.parquet", SAMPLES_SCHEMA, compression="zstd")
+    writer = pq.ParquetWriter(rundir.dataset_dir(run, "samples", rank) / "samples-synthetic.parquet",
+                              SAMPLES_SCHEMA, compression="zstd")
     m = len(names)
     is_delta = np.array([x in DELTAS or x.startswith("r") for x in names])
     src = np.array([src_idx[source_of(x)] for x in names], np.int32)
@@ -102,7 +102,8 @@ def write_rank(run: Path, rank: int, names: list[str], t0: int, seconds: float, 
         nbytes += [None, 32 << 20]
     spans = pa.Table.from_batches([spans_batch(st, en, name, cat, collective=coll, bytes=nbytes,
                                                pid=[1000 + rank] * len(st), tid=[1000 + rank] * len(st))])
-    pq.write_table(spans.cast(SPANS_SCHEMA), d / "spans-synthetic.parquet", compression="zstd")
+    pq.write_table(spans.cast(SPANS_SCHEMA), rundir.dataset_dir(run, "spans", rank) / "spans-synthetic.parquet",
+                   compression="zstd")
     return rows
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import counterprof
 from counterprof.schema import SAMPLES_SCHEMA
-from helpers import COUNTERPROF, EXAMPLES, HAS_PMU, PYTHON, REPO, run_cli
+from helpers import COUNTERPROF, EXAMPLES, HAS_PMU, PYTHON, REPO, run_cli, table_files, journal_dir
 
 WORKLOADS = str(REPO / "tests" / "workloads.py")
 
@@ -47,8 +47,8 @@ def test_run_writes_a_complete_run_directory(run_dir):
     assert catalog["task-clock"] == {"name": "task-clock", "unit": "ns", "kind": "delta",
                                      "description": "CPU time of the task", "source": "perf"}
     assert catalog["proc.rss"]["kind"] == "gauge"
-    files = list((run_dir / "rank=0").glob("samples-*.parquet"))
-    assert len(files) == 1 and not (run_dir / "rank=0" / "journal").exists()
+    files = table_files(run_dir, "samples", 0)
+    assert len(files) == 1 and not journal_dir(run_dir, 0).exists()
     table = pq.read_table(files[0])
     assert table.schema.equals(SAMPLES_SCHEMA)
     run = counterprof.load(run_dir)
@@ -215,7 +215,7 @@ def test_profiler_killed_then_recover_keeps_all_but_the_last_second(tmp_path):
     run_dir = tmp_path / "r"
     proc = _start(["run", "-I", "10", "-o", str(run_dir), "--", PYTHON, str(EXAMPLES / "busy.py"), "4"])
     deadline = time.monotonic() + 20
-    while not list((run_dir / "rank=0" / "journal").glob("*.arrows")) and time.monotonic() < deadline:
+    while not list(journal_dir(run_dir, 0).glob("*.arrows")) and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(2.0)
     killed_at = time.time()
@@ -233,7 +233,7 @@ def test_profiler_killed_then_recover_keeps_all_but_the_last_second(tmp_path):
     assert "recovered" in rec.stderr and "task-clock" in rec.stderr
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["status"] == "recovered"
-    assert list((run_dir / "rank=0").glob("samples-*.parquet"))
+    assert table_files(run_dir, "samples", 0)
     after = perf_rows(counterprof.load(run_dir), "task-clock")
     assert after.num_rows == before.num_rows
     last = after["time"].cast("int64").to_pylist()[-1] / 1e9

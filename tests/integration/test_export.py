@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from helpers import COUNTERPROF, EXAMPLES, PYTHON, REPO, run_cli
+from helpers import COUNTERPROF, EXAMPLES, PYTHON, REPO, run_cli, rank_files
 from kineto_traces import needs_shared_traces, shared, shared_traces
 from perfetto_check import check, ns
 
@@ -188,7 +188,7 @@ def test_a_journal_segment_that_grows_between_the_passes(tmp_path, monkeypatch):
         with counterprof.region("work"):
             pass
     start = counterprof.load(run_dir).meta["start_ns"]
-    jw = JournalWriter(run_dir / "rank=0", "999999-live")     # a writer still appending
+    jw = JournalWriter(rank_files(run_dir, 0), "999999-live")     # a writer still appending
 
     def more(n, at):
         return spans_batch([start + at + i * 1000 for i in range(n)], [start + at + i * 1000 + 500 for i in range(n)],

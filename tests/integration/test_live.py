@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import COUNTERPROF, EXAMPLES, PYTHON
+from helpers import COUNTERPROF, EXAMPLES, PYTHON, table_files, journal_dir
 
 # the classifier's verdicts, as the bottleneck line starts with them
 VERDICTS = ("compute-bound", "memory-bound", "collectives-bound", "host-bound", "unknown")
@@ -132,8 +132,8 @@ def test_dashboard_updates_q_stops_profiling_and_the_workload_finishes(term, tmp
     meta = meta_of(run)
     assert meta["status"] == "complete"
     assert meta["workload"]["status"] == "running when profiling stopped"
-    assert list((run / "rank=0").glob("samples-*.parquet"))
-    assert not list((run / "rank=0").glob("journal/*"))
+    assert table_files(run, "samples", 0)
+    assert not list(journal_dir(run, 0).glob("*"))
     # the workload runs to its end and counterprof returns its status
     done = term.wait_for(has("EXIT=0"), timeout=30, what="the workload to finish")
     assert has("done")(done)

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 import counterprof
-from helpers import PYTHON, run_cli
+from helpers import PYTHON, run_cli, rank_files
 
 
 def _snapshot(root):
@@ -69,7 +69,7 @@ def test_an_output_beside_the_inputs_is_merged(hosts, tmp_path):
     assert proc.returncode == 0, proc.stderr
     run = counterprof.load(out)
     assert run.ranks() == [0, 1]
-    assert json.loads((out / "rank=1" / "meta.json").read_text())["merged_from"] == str(b)
+    assert json.loads((rank_files(out, 1) / "meta.json").read_text())["merged_from"] == str(b)
 
 
 def test_the_merged_run_starts_with_its_earliest_input_whatever_the_order(hosts, tmp_path):

@@ -11,7 +11,7 @@ from counterprof.analysis.report import ReportInputs, bucket_ns, build_report, i
 from counterprof.analysis.signals import bucket_table
 from counterprof.analysis.summary import metric_totals
 from counterprof.store.query import RunQuery
-from helpers import EXAMPLES, PYTHON, run_cli
+from helpers import EXAMPLES, PYTHON, run_cli, table_dir
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +63,7 @@ def test_corrupt_partition_is_skipped_and_named(tmp_path, real_run):
     import shutil
     run_dir = tmp_path / "copy"
     shutil.copytree(real_run.path, run_dir)
-    bad = run_dir / "rank=1"
-    bad.mkdir()
+    bad = table_dir(run_dir, "samples", 1)
     (bad / "samples-broken.parquet").write_bytes(b"PAR1 this is not parquet")
     rep = run_cli("report", str(run_dir), "--json")
     assert rep.returncode == 0, rep.stderr
@@ -78,7 +77,7 @@ def test_compare_and_history_skip_a_corrupt_file_and_name_it(tmp_path, real_run)
     from counterprof.store.reader import Run
     run_dir = tmp_path / "copy"
     shutil.copytree(real_run.path, run_dir)
-    broken = run_dir / "rank=0" / "samples-broken.parquet"
+    broken = table_dir(run_dir, "samples", 0) / "samples-broken.parquet"
     broken.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(RunDirectoryError, match="samples-broken.parquet"):   # strict by default
         Run(run_dir).table("samples")

@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from helpers import PYTHON, ClaimHeldElsewhere, free_port, run_cli
+from helpers import PYTHON, ClaimHeldElsewhere, free_port, run_cli, table_files, traces_dir
 from kineto_traces import X, profiler_after_first_trace, write_trace
 
 pytest.importorskip("torch")
@@ -63,9 +63,9 @@ def test_each_rank_converts_its_own_traces_once(tmp_path):
         assert rank_meta["status"] == "complete" and rank_meta["rank"] == rank
         own_pid = rank_meta["profiler"]["pid"]
         # the partition holds the spans its own profiler converted, none of the other rank's
-        writers = {f.name.split("-")[1] for f in (run / f"rank={rank}").glob("spans-*.parquet")}
+        writers = {f.name.split("-")[1] for f in table_files(run, "spans", rank)}
         assert writers == {str(own_pid)}, writers
-        traces = sorted(p.name for p in (run / f"rank={rank}" / "traces").glob("*.pt.trace.json"))
+        traces = sorted(p.name for p in traces_dir(run, rank).glob("*.pt.trace.json"))
         assert len(traces) >= 2
         assert rank_meta["collectors"]["torch"]["traces"] == len(traces)
         spans = r.table("spans", rank=rank)
@@ -130,7 +130,7 @@ def test_a_trace_held_by_a_converter_is_left_to_it_and_recovered_once_it_died(tm
     run = tmp_path / "run"
     with counterprof.profile(path=run, collectors=["host"]):
         pass
-    traces = run / "rank=0" / "traces"
+    traces = traces_dir(run)
     traces.mkdir(parents=True)
     trace = Path(shutil.copy(_trace(tmp_path, "c.pt.trace.json", 33, 0), traces))
     with ClaimHeldElsewhere(trace) as holder:

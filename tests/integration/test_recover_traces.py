@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from helpers import COUNTERPROF, PYTHON, ClaimHeldElsewhere, run_cli
+from helpers import COUNTERPROF, PYTHON, ClaimHeldElsewhere, run_cli, traces_dir
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -65,11 +65,11 @@ def test_report_of_a_killed_run_converts_its_pending_traces(tmp_path):
     assert done.exists()
     prof.stdout.close()
     prof.stderr.close()
-    traces = sorted(p.name for p in (run / "rank=0" / "traces").glob("*.pt.trace.json"))
+    traces = sorted(p.name for p in traces_dir(run).glob("*.pt.trace.json"))
     assert len(traces) >= 4
     assert json.loads((run / "meta.json").read_text())["status"] == "running"
     # a converter (say, a second reader) holds the last trace while report recovers the run
-    held = run / "rank=0" / "traces" / traces[-1]
+    held = traces_dir(run) / traces[-1]
     with ClaimHeldElsewhere(held) as holder:
         rep = run_cli("report", str(run))
         assert rep.returncode == 0, rep.stderr

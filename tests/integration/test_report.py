@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from browser import CHROMIUM, SKIP_REASON, render
-from helpers import EXAMPLES, HAS_PMU, PYTHON, REPO, run_cli
+from helpers import EXAMPLES, HAS_PMU, PYTHON, REPO, run_cli, table_files
 
 
 
@@ -68,7 +68,8 @@ def test_regions_from_a_launched_workload_get_their_own_verdicts(tmp_path):
     assert regions["sleepy"]["verdict"]["verdict"] == "host"
     # relative, not absolute: on a loaded machine the spinning region waits for a CPU too
     assert regions["spin"]["verdict"]["shares"].get("host", 0) < regions["sleepy"]["verdict"]["shares"]["host"] - 0.3
-    assert list((run_dir / "rank=0").glob("spans-regions*.parquet")), "the workload's own spans file"
+    assert [f for f in table_files(run_dir, "spans", 0) if f.name.startswith("spans-regions")], \
+        "the workload's own spans file"
 
 
 def test_a_run_directory_named_with_a_quote(tmp_path):

@@ -7,7 +7,7 @@ import pytest
 import counterprof
 from counterprof.errors import RunDirectoryError
 from counterprof.store import rundir
-from helpers import run_cli
+from helpers import run_cli, rank_files
 
 
 def test_profile_into_a_run_directory_says_path_and_replace(tmp_path):
@@ -83,7 +83,7 @@ def test_a_joining_rank_waits_until_the_creator_has_checked_the_directory(tmp_pa
     assert rundir.claim(run, job="j") == (run, False)
     t.join(10)
     assert joined == [True]
-    assert (run / "rank=1").is_dir()
+    assert rank_files(run, 1).is_dir()
 
 
 def test_a_refused_creator_leaves_nothing_to_join(tmp_path):

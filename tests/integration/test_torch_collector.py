@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from helpers import PYTHON, free_port, run_cli
+from helpers import PYTHON, free_port, run_cli, traces_dir
 from kineto_traces import X, profiler_after_first_trace, write_trace
 
 pytest.importorskip("torch")
@@ -73,7 +73,7 @@ def test_in_process_windows_of_optimizer_steps(tmp_path):
     # every span is inside the session's time
     start = pc.min(pc.cast(spans["start"], pa.int64())).as_py()
     assert r.meta["start_ns"] <= start <= r.meta["end_ns"]
-    assert len(list((run / "rank=0" / "traces").glob("*.pt.trace.json"))) == 3
+    assert len(list(traces_dir(run).glob("*.pt.trace.json"))) == 3
 
 
 def test_counterprof_step_marks_take_precedence_over_optimizer_steps(tmp_path):
@@ -157,7 +157,7 @@ def test_two_process_gloo_job_under_run_torch(tmp_path):
         assert {a["distributed"]["rank"] for a in attrs} == {rank}
         assert {a["distributed"]["backend"] for a in attrs} == {"gloo"}
     # the torchrun launcher imported torch too, but recorded nothing: two processes traced
-    traces = list(run.glob("rank=*/traces/*.pt.trace.json"))
+    traces = [p for rank in (0, 1) for p in traces_dir(run, rank).glob("*.pt.trace.json")]
     assert len({p.name.split(".")[0] for p in traces}) == 2 and len(traces) == 4
     assert r.meta["collectors"]["torch"]["traces"] == 4
     proc = run_cli("breakdown", str(run))

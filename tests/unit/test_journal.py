@@ -8,7 +8,7 @@ import pytest
 
 from counterprof.schema import SAMPLES_SCHEMA, samples_batch
 from counterprof.store import rundir
-from counterprof.store.compact import compact_rank
+from counterprof.store.compact import compact_rank, parquet_name
 from counterprof.store.journal import JournalWriter, read_segment, segments, SegmentRead
 from counterprof.store.reader import Run
 
@@ -16,6 +16,11 @@ from counterprof.store.reader import Run
 def batch(start: int, n: int, metric="task-clock", entity="process") -> pa.RecordBatch:
     return samples_batch([start + i for i in range(n)], [1000] * n, "perf", [metric] * n,
                          [entity] * n, [float(i) for i in range(n)], [1.0] * n)
+
+
+def parquet_file(rank, writer, table="samples"):
+    """Where compaction puts a writer's table of the rank whose own folder is `rank`."""
+    return rundir.table_dir(rank, table) / parquet_name(table, writer)
 
 
 def make_run(tmp_path):
@@ -55,8 +60,8 @@ def test_cut_off_tail_keeps_every_whole_batch(tmp_path):
 
 def test_empty_segment_is_reported_not_fatal(tmp_path):
     _, rank = make_run(tmp_path)
-    (rank / "journal").mkdir()
-    (rank / "journal" / "samples~w1~000000.arrows").write_bytes(b"")
+    (rank / rundir.JOURNAL).mkdir()
+    (rank / rundir.JOURNAL / "samples~w1~000000.arrows").write_bytes(b"")
     report = compact_rank(rank)
     assert report.rows == 0 and report.truncated
 
@@ -71,11 +76,11 @@ def test_segments_rotate_and_compact_in_order(tmp_path):
     report = compact_rank(rank)
     assert report.rows == 200 and not report.truncated
     assert [f.name for f in report.files] == ["samples-w1.parquet"]
-    assert not (rank / "journal").exists()
-    table = pq.read_table(rank / "samples-w1.parquet")
+    assert not (rank / rundir.JOURNAL).exists()
+    table = pq.read_table(parquet_file(rank, "w1"))
     assert table.column("time").cast("int64").to_pylist() == list(range(200))
     assert table.schema.equals(SAMPLES_SCHEMA)
-    assert oct(os.stat(rank / "samples-w1.parquet").st_mode & 0o777) == "0o600"
+    assert oct(os.stat(parquet_file(rank, "w1")).st_mode & 0o777) == "0o600"
 
 
 def test_compaction_is_idempotent_and_finishes_an_interrupted_one(tmp_path):
@@ -90,7 +95,7 @@ def test_compaction_is_idempotent_and_finishes_an_interrupted_one(tmp_path):
     w.close()
     report = compact_rank(rank)
     assert report.rows == 0 and not segments(rank)
-    assert pq.read_table(rank / "samples-w1.parquet").num_rows == 10
+    assert pq.read_table(parquet_file(rank, "w1")).num_rows == 10
 
 
 def test_writers_compact_separately(tmp_path):
@@ -133,10 +138,12 @@ def test_run_directory_refusals(tmp_path):
         rundir.create(other)
     with pytest.raises(Exception, match="not a counterprof run"):
         Run(other)
-    (path / "rank=0").mkdir()
+    (path / "rank=0").mkdir()                                    # the older layout
     (path / "rank=0" / "samples-x.parquet").write_text("junk")
+    (rundir.dataset_dir(path, "spans", 1) / "spans-x.parquet").write_text("junk")
+    (rundir.rank_dir(path, 1) / rundir.JOURNAL).mkdir()
     rundir.create(path, replace=True)
-    assert not (path / "rank=0").exists() and not (path / "meta.json").exists()
+    assert [p.name for p in path.iterdir()] == []
 
 
 def test_write_json_is_atomic_and_private(tmp_path):
@@ -162,7 +169,7 @@ def test_a_partition_another_host_writes_is_left_to_that_host(tmp_path):
     (rank / "meta.json").write_text(json.dumps(meta))
     report = compact_rank(rank)
     assert report.live == [f"rank=1 (written on {socket.gethostname()}-other)"] and not report.files
-    assert list((rank / "journal").iterdir())
+    assert list((rank / rundir.JOURNAL).iterdir())
     assert rec.writer_alive(meta) and not rec.needs_recovery(meta)
     assert compact_rank(rank, force=True).files
 
@@ -189,5 +196,5 @@ def test_two_compactions_of_one_partition_at_once_keep_every_row(tmp_path):
     for t in threads:
         t.join()
     assert errors == []
-    assert pq.read_table(rank / "samples-4243-abcdef.parquet").num_rows == 200 * 50
-    assert not (rank / "journal").exists()
+    assert pq.read_table(parquet_file(rank, "4243-abcdef")).num_rows == 200 * 50
+    assert not (rank / rundir.JOURNAL).exists()

@@ -16,6 +16,7 @@ from counterprof.cli import main as cli_main
 from counterprof.render.perfetto import _us, nesting_lanes
 from counterprof.schema import SAMPLES_SCHEMA, SPANS_SCHEMA, samples_batch, spans_batch
 from perfetto_check import check, ns
+from helpers import rank_files, table_file
 
 T0 = 1_796_000_000_000_000_000           # the run's start (epoch ns)
 S = 1_000_000_000
@@ -39,8 +40,6 @@ def make_run(path: Path, ranks=(0, 1), seconds=10, start_ns=T0, meta_start_ns=No
                                                 "start_ns": meta_start_ns or start_ns}))
     (path / "catalog.json").write_text(json.dumps(CATALOG))
     for r in ranks:
-        d = path / f"rank={r}"
-        d.mkdir()
         n = seconds * 10
         t = [start_ns + (k + 1) * S // 10 for k in range(n)]
         rows = [samples_batch(t, [S // 10] * n, "perf", ["task-clock"] * n, ["process"] * n,
@@ -53,7 +52,7 @@ def make_run(path: Path, ranks=(0, 1), seconds=10, start_ns=T0, meta_start_ns=No
                               [50.0] * n),
                 samples_batch(t, [None] * n, "nvml", ["gpu.util"] * n, [f"gpu:{r}"] * n,
                               [None if k % 10 == 0 else float(k % 100) for k in range(n)])]
-        pq.write_table(pa.Table.from_batches(rows, SAMPLES_SCHEMA), d / "samples-a.parquet")
+        pq.write_table(pa.Table.from_batches(rows, SAMPLES_SCHEMA), table_file(path, "samples", r))
         st, en, name, cat, dev, stream, tid, corr = [], [], [], [], [], [], [], []
         for k in range(seconds):
             s0 = start_ns + k * S
@@ -70,7 +69,7 @@ def make_run(path: Path, ranks=(0, 1), seconds=10, start_ns=T0, meta_start_ns=No
         i = SPANS_SCHEMA.get_field_index("kernel_class")
         spans = spans.set_column(i, SPANS_SCHEMA.field(i), pa.array(
             [None, None, "compute", None] * seconds).dictionary_encode())
-        pq.write_table(pa.Table.from_batches([spans], SPANS_SCHEMA), d / "spans-a.parquet")
+        pq.write_table(pa.Table.from_batches([spans], SPANS_SCHEMA), table_file(path, "spans", r))
     return path
 
 
@@ -209,7 +208,7 @@ def test_a_huge_rank_range_is_cheap(run2, tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.parametrize("inside", ["meta.json", "rank=0/samples-a.parquet", "rank=1/new.json",
+@pytest.mark.parametrize("inside", ["meta.json", "samples/rank=0/samples-a.parquet", "_ranks/rank=1/new.json",
                                     ".", "link/meta.json"])
 def test_an_output_inside_the_run_is_refused(run2, tmp_path, capsys, inside):
     (tmp_path / "link").symlink_to(run2)                 # a symlink into the run counts too
@@ -239,7 +238,7 @@ def test_not_a_run_and_an_empty_run_exit_1(tmp_path, capsys):
     assert export(tmp_path / "nope", tmp_path / "o.json") == 1
     assert "no such run directory" in capsys.readouterr().err
     empty = tmp_path / "empty"
-    (empty / "rank=0").mkdir(parents=True)
+    rank_files(empty, 0).mkdir(parents=True)
     (empty / "meta.json").write_text('{"status": "complete", "start_ns": 1}')
     assert export(empty, tmp_path / "o.json") == 1
     assert "holds no samples or spans" in capsys.readouterr().err
@@ -247,10 +246,10 @@ def test_not_a_run_and_an_empty_run_exit_1(tmp_path, capsys):
 
 
 def test_a_corrupt_partition_is_skipped_and_named(run2, tmp_path, capsys):
-    bad = run2 / "rank=1" / "samples-a.parquet"
+    bad = table_file(run2, "samples", 1)
     data = bad.read_bytes()
     bad.write_bytes(data[: len(data) // 2])                   # cut off: no footer
-    cut = run2 / "rank=0" / "spans-a.parquet"
+    cut = table_file(run2, "spans", 0)
     cut.write_bytes(b"PAR1 this is not parquet PAR1")
     out = tmp_path / "o.json"
     assert export(run2, out) == 0
@@ -264,7 +263,7 @@ def test_a_corrupt_partition_is_skipped_and_named(run2, tmp_path, capsys):
 
 def test_a_damaged_row_group_costs_only_its_rows(run2, tmp_path, capsys):
     for table, rows in (("samples", 500), ("spans", 40)):
-        f = run2 / "rank=0" / f"{table}-a.parquet"
+        f = table_file(run2, table, 0)
         pq.write_table(pq.read_table(f), f, row_group_size=rows // 2)      # two row groups
         rg = pq.ParquetFile(f).metadata.row_group(1)
         at = min(rg.column(i).data_page_offset for i in range(rg.num_columns))
@@ -275,7 +274,7 @@ def test_a_damaged_row_group_costs_only_its_rows(run2, tmp_path, capsys):
     assert export(run2, out) == 0
     err = capsys.readouterr().err
     for table in ("samples", "spans"):
-        assert f"rank=0/{table}-a.parquet: row group 2 of 2 is unreadable" in err
+        assert f"{table_file(run2, table, 0)}: row group 2 of 2 is unreadable" in err
     t = check(out)
     assert len(events(t, "C")) == 490 + 250     # rank 1's, and rank 0's first 250 rows (no nulls)
     assert len(events(t, "X")) == 40 + 20
@@ -288,7 +287,7 @@ def test_samples_out_of_order_are_counted(tmp_path, capsys):
     t = [T0 + 5 * S // 10 + k for k in range(3)]
     pq.write_table(pa.Table.from_batches([samples_batch(t, [None] * 3, "host", ["proc.rss"] * 3,
                                                         ["process"] * 3, [1.0] * 3)]),
-                   run / "rank=0" / "samples-b.parquet")
+                   table_file(run, "samples", 0, "b"))
     out = tmp_path / "o.json"
     assert export(run, out) == 0
     assert "3 samples came out of time order" in capsys.readouterr().err
@@ -311,7 +310,7 @@ def test_overlapping_slices_go_to_overlap_tracks(tmp_path, capsys):
     make_run(run, ranks=(0,), seconds=1)
     sp = spans_batch([T0, T0 + 10, T0 + 20, T0 + 30], [T0 + 15, T0 + 25, T0 + 28, T0 + 40],
                      ["a", "b", "c", "d"], ["cpu_op"] * 4, pid=[7] * 4, tid=[8] * 4)
-    pq.write_table(pa.Table.from_batches([sp]), run / "rank=0" / "spans-b.parquet")
+    pq.write_table(pa.Table.from_batches([sp]), table_file(run, "spans", 0, "b"))
     out = tmp_path / "o.json"
     assert export(run, out) == 0
     t = check(out)                       # nests on every track

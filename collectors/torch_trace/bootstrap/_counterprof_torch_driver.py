@@ -13,9 +13,9 @@ windowed with no change. A script that runs its own torch.profiler keeps it: cou
 down and keeps a copy of each trace the script exports from that profiler instead.
 
 Each finished window is written by torch (export_chrome_trace) to
-<run>/rank=<rank>/traces/<host>_<pid>.<n>.pt.trace.json under a temporary name, then renamed:
-the profiler converts only complete files. rank: torch.distributed's rank when initialised,
-else $RANK, else the configured rank, else 0.
+<run>/_ranks/rank=<rank>/traces/<host>_<pid>.<n>.pt.trace.json under a temporary name, then
+renamed: the profiler converts only complete files. rank: torch.distributed's rank when
+initialised, else $RANK, else the configured rank, else 0.
 
 Nothing here may raise into the workload: a failure stops profiling in this process, with one
 line on stderr.
@@ -254,7 +254,8 @@ class Driver:
         return 0
 
     def _next_path(self, suffix: str) -> str:
-        folder = os.path.join(self.run, f"rank={self.current_rank()}", "traces")
+        # counterprof.store.rundir.traces_dir's path (this module cannot import counterprof)
+        folder = os.path.join(self.run, "_ranks", f"rank={self.current_rank()}", "traces")
         os.makedirs(folder, mode=0o700, exist_ok=True)
         with self.lock:
             self.seq += 1
