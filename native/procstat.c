@@ -300,3 +300,298 @@ int cp_procstat_sample(cp_procstat *h, struct cp_tree_stats *tree, struct cp_sys
     if (rc < 0) return rc;
     return cp_procstat_system(h, sys);
 }
+
+/* ---- thread states of a tree (the threads collector) ------------------------------------ */
+
+#include <time.h>
+
+struct tslot {
+    struct cp_thread pub;
+    uint64_t run_ns, wait_ns;      /* schedstat at the last sample */
+    int sched_fd, children_fd;     /* -1: not held (over the budget): opened per sample */
+};
+
+struct cp_threads {
+    char proc[256];
+    int root, root_stat;
+    long tick;
+    int max_fds, held_fds;
+    struct tslot *slots, *next;    /* this sample's threads; the ones being gathered */
+    int n, cap, next_n, next_cap;
+    int *index;                    /* open addressing tid -> slot in `slots`; -1 empty */
+    int index_cap;
+    uint8_t *taken;                /* slots[i] carried into `next` */
+    struct cp_thread *pub;
+    double last_s;                 /* CLOCK_BOOTTIME at the previous sample's start; < 0 before */
+};
+
+static double boottime_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* a held descriptor when the budget allows, else -1 (the file is then opened when read) */
+static int hold(cp_threads *h, const char *path) {
+    if (h->held_fds >= h->max_fds) return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) h->held_fds++;
+    return fd;
+}
+
+static void release(cp_threads *h, struct tslot *s) {
+    if (s->sched_fd >= 0) { close(s->sched_fd); h->held_fds--; }
+    if (s->children_fd >= 0) { close(s->children_fd); h->held_fds--; }
+    s->sched_fd = s->children_fd = -1;
+}
+
+static int read_held(int fd, const char *path, char *buf, size_t size) {
+    return fd >= 0 ? pread_small(fd, buf, size) : read_small(path, buf, size);
+}
+
+static int parse_schedstat(const char *text, uint64_t *run, uint64_t *wait) {
+    char *p;
+    *run = strtoull(text, &p, 10);
+    if (p == text) return -1;
+    *wait = strtoull(p, NULL, 10);
+    return 0;
+}
+
+/* field 22 of a stat line (starttime, clock ticks since boot); -1 when unreadable */
+static double stat_start_ticks(const char *stat) {
+    const char *p = strrchr(stat, ')');
+    if (!p) return -1;
+    p++;
+    for (int field = 3; field < 22 && *p; field++) {   /* skip fields 3..21 */
+        while (*p == ' ') p++;
+        while (*p && *p != ' ') p++;
+    }
+    char *end;
+    double v = (double)strtoull(p, &end, 10);
+    return end == p ? -1 : v;
+}
+
+static void read_comm(const char *path, char *comm) {
+    char buf[64];
+    if (read_small(path, buf, sizeof(buf)) <= 0) return;   /* keep the last name seen */
+    buf[strcspn(buf, "\n")] = '\0';
+    snprintf(comm, 16, "%s", buf);
+}
+
+static int index_find(const cp_threads *h, int tid) {
+    if (!h->index_cap) return -1;
+    unsigned mask = (unsigned)h->index_cap - 1;
+    for (unsigned i = ((unsigned)tid * 2654435761u) & mask;; i = (i + 1) & mask) {
+        int at = h->index[i];
+        if (at < 0) return -1;
+        if (h->slots[at].pub.tid == tid) return at;
+    }
+}
+
+static int index_build(cp_threads *h) {
+    int want = 16;
+    while (want < 2 * h->n) want *= 2;
+    if (want != h->index_cap) {
+        int *v = realloc(h->index, (size_t)want * sizeof(int));
+        if (!v) return -ENOMEM;
+        h->index = v;
+        h->index_cap = want;
+    }
+    memset(h->index, 0xff, (size_t)want * sizeof(int));
+    unsigned mask = (unsigned)want - 1;
+    for (int k = 0; k < h->n; k++) {
+        unsigned i = ((unsigned)h->slots[k].pub.tid * 2654435761u) & mask;
+        while (h->index[i] >= 0) i = (i + 1) & mask;
+        h->index[i] = k;
+    }
+    return 0;
+}
+
+static struct tslot *next_slot(cp_threads *h) {
+    if (h->next_n == h->next_cap) {
+        int cap = h->next_cap ? h->next_cap * 2 : 64;
+        struct tslot *v = realloc(h->next, (size_t)cap * sizeof(*v));
+        if (!v) return NULL;
+        h->next = v;
+        h->next_cap = cap;
+    }
+    return &h->next[h->next_n++];
+}
+
+cp_threads *cp_threads_open(const char *proc, int root, int max_fds, int *err) {
+    cp_threads *h = calloc(1, sizeof(*h));
+    if (!h) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    snprintf(h->proc, sizeof(h->proc), "%s", proc);
+    h->root = root;
+    h->tick = sysconf(_SC_CLK_TCK);
+    h->max_fds = max_fds > 1 ? max_fds - 1 : 0;   /* one for the root's stat */
+    h->last_s = -1;
+    h->root_stat = open_ro(proc, root, "stat");
+    if (h->root_stat < 0) {
+        *err = h->root_stat;
+        free(h);
+        return NULL;
+    }
+    *err = 0;
+    return h;
+}
+
+void cp_threads_close(cp_threads *h) {
+    if (!h) return;
+    for (int i = 0; i < h->n; i++) release(h, &h->slots[i]);
+    if (h->root_stat >= 0) close(h->root_stat);
+    free(h->slots);
+    free(h->next);
+    free(h->index);
+    free(h->taken);
+    free(h->pub);
+    free(h);
+}
+
+/* One thread of process pid (parent ppid) into h->next; 1 if it was new, 0 if known,
+ * -1 if it is gone, -ENOMEM. */
+static int gather_thread(cp_threads *h, int pid, int ppid, int tid, int all_names,
+                         double now, double born_after, double interval) {
+    char path[512], buf[4096];
+    int at = index_find(h, tid);
+    struct tslot *old = at >= 0 && !h->taken[at] && h->slots[at].pub.pid == pid ? &h->slots[at] : NULL;
+    uint64_t run, wait;
+    snprintf(path, sizeof(path), "%s/%d/task/%d/schedstat", h->proc, pid, tid);
+    if (old) {
+        h->taken[at] = 1;
+        if (read_held(old->sched_fd, path, buf, sizeof(buf)) > 0 && parse_schedstat(buf, &run, &wait) == 0) {
+            struct tslot *s = next_slot(h);
+            if (!s) return -ENOMEM;
+            *s = *old;
+            s->pub.ppid = ppid;
+            s->pub.fresh = 0;
+            /* never negative: a tid reused in between reads as a smaller count */
+            s->pub.run_s = run > old->run_ns ? (double)(run - old->run_ns) / 1e9 : 0.0;
+            s->pub.wait_s = wait > old->wait_ns ? (double)(wait - old->wait_ns) / 1e9 : 0.0;
+            s->pub.life_s = interval;
+            s->run_ns = run;
+            s->wait_ns = wait;
+            if (all_names || tid == pid) {
+                char before[16];
+                memcpy(before, s->pub.comm, sizeof(before));
+                snprintf(path, sizeof(path), "%s/%d/task/%d/comm", h->proc, pid, tid);
+                read_comm(path, s->pub.comm);
+                if (memcmp(before, s->pub.comm, sizeof(before)) != 0) return 1;   /* renamed */
+            }
+            return 0;
+        }
+        release(h, old);   /* its descriptor points at a thread that ended: start afresh */
+    }
+    struct tslot fresh = {.sched_fd = hold(h, path), .children_fd = -1};
+    if (read_held(fresh.sched_fd, path, buf, sizeof(buf)) <= 0 || parse_schedstat(buf, &run, &wait) != 0) {
+        release(h, &fresh);
+        return -1;
+    }
+    snprintf(path, sizeof(path), "%s/%d/task/%d/stat", h->proc, pid, tid);
+    double born = read_small(path, buf, sizeof(buf)) > 0 ? stat_start_ticks(buf) : -1;
+    born = born < 0 ? -1 : born / (double)h->tick;
+    fresh.pub = (struct cp_thread){.tid = tid, .pid = pid, .ppid = ppid, .fresh = 1, .life_s = interval};
+    if (born >= 0 && born_after >= 0 && born >= born_after) {
+        /* born since the previous sample began: its whole life is in this interval */
+        fresh.pub.run_s = (double)run / 1e9;
+        fresh.pub.wait_s = (double)wait / 1e9;
+        double life = now - born;
+        fresh.pub.life_s = life < 0 ? 0 : life > interval ? interval : life;
+    }
+    fresh.run_ns = run;
+    fresh.wait_ns = wait;
+    snprintf(path, sizeof(path), "%s/%d/task/%d/comm", h->proc, pid, tid);
+    read_comm(path, fresh.pub.comm);
+    snprintf(path, sizeof(path), "%s/%d/task/%d/children", h->proc, pid, tid);
+    fresh.children_fd = hold(h, path);
+    struct tslot *s = next_slot(h);
+    if (!s) {
+        release(h, &fresh);
+        return -ENOMEM;
+    }
+    *s = fresh;
+    return 1;
+}
+
+int cp_threads_sample(cp_threads *h, int all_names, struct cp_threads_stats *out) {
+    memset(out, 0, sizeof(*out));
+    double now = boottime_s();
+    double interval = h->last_s < 0 ? 0 : now - h->last_s;
+    /* starttime is in whole ticks, rounded down: a tick of slack so no newborn is missed */
+    double born_after = h->last_s < 0 ? -1 : h->last_s - 1.0 / (double)h->tick;
+    h->last_s = now;
+    free(h->taken);
+    h->taken = calloc((size_t)(h->n ? h->n : 1), 1);
+    if (!h->taken) return -ENOMEM;
+    h->next_n = 0;
+    int changed = 0, rc = 0;
+    char path[512], buf[8192];
+
+    int n = pread_small(h->root_stat, buf, sizeof(buf));
+    const char *state = n > 0 ? strrchr(buf, ')') : NULL;
+    int alive = state && state[1] && state[2] && state[2] != 'Z' && state[2] != 'X';
+    struct pid_stack stack = {0}, parents = {0};
+    if (alive && (push(&stack, h->root) || push(&parents, 0))) rc = -ENOMEM;
+    while (rc == 0 && stack.n > 0) {
+        int pid = stack.v[--stack.n], ppid = parents.v[--parents.n];
+        snprintf(path, sizeof(path), "%s/%d/task", h->proc, pid);
+        DIR *d = opendir(path);
+        if (!d) continue;                              /* exited since it was listed */
+        struct dirent *e;
+        while (rc == 0 && (e = readdir(d)) != NULL) {
+            if (!isdigit((unsigned char)e->d_name[0])) continue;
+            int tid = atoi(e->d_name);
+            int got = gather_thread(h, pid, ppid, tid, all_names, now, born_after, interval);
+            if (got < -1) {
+                rc = got;
+                break;
+            }
+            if (got < 0) continue;
+            changed |= got;
+            struct tslot *s = &h->next[h->next_n - 1];
+            snprintf(path, sizeof(path), "%s/%d/task/%d/children", h->proc, pid, tid);
+            if (read_held(s->children_fd, path, buf, sizeof(buf)) <= 0) continue;
+            for (char *p = buf; *p;) {
+                while (*p == ' ' || *p == '\n') p++;
+                if (!*p) break;
+                int child = (int)strtol(p, &p, 10);
+                if (push(&stack, child) || push(&parents, pid)) {
+                    rc = -ENOMEM;
+                    break;
+                }
+            }
+        }
+        closedir(d);
+    }
+    free(stack.v);
+    free(parents.v);
+    for (int i = 0; i < h->n; i++)
+        if (!h->taken[i]) {
+            release(h, &h->slots[i]);
+            changed = 1;
+        }
+    /* the gathered threads become the current ones */
+    struct tslot *tmp = h->slots;
+    int tmp_cap = h->cap;
+    h->slots = h->next;
+    h->cap = h->next_cap;
+    h->n = h->next_n;
+    h->next = tmp;
+    h->next_cap = tmp_cap;
+    h->next_n = 0;
+    if (rc == 0) rc = index_build(h);
+    if (rc < 0) return rc;
+    free(h->pub);
+    h->pub = malloc((size_t)(h->n ? h->n : 1) * sizeof(*h->pub));
+    if (!h->pub) return -ENOMEM;
+    for (int i = 0; i < h->n; i++) h->pub[i] = h->slots[i].pub;
+    out->root_alive = alive;
+    out->n = h->n;
+    out->changed = changed;
+    out->interval_s = interval;
+    out->threads = h->pub;
+    return 0;
+}
