@@ -60,7 +60,7 @@ METRICS = [
     _m("thread.loader.workers", "processes", "gauge", "DataLoader worker processes in the tree"),
 ]
 EMIT_EVERY_NS = 1_000_000_000    # journal writes once a second: a killed profiler loses < 1 s
-NAMES_EVERY_NS = 1_000_000_000   # every thread's name re-read once a second (each process's main thread's: every sample)
+FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a second (main threads': every sample)
 CONTENDERS_EVERY_S = 5.0         # the other processes' CPU, read this often (and at start and stop)
 
 # A process that only waits for its child: the critical thread is further down.
@@ -164,11 +164,11 @@ class ThreadReader:
         self._dtype = np.dtype({"names": list(off), "offsets": list(off.values()), "itemsize": size,
                                 "formats": ["<i4"] * 4 + ["<f8"] * 3 + ["S16"]})
 
-    def sample(self, all_names: bool = False) -> tuple[bool, bool, float, np.ndarray]:
+    def sample(self, full: bool = False) -> tuple[bool, bool, float, np.ndarray]:
         """(root alive, threads changed, interval s, one record per thread: tid, pid, ppid, fresh,
         run_s, wait_s, life_s, comm). The array is a copy: valid after the next sample."""
         out = self._out
-        rc = self.lib.cp_threads_sample(self.handle, int(all_names), out)
+        rc = self.lib.cp_threads_sample(self.handle, int(full), out)
         if rc < 0:
             raise OSError(-rc, os.strerror(-rc), "/proc")
         n = out.n
@@ -303,8 +303,8 @@ class ThreadsCollector(Collector):
         self._procs_children: dict[int, list[int]] = {}
         self._procs_comm: dict[int, str] = {}
         self._loader_workers = 0
-        alive, _changed, _interval, arr = self.reader.sample(all_names=True)
-        self._prev_time = self._last_emit = self._last_names = ctx.clock.now_ns()
+        alive, _changed, _interval, arr = self.reader.sample(full=True)
+        self._prev_time = self._last_emit = self._last_full = ctx.clock.now_ns()
         self.root_gone = not alive
         self._restructure(arr)
         self.contenders = Contenders([self.root] if self.in_process else [self.root, os.getpid()], self.proc)
@@ -378,10 +378,10 @@ class ThreadsCollector(Collector):
         if self.reader is None or self.root_gone:
             return
         now = self.ctx.clock.now_ns()
-        all_names = now - self._last_names >= NAMES_EVERY_NS
-        if all_names:
-            self._last_names = now
-        alive, changed, _interval, arr = self.reader.sample(all_names)
+        full = now - self._last_full >= FULL_EVERY_NS
+        if full:
+            self._last_full = now
+        alive, changed, _interval, arr = self.reader.sample(full)
         duration = now - self._prev_time
         self._prev_time = now
         if not alive:

@@ -163,10 +163,12 @@ struct cp_threads_stats {
 typedef struct cp_threads cp_threads;
 cp_threads *cp_threads_open(const char *proc, int root, int max_fds, int *err);
 void cp_threads_close(cp_threads *h);
-/* One walk of the tree. all_names: re-read every thread's name (else only each process's
- * main thread's, which exec changes). A thread first seen now counts from its birth when it
- * was born since the previous sample began, else from now (its earlier life is not ours). */
-int cp_threads_sample(cp_threads *h, int all_names, struct cp_threads_stats *out);
+/* One walk of the tree. full: also re-read every thread's name and every thread's children
+ * (else only each process's main thread's, as most processes fork from it and exec renames
+ * it); the first sample is full. A thread first seen now counts from its birth when it was
+ * born since the walk that would have seen it began, else from now (its earlier life is not
+ * ours: a tree attached to). */
+int cp_threads_sample(cp_threads *h, int full, struct cp_threads_stats *out);
 
 /* fork, then the child waits on a pipe before exec so counters can be opened on
  * its pid first (perf stat's handshake). Write one byte to *go_fd to let it
