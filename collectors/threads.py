@@ -295,6 +295,9 @@ class ThreadsCollector(Collector):
         # in-process, the critical thread is the one that entered profile(): the session's target
         self._self_tid = threading.get_native_id() if self.in_process else None
         ctx.add_metrics(METRICS)
+        # pyarrow imports pandas at its first conversion (~0.5 s, seconds on a loaded machine):
+        # here, not in the sampling thread, whose first flush would otherwise stall the samples
+        samples_batch([], [], self.name, [], [], [])
         self.details["main"] = []
         self.reader = ThreadReader(self.root, self.proc)
         self._excluded: set[int] = set()
