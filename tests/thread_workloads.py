@@ -68,7 +68,7 @@ def contended(seconds: str) -> None:
 
 def _heavy_item(i: int) -> int:
     x = 0
-    for k in range(40_000):       # heavy Python per item, in the worker
+    for k in range(150_000):      # heavy Python per item (~10 ms), in the worker
         x += (k * i) % 7
     return x
 
