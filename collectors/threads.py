@@ -299,6 +299,7 @@ class ThreadsCollector(Collector):
         # here, not in the sampling thread, whose first flush would otherwise stall the samples
         samples_batch([], [], self.name, [], [], [])
         self.details["main"] = []
+        self._before_exec = t.kind == "launch"
         self.reader = ThreadReader(self.root, self.proc)
         self._excluded: set[int] = set()
         self._roles = np.zeros(0, np.int64)
@@ -360,16 +361,34 @@ class ThreadsCollector(Collector):
         self._assign(self._choose_critical())
 
     def _assign(self, critical: Critical | None) -> None:
-        if critical != self.critical and critical is not None:
-            self.details["main"].append({"pid": critical.pid, "tid": critical.tid,
-                                         "comm": self._comm_of(critical.tid),
-                                         "from_ns": self.ctx.clock.now_ns()})
+        self._record(critical)
         self.critical = critical
         roles = assign_roles(self._threads, critical, self._excluded)
         self._roles = np.asarray(roles, np.int64)
         self._main_at = roles.index(MAIN) if MAIN in roles else -1
         self._loader_workers = len({pid for (_, pid, _), r in zip(self._threads, roles)
                                     if r == LOADER and (critical is None or pid != critical.pid)})
+
+    def _record(self, critical: Critical | None) -> None:
+        """details["main"]: each critical thread chosen, from when; an exec that renames it is a
+        new entry, except the first change of a launched command: until its exec, the root was our
+        paused fork."""
+        if critical is None:
+            return
+        comm = self._comm_of(critical.tid)
+        entry = {"pid": critical.pid, "tid": critical.tid, "comm": comm, "from_ns": self.ctx.clock.now_ns()}
+        chosen = self.details["main"]
+        if not chosen:
+            chosen.append(entry)
+            return
+        last = chosen[-1]
+        if (last["pid"], last["tid"], last["comm"]) == (critical.pid, critical.tid, comm):
+            return
+        if self._before_exec:
+            chosen[-1] = {**entry, "from_ns": last["from_ns"]}
+        else:
+            chosen.append(entry)
+        self._before_exec = False
 
     def _comm_of(self, tid: int) -> str:
         return next((c for t, _p, c in self._threads if t == tid), "")
