@@ -231,11 +231,13 @@ class Contenders:
         table = process_cpu(self.proc)
         parent = {pid: ppid for (pid, _), (_, ppid, _) in table.items()}
         ours = set().union(*(descendants(r, parent) for r in self.roots))
+        first_read = not self.last
         for key, (comm, _ppid, cpu) in table.items():
             if key[0] in ours:
                 continue
             # a process born during the run counts from its birth, one seen at the start from then
-            self.first.setdefault(key, 0.0 if key[1] >= self.start_ticks and self.last else cpu)
+            born_since = not first_read and key[1] >= self.start_ticks
+            self.first.setdefault(key, 0.0 if born_since else cpu)
             self.last[key] = (comm, cpu)
 
     def top(self, n: int = 5) -> list[dict[str, Any]]:
@@ -295,9 +297,6 @@ class ThreadsCollector(Collector):
         # in-process, the critical thread is the one that entered profile(): the session's target
         self._self_tid = threading.get_native_id() if self.in_process else None
         ctx.add_metrics(METRICS)
-        # pyarrow imports pandas at its first conversion (~0.5 s, seconds on a loaded machine):
-        # here, not in the sampling thread, whose first flush would otherwise stall the samples
-        samples_batch([], [], self.name, [], [], [])
         self.details["main"] = []
         self._before_exec = t.kind == "launch"
         self.reader = ThreadReader(self.root, self.proc)
