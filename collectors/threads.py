@@ -314,7 +314,18 @@ class ThreadsCollector(Collector):
         self._read_contenders()
         self._last_contenders = time.monotonic()
         interval_s = float(self.config["interval_ms"]) / 1000
+        # pyarrow imports pandas at its first conversion in a process (~0.5 s of CPU, seconds on
+        # a loaded machine): done beside the sampling, which holds its rows until it is over
+        # instead of stalling in its first flush (or delaying the workload's start)
+        self._warm = threading.Event()
+        ctx.start_thread("counterprof-threads-warmup", self._warm_up)
         self._thread = ctx.start_thread("counterprof-threads", lambda: self._loop(interval_s))
+
+    def _warm_up(self) -> None:
+        try:
+            samples_batch([], [], self.name, [], [], [])
+        finally:
+            self._warm.set()
 
     def _read_contenders(self) -> None:
         try:
@@ -435,7 +446,7 @@ class ThreadsCollector(Collector):
                 rows.append((now, duration, f"thread.{word}.runnable", "process", float(wait_by[role])))
         rows.append((now, None, "thread.intraop.count", "process", float(np.count_nonzero(self._roles == INTRAOP))))
         rows.append((now, None, "thread.loader.workers", "process", float(self._loader_workers)))
-        if now - self._last_emit >= EMIT_EVERY_NS:
+        if now - self._last_emit >= EMIT_EVERY_NS and self._warm.is_set():
             self.flush()
 
     def flush(self) -> None:
