@@ -560,6 +560,7 @@ static int gather_process(cp_threads *h, int pid, int ppid, double born_after, c
                           struct pid_stack *stack, struct pid_stack *parents, struct pid_stack *via_main) {
     char buf[8192];
     int at = index_find(h, pid);
+    if (at >= 0 && h->taken[at] && h->slots[at].pub.pid == pid) return 0;   /* gathered already */
     struct tslot *main_old = at >= 0 && !h->taken[at] && h->slots[at].pub.pid == pid ? &h->slots[at] : NULL;
     int stat_fd = pid == h->root ? h->root_stat : main_old ? main_old->stat_fd : -1;
     char state, comm[16] = "";
@@ -662,15 +663,32 @@ int cp_threads_sample(cp_threads *h, int full, struct cp_threads_stats *out) {
     int alive = state && state[1] && state[2] && state[2] != 'Z' && state[2] != 'X';
     struct pid_stack stack = {0}, parents = {0}, via_main = {0};
     if (alive && (push(&stack, h->root) || push(&parents, 0) || push(&via_main, 1))) rc = -ENOMEM;
-    while (rc == 0 && stack.n > 0) {
-        int pid = stack.v[--stack.n], ppid = parents.v[--parents.n], main = via_main.v[--via_main.n];
-        /* a process found through a thread other than the main one could have been born any
-         * time since the last full sample, the last time those lists were read */
-        int got = gather_process(h, pid, ppid, main ? w.born_after : w.full_born_after, &w,
-                                 &stack, &parents, &via_main);
-        if (got < 0) rc = got;
-        else changed |= got;
+    uint8_t *tried = calloc((size_t)(h->n ? h->n : 1), 1);
+    if (!tried) rc = -ENOMEM;
+    for (int again = 1; rc == 0 && again;) {
+        while (rc == 0 && stack.n > 0) {
+            int pid = stack.v[--stack.n], ppid = parents.v[--parents.n], main = via_main.v[--via_main.n];
+            /* a process found through a thread other than the main one could have been born any
+             * time since the last full sample, the last time those lists were read */
+            int got = gather_process(h, pid, ppid, main ? w.born_after : w.full_born_after, &w,
+                                     &stack, &parents, &via_main);
+            if (got < 0) rc = got;
+            else changed |= got;
+        }
+        /* between full samples other threads' children are not read: the processes known to be
+         * children of a process gathered now are visited as they were found last time */
+        again = 0;
+        for (int i = 0; rc == 0 && i < h->n; i++) {
+            const struct tslot *s = &h->slots[i];
+            if (h->taken[i] || tried[i] || s->pub.tid != s->pub.pid || s->pub.ppid == 0) continue;
+            int parent = index_find(h, s->pub.ppid);
+            if (parent < 0 || !h->taken[parent]) continue;
+            tried[i] = 1;
+            if (push(&stack, s->pub.pid) || push(&parents, s->pub.ppid) || push(&via_main, 1)) rc = -ENOMEM;
+            again = 1;
+        }
     }
+    free(tried);
     free(stack.v);
     free(parents.v);
     free(via_main.v);

@@ -188,6 +188,20 @@ def test_children_processes_with_parents_and_names(tmp_path):
         assert {k: (int(v["pid"]), int(v["ppid"])) for k, v in t.items()} == \
             {100: (100, 0), 200: (200, 100), 201: (200, 100), 300: (300, 200), 301: (301, 200)}
         assert t[300]["comm"] == b"pt_data_worker"
+        # between full samples other threads' children lists are not read: 301 is still followed
+        fp.schedstat(301, 301, 0.2, 0.1)
+        _, changed, _, arr = r.sample()
+        t = by_tid(arr)
+        assert not changed and sorted(t) == [100, 200, 201, 300, 301]
+        assert (t[301]["run_s"], t[301]["wait_s"], t[301]["ppid"]) == (pytest.approx(0.2), pytest.approx(0.1), 200)
+        # and when it is reaped it is dropped (descriptors held on /proc files then read
+        # nothing, ESRCH: emptied in place here)
+        for f in (tmp_path / "301").rglob("*"):
+            if f.is_file():
+                f.write_text("")
+        (tmp_path / "200" / "task" / "201" / "children").write_text("")
+        _, changed, _, arr = r.sample()
+        assert changed and sorted(by_tid(arr)) == [100, 200, 201, 300]
         # a rename of a worker thread is seen on the next full sample (each second), not before
         (tmp_path / "300" / "task" / "300" / "comm").write_text("renamed\n")
         fp.thread(200, 202, comm="python")
