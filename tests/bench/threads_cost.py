@@ -45,7 +45,7 @@ def cell(pid: int, interval_ms: float, seconds: float, root: Path) -> float:
     s = Session(path, collectors=["threads"], config={"threads": {"interval_ms": interval_ms}},
                 target=Target("pid", pid), on_warning=lambda m: print("warning:", m, file=sys.stderr))
     s.start()
-    (tid,) = s._ctx.profiler_tids                  # the collector's sampling thread
+    tid = s.collectors[0]._thread.native_id        # the collector's sampling thread
     time.sleep(1.5)                                 # past the first flush (at 1 s)
     t0, c0 = time.monotonic(), _on_cpu(tid)
     time.sleep(seconds)
