@@ -138,6 +138,38 @@ void cp_procstat_close(cp_procstat *h);
 /* Both readings in one call (the GIL is released once per sample). */
 int cp_procstat_sample(cp_procstat *h, struct cp_tree_stats *tree, struct cp_system_stats *sys);
 
+/* Thread states of a process tree, for the threads collector (procstat.c): per thread, its
+ * on-CPU time and run-queue wait over the interval from /proc/PID/task/TID/schedstat. Each
+ * thread's schedstat (and children list) stays open and is re-read with pread, within a budget
+ * of max_fds descriptors (beyond it, files are opened per sample): in-process, the descriptors
+ * are the workload's. */
+struct cp_thread {
+    int32_t tid;
+    int32_t pid;               /* its process (thread group) */
+    int32_t ppid;              /* its process's parent in the tree; 0 for the root */
+    int32_t fresh;             /* 1: first seen in this sample */
+    double run_s;              /* on-CPU time over the interval (schedstat field 1) */
+    double wait_s;             /* runnable but waiting for a CPU (schedstat field 2) */
+    double life_s;             /* the part of the interval it existed: the interval, or since birth */
+    char comm[16];
+};
+struct cp_threads_stats {
+    int root_alive;            /* 0: the root process is gone (or a zombie) */
+    int n;                     /* threads of the live tree, in `threads` */
+    int changed;               /* threads came or went or were renamed since the last sample */
+    double interval_s;         /* since the previous sample (CLOCK_BOOTTIME); 0 on the first */
+    const struct cp_thread *threads;   /* valid until the next sample */
+};
+typedef struct cp_threads cp_threads;
+cp_threads *cp_threads_open(const char *proc, int root, int max_fds, int *err);
+void cp_threads_close(cp_threads *h);
+/* One walk of the tree. full: also re-read every thread's name and every thread's children
+ * (else only each process's main thread's, as most processes fork from it and exec renames
+ * it); the first sample is full. A thread first seen now counts from its birth when it was
+ * born since the walk that would have seen it began, else from now (its earlier life is not
+ * ours: a tree attached to). */
+int cp_threads_sample(cp_threads *h, int full, struct cp_threads_stats *out);
+
 /* fork, then the child waits on a pipe before exec so counters can be opened on
  * its pid first (perf stat's handshake). Write one byte to *go_fd to let it
  * exec; close *go_fd without writing to make it exit 255. *status_fd reads EOF

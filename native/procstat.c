@@ -300,3 +300,422 @@ int cp_procstat_sample(cp_procstat *h, struct cp_tree_stats *tree, struct cp_sys
     if (rc < 0) return rc;
     return cp_procstat_system(h, sys);
 }
+
+/* ---- thread states of a tree (the threads collector) ------------------------------------ */
+
+#include <time.h>
+
+struct tslot {
+    struct cp_thread pub;
+    uint64_t run_ns, wait_ns;      /* schedstat at the last sample */
+    int sched_fd, children_fd;     /* -1: not held (over the budget): opened when read */
+    int stat_fd;                   /* a process's main thread: /proc/PID/stat */
+    int group_start, group_n;      /* a process's main thread: its process's threads in the array */
+};
+
+struct cp_threads {
+    char proc[256];
+    int root, root_stat;
+    long tick;
+    int max_fds, held_fds;
+    struct tslot *slots, *next;    /* this sample's threads; the ones being gathered */
+    int n, cap, next_n, next_cap;
+    int *index;                    /* open addressing tid -> slot in `slots`; -1 empty */
+    int index_cap;
+    uint8_t *taken;                /* slots[i] carried into `next` */
+    struct cp_thread *pub;
+    double last_s, last_full_s;    /* CLOCK_BOOTTIME at the previous (full) sample's start; < 0 before */
+};
+
+/* What one sample needs to know while it walks. */
+struct walk {
+    double now, interval;
+    double born_after;             /* a thread first seen in a known process counts from birth if born since */
+    double full_born_after;        /* the same for processes found through other threads' children */
+    int full;
+};
+
+static double boottime_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* a held descriptor when the budget allows, else -1 (the file is then opened when read) */
+static int hold(cp_threads *h, const char *path) {
+    if (h->held_fds >= h->max_fds) return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) h->held_fds++;
+    return fd;
+}
+
+static void release(cp_threads *h, struct tslot *s) {
+    int *fds[] = {&s->sched_fd, &s->children_fd, &s->stat_fd};
+    for (size_t i = 0; i < 3; i++)
+        if (*fds[i] >= 0) {
+            close(*fds[i]);
+            h->held_fds--;
+            *fds[i] = -1;
+        }
+}
+
+/* /proc/PID/task/TID/<name> through its held descriptor, or opened for this read */
+static int read_task_file(const cp_threads *h, int fd, int pid, int tid, const char *name,
+                          char *buf, size_t size) {
+    if (fd >= 0) return pread_small(fd, buf, size);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%d/task/%d/%s", h->proc, pid, tid, name);
+    return read_small(path, buf, size);
+}
+
+static int parse_schedstat(const char *text, uint64_t *run, uint64_t *wait) {
+    char *p;
+    *run = strtoull(text, &p, 10);
+    if (p == text) return -1;
+    *wait = strtoull(p, NULL, 10);
+    return 0;
+}
+
+/* Fields of a stat line: state (3), num_threads (20), starttime (22, ticks since boot), comm (2).
+ * 0, or -1 when it does not parse. */
+static int parse_stat(const char *stat, char *state, long *threads, double *start_ticks, char *comm) {
+    const char *open_paren = strchr(stat, '('), *p = strrchr(stat, ')');
+    if (!open_paren || !p || !p[1] || !p[2]) return -1;
+    if (comm) {
+        size_t len = (size_t)(p - open_paren - 1);
+        if (len > 15) len = 15;
+        memcpy(comm, open_paren + 1, len);
+        comm[len] = '\0';
+    }
+    p += 2;
+    *state = *p;
+    char *end;
+    for (int field = 3; field < 22; field++) {         /* p is at field `field` */
+        while (*p && *p != ' ') p++;
+        while (*p == ' ') p++;
+        if (!*p) return -1;
+        if (field + 1 == 20) *threads = strtol(p, NULL, 10);
+    }
+    *start_ticks = (double)strtoull(p, &end, 10);
+    return end == p ? -1 : 0;
+}
+
+static void read_comm(const cp_threads *h, int pid, int tid, char *comm) {
+    char buf[64];
+    if (read_task_file(h, -1, pid, tid, "comm", buf, sizeof(buf)) <= 0) return;   /* keep the last name */
+    buf[strcspn(buf, "\n")] = '\0';
+    snprintf(comm, 16, "%s", buf);
+}
+
+static int index_find(const cp_threads *h, int tid) {
+    if (!h->index_cap) return -1;
+    unsigned mask = (unsigned)h->index_cap - 1;
+    for (unsigned i = ((unsigned)tid * 2654435761u) & mask;; i = (i + 1) & mask) {
+        int at = h->index[i];
+        if (at < 0) return -1;
+        if (h->slots[at].pub.tid == tid) return at;
+    }
+}
+
+static int index_build(cp_threads *h) {
+    int want = 16;
+    while (want < 2 * h->n) want *= 2;
+    if (want != h->index_cap) {
+        int *v = realloc(h->index, (size_t)want * sizeof(int));
+        if (!v) return -ENOMEM;
+        h->index = v;
+        h->index_cap = want;
+    }
+    memset(h->index, 0xff, (size_t)want * sizeof(int));
+    unsigned mask = (unsigned)want - 1;
+    for (int k = 0; k < h->n; k++) {
+        unsigned i = ((unsigned)h->slots[k].pub.tid * 2654435761u) & mask;
+        while (h->index[i] >= 0) i = (i + 1) & mask;
+        h->index[i] = k;
+    }
+    return 0;
+}
+
+static struct tslot *next_slot(cp_threads *h) {
+    if (h->next_n == h->next_cap) {
+        int cap = h->next_cap ? h->next_cap * 2 : 64;
+        struct tslot *v = realloc(h->next, (size_t)cap * sizeof(*v));
+        if (!v) return NULL;
+        h->next = v;
+        h->next_cap = cap;
+    }
+    return &h->next[h->next_n++];
+}
+
+cp_threads *cp_threads_open(const char *proc, int root, int max_fds, int *err) {
+    cp_threads *h = calloc(1, sizeof(*h));
+    if (!h) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    snprintf(h->proc, sizeof(h->proc), "%s", proc);
+    h->root = root;
+    h->tick = sysconf(_SC_CLK_TCK);
+    h->max_fds = max_fds > 1 ? max_fds - 1 : 0;   /* one for the root's stat */
+    h->last_s = h->last_full_s = -1;
+    h->root_stat = open_ro(proc, root, "stat");
+    if (h->root_stat < 0) {
+        *err = h->root_stat;
+        free(h);
+        return NULL;
+    }
+    *err = 0;
+    return h;
+}
+
+void cp_threads_close(cp_threads *h) {
+    if (!h) return;
+    for (int i = 0; i < h->n; i++) release(h, &h->slots[i]);
+    if (h->root_stat >= 0) close(h->root_stat);
+    free(h->slots);
+    free(h->next);
+    free(h->index);
+    free(h->taken);
+    free(h->pub);
+    free(h);
+}
+
+/* A known thread (slots[at]) into h->next with this interval's deltas; 1 if renamed (names are
+ * re-read on full samples), 0, or -1 when its schedstat is gone (nothing changed then). */
+static int carry_thread(cp_threads *h, int at, int ppid, const struct walk *w) {
+    struct tslot *old = &h->slots[at];
+    char buf[256];
+    uint64_t run, wait;
+    if (read_task_file(h, old->sched_fd, old->pub.pid, old->pub.tid, "schedstat", buf, sizeof(buf)) <= 0 ||
+        parse_schedstat(buf, &run, &wait) != 0)
+        return -1;
+    struct tslot *s = next_slot(h);
+    if (!s) return -ENOMEM;
+    h->taken[at] = 1;
+    *s = *old;
+    s->pub.ppid = ppid;
+    s->pub.fresh = 0;
+    /* never negative: a tid reused in between reads as a smaller count */
+    s->pub.run_s = run > old->run_ns ? (double)(run - old->run_ns) / 1e9 : 0.0;
+    s->pub.wait_s = wait > old->wait_ns ? (double)(wait - old->wait_ns) / 1e9 : 0.0;
+    s->pub.life_s = w->interval;
+    s->run_ns = run;
+    s->wait_ns = wait;
+    if (w->full && s->pub.tid != s->pub.pid) {
+        char before[16];
+        memcpy(before, s->pub.comm, sizeof(before));
+        read_comm(h, s->pub.pid, s->pub.tid, s->pub.comm);
+        return memcmp(before, s->pub.comm, sizeof(before)) != 0;
+    }
+    return 0;
+}
+
+/* A thread first seen (or whose descriptor outlived it): 1, -1 if gone, -ENOMEM. */
+static int new_thread(cp_threads *h, int pid, int ppid, int tid, double born_after, const struct walk *w) {
+    char path[512], buf[4096];
+    uint64_t run, wait;
+    snprintf(path, sizeof(path), "%s/%d/task/%d/schedstat", h->proc, pid, tid);
+    struct tslot fresh = {.sched_fd = hold(h, path), .children_fd = -1, .stat_fd = -1};
+    if (read_task_file(h, fresh.sched_fd, pid, tid, "schedstat", buf, sizeof(buf)) <= 0 ||
+        parse_schedstat(buf, &run, &wait) != 0) {
+        release(h, &fresh);
+        return -1;
+    }
+    fresh.pub = (struct cp_thread){.tid = tid, .pid = pid, .ppid = ppid, .fresh = 1, .life_s = w->interval};
+    char state;
+    long nthreads;
+    double born = -1;
+    if (read_task_file(h, -1, pid, tid, "stat", buf, sizeof(buf)) <= 0 ||
+        parse_stat(buf, &state, &nthreads, &born, NULL) != 0)
+        born = -1;
+    else
+        born /= (double)h->tick;
+    if (born >= 0 && born_after >= 0 && born >= born_after) {
+        /* born since the walk that would have seen it: its whole life is in this interval */
+        fresh.pub.run_s = (double)run / 1e9;
+        fresh.pub.wait_s = (double)wait / 1e9;
+        double life = w->now - born;
+        fresh.pub.life_s = life < 0 ? 0 : life > w->interval ? w->interval : life;
+    }
+    fresh.run_ns = run;
+    fresh.wait_ns = wait;
+    read_comm(h, pid, tid, fresh.pub.comm);
+    snprintf(path, sizeof(path), "%s/%d/task/%d/children", h->proc, pid, tid);
+    fresh.children_fd = hold(h, path);
+    struct tslot *s = next_slot(h);
+    if (!s) {
+        release(h, &fresh);
+        return -ENOMEM;
+    }
+    *s = fresh;
+    return 1;
+}
+
+/* Every thread of one process into h->next, then its children onto the stack. When the
+ * process's thread count is the one last seen and every known thread still reads, the task
+ * directory is not listed (a thread that exits fails its read; one that is born changes the
+ * count). Children are read from the main thread each sample, from the others on full ones.
+ * Returns 1 if something changed, 0, or -ENOMEM. */
+static int gather_process(cp_threads *h, int pid, int ppid, double born_after, const struct walk *w,
+                          struct pid_stack *stack, struct pid_stack *parents, struct pid_stack *via_main) {
+    char buf[8192];
+    int at = index_find(h, pid);
+    if (at >= 0 && h->taken[at] && h->slots[at].pub.pid == pid) return 0;   /* gathered already */
+    struct tslot *main_old = at >= 0 && !h->taken[at] && h->slots[at].pub.pid == pid ? &h->slots[at] : NULL;
+    int stat_fd = pid == h->root ? h->root_stat : main_old ? main_old->stat_fd : -1;
+    char state, comm[16] = "";
+    long nthreads = -1;
+    double start;
+    int n = stat_fd >= 0 ? pread_small(stat_fd, buf, sizeof(buf)) : read_task_file(h, -1, pid, pid, "stat", buf, sizeof(buf));
+    if (n <= 0 || parse_stat(buf, &state, &nthreads, &start, comm) != 0) return 0;   /* gone since listed */
+    int changed = 0, mark = h->next_n;
+    int fast = main_old && main_old->group_n == nthreads;
+    if (fast) {
+        for (int i = main_old->group_start; i < main_old->group_start + main_old->group_n; i++) {
+            int got = h->slots[i].pub.pid == pid && !h->taken[i] ? carry_thread(h, i, ppid, w) : -1;
+            if (got < -1) return got;
+            if (got < 0) {                              /* one ended: list the directory after all */
+                for (int k = mark; k < h->next_n; k++) h->taken[index_find(h, h->next[k].pub.tid)] = 0;
+                h->next_n = mark;
+                fast = 0;
+                changed = 0;
+                break;
+            }
+            changed |= got;
+        }
+    }
+    if (!fast) {
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%d/task", h->proc, pid);
+        DIR *d = opendir(path);
+        if (!d) return 0;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            if (!isdigit((unsigned char)e->d_name[0])) continue;
+            int tid = atoi(e->d_name);
+            int k = index_find(h, tid);
+            int got = k >= 0 && !h->taken[k] && h->slots[k].pub.pid == pid ? carry_thread(h, k, ppid, w) : -1;
+            if (got == -1) {
+                if (k >= 0 && !h->taken[k] && h->slots[k].pub.pid == pid) {
+                    h->taken[k] = 1;                    /* its descriptor outlived it: start afresh */
+                    release(h, &h->slots[k]);
+                }
+                got = new_thread(h, pid, ppid, tid, born_after, w);
+            }
+            if (got < -1) {
+                closedir(d);
+                return got;
+            }
+            if (got > 0) changed = 1;
+        }
+        closedir(d);
+    }
+    /* the process's main thread keeps its stat descriptor, its name (from stat) and its range */
+    for (int k = mark; k < h->next_n; k++) {
+        struct tslot *s = &h->next[k];
+        if (s->pub.tid != pid) continue;
+        if (strcmp(s->pub.comm, comm) != 0) {
+            snprintf(s->pub.comm, sizeof(s->pub.comm), "%s", comm);
+            changed = 1;
+        }
+        if (s->stat_fd < 0 && pid != h->root) {
+            snprintf(buf, sizeof(buf), "%s/%d/stat", h->proc, pid);
+            s->stat_fd = hold(h, buf);
+        }
+        s->group_start = mark;
+        s->group_n = h->next_n - mark;
+    }
+    for (int k = mark; k < h->next_n; k++) {
+        struct tslot *s = &h->next[k];
+        int is_main = s->pub.tid == pid;
+        if (!is_main && !w->full) continue;
+        if (read_task_file(h, s->children_fd, pid, s->pub.tid, "children", buf, sizeof(buf)) <= 0) continue;
+        for (char *p = buf; *p;) {
+            while (*p == ' ' || *p == '\n') p++;
+            if (!*p) break;
+            int child = (int)strtol(p, &p, 10);
+            if (push(stack, child) || push(parents, pid) || push(via_main, is_main)) return -ENOMEM;
+        }
+    }
+    return changed;
+}
+
+int cp_threads_sample(cp_threads *h, int full, struct cp_threads_stats *out) {
+    memset(out, 0, sizeof(*out));
+    double now = boottime_s();
+    /* starttime is in whole ticks, rounded down: a tick of slack so no newborn is missed */
+    double slack = 1.0 / (double)h->tick;
+    struct walk w = {.now = now, .interval = h->last_s < 0 ? 0 : now - h->last_s,
+                     .born_after = h->last_s < 0 ? -1 : h->last_s - slack,
+                     .full_born_after = h->last_full_s < 0 ? -1 : h->last_full_s - slack,
+                     .full = full || h->last_full_s < 0};
+    h->last_s = now;
+    if (w.full) h->last_full_s = now;
+    free(h->taken);
+    h->taken = calloc((size_t)(h->n ? h->n : 1), 1);
+    if (!h->taken) return -ENOMEM;
+    h->next_n = 0;
+    int changed = 0, rc = 0;
+    char buf[4096];
+
+    int n = pread_small(h->root_stat, buf, sizeof(buf));
+    const char *state = n > 0 ? strrchr(buf, ')') : NULL;
+    int alive = state && state[1] && state[2] && state[2] != 'Z' && state[2] != 'X';
+    struct pid_stack stack = {0}, parents = {0}, via_main = {0};
+    if (alive && (push(&stack, h->root) || push(&parents, 0) || push(&via_main, 1))) rc = -ENOMEM;
+    uint8_t *tried = calloc((size_t)(h->n ? h->n : 1), 1);
+    if (!tried) rc = -ENOMEM;
+    for (int again = 1; rc == 0 && again;) {
+        while (rc == 0 && stack.n > 0) {
+            int pid = stack.v[--stack.n], ppid = parents.v[--parents.n], main = via_main.v[--via_main.n];
+            /* a process found through a thread other than the main one could have been born any
+             * time since the last full sample, the last time those lists were read */
+            int got = gather_process(h, pid, ppid, main ? w.born_after : w.full_born_after, &w,
+                                     &stack, &parents, &via_main);
+            if (got < 0) rc = got;
+            else changed |= got;
+        }
+        /* between full samples other threads' children are not read: the processes known to be
+         * children of a process gathered now are visited as they were found last time */
+        again = 0;
+        for (int i = 0; rc == 0 && i < h->n; i++) {
+            const struct tslot *s = &h->slots[i];
+            if (h->taken[i] || tried[i] || s->pub.tid != s->pub.pid || s->pub.ppid == 0) continue;
+            int parent = index_find(h, s->pub.ppid);
+            if (parent < 0 || !h->taken[parent]) continue;
+            tried[i] = 1;
+            if (push(&stack, s->pub.pid) || push(&parents, s->pub.ppid) || push(&via_main, 1)) rc = -ENOMEM;
+            again = 1;
+        }
+    }
+    free(tried);
+    free(stack.v);
+    free(parents.v);
+    free(via_main.v);
+    for (int i = 0; i < h->n; i++)
+        if (!h->taken[i]) {
+            release(h, &h->slots[i]);
+            changed = 1;
+        }
+    /* the gathered threads become the current ones */
+    struct tslot *tmp = h->slots;
+    int tmp_cap = h->cap;
+    h->slots = h->next;
+    h->cap = h->next_cap;
+    h->n = h->next_n;
+    h->next = tmp;
+    h->next_cap = tmp_cap;
+    h->next_n = 0;
+    if (rc == 0) rc = index_build(h);
+    if (rc < 0) return rc;
+    free(h->pub);
+    h->pub = malloc((size_t)(h->n ? h->n : 1) * sizeof(*h->pub));
+    if (!h->pub) return -ENOMEM;
+    for (int i = 0; i < h->n; i++) h->pub[i] = h->slots[i].pub;
+    out->root_alive = alive;
+    out->n = h->n;
+    out->changed = changed;
+    out->interval_s = w.interval;
+    out->threads = h->pub;
+    return 0;
+}

@@ -135,8 +135,8 @@ def test_dashboard_updates_q_stops_profiling_and_the_workload_finishes(term, tmp
     assert table_files(run, "samples", 0)
     assert not list(journal_dir(run, 0).glob("*"))
     # the workload runs to its end and counterprof returns its status
-    done = term.wait_for(has("EXIT=0"), timeout=30, what="the workload to finish")
-    assert has("done")(done)
+    term.wait_for(has("EXIT=0"), timeout=30, what="the workload to finish")
+    assert has("done")(term.screen(history=True))   # above the summary, which may scroll it off
     meta = meta_of(run)
     assert meta["workload_exit"]["exit_status"] == 0 and meta["workload_exit"]["status"] == "exited"
     terminal_restored(tmp_path)
@@ -155,7 +155,8 @@ def test_ctrl_c_goes_to_the_workload_and_the_terminal_is_restored(term, tmp_path
     term.wait_for(has("╭─ perf"), what="the dashboard")
     term.keys("C-c")
     lines = term.wait_for(has("EXIT="), timeout=30, what="the run to end")
-    assert has("EXIT=130")(lines) and has("KeyboardInterrupt")(lines)
+    # the traceback sits above the summary, which may scroll it off the screen
+    assert has("EXIT=130")(lines) and has("KeyboardInterrupt")(term.screen(history=True))
     assert not has("╭─ perf")(lines)
     meta = meta_of(run)
     assert meta["status"] == "complete" and meta["workload"]["exit_status"] == 130

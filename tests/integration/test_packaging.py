@@ -19,6 +19,7 @@ def test_wheel_contents(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert any(n.startswith("counterprof/_native") and n.endswith(".so") for n in names)
     for module in ("counterprof/collectors/__init__.py", "counterprof/collectors/host.py",
+                   "counterprof/collectors/threads.py",
                    "counterprof/collectors/perf/events.py", "counterprof/collectors/nvml/library.py",
                    "counterprof/cli/run.py",
                    "counterprof/store/journal.py",
@@ -30,6 +31,7 @@ def test_wheel_contents(tmp_path):
     assert "[counterprof.collectors]" in ep
     assert "perf = counterprof.collectors.perf:PerfCollector" in ep
     assert "nvml = counterprof.collectors.nvml:NvmlCollector" in ep
+    assert "threads = counterprof.collectors.threads:ThreadsCollector" in ep
     assert "torch = counterprof.collectors.torch_trace:TorchCollector" in ep
     assert "counterprof = counterprof.cli:console_main" in ep
 

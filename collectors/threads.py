@@ -1,0 +1,472 @@
+"""threads collector: what the workload's threads did each interval, by role.
+
+Per interval (default 100 ms), for every thread of the tree rooted at the target, the time it
+ran and the time it was runnable but waited for a CPU (/proc/PID/task/TID/schedstat), summed
+by the thread's role:
+
+    main     the critical thread: the one whose time is the step's wall time (the rank's main
+             thread; for a launched command, the main thread of the first process below the
+             wrappers that only wait for their child; in-process, the thread that entered
+             counterprof.profile()). Also its blocked time: the rest of the interval.
+    intraop  the critical process's other threads (torch/OpenMP/MKL pools, autograd threads)
+    loader   DataLoader worker processes (threads named pt_data_worker, and every thread of
+             their processes) and the pin-memory thread (pt_data_pin)
+    comm     gloo/NCCL/c10d threads of the critical process, by name (COMM_PREFIXES)
+    other    every other thread of the tree (wrappers, launchers, helper processes)
+
+The profiler's own threads (ctx.profiler_tids) are never counted. One call into
+native/procstat.c per sample walks the tree with each thread's schedstat kept open (pread);
+Python only sums by role, with numpy, and works out roles again when threads come, go or are
+renamed. Rows are emitted once a second, as host's are.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from counterprof.collector import Availability, Collector, SessionContext
+from counterprof.errors import UsageError
+from counterprof.schema import Metric, samples_batch
+
+SOURCE = "threads"
+
+
+def _m(name, unit, kind, desc):
+    return Metric(name, unit, kind, desc, SOURCE)
+
+
+METRICS = [
+    _m("thread.main.running", "s", "delta", "on-CPU time of the critical thread (the rank's main/training thread)"),
+    _m("thread.main.runnable", "s", "delta", "time the critical thread was runnable but waited for a CPU (CPU contention)"),
+    _m("thread.main.blocked", "s", "delta", "time the critical thread was off-CPU and not runnable: sleep, I/O, locks, "
+                                            "waiting for workers, collectives or children"),
+    _m("thread.intraop.running", "s", "delta", "on-CPU time of the critical process's other threads (intra-op/OpenMP "
+                                               "pools, autograd threads), comm threads excluded"),
+    _m("thread.intraop.runnable", "s", "delta", "run-queue wait of the critical process's other threads"),
+    _m("thread.loader.running", "s", "delta", "on-CPU time of DataLoader worker processes (all their threads) and the "
+                                              "pin-memory thread"),
+    _m("thread.loader.runnable", "s", "delta", "run-queue wait of the DataLoader workers"),
+    _m("thread.comm.running", "s", "delta", "on-CPU time of the critical process's gloo/NCCL/c10d threads"),
+    _m("thread.other.running", "s", "delta", "on-CPU time of every other thread of the tree (wrappers, launchers, "
+                                             "helper processes)"),
+    _m("thread.other.runnable", "s", "delta", "run-queue wait of every other thread of the tree"),
+    _m("thread.intraop.count", "threads", "gauge", "threads of the critical process besides the critical and comm threads"),
+    _m("thread.loader.workers", "processes", "gauge", "DataLoader worker processes in the tree"),
+]
+EMIT_EVERY_NS = 1_000_000_000    # journal writes once a second: a killed profiler loses < 1 s
+FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a second (main threads': every sample)
+CONTENDERS_EVERY_S = 5.0         # the other processes' CPU, read this often (and at start and stop)
+
+# A process that only waits for its child: the critical thread is further down.
+WRAPPERS = frozenset({"sh", "bash", "dash", "zsh", "env", "time", "timeout", "taskset", "numactl", "nice",
+                      "nohup", "stdbuf", "chrt", "setpriv", "sudo", "uv", "conda"})
+# Thread names (comm, 15 characters) of communication threads, as torch 2.13 sets them: seen in a
+# 2-rank gloo DDP job here (pt_gloo_runloop, gloo_tcp_loop, pt_tcpstore_uv), and from torch's
+# sources for NCCL (pt_nccl_watchdg, pt_nccl_heartbt), the distributed autograd engine and the
+# c10d control plane (pt_dist_engine, pt_workerserver); NCCL's own threads start with "NCCL".
+COMM_PREFIXES = ("pt_gloo", "gloo", "pt_nccl", "nccl", "pt_tcpstore", "pt_dist", "pt_workerserver", "c10d")
+LOADER_WORKER = "pt_data_worker"     # torch.utils.data's worker loop names its process's thread so
+LOADER_PIN = "pt_data_pin"           # the pin-memory thread, in the main process
+
+MAIN, INTRAOP, LOADER, COMM, OTHER, EXCLUDED = range(6)
+_ROLE_METRICS = [(INTRAOP, "intraop", True), (LOADER, "loader", True), (COMM, "comm", False),
+                 (OTHER, "other", True)]
+
+
+@dataclass(frozen=True)
+class Critical:
+    pid: int
+    tid: int
+
+
+def is_comm_thread(comm: str) -> bool:
+    return comm.lower().startswith(COMM_PREFIXES)
+
+
+def loader_processes(threads: list[tuple[int, int, str]]) -> set[int]:
+    """Processes that are DataLoader workers: one of their threads is named pt_data_worker.
+    threads: (tid, pid, comm)."""
+    return {pid for _tid, pid, comm in threads if comm == LOADER_WORKER}
+
+
+def descend_wrappers(root: int, children: dict[int, list[int]], comm: dict[int, str],
+                     wchan: Callable[[int], str | None]) -> int:
+    """The process the critical thread lives in: from root down while a process has exactly one
+    child and is a wrapper (a known wrapper's name, or its main thread waits in do_wait).
+    comm: each process's main thread's name. wchan is read only where the name does not tell."""
+    pid, seen = root, set()
+    while pid not in seen:
+        seen.add(pid)
+        kids = children.get(pid, [])
+        if len(kids) != 1:
+            return pid
+        if comm.get(pid, "") not in WRAPPERS and wchan(pid) != "do_wait":
+            return pid
+        pid = kids[0]
+    return pid
+
+
+def assign_roles(threads: list[tuple[int, int, str]], critical: Critical | None,
+                 excluded: set[int]) -> list[int]:
+    """The role of each thread (tid, pid, comm): MAIN, INTRAOP, LOADER, COMM, OTHER or EXCLUDED."""
+    loaders = loader_processes(threads)
+    if critical is not None:
+        loaders.discard(critical.pid)
+    roles = []
+    for tid, pid, comm in threads:
+        if tid in excluded:
+            roles.append(EXCLUDED)
+        elif critical is not None and tid == critical.tid:
+            roles.append(MAIN)
+        elif critical is not None and pid == critical.pid:
+            roles.append(COMM if is_comm_thread(comm) else LOADER if comm == LOADER_PIN else INTRAOP)
+        elif pid in loaders:
+            roles.append(LOADER)
+        else:
+            roles.append(OTHER)
+    return roles
+
+
+def read_wchan(pid: int, proc: str = "/proc") -> str | None:
+    """Where the process's main thread sleeps in the kernel; None when unreadable (or "0" when
+    the kernel hides it)."""
+    try:
+        with open(f"{proc}/{pid}/wchan") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+class ThreadReader:
+    """native/procstat.c's thread walk of one tree; close() when done."""
+
+    def __init__(self, root: int, proc: str = "/proc", max_fds: int | None = None):
+        from counterprof._native import ffi, lib
+        self.ffi, self.lib = ffi, lib
+        if max_fds is None:
+            # the descriptors held are the workload's own in-process: a quarter of its limit at most
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            max_fds = 1024 if soft == resource.RLIM_INFINITY else max(0, min(1024, soft // 4))
+        err = ffi.new("int *")
+        self.handle = lib.cp_threads_open(os.fsencode(proc), root, max_fds, err)
+        if self.handle == ffi.NULL:
+            raise OSError(-err[0], os.strerror(-err[0]), f"{proc}/{root}")
+        self._out = ffi.new("struct cp_threads_stats *")
+        size = ffi.sizeof("struct cp_thread")
+        off = {f: ffi.offsetof("struct cp_thread", f) for f in ("tid", "pid", "ppid", "fresh", "run_s", "wait_s",
+                                                              "life_s", "comm")}
+        self._dtype = np.dtype({"names": list(off), "offsets": list(off.values()), "itemsize": size,
+                                "formats": ["<i4"] * 4 + ["<f8"] * 3 + ["S16"]})
+
+    def sample(self, full: bool = False) -> tuple[bool, bool, float, np.ndarray]:
+        """(root alive, threads changed, interval s, one record per thread: tid, pid, ppid, fresh,
+        run_s, wait_s, life_s, comm). The array is a copy: valid after the next sample."""
+        out = self._out
+        rc = self.lib.cp_threads_sample(self.handle, int(full), out)
+        if rc < 0:
+            raise OSError(-rc, os.strerror(-rc), "/proc")
+        n = out.n
+        arr = (np.frombuffer(self.ffi.buffer(out.threads, n * self._dtype.itemsize), self._dtype).copy()
+               if n else np.zeros(0, self._dtype))
+        return bool(out.root_alive), bool(out.changed), float(out.interval_s), arr
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.lib.cp_threads_close(self.handle)
+            self.handle = None
+
+
+def process_cpu(proc: str = "/proc") -> dict[tuple[int, int], tuple[str, int, float]]:
+    """Every process's (pid, start ticks) -> (comm, ppid, utime+stime s); start ticks tell a
+    reused pid apart."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for name in os.listdir(proc):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{name}/stat", "rb") as f:
+                text = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        head, _, rest = text.rpartition(")")
+        fields = rest.split()
+        if len(fields) < 20:
+            continue
+        comm = head.partition("(")[2]
+        out[(int(name), int(fields[19]))] = (comm, int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def descendants(root: int, parent: dict[int, int]) -> set[int]:
+    kids: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        kids.setdefault(ppid, []).append(pid)
+    out, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo.extend(kids.get(pid, []))
+    return out
+
+
+class Contenders:
+    """CPU used by the processes outside the workload's tree (and outside the profiler's own
+    descendants: sibling ranks are the job's) between the first and the last reading."""
+
+    def __init__(self, roots: list[int], proc: str = "/proc"):
+        self.roots, self.proc = roots, proc
+        self.first: dict[tuple[int, int], float] = {}
+        self.last: dict[tuple[int, int], tuple[str, float]] = {}
+        self.start_ticks = time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")
+
+    def read(self) -> None:
+        table = process_cpu(self.proc)
+        parent = {pid: ppid for (pid, _), (_, ppid, _) in table.items()}
+        ours = set().union(*(descendants(r, parent) for r in self.roots))
+        first_read = not self.last
+        for key, (comm, _ppid, cpu) in table.items():
+            if key[0] in ours:
+                continue
+            # a process born during the run counts from its birth, one seen at the start from then
+            born_since = not first_read and key[1] >= self.start_ticks
+            self.first.setdefault(key, 0.0 if born_since else cpu)
+            self.last[key] = (comm, cpu)
+
+    def top(self, n: int = 5) -> list[dict[str, Any]]:
+        used = [(cpu - self.first[key], key[0], comm) for key, (comm, cpu) in self.last.items()]
+        used.sort(reverse=True)
+        return [{"pid": pid, "comm": comm, "cpu_s": round(cpu, 3)} for cpu, pid, comm in used[:n] if cpu > 0]
+
+
+class ThreadsCollector(Collector):
+    name = "threads"
+    per_rank = True
+    start_late = True   # the profiler's threads registered before the first sample
+    DEFAULTS = {"interval_ms": 100.0, "proc": "/proc"}
+
+    def __init__(self, config: dict[str, Any] | None = None):
+        super().__init__({**self.DEFAULTS, **(config or {})})
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._rows: list[tuple] = []
+        self._thread_cpu_s = 0.0
+        self.reader: ThreadReader | None = None
+        self.critical: Critical | None = None
+        self.root_gone = False
+
+    @classmethod
+    def availability(cls, config=None) -> Availability:
+        proc = {**cls.DEFAULTS, **(config or {})}["proc"]
+        try:
+            import counterprof._native  # noqa: F401
+        except ImportError as exc:
+            return Availability(False, f"counterprof's compiled part is missing ({exc}); "
+                                       "reinstall with `pip install .`")
+        if not os.path.exists(f"{proc}/self/task/{threading.get_native_id()}/schedstat"):
+            return Availability(False, f"{proc}/PID/task/TID/schedstat is missing: is /proc mounted, "
+                                       "with a kernel built with CONFIG_SCHED_INFO?")
+        return Availability(True)
+
+    @classmethod
+    def validate(cls, config: dict[str, Any]) -> None:
+        try:
+            interval = float({**cls.DEFAULTS, **config}["interval_ms"])
+        except (TypeError, ValueError):
+            raise UsageError(f"threads interval {config.get('interval_ms')!r} is not a number of ms") from None
+        if not 1 <= interval <= 3_600_000:
+            raise UsageError(f"threads interval {interval:g} ms is out of range (1 ms to 1 h)")
+
+    def start(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
+        self.proc = self.config["proc"]
+        t = ctx.target
+        if t.kind != "self" and t.pid is None:
+            self.status = "unavailable"
+            self.reason = "no process to follow (a system-wide run without a command)"
+            return
+        self.in_process = t.kind == "self"
+        self.root = os.getpid() if self.in_process else t.pid
+        # in-process, the critical thread is the one that entered profile(): the session's target
+        self._self_tid = threading.get_native_id() if self.in_process else None
+        ctx.add_metrics(METRICS)
+        self.details["main"] = []
+        self._before_exec = t.kind == "launch"
+        self.reader = ThreadReader(self.root, self.proc)
+        self._excluded: set[int] = set()
+        self._roles = np.zeros(0, np.int64)
+        self._main_at = -1
+        self._procs_children: dict[int, list[int]] = {}
+        self._procs_comm: dict[int, str] = {}
+        self._loader_workers = 0
+        alive, _changed, _interval, arr = self.reader.sample(full=True)
+        self._prev_time = self._last_emit = self._last_full = ctx.clock.now_ns()
+        self.root_gone = not alive
+        self._restructure(arr)
+        self.contenders = Contenders([self.root] if self.in_process else [self.root, os.getpid()], self.proc)
+        self._read_contenders()
+        self._last_contenders = time.monotonic()
+        interval_s = float(self.config["interval_ms"]) / 1000
+        # pyarrow imports pandas at its first conversion in a process (~0.5 s of CPU, seconds on
+        # a loaded machine): done beside the sampling, which holds its rows until it is over
+        # instead of stalling in its first flush (or delaying the workload's start)
+        self._warm = threading.Event()
+        ctx.start_thread("counterprof-threads-warmup", self._warm_up)
+        self._thread = ctx.start_thread("counterprof-threads", lambda: self._loop(interval_s))
+
+    def _warm_up(self) -> None:
+        try:
+            samples_batch([], [], self.name, [], [], [])
+        finally:
+            self._warm.set()
+
+    def _read_contenders(self) -> None:
+        try:
+            self.contenders.read()
+        except OSError as exc:       # evidence only: never a reason to stop sampling
+            self.details["contenders_error"] = str(exc)
+
+    def _loop(self, period: float) -> None:
+        try:
+            while not self._stop.wait(period):
+                self.sample()
+                if time.monotonic() - self._last_contenders >= CONTENDERS_EVERY_S:
+                    self._read_contenders()
+                    self._last_contenders = time.monotonic()
+        except Exception as exc:
+            self.flush()
+            self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._thread_cpu_s = time.thread_time()
+
+    # -- roles ---------------------------------------------------------------------------
+
+    def _choose_critical(self) -> Critical | None:
+        if self.in_process:
+            return Critical(self.root, self._self_tid)
+        pid = descend_wrappers(self.root, self._procs_children, self._procs_comm,
+                               lambda p: read_wchan(p, self.proc))
+        return Critical(pid, pid) if pid in self._procs_comm else None
+
+    def _restructure(self, arr: np.ndarray) -> None:
+        """Threads came, went or were renamed: the process table and every role afresh."""
+        tids, pids, ppids = arr["tid"].tolist(), arr["pid"].tolist(), arr["ppid"].tolist()
+        comms = [c.decode(errors="replace") for c in arr["comm"].tolist()]
+        children: dict[int, list[int]] = {}
+        comm: dict[int, str] = {}
+        for tid, pid, ppid, name in zip(tids, pids, ppids, comms):
+            if tid == pid:
+                comm[pid] = name
+                if ppid:
+                    children.setdefault(ppid, []).append(pid)
+        self._procs_children, self._procs_comm = children, comm
+        self._threads = list(zip(tids, pids, comms))
+        self._assign(self._choose_critical())
+
+    def _assign(self, critical: Critical | None) -> None:
+        self._record(critical)
+        self.critical = critical
+        roles = assign_roles(self._threads, critical, self._excluded)
+        self._roles = np.asarray(roles, np.int64)
+        self._main_at = roles.index(MAIN) if MAIN in roles else -1
+        self._loader_workers = len({pid for (_, pid, _), r in zip(self._threads, roles)
+                                    if r == LOADER and (critical is None or pid != critical.pid)})
+
+    def _record(self, critical: Critical | None) -> None:
+        """details["main"]: each critical thread chosen, from when; an exec that renames it is a
+        new entry, except the first change of a launched command: until its exec, the root was our
+        paused fork."""
+        if critical is None:
+            return
+        comm = self._comm_of(critical.tid)
+        entry = {"pid": critical.pid, "tid": critical.tid, "comm": comm, "from_ns": self.ctx.clock.now_ns()}
+        chosen = self.details["main"]
+        if not chosen:
+            chosen.append(entry)
+            return
+        last = chosen[-1]
+        if (last["pid"], last["tid"], last["comm"]) == (critical.pid, critical.tid, comm):
+            return
+        if self._before_exec:
+            chosen[-1] = {**entry, "from_ns": last["from_ns"]}
+        else:
+            chosen.append(entry)
+        self._before_exec = False
+
+    def _comm_of(self, tid: int) -> str:
+        return next((c for t, _p, c in self._threads if t == tid), "")
+
+    # -- sampling ------------------------------------------------------------------------
+
+    def sample(self) -> None:
+        """One sample into the pending rows; they are emitted once a second."""
+        if self.reader is None or self.root_gone:
+            return
+        now = self.ctx.clock.now_ns()
+        full = now - self._last_full >= FULL_EVERY_NS
+        if full:
+            self._last_full = now
+        alive, changed, _interval, arr = self.reader.sample(full)
+        duration = now - self._prev_time
+        self._prev_time = now
+        if not alive:
+            self.root_gone = True
+            return
+        with self.ctx.lock:
+            excluded = set(self.ctx.profiler_tids) if self.in_process else set()
+        if changed or excluded != self._excluded:
+            self._excluded = excluded
+            self._restructure(arr)
+        else:
+            critical = self._choose_critical()      # exec and `sh -c 'a; b'` change it between samples
+            if critical != self.critical:
+                self._assign(critical)
+        rows = self._rows
+        if self._main_at >= 0:
+            t = arr[self._main_at]
+            run, wait = float(t["run_s"]), float(t["wait_s"])
+            life = min(duration / 1e9, float(t["life_s"])) if t["fresh"] else duration / 1e9
+            entity = f"tid:{int(t['tid'])}"
+            rows.append((now, duration, "thread.main.running", entity, run))
+            rows.append((now, duration, "thread.main.runnable", entity, wait))
+            rows.append((now, duration, "thread.main.blocked", entity, max(0.0, life - run - wait)))
+        n = len(self._roles)
+        run_by = np.bincount(self._roles, weights=arr["run_s"], minlength=EXCLUDED + 1) if n else np.zeros(EXCLUDED + 1)
+        wait_by = np.bincount(self._roles, weights=arr["wait_s"], minlength=EXCLUDED + 1) if n else np.zeros(EXCLUDED + 1)
+        for role, word, runnable in _ROLE_METRICS:
+            rows.append((now, duration, f"thread.{word}.running", "process", float(run_by[role])))
+            if runnable:
+                rows.append((now, duration, f"thread.{word}.runnable", "process", float(wait_by[role])))
+        rows.append((now, None, "thread.intraop.count", "process", float(np.count_nonzero(self._roles == INTRAOP))))
+        rows.append((now, None, "thread.loader.workers", "process", float(self._loader_workers)))
+        if now - self._last_emit >= EMIT_EVERY_NS and self._warm.is_set():
+            self.flush()
+
+    def flush(self) -> None:
+        rows, self._rows = self._rows, []
+        self._last_emit = self.ctx.clock.now_ns()
+        if rows:
+            t, d, m, e, v = zip(*rows)
+            self.ctx.emit("samples", samples_batch(list(t), list(d), self.name, list(m), list(e), list(v)))
+
+    def stop(self) -> None:
+        if self._thread is None or self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join()
+        try:   # the last partial interval
+            self.sample()
+        except Exception as exc:
+            self.ctx.warn(f"threads: final sample failed: {exc}")
+        self.flush()
+        self.reader.close()
+        self._read_contenders()
+        self.details["contenders"] = self.contenders.top()
+        self.details["thread_cpu_s"] = self._thread_cpu_s
