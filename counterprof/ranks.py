@@ -6,7 +6,7 @@
 Instead of counting the launched process tree as one, the watcher looks through the tree a
 few times a second for processes whose environment names a rank (RANK, as torchrun sets it;
 OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID) and, for each new rank, starts the collectors
-that can attach to a running process (perf, host) on it, writing into that rank's partition,
+that can attach to a running process (perf, host, threads) on it, writing into that rank's partition,
 rank=<r>/. A rank's own children (DataLoader workers) carry the same rank and are counted
 through their rank root (perf's inherit, host's tree). Counting starts when a rank is found:
 within a poll (0.25 s) of its start, so the first moments of each rank's start-up are missed.

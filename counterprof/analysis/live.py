@@ -480,6 +480,42 @@ def host_panel(c: _Ctx, statuses: Mapping[str, Any]) -> PanelFigures:
     return panel
 
 
+def threads_panel(c: _Ctx, statuses: Mapping[str, Any]) -> PanelFigures:
+    """The critical (main) thread's states and the helper roles' CPU (threads collector)."""
+    panel = PanelFigures("threads")
+    figs = panel.figures
+
+    def s(metric: str):
+        return combined(c.snap, "threads", metric)
+
+    states = {k: s(f"thread.main.{k}") for k in ("running", "runnable", "blocked")}
+    if states["running"] is not None:
+        for key, label, short in (("running", "main thread on-CPU", "main"),
+                                  ("runnable", "main thread runnable", "runq"),
+                                  ("blocked", "main thread blocked", "blocked")):
+            ser = states[key]
+            if ser is None:
+                continue
+            now = cpus_from_seconds(c.now(ser))
+            figs.append(Figure(f"threads.main_{key}", label, short,
+                               None if now is None else 100.0 * now, "percent",
+                               [None if v is None else 100.0 * v for v in map(cpus_from_seconds, c.bins(ser))],
+                               scale=100.0, headline=key != "blocked", alert=key == "runnable"
+                               and now is not None and now >= 0.05))
+    for role, label in (("intraop", "intra-op threads"), ("loader", "DataLoader workers"),
+                        ("comm", "comm threads"), ("other", "other threads")):
+        ser = s(f"thread.{role}.running")
+        if ser is None:
+            continue
+        now = cpus_from_seconds(c.now(ser))
+        figs.append(Figure(f"threads.{role}", f"{label} CPU", role,
+                           None if now is None else 100.0 * now, "percent",
+                           [None if v is None else 100.0 * v for v in map(cpus_from_seconds, c.bins(ser))],
+                           scale=100.0))
+    _status(panel, statuses.get("threads") or {})
+    return panel
+
+
 # GPU and any other collector: one panel per device (entity gpu:N) or per (source, entity),
 # one row per metric, ordered by how the name (without its gpu./gpm. prefix) starts.
 _ORDER = ("util", "sm", "occupancy", "tensor", "fp", "dram", "mem", "power", "energy", "temp",
@@ -502,7 +538,7 @@ def _short_name(metric: str) -> str:
     return metric
 
 
-def device_panels(c: _Ctx, exclude: Iterable[str] = ("perf", "host")) -> list[PanelFigures]:
+def device_panels(c: _Ctx, exclude: Iterable[str] = ("perf", "host", "threads")) -> list[PanelFigures]:
     groups: dict[str, list[Key]] = {}
     skip = set(exclude)
     for key in c.snap.series:
@@ -692,9 +728,11 @@ def live_figures(snap: Snapshot, catalog: Mapping[str, Any], statuses: Mapping[s
         panels.append(perf_panel(c, statuses))
     if snap.keys("host") or "host" in statuses:
         panels.append(host_panel(c, statuses))
+    if snap.keys("threads") or "threads" in statuses:
+        panels.append(threads_panel(c, statuses))
     panels.extend(device_panels(c))
     for name, st in statuses.items():      # a device collector that failed before any sample
-        if name in ("perf", "host") or st.get("status") == "ok":
+        if name in ("perf", "host", "threads") or st.get("status") == "ok":
             continue
         if not any(p.title.endswith(name) for p in panels):
             panels.append(PanelFigures(name, status=st.get("status", "unavailable"),

@@ -47,6 +47,7 @@ def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
 
 
 _SECTION_TITLES = {"host": "process tree and system (host collector)",
+                   "threads": "the main thread and its helpers (threads collector)",
                    "nvml": "GPUs, all sampled GPUs together (nvml collector)"}
 
 
