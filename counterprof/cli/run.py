@@ -71,8 +71,11 @@ def build_parser() -> ArgumentParser:
                    help="with --pid or -a and no command: stop after S seconds")
     ranks = p.add_mutually_exclusive_group()
     ranks.add_argument("--per-rank", dest="per_rank", action="store_const", const=True, default=None,
-                       help="a multi-rank job: count each rank process (RANK in its environment) "
-                            "into its own rank=<r>/ partition (default for torchrun, mpirun, srun, ...)")
+                       help="a multi-rank job: count each rank process (COUNTERPROF_RANK, RANK, ... "
+                            "in its environment, or, with --torch, the rank it announces after "
+                            "init_process_group) into its own rank=<r>/ partition, and not the "
+                            "launcher (default for torchrun, mpirun, srun, ...; with --torch, "
+                            "the default is auto: the tree counts as one until ranks appear)")
     ranks.add_argument("--no-per-rank", dest="per_rank", action="store_const", const=False,
                        help="count the launched process tree as one, even under torchrun")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at the end")
@@ -106,7 +109,6 @@ def _main(argv: list[str]) -> int:
                            build_parser().format_usage())
 
     from ..collector import Target
-    from ..ranks import launches_ranks
     from ..session import Session
     from ..workload import Workload, check_command
 
@@ -153,8 +155,7 @@ def _main(argv: list[str]) -> int:
         window = LiveWindow()
     warnings = WarningRoute()
     session = Session(args.output, collectors=collectors, config=config, target=target,
-                      per_rank=bool(command) and (args.per_rank if args.per_rank is not None
-                                                  else launches_ranks(command)),
+                      per_rank=_per_rank_mode(args, command),
                       command=command or None, replace=args.force, rank=0, on_warning=warnings,
                       sinks=[window] if window is not None else None)
     session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
@@ -202,6 +203,19 @@ def _main(argv: list[str]) -> int:
         session.stop(workload={"status": "exited", **result.to_json()})
     _report(session, args)
     return result.exit_status
+
+
+def _per_rank_mode(args, command: list[str]) -> bool | str:
+    """True (each rank counted, not the launcher), "auto" (the tree as one until ranks appear:
+    with --torch, a Python job may spawn its ranks), or False."""
+    from ..ranks import launches_ranks
+    if not command:
+        return False
+    if args.per_rank is not None:
+        return args.per_rank
+    if launches_ranks(command):
+        return True
+    return "auto" if args.torch else False
 
 
 def _start_view(session, window, warnings: WarningRoute, title: str, **kw):
