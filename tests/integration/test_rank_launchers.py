@@ -142,3 +142,57 @@ def test_per_rank_that_finds_no_rank_says_how_to_name_one(tmp_path):
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stderr.splitlines() if "named a rank" in ln)
     assert "COUNTERPROF_RANK" in line and "torch.distributed" in line
+
+
+ONE_PROCESS = """
+import json, os, sys, torch, torch.distributed as dist
+run = os.environ["COUNTERPROF_RUN_DIR"]
+folder = os.path.join(run, ".ranks")
+if sys.argv[1] == "link":                 # the announcement folder swapped for a link
+    os.rename(folder, folder + "-real")
+    os.mkdir(os.path.join(run, "elsewhere"))
+    os.symlink(os.path.join(run, "elsewhere"), folder)
+init = dist.distributed_c10d.init_process_group
+if sys.argv[1] == "unwrapped":            # a process group made without our wrapper
+    init = init.__wrapped__
+init("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=0, world_size=1)
+seen = {"after_init": sorted(os.listdir(folder))}
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.AdamW(model.parameters())
+model(torch.randn(2, 4)).sum().backward()
+opt.step()
+seen["after_step"] = sorted(os.listdir(folder))
+dist.destroy_process_group()
+print(json.dumps({"pid": os.getpid(), **seen}))
+"""
+
+
+def one_process(tmp_path, how):
+    pytest.importorskip("torch")
+    run_dir = tmp_path / "run"
+    proc = run_cli("run", "-q", "--torch", "-o", str(run_dir), "--", PYTHON, "-c", ONE_PROCESS,
+                   how, str(free_port()), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return counterprof.load(run_dir), json.loads(proc.stdout), proc.stderr
+
+
+def test_a_one_process_job_announces_itself_and_nothing_switches(tmp_path):
+    run, seen, _ = one_process(tmp_path, "wrapped")
+    name = f"{seen['pid']}.json"
+    assert seen["after_init"] == [name]                 # right after init_process_group returned
+    assert json.loads((run.path / ".ranks" / name).read_text())["world_size"] == 1
+    assert run.meta["per_rank"] == "auto"
+    assert "rank_switch" not in run.meta and "ranks" not in run.meta   # the root counted it all
+    assert run.ranks() == [0] and task_clock_s(run, 0) > 0
+
+
+def test_a_process_group_made_around_the_wrapper_is_announced_at_the_first_step(tmp_path):
+    _, seen, _ = one_process(tmp_path, "unwrapped")
+    assert seen["after_init"] == [] and seen["after_step"] == [f"{seen['pid']}.json"]
+
+
+def test_a_linked_announcement_folder_is_refused_and_the_job_goes_on(tmp_path):
+    run, seen, stderr = one_process(tmp_path, "link")
+    assert seen["after_step"] == [] and os.listdir(run.path / "elsewhere") == []
+    assert f"could not announce the rank of pid {seen['pid']}" in stderr
+    assert ".ranks: is a symbolic link: no announcement in it is read; ignored" in stderr
