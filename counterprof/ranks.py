@@ -12,8 +12,12 @@ rank's partition, rank=<r>/. A rank is found two ways:
 - its environment at exec names it: COUNTERPROF_RANK (set it yourself, for jobs without
   torch.distributed), RANK (torchrun), OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID;
 - it announces itself: under --torch, the driver in each Python process writes
-  <run>/.ranks/<pid>.json (pid, rank, world_size, local_rank, host) once torch.distributed is
-  initialised, which is how ranks of torch.multiprocessing.spawn or a custom launcher are known.
+  <run>/.ranks/<pid>.json (pid, rank, world_size, local_rank, cuda_device, host) once
+  torch.distributed is initialised, which is how ranks of torch.multiprocessing.spawn or a
+  custom launcher are known.
+
+A rank owns gpu:<LOCAL_RANK> (torchrun's convention), else, announced, gpu:<the CUDA device it
+had selected when it announced>: that GPU's samples go to its partition.
 
 A rank's own children (DataLoader workers) carry the same rank and are counted through their
 rank root (perf's inherit, host's tree). Counting starts when a rank is found: within a poll
@@ -70,8 +74,9 @@ class Announcement:
     pid: int
     rank: int
     world_size: int | None
-    local_rank: int | None
+    local_rank: int | None       # LOCAL_RANK
     host: str
+    cuda_device: int | None = None    # the CUDA device selected when it announced
 
 
 def _short_host(name: str) -> str:
@@ -101,13 +106,13 @@ def parse_announcement(name: str, data: bytes) -> Announcement:
     pid, rank = integer("pid", True), integer("rank", True)
     if pid != int(name[:-5]):
         raise ValueError(f"names pid {pid}, but the file is {name}")
-    world, local = integer("world_size", False), integer("local_rank", False)
+    world, local, device = (integer(k, False) for k in ("world_size", "local_rank", "cuda_device"))
     if world is not None and rank >= world:
         raise ValueError(f"rank {rank} is not below world_size {world}")
     host = doc.get("host")
     if not isinstance(host, str) or not host:
         raise ValueError(f"host is {host!r}")
-    return Announcement(pid, rank, world, local, host)
+    return Announcement(pid, rank, world, local, host, device)
 
 
 def read_announcements(folder: Path, done: set[str], since_ns: int = 0
@@ -244,10 +249,13 @@ class RankWatcher:
                                       "of the workload; ignored")
                 continue                  # else: started after the tree was listed; next scan
             self._done.add(name)
-            self._found(ann.rank, ann.pid, "torch.distributed", ann.world_size, ann.local_rank)
+            # the GPU it drives: cuda:LOCAL_RANK by torchrun's convention, else the one it chose
+            gpu = ann.local_rank if ann.local_rank is not None else ann.cuda_device
+            self._found(ann.rank, ann.pid, "torch.distributed", ann.world_size, gpu)
 
     def _found(self, rank: int, pid: int, source: str, world_size: int | None,
-               local_rank: int | None) -> None:
+               gpu: int | None) -> None:
+        """A rank process found; gpu: the CUDA ordinal it drives, when known."""
         known = {**{p["pid"]: p for p in self.pending},
                  **{e["pid"]: e for e in self.ranks.values()}}.get(pid)
         if known is not None:
@@ -261,7 +269,7 @@ class RankWatcher:
                                   "already is: two processes with the same rank? counted once")
             return
         entry = {"rank": rank, "pid": pid, "source": source, "world_size": world_size,
-                 "local_rank": local_rank}
+                 "gpu": gpu}
         if not self.counting:
             if pid == self.root or world_size == 1:
                 self.pending.append(entry)     # the root tree's counts are this rank's already
@@ -288,8 +296,8 @@ class RankWatcher:
             if self._stop.is_set():
                 return
             self.ranks[rank] = {**entry, "collectors": []}
-        if entry["local_rank"] is not None:    # torchrun's convention: a rank drives cuda:LOCAL_RANK
-            self.session.own_entity(f"gpu:{entry['local_rank']}", rank)
+        if entry["gpu"] is not None:
+            self.session.own_entity(f"gpu:{entry['gpu']}", rank)
         ctx = self.session.rank_context(rank, Target("pid", pid))
         for cls in sorted(self.classes, key=lambda c: c.start_late):
             col = cls(self.session.config.get(cls.name, {}))

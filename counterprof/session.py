@@ -405,7 +405,7 @@ class Session:
                 found = self.watcher.ranks[rank]
                 entry["pid"] = found["pid"]
                 entry["source"] = found["source"]     # environment or torch.distributed
-                for key in ("world_size", "local_rank"):
+                for key in ("world_size", "gpu"):     # gpu: the CUDA ordinal it drives
                     if found.get(key) is not None:
                         entry[key] = found[key]
             entry["collectors"][col.name] = {"status": status, "reason": reason, **col.details}

@@ -27,6 +27,8 @@ examples:
   counterprof run --live -- python train.py
   counterprof run --gpus 0,1 --nvml-interval-ms 50 -- python train.py
   counterprof run --torch -- torchrun --nproc_per_node 2 train.py
+  counterprof run --torch -- python train_with_mp_spawn.py      (ranks found as they init)
+  counterprof run --per-rank -- python launcher.py              (ranks: COUNTERPROF_RANK=<r>)
 """
 
 

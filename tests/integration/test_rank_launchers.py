@@ -85,7 +85,7 @@ def test_announcements_are_the_owners_alone(spawned):
         f = folder / f"{d['pid']}.json"
         assert stat.S_IMODE(f.lstat().st_mode) == 0o600
         doc = json.loads(f.read_text())
-        assert doc["rank"] == d["rank"] and doc["world_size"] == 2 and doc["local_rank"] is None
+        assert doc["rank"] == d["rank"] and doc["world_size"] == 2 and doc["local_rank"] is doc["cuda_device"] is None
 
 
 def test_spawned_ranks_with_explicit_per_rank(tmp_path):
@@ -117,7 +117,7 @@ def test_the_same_job_under_torchrun(tmp_path):
     assert meta["per_rank"] is True and "rank_switch" not in meta
     for r, d in reports.items():       # found from RANK; the announcement agrees, no warning
         entry = meta["ranks"][str(r)]
-        assert (entry["pid"], entry["source"], entry["local_rank"]) == (d["pid"], "environment", r)
+        assert (entry["pid"], entry["source"], entry["gpu"]) == (d["pid"], "environment", r)
     assert not [w for w in meta["warnings"] if "rank" in w], meta["warnings"]
     assert_own_cpu(run, reports)
 

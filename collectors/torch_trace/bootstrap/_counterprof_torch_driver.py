@@ -364,8 +364,11 @@ def _announce_rank() -> None:
             return
         _announced_pid = pid
         local = os.environ.get("LOCAL_RANK", "")
+        cuda = sys.modules.get("torch.cuda")     # set_device() before init, as NCCL jobs do
+        device = cuda.current_device() if cuda is not None and cuda.is_initialized() else None
         doc = {"pid": pid, "rank": int(dist.get_rank()), "world_size": int(dist.get_world_size()),
-               "local_rank": int(local) if local.isdigit() else None, "host": drv.host}
+               "local_rank": int(local) if local.isdigit() else None, "cuda_device": device,
+               "host": drv.host}
         folder = os.path.join(drv.run, ".ranks")
         try:
             os.mkdir(folder, 0o700)
