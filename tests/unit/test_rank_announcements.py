@@ -164,3 +164,17 @@ def test_counterprof_rank_wins_over_the_launchers():
     assert RANK_VARIABLES[0] == "COUNTERPROF_RANK"
     assert rank_of({"COUNTERPROF_RANK": "2", "RANK": "0"}) == 2
     assert rank_of({"COUNTERPROF_RANK": "x", "SLURM_PROCID": "5"}) == 5
+
+
+@pytest.mark.parametrize("argv,mode", [
+    (["--", "python", "t.py"], False),
+    (["--torch", "--", "python", "t.py"], "auto"),              # ranks may appear: switch then
+    (["--torch", "--per-rank", "--", "python", "t.py"], True),
+    (["--torch", "--no-per-rank", "--", "python", "t.py"], False),
+    (["--torch", "--", "torchrun", "t.py"], True),
+    (["--no-per-rank", "--", "torchrun", "t.py"], False),
+])
+def test_the_per_rank_mode_of_run(argv, mode):
+    from counterprof.cli.run import _per_rank_mode, build_parser
+    args = build_parser().parse_args(argv)
+    assert _per_rank_mode(args, args.command[1:]) == mode
