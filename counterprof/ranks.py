@@ -296,6 +296,7 @@ class RankWatcher:
             if self._stop.is_set():
                 return
             self.ranks[rank] = {**entry, "collectors": []}
+        self._say_if_nested(rank, pid)
         if entry["gpu"] is not None:
             self.session.own_entity(f"gpu:{entry['gpu']}", rank)
         ctx = self.session.rank_context(rank, Target("pid", pid))
@@ -313,6 +314,22 @@ class RankWatcher:
                 continue
             self.ranks[rank]["collectors"].append(col)
             self.session.rank_status(rank, col, "ok", "")
+
+    def _say_if_nested(self, rank: int, pid: int) -> None:
+        """A rank inside another rank's tree (a launcher that is rank 0 itself and starts the
+        others): the outer rank's collectors may count the inner one too, so say so. (Announced
+        ranks, attached after the inner one started, keep perf apart: counters inherit only to
+        children started later; host sums the whole tree.)"""
+        mine = set(tree_order(pid))
+        for other, entry in list(self.ranks.items()):
+            if other == rank:
+                continue
+            outer, inner = ((rank, other) if entry["pid"] in mine else
+                            (other, rank) if pid in set(tree_order(entry["pid"])) else (None, None))
+            if outer is not None:
+                self.session.warn(f"rank {inner} runs inside rank {outer}'s process tree: rank "
+                                  f"{outer}'s figures may include rank {inner}'s (host sums the "
+                                  "tree; perf counts the children started after it attached)")
 
     def stop(self) -> None:
         self._stop.set()

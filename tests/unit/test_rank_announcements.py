@@ -178,3 +178,17 @@ def test_the_per_rank_mode_of_run(argv, mode):
     from counterprof.cli.run import _per_rank_mode, build_parser
     args = build_parser().parse_args(argv)
     assert _per_rank_mode(args, args.command[1:]) == mode
+
+
+def test_a_rank_inside_another_ranks_tree_is_said(session):
+    import subprocess
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        watcher = RankWatcher(session, [], root=os.getpid())
+        watcher._found(0, os.getpid(), "torch.distributed", 2, None)
+        watcher._found(1, child.pid, "torch.distributed", 2, None)
+        assert sorted(watcher.ranks) == [0, 1]
+        assert any(w.startswith("rank 1 runs inside rank 0's process tree") for w in session.said)
+    finally:
+        child.kill()
+        child.wait()
