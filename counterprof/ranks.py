@@ -55,6 +55,7 @@ LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 ANNOUNCE_DIR = ".ranks"
 ANNOUNCE_MAX_BYTES = 4096
 FOREIGN_AFTER_S = 5.0     # an announcing pid not in the tree by then is not the workload's
+EXEC_WITHIN_S = 5.0       # a process seen before its exec is looked at again this long
 
 
 def launches_ranks(command: list[str]) -> bool:
@@ -191,6 +192,7 @@ class RankWatcher:
         self._seen: set[int] = set()
         self._done: set[str] = set()                      # announcement files taken or refused
         self._unknown: dict[str, float] = {}              # announcements of pids not seen in the tree yet
+        self._young: dict[int, tuple[float, bytes]] = {}  # rankless pids that may exec yet: (seen, cmdline)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = None
@@ -217,12 +219,15 @@ class RankWatcher:
     def scan(self) -> None:
         """Start collectors on every rank root that appeared since the last scan."""
         pids = tree_order(self.root)
+        now = time.monotonic()
         for pid in pids:
-            if pid in self._seen:
+            if pid in self._seen and not self._may_exec(pid, now):
                 continue
             self._seen.add(pid)
             env = environ(pid)
             rank = rank_of(env)
+            if rank is None and pid != self.root and pid not in self._young:
+                self._young[pid] = (now, _cmdline(pid))
             if rank is None or multiprocessing_helper(pid):
                 continue
             local, world = env.get("LOCAL_RANK", ""), env.get("WORLD_SIZE", "")
@@ -230,11 +235,27 @@ class RankWatcher:
                         int(local) if local.isdigit() else None)
         self._read_announcements(set(pids))
 
+    def _may_exec(self, pid: int, now: float) -> bool:
+        """A process seen without a rank may have been caught between fork and exec, with its
+        parent's environment: look again while it is young, once its command line changes."""
+        first, cmdline = self._young.get(pid, (None, None))
+        if first is None:
+            return False
+        if now - first > EXEC_WITHIN_S:
+            del self._young[pid]
+            return False
+        latest = _cmdline(pid)
+        if latest == cmdline:
+            return False
+        del self._young[pid]                  # exec'd: its environment is its own now
+        return True
+
     def _read_announcements(self, tree: set[int]) -> None:
         good, bad = read_announcements(self.announce_dir, self._done, self.since_ns)
         for name, why in bad:
             self._done.add(name)
-            self.session.warn(f"rank announcement {self.announce_dir / Path(name).name}: {why}; ignored")
+            where = name if os.sep in name else self.announce_dir / name    # the folder, or a file in it
+            self.session.warn(f"rank announcement {where}: {why}; ignored")
         for name, ann in good:
             if ann.host != self.host:
                 self._done.add(name)     # another node's, in a run on a shared filesystem
@@ -346,3 +367,10 @@ class RankWatcher:
                     continue
                 self.session.rank_status(rank, col, col.status, col.reason)
 
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read(4096)
+    except OSError:
+        return b""

@@ -68,7 +68,7 @@ def ddp(out: str, steps: str, port: str = "0") -> None:
 
 
 def _mp_rank(rank: int, seconds: float, out: str) -> None:
-    time.sleep(SETTLE_S / 2)              # found from its environment within a poll of its start
+    time.sleep(SETTLE_S)                  # found from its environment within a poll of its start
     cpu_from, from_ns = time.process_time(), time.time_ns()
     x = 0
     while time.process_time() - cpu_from < seconds:

@@ -195,4 +195,5 @@ def test_a_linked_announcement_folder_is_refused_and_the_job_goes_on(tmp_path):
     run, seen, stderr = one_process(tmp_path, "link")
     assert seen["after_step"] == [] and os.listdir(run.path / "elsewhere") == []
     assert f"could not announce the rank of pid {seen['pid']}" in stderr
-    assert ".ranks: is a symbolic link: no announcement in it is read; ignored" in stderr
+    assert (f"rank announcement {run.path / '.ranks'}: is a symbolic link: no announcement in it "
+            "is read; ignored") in stderr

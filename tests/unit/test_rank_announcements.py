@@ -192,3 +192,35 @@ def test_a_rank_inside_another_ranks_tree_is_said(session):
     finally:
         child.kill()
         child.wait()
+
+
+FORK_THEN_EXEC = """
+import os, sys, time
+pid = os.fork()
+if pid == 0:
+    time.sleep(float(sys.argv[1]))          # the watcher sees the child before its exec
+    os.execve("/bin/sleep", ["sleep", "20"], {"COUNTERPROF_RANK": "3"})
+print(pid, flush=True)
+os.wait()
+"""
+
+
+def test_a_process_seen_before_its_exec_is_found_after_it(session):
+    import subprocess
+    import sys
+    root = subprocess.Popen([sys.executable, "-c", FORK_THEN_EXEC, "1.0"], stdout=subprocess.PIPE,
+                            text=True)
+    child = int(root.stdout.readline())
+    try:
+        watcher = RankWatcher(session, [], root=root.pid)
+        watcher.scan()
+        assert child in watcher._seen and watcher.ranks == {}     # still the parent's environment
+        deadline = time.monotonic() + 10
+        while not watcher.ranks and time.monotonic() < deadline:
+            time.sleep(0.1)
+            watcher.scan()
+        assert watcher.ranks[3]["pid"] == child
+    finally:
+        import signal
+        os.kill(child, signal.SIGKILL)      # the root reaps it
+        root.wait(timeout=10)
