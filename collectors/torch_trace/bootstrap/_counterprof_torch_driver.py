@@ -329,6 +329,8 @@ def _watch_for_rank(driver) -> None:
     try:
         import functools
         import torch.distributed as dist
+        if not dist.is_available():       # a build without distributed: no ranks to announce
+            return
         from torch.distributed import distributed_c10d as c10d
         from torch.optim.optimizer import register_optimizer_step_post_hook
         original = c10d.init_process_group
