@@ -10,8 +10,13 @@ import os
 from collections import deque
 
 
-# where launchers put a process's rank: torchrun/torch.distributed, Open MPI, MPICH/PMI, Slurm
-RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+# where a process's rank is: COUNTERPROF_RANK (set it yourself, for a job without
+# torch.distributed or a launcher that sets none of the others; it wins over them), then the
+# launchers': torchrun/torch.distributed, Open MPI, MPICH/PMI, Slurm. Read from
+# /proc/PID/environ, the environment at exec: set it in the environment a rank process is
+# started with (subprocess env=, os.environ before a "spawn" multiprocessing start), not in
+# os.environ of a process already running (a forked child's changes are not seen).
+RANK_VARIABLES = ("COUNTERPROF_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
 
 def pid_alive(pid: int) -> bool:
@@ -67,6 +72,24 @@ def environ(pid: int, proc: str = "/proc") -> dict[str, str]:
         if sep:
             out[key.decode(errors="replace")] = value.decode(errors="replace")
     return out
+
+
+# multiprocessing's helper processes: started by the first Process.start() of a "spawn" or
+# "forkserver" context, they inherit the environment that process was given (its
+# COUNTERPROF_RANK), but are never ranks
+_MP_HELPERS = (b"from multiprocessing.resource_tracker import main",
+               b"from multiprocessing.forkserver import main",
+               b"from multiprocessing.semaphore_tracker import main")
+
+
+def multiprocessing_helper(pid: int, proc: str = "/proc") -> bool:
+    """Is this process multiprocessing's resource tracker or fork server?"""
+    try:
+        with open(f"{proc}/{pid}/cmdline", "rb") as f:
+            cmdline = f.read(4096)
+    except OSError:
+        return False
+    return any(h in cmdline for h in _MP_HELPERS)
 
 
 def rank_of(env: dict[str, str]) -> int | None:

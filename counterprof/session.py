@@ -114,7 +114,7 @@ class Session:
                  rank: int | None = None,
                  replace: bool = False,
                  sinks: list[Any] | None = None,
-                 per_rank: bool = False,
+                 per_rank: bool | str = False,
                  job: str | None = None,
                  on_warning: Callable[[str], None] = _stderr_warning):
         self.path = Path(path) if path is not None else rundir.default_run_path()
@@ -133,7 +133,8 @@ class Session:
         self.warnings: list[str] = []
         # sinks take write(table, batch, rank) and close(); the journal is always first
         self.extra_sinks: list[Any] = list(sinks or [])
-        # a launched multi-rank job: attachable collectors run per rank (counterprof/ranks.py)
+        # a launched multi-rank job: attachable collectors run per rank (counterprof/ranks.py);
+        # True: from the start; "auto": once ranks appear below the root (until then, the tree)
         self.per_rank = per_rank
         self.watcher = None
         self.job = job
@@ -204,7 +205,8 @@ class Session:
         per_rank_classes = []
         if self.per_rank and self.target.kind == "launch" and not self.target.system_wide:
             per_rank_classes = [type(c) for c in plan if c.per_rank]
-            plan = [c for c in plan if not c.per_rank]
+            if self.per_rank != "auto":    # auto: the root counts the tree until ranks appear
+                plan = [c for c in plan if not c.per_rank]
         plan.sort(key=lambda c: c.start_late)
         for col in plan:
             self.statuses[col.name] = {"status": "ok", "reason": "", "config": col.summary_config()}
@@ -219,9 +221,11 @@ class Session:
             self.collectors.append(col)
         if per_rank_classes:
             from .ranks import RankWatcher
-            self.meta["per_rank"] = True
-            self.meta["ranks"] = {}
-            self.watcher = RankWatcher(self, per_rank_classes, self.target.pid)
+            mode = "auto" if self.per_rank == "auto" else "on"
+            self.meta["per_rank"] = "auto" if mode == "auto" else True
+            if mode == "on":
+                self.meta["ranks"] = {}
+            self.watcher = RankWatcher(self, per_rank_classes, self.target.pid, mode=mode)
             self.watcher.start(self._ctx)
         self.started = True
         self._refresh_statuses()
@@ -237,10 +241,13 @@ class Session:
             self.stopped = True
         if self.watcher is not None:
             self.watcher.stop()
-            if not self.watcher.ranks:
-                self.warn("--per-rank: no process of the workload named a rank (RANK, "
-                          "OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID in its environment), so "
-                          "perf and host counted nothing; run without --per-rank")
+            if not self.watcher.ranks and self.watcher.mode == "on":
+                counted = ", ".join(sorted(c.name for c in self.watcher.classes))
+                self.warn("--per-rank: no process of the workload named a rank (COUNTERPROF_RANK, "
+                          "RANK, OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID in the environment "
+                          "it started with), nor announced one (under --torch, each process does "
+                          f"once torch.distributed is initialised), so {counted} counted nothing; "
+                          "set COUNTERPROF_RANK in each rank's environment, or run without --per-rank")
         for col in sorted(self.collectors, key=lambda c: not c.start_late):
             try:
                 col.stop()
@@ -365,6 +372,29 @@ class Session:
                               fail=lambda name, reason: self.warn(f"{name} on rank {rank} failed: {reason}"),
                               warn=self.warn, profiler_tids=base.profiler_tids, lock=base.lock)
 
+    def stop_root_per_rank(self, classes: list[type[Collector]]) -> list[str]:
+        """Per-rank auto mode, when ranks appear below the root: stop the root's collectors of
+        these classes (what they counted stays, in this rank's partition); their names."""
+        stopped = []
+        for col in self.collectors:
+            if type(col) in classes:
+                try:
+                    col.stop()
+                except Exception as exc:
+                    self.fail(col.name, f"stop failed: {type(exc).__name__}: {exc}")
+                stopped.append(col.name)
+        return stopped
+
+    def rank_switched(self, facts: dict[str, Any]) -> None:
+        """Per-rank auto mode switched to counting each rank: say so in meta.json."""
+        with self._lock:
+            self.meta["rank_switch"] = {
+                **facts, "after_s": round((facts["at_ns"] - self.start_ns) / 1e9, 3),
+                "note": f"before at_ns, rank={self.rank}/ holds the whole process tree's counts "
+                        "of the collectors stopped; after it, each rank's own"}
+            self.meta.setdefault("ranks", {})
+        self._write_meta()
+
     def rank_status(self, rank: int, col: Collector, status: str, reason: str) -> None:
         """A per-rank collector's state in meta.json: under "ranks", and mirrored at the top for
         the first rank (so "collectors" says what ran, and summaries find perf's events)."""
@@ -372,9 +402,12 @@ class Session:
             ranks = self.meta.setdefault("ranks", {})
             entry = ranks.setdefault(str(rank), {"collectors": {}})
             if self.watcher is not None and rank in self.watcher.ranks:
-                entry["pid"] = self.watcher.ranks[rank]["pid"]
-                if self.watcher.ranks[rank].get("world_size"):
-                    entry["world_size"] = self.watcher.ranks[rank]["world_size"]
+                found = self.watcher.ranks[rank]
+                entry["pid"] = found["pid"]
+                entry["source"] = found["source"]     # environment or torch.distributed
+                for key in ("world_size", "gpu"):     # gpu: the CUDA ordinal it drives
+                    if found.get(key) is not None:
+                        entry[key] = found[key]
             entry["collectors"][col.name] = {"status": status, "reason": reason, **col.details}
             top = self.statuses.setdefault(col.name, {"config": col.summary_config()})
             if status == "failed" or "per_rank" not in top:

@@ -30,6 +30,8 @@ examples:
   counterprof run --torch -- torchrun --nproc_per_node 2 train.py
   counterprof run -r 5 -o base -- python bench.py     # 5 runs: means ± sd; compare base cand
   counterprof run --serve 127.0.0.1:9464 -- python train.py   # OpenMetrics on /metrics
+  counterprof run --torch -- python train_with_mp_spawn.py      (ranks found as they init)
+  counterprof run --per-rank -- python launcher.py              (ranks: COUNTERPROF_RANK=<r>)
 """
 
 
@@ -76,8 +78,11 @@ def build_parser() -> ArgumentParser:
                    help="with --pid or -a and no command: stop after S seconds")
     ranks = p.add_mutually_exclusive_group()
     ranks.add_argument("--per-rank", dest="per_rank", action="store_const", const=True, default=None,
-                       help="a multi-rank job: count each rank process (RANK in its environment) "
-                            "into its own rank=<r> partition (default for torchrun, mpirun, srun, ...)")
+                       help="a multi-rank job: count each rank process (COUNTERPROF_RANK, RANK, ... "
+                            "in its environment, or, with --torch, the rank it announces after "
+                            "init_process_group) into its own rank=<r>/ partition, and not the "
+                            "launcher (default for torchrun, mpirun, srun, ...; with --torch, "
+                            "the default is auto: the tree counts as one until ranks appear)")
     ranks.add_argument("--no-per-rank", dest="per_rank", action="store_const", const=False,
                        help="count the launched process tree as one, even under torchrun")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at the end")
@@ -122,7 +127,6 @@ def _run(args) -> int:
                            build_parser().format_usage())
 
     from ..collector import Target
-    from ..ranks import launches_ranks
     from ..session import Session
     from ..workload import Workload, check_command
 
@@ -172,8 +176,7 @@ def _run(args) -> int:
     from .serve import exporter_for
     exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
     session = Session(args.output, collectors=collectors, config=config, target=target,
-                      per_rank=bool(command) and (args.per_rank if args.per_rank is not None
-                                                  else launches_ranks(command)),
+                      per_rank=_per_rank_mode(args, command),
                       command=command or None, replace=args.force, rank=0, on_warning=warnings,
                       sinks=[s for s in (window, exporter) if s is not None] or None)
     if exporter is not None:
@@ -224,6 +227,19 @@ def _run(args) -> int:
         session.stop(workload={"status": "exited", **result.to_json()})
     _report(session, args)
     return result.exit_status
+
+
+def _per_rank_mode(args, command: list[str]) -> bool | str:
+    """True (each rank counted, not the launcher), "auto" (the tree as one until ranks appear:
+    with --torch, a Python job may spawn its ranks), or False."""
+    from ..ranks import launches_ranks
+    if not command:
+        return False
+    if args.per_rank is not None:
+        return args.per_rank
+    if launches_ranks(command):
+        return True
+    return "auto" if args.torch else False
 
 
 def _start_view(session, window, warnings: WarningRoute, title: str, **kw):

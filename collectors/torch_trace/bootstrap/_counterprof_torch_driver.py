@@ -304,9 +304,93 @@ def create(run: str, **config) -> Driver:
         return _driver
     _driver = Driver(run, **config)
     _driver.install()
+    _watch_for_rank(_driver)
     if _driver.start_now:
         _driver.start()
     return _driver
+
+
+# -- the rank announcement ----------------------------------------------------------------
+# A rank of torch.multiprocessing.spawn or a custom launcher has no RANK in its environment:
+# it tells `counterprof run`'s rank watcher (counterprof/ranks.py) itself, once torch.distributed
+# knows it, in <run>/.ranks/<pid>.json, written once per process.
+
+_announced_pid = 0
+_announce_hook = None
+
+
+def _watch_for_rank(driver) -> None:
+    """Announce this process's rank right after init_process_group returns (wrapped), else at
+    the first optimizer step that finds torch.distributed initialised (a process group made
+    through a reference to init_process_group taken before the wrap). Only under
+    `counterprof run` (the environment variable): counterprof.profile() has no watcher."""
+    global _announce_hook
+    if ENV not in os.environ:
+        return
+    try:
+        import functools
+        import torch.distributed as dist
+        if not dist.is_available():       # a build without distributed: no ranks to announce
+            return
+        from torch.distributed import distributed_c10d as c10d
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        original = c10d.init_process_group
+        if not getattr(original, "_counterprof_announces", False):
+            @functools.wraps(original)
+            def init_process_group(*args, **kwargs):
+                result = original(*args, **kwargs)
+                _announce_rank()
+                return result
+
+            init_process_group._counterprof_announces = True
+            for module in (dist, c10d):
+                if getattr(module, "init_process_group", None) is original:
+                    module.init_process_group = init_process_group
+        if _announce_hook is None:
+            _announce_hook = register_optimizer_step_post_hook(lambda *_: _announce_rank())
+        _announce_rank()        # torch.distributed initialised before the driver was created
+    except Exception as exc:
+        _say(f"ranks of pid {os.getpid()} will not be announced: {type(exc).__name__}: {exc}")
+
+
+def _announce_rank() -> None:
+    """Write <run>/.ranks/<pid>.json (0600, in a 0700 folder, never through a link) once
+    torch.distributed is initialised in this process. Never raises."""
+    global _announced_pid
+    pid = os.getpid()
+    drv = _driver
+    if _announced_pid == pid or drv is None or drv.pid != pid:
+        return                  # done, or a forked child (a DataLoader worker) of a rank
+    try:
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            return
+        _announced_pid = pid
+        local = os.environ.get("LOCAL_RANK", "")
+        cuda = sys.modules.get("torch.cuda")     # set_device() before init, as NCCL jobs do
+        device = cuda.current_device() if cuda is not None and cuda.is_initialized() else None
+        doc = {"pid": pid, "rank": int(dist.get_rank()), "world_size": int(dist.get_world_size()),
+               "local_rank": int(local) if local.isdigit() else None, "cuda_device": device,
+               "host": drv.host}
+        folder = os.path.join(drv.run, ".ranks")
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            tmp, name = f"{pid}.json.tmp", f"{pid}.json"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=dfd)
+            try:
+                os.write(fd, json.dumps(doc).encode())
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)   # the watcher reads whole files
+        finally:
+            os.close(dfd)
+    except Exception as exc:
+        _say(f"could not announce the rank of pid {pid}: {type(exc).__name__}: {exc}")
 
 
 def _is_launcher() -> bool:
