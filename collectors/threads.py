@@ -358,7 +358,8 @@ class ThreadsCollector(Collector):
     def _restructure(self, arr: np.ndarray) -> None:
         """Threads came, went or were renamed: the process table and every role afresh."""
         tids, pids, ppids = arr["tid"].tolist(), arr["pid"].tolist(), arr["ppid"].tolist()
-        comms = [c.decode(errors="replace") for c in arr["comm"].tolist()]
+        # the name ends at its first NUL: a renamed thread's buffer can hold the old name's tail
+        comms = [c.split(b"\0", 1)[0].decode(errors="replace") for c in arr["comm"].tolist()]
         children: dict[int, list[int]] = {}
         comm: dict[int, str] = {}
         for tid, pid, ppid, name in zip(tids, pids, ppids, comms):
