@@ -128,11 +128,16 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
         text = f"waiting for the input pipeline (DataLoader next()) {_pct(inp)} of the time"
         if "loader_busy" in sig:
             busy, workers = sig["loader_busy"].value, sig["loader_workers"].value
-            text += f"; its {workers:.0f} worker{'s' if round(workers) != 1 else ''} busy {_pct(busy)} of their time: "
-            text += ("saturated: more workers (num_workers) or cheaper per-item work would help"
-                     if busy >= value("loader_saturated") else
-                     "not saturated: more prefetch (prefetch_factor), or look at what else the main "
-                     "thread waits for (pin_memory, worker start-up, IPC of large batches)")
+            text += f"; its {workers:.0f} worker{'s' if round(workers) != 1 else ''} busy {_pct(busy)} of their time"
+            ready = sig["loader_runnable"].value if "loader_runnable" in sig else 0.0
+            if busy >= value("loader_saturated"):
+                text += ": saturated: more workers (num_workers) or cheaper per-item work would help"
+            elif busy + ready >= value("loader_saturated"):
+                text += (f", runnable but without a CPU {_pct(ready)}: the workers are starved of CPU "
+                         "(more workers will not help on this machine; fewer other processes would)")
+            else:
+                text += (": not saturated: more prefetch (prefetch_factor), or look at what else the main "
+                         "thread waits for (pin_memory, worker start-up, IPC of large batches)")
         elif inp >= value("loader_in_main"):
             text += "; the loading runs in the main process (num_workers=0?): workers would overlap it"
         v.evidence.append(_ev(sig, "input_wait", None, text))

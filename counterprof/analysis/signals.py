@@ -455,6 +455,22 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
             out["input_wait"] = Signal(min(1.0, waited / (where_ns * ranks)), "spans",
                                        "time the main thread waited in DataLoader next() / wall"
                                        + ("" if data.input_whole_run else ", in the trace windows"))
+            # how busy the workers were while the main thread waited for them: saturated
+            # workers want more of them; idle ones point elsewhere (prefetch, IPC)
+            waits = iv.intersect(iv.merge(p for w in data.input_waits.values() for p in w), where)
+            workers_series = data.series.get("thread.loader.workers")
+            workers = max((m for lo, hi in scope if workers_series is not None
+                           and (m := workers_series.peak(lo, hi)) is not None), default=None)
+            cpu = RunDataView(data, waits).delta("thread.loader.running") if waits else None
+            if workers and cpu is not None and iv.total(waits) > 0:
+                out["loader_workers"] = Signal(workers, "threads", "DataLoader worker processes (peak)")
+                out["loader_busy"] = Signal(min(1.0, cpu * 1e9 / iv.total(waits) / workers), "threads",
+                                            "DataLoader workers' CPU while the main thread waited / workers")
+                ready = RunDataView(data, waits).delta("thread.loader.runnable")
+                if ready is not None:
+                    out["loader_runnable"] = Signal(min(1.0, ready * 1e9 / iv.total(waits) / workers), "threads",
+                                                    "DataLoader workers' run-queue wait while the main thread "
+                                                    "waited / workers")
 
     # --- GPU and collectives: from spans -----------------------------------------------------
     # Traces are recorded in windows (a few steps every N): span-derived shares are measured
