@@ -38,13 +38,14 @@ pytestmark = pytest.mark.slow
 
 # ---- running a job and reading what it and the report say ---------------------------------
 
-def profile(out: Path, *cmd: str, prefix: tuple[str, ...] = (), watch=None) -> tuple[dict, list[dict], Path]:
-    """`[prefix] counterprof run --torch -o OUT/run -- CMD`, then `report --json`: (the report,
-    the job's truth lines, the run directory). `watch(proc)` runs while the job runs."""
+def profile(out: Path, *cmd: str, run_args: tuple[str, ...] = (), watch=None) -> tuple[dict, list[dict], Path]:
+    """`counterprof run --torch [RUN_ARGS] -o OUT/run -- CMD`, then `report --json`: (the
+    report, the job's truth lines, the run directory); the profiler's stderr is OUT/stderr.
+    `watch(proc)` runs while the job runs."""
     out.mkdir(parents=True, exist_ok=True)
     run_dir, truth = out / "run", out / "truth.jsonl"
     env = dict(os.environ, JOB_TRUTH=str(truth))
-    args = [*prefix, *COUNTERPROF, "run", "--torch", "-q", "-o", str(run_dir), "--", *cmd]
+    args = [*COUNTERPROF, "run", "--torch", "-q", *run_args, "-o", str(run_dir), "--", *cmd]
     with open(out / "stdout", "w") as so, open(out / "stderr", "w") as se:
         proc = subprocess.Popen(args, env=env, stdout=so, stderr=se)
         if watch is not None:
@@ -72,30 +73,64 @@ def verdict_class(v: dict) -> str:
     return v["verdict"]
 
 
-def allowed_verdicts(truth: dict[str, float]) -> set[str]:
+class Truth:
+    """A job's own accounting of its main thread's time per class (host, collectives, busy:
+    the rest), in seconds over its wall time; `outside_s`: time of the report's scope that the
+    job could not account for (interpreter start before its clock, its exit, the profiler's
+    start), of unknown class, so each share is known to lie in a range."""
+
+    def __init__(self, wall_s: float, host_s: float = 0.0, collectives_s: float = 0.0, outside_s: float = 0.0):
+        host_s, collectives_s = min(host_s, wall_s), min(collectives_s, wall_s - min(host_s, wall_s))
+        self.wall_s, self.outside_s = wall_s, max(0.0, outside_s)
+        self.seconds = {"host": host_s, "collectives": collectives_s, "busy": wall_s - host_s - collectives_s}
+
+    @classmethod
+    def of_job(cls, t: dict, scope: dict | None, *waits: str, collectives: str | None = None) -> "Truth":
+        """From a job's truth line: host = its waits plus its main thread's run delay; over
+        `scope` (a verdict with start_ns/end_ns: the report's), the rest is outside."""
+        outside = 0.0
+        if scope is not None and scope.get("start_ns") is not None:
+            outside = (scope["end_ns"] - scope["start_ns"]) / 1e9 - t["wall_s"]
+        return cls(t["wall_s"], sum(t[w] for w in waits) + t["main_run_delay_s"],
+                   t[collectives] if collectives else 0.0, outside)
+
+    @property
+    def shares(self) -> dict[str, float]:
+        return {k: x / self.wall_s for k, x in self.seconds.items()}
+
+    def bounds(self, cls: str) -> tuple[float, float]:
+        whole = self.wall_s + self.outside_s
+        return self.seconds[cls] / whole, (self.seconds[cls] + self.outside_s) / whole
+
+    def __repr__(self) -> str:
+        return ("Truth(" + ", ".join(f"{k} {x:.2f} s" for k, x in self.seconds.items())
+                + f" of {self.wall_s:.2f} s, {self.outside_s:.2f} s outside the job's clock)")
+
+
+def allowed_verdicts(truth: Truth) -> set[str]:
     """The verdicts a true share-out allows: the leader when it leads by 20 points; the leader
     or unknown by 10 to 20; closer, the two leaders or unknown."""
-    (top, a), (second, b) = sorted(truth.items(), key=lambda kv: kv[1], reverse=True)[:2]
+    (top, a), (second, b) = sorted(truth.shares.items(), key=lambda kv: kv[1], reverse=True)[:2]
     if a - b >= 0.2:
         return {top}
     return {top, "unknown"} if a - b >= 0.1 else {top, second, "unknown"}
 
 
-def hold_to_truth(v: dict, truth: dict[str, float]) -> None:
+def hold_to_truth(v: dict, truth: Truth) -> None:
     """A verdict's shares within TOLERANCE of the truth per class, its verdict allowed by it."""
     got = {"host": v["shares"].get("host", 0.0), "collectives": v["shares"].get("collectives", 0.0),
            "busy": busy(v["shares"])}
-    for cls, want in truth.items():
-        assert abs(got[cls] - want) <= TOLERANCE, \
-            f"{v['scope']}: {cls} {got[cls]:.0%}, the job's own accounting {want:.0%} (shares {v['shares']})"
+    for cls in truth.seconds:
+        lo, hi = truth.bounds(cls)
+        assert lo - TOLERANCE <= got[cls] <= hi + TOLERANCE, \
+            f"{v['scope']}: {cls} {got[cls]:.0%}, the job's own accounting {lo:.0%}..{hi:.0%} " \
+            f"(shares {v['shares']}; {truth})"
     assert verdict_class(v) in allowed_verdicts(truth), \
-        f"{v['scope']}: verdict {v['verdict']} {v['undecided']}, truth {truth}"
+        f"{v['scope']}: verdict {v['verdict']} {v['undecided']}, truth {truth.shares}"
 
 
-def with_busy(**shares: float) -> dict[str, float]:
-    """Host and collectives as measured; busy CPU the rest."""
-    shares = {k: min(1.0, max(0.0, x)) for k, x in shares.items()}
-    return {**shares, "busy": max(0.0, 1.0 - sum(shares.values()))}
+def evidence_text(v: dict) -> str:
+    return " ".join(e["text"] for e in v["evidence"]).lower()
 
 
 def region(report: dict, *words: str) -> dict | None:
@@ -150,11 +185,6 @@ class RunDelayWatcher:
         return self.delay_s / self.life_s
 
 
-def host_share(t: dict, *waits: str) -> float:
-    """The job's main thread's host time over its wall: its own waits plus its run delay."""
-    return (sum(t[w] for w in waits) + t["main_run_delay_s"]) / t["wall_s"]
-
-
 # ---- 1. GPT-2 training that sleeps 40% of every step ------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -168,7 +198,9 @@ def gpt2_sleepy(tmp_path_factory):
 def test_gpt2_asleep_40pct_of_each_step_is_that_much_host(gpt2_sleepy):
     report, (t,), _ = gpt2_sleepy
     assert 0.3 <= t["sleep_s"] / t["loop_s"] <= 0.5, t        # the job did what it says
-    hold_to_truth(report["overall"], with_busy(host=host_share(t, "sleep_s")))
+    o = report["overall"]
+    hold_to_truth(o, Truth.of_job(t, o, "sleep_s"))
+    assert "main thread" in evidence_text(o), o["evidence"]     # which thread, in which state
 
 
 @NEEDS_TRANSFORMERS
@@ -177,8 +209,7 @@ def test_gpt2_traced_steps_share_as_the_loop_does(gpt2_sleepy):
     report, (t,), _ = gpt2_sleepy
     steps = [r for r in report["regions"] if r["kind"] == "step"]
     assert steps and steps[0]["count"] >= 1, [r["name"] for r in report["regions"]]
-    loop_host = (t["sleep_s"] + t["loop_run_delay_s"]) / t["loop_s"]
-    hold_to_truth(steps[0]["verdict"], with_busy(host=loop_host))
+    hold_to_truth(steps[0]["verdict"], Truth(t["loop_s"], t["sleep_s"] + t["loop_run_delay_s"]))
 
 
 # ---- 2. a DataLoader whose 2 workers tokenize in pure Python ----------------------------------
@@ -192,7 +223,9 @@ def dataloader_bound(tmp_path_factory):
 def test_loop_waiting_for_its_dataloader_workers_is_host(dataloader_bound):
     report, (t,), _ = dataloader_bound
     assert t["next_wait_s"] > 0.5 * t["loop_s"], t            # input-bound by construction
-    hold_to_truth(report["overall"], with_busy(host=host_share(t, "next_wait_s")))
+    o = report["overall"]
+    hold_to_truth(o, Truth.of_job(t, o, "next_wait_s"))
+    assert "worker" in evidence_text(o), o["evidence"]     # how busy the DataLoader workers were
 
 
 @pytest.mark.xfail(strict=False, reason=f"{XFAIL}: time in DataLoader.__next__ is called busy CPU")
@@ -215,7 +248,8 @@ def gpt2_contended(tmp_path_factory):
     with BusyLoop(cpu=0):
         report, truth, run_dir = profile(
             tmp_path_factory.mktemp("gpt2_contended"),
-            "taskset", "-c", "0", PYTHON, str(JOBS / "gpt2_train.py"), "--steps", "10", watch=watcher)
+            "taskset", "-c", "0", PYTHON, str(JOBS / "gpt2_train.py"), "--steps", "10",
+            run_args=("--live",), watch=watcher)
     return report, truth, run_dir, watcher
 
 
@@ -227,24 +261,38 @@ def test_gpt2_sharing_its_core_is_host_contention(gpt2_contended):
     assert abs(watcher.share - t["main_run_delay_s"] / t["wall_s"]) < 0.1, (watcher.share, t)
     assert watcher.share > 0.25, f"the busy loop did not contend: run delay {watcher.share:.0%}"
     o = report["overall"]
-    hold_to_truth(o, with_busy(host=watcher.share))
-    texts = " ".join(e["text"] for e in o["evidence"]).lower()
-    assert "contention" in texts or "waiting for a cpu" in texts, o["evidence"]
+    outside = (o["end_ns"] - o["start_ns"]) / 1e9 - watcher.life_s
+    hold_to_truth(o, Truth(watcher.life_s, watcher.delay_s, outside_s=outside))
+    texts = evidence_text(o)
+    assert "main thread" in texts and ("contention" in texts or "waiting for a cpu" in texts), o["evidence"]
+
+
+@NEEDS_TRANSFORMERS
+@pytest.mark.xfail(strict=False, reason=f"{XFAIL}: the timeline and the live line say busy CPU")
+def test_gpt2_sharing_its_core_is_host_in_the_timeline_and_the_live_line(gpt2_contended):
+    report, _, run_dir, watcher = gpt2_contended
+    if watcher.share < 0.6:
+        pytest.skip(f"run delay {watcher.share:.0%}: host does not lead clearly enough to hold each second to it")
+    windows = [verdict_class(w) for w in report["windows"]]
+    assert windows.count("host") >= len(windows) / 2, windows
+    live = [ln.split(" | ", 1)[1] for ln in (run_dir.parent / "stderr").read_text().splitlines() if " | " in ln]
+    assert live, "--live printed no line"
+    assert sum(ln.startswith("host") for ln in live) >= len(live) / 2, live
 
 
 # ---- 4. resnet-style inference: no optimizer, no step marks -----------------------------------
 
 @pytest.fixture(scope="module")
 def resnet_infer(tmp_path_factory):
-    return profile(tmp_path_factory.mktemp("resnet"), PYTHON, str(JOBS / "resnet_infer.py"), "--batches", "40")
+    return profile(tmp_path_factory.mktemp("resnet"), PYTHON, str(JOBS / "resnet_infer.py"), "--batches", "60")
 
 
 def test_resnet_inference_is_busy_cpu(resnet_infer):
     report, (t,), _ = resnet_infer
     o = report["overall"]
-    truth = with_busy(host=host_share(t))
-    if truth["host"] > 0.35:
-        pytest.skip(f"the machine is oversubscribed: the main thread waited {truth['host']:.0%} for a CPU")
+    truth = Truth.of_job(t, o)
+    if truth.shares["host"] > 0.35:
+        pytest.skip(f"the machine is oversubscribed: the main thread waited {truth.shares['host']:.0%} for a CPU")
     hold_to_truth(o, truth)
 
 
@@ -285,23 +333,24 @@ def ddp_spawn(tmp_path_factory):
                    "--spawn", "2", "--port", str(free_port()))
 
 
-def exposed_collectives(t: dict) -> float:
-    return t["reducer_wait_s"] / t["wall_s"]
-
-
 def check_ddp(report: dict, truth: list[dict]) -> None:
+    """Every rank's share-out held to its own accounting (host: its run delay; collectives:
+    its wait for the reducer); the run's to the ranks' together."""
     assert sorted(t["rank"] for t in truth) == [0, 1], truth
     o = report["overall"]
-    mean = sum(exposed_collectives(t) for t in truth) / len(truth)
-    assert o["shares"].get("collectives", 0.0) <= mean + TOLERANCE, \
-        f"collectives {o['shares'].get('collectives', 0):.0%}, the ranks waited {mean:.0%} for the reducer"
-    assert o["verdict"] != "collectives", o
+    per_rank = {t["rank"]: Truth.of_job(t, o, collectives="reducer_wait_s") for t in truth}
+    pooled = Truth(sum(x.wall_s for x in per_rank.values()), sum(x.seconds["host"] for x in per_rank.values()),
+                   sum(x.seconds["collectives"] for x in per_rank.values()),
+                   sum(x.outside_s for x in per_rank.values()))
+    assert pooled.shares["collectives"] < 0.3, f"the job is not the minor-collectives case: {pooled}"
+    hold_to_truth(o, pooled)
     by_rank = {int(v["scope"].split()[-1]): v for v in report["rank_verdicts"]}
     assert sorted(by_rank) == [0, 1], [v["scope"] for v in report["rank_verdicts"]]
-    for t in truth:
-        v = by_rank[t["rank"]]
+    for r, truth_r in per_rank.items():
+        v = by_rank[r]
         assert sum(v["shares"].values()) > 0.9, v            # the rank is not empty
-        assert abs(v["shares"].get("collectives", 0.0) - exposed_collectives(t)) <= TOLERANCE, (v, t)
+        lo, hi = truth_r.bounds("collectives")
+        assert lo - TOLERANCE <= v["shares"].get("collectives", 0.0) <= hi + TOLERANCE, (v, truth_r)
 
 
 @NEEDS_DIST

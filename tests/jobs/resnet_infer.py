@@ -35,7 +35,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, widths=(32, 64, 128, 256), num_classes: int = 100):
+    def __init__(self, widths=(16, 32, 64, 128), num_classes: int = 100):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, widths[0], 3, 1, 1, bias=False),
                                   nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True))

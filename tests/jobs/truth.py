@@ -10,7 +10,7 @@ import os
 import threading
 import time
 
-T0 = time.perf_counter()
+T0, T0_UNIX_NS = time.perf_counter(), time.time_ns()
 MAIN_TID = threading.get_native_id()
 
 
@@ -33,7 +33,8 @@ def record(job: str, path: str | None = None, **figures) -> dict:
     wall = time.perf_counter() - T0
     on_cpu, run_delay = main_thread()
     truth = {"job": job, "pid": os.getpid(), "wall_s": wall, "main_on_cpu_s": on_cpu,
-             "main_run_delay_s": run_delay, **figures}
+             "main_run_delay_s": run_delay, "start_unix_ns": T0_UNIX_NS,
+             "end_unix_ns": T0_UNIX_NS + int(wall * 1e9), **figures}
     path = path or os.environ.get("JOB_TRUTH")
     if path:
         with open(path, "a") as f:          # one short append per process: ranks share a file
