@@ -6,7 +6,8 @@ rate limiter, a synchronous checkpoint upload).
 
 --sleep-share F: after each step's work the loop sleeps F/(1-F) of the time that work took,
 so that about F of every step is asleep whatever the machine's speed. The job times its
-sleeps and its steps itself and writes them to $JOB_TRUTH (truth.py).
+sleeps and its steps itself (each step's start and end, its sleep, its main thread's run
+delay) and writes them to $JOB_TRUTH (truth.py).
 """
 from truth import main_thread, record  # noqa: I001  (first: the job's clock starts before torch's imports)
 
@@ -33,25 +34,28 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
 
     slept = 0.0
+    steps = []            # per step: start and end (Unix ns), its sleep, its main thread's run delay
     loop_start, (_, delay_before) = time.perf_counter(), main_thread()
     for step in range(args.steps):
-        t = time.perf_counter()
+        t, start_ns, (_, delay0) = time.perf_counter(), time.time_ns(), main_thread()
         input_ids = torch.randint(0, config.vocab_size, (args.batch, args.seq))
         loss = model(input_ids, labels=input_ids).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+        nap = 0.0
         if args.sleep_share:
             work = time.perf_counter() - t
             t = time.perf_counter()
             time.sleep(work * args.sleep_share / (1 - args.sleep_share))
-            slept += time.perf_counter() - t
+            nap = time.perf_counter() - t
+            slept += nap
+        steps.append((start_ns, time.time_ns(), nap, main_thread()[1] - delay0))
         if step % 10 == 0:
             print(f"step {step} loss {loss.item():.3f}", flush=True)
     loop_s = time.perf_counter() - loop_start
     record("gpt2_train", steps=args.steps, sleep_s=slept, loop_s=loop_s,
-           loop_run_delay_s=main_thread()[1] - delay_before)
-
+           loop_run_delay_s=main_thread()[1] - delay_before, step_log=steps)
 
 if __name__ == "__main__":
     main()
