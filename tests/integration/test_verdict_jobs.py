@@ -216,7 +216,7 @@ def steps_truth(step_log: list, occurrences_s: list, overall: dict) -> Truth:
 @pytest.fixture(scope="module")
 def gpt2_sleepy(tmp_path_factory):
     return profile(tmp_path_factory.mktemp("gpt2_sleepy"), PYTHON, str(JOBS / "gpt2_train.py"),
-                   "--steps", "30", "--sleep-share", "0.4")
+                   "--steps", "20", "--sleep-share", "0.4")
 
 
 @NEEDS_TRANSFORMERS
