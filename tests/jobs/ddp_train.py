@@ -1,0 +1,101 @@
+"""Data-parallel training of a small transformer language model on the CPU over gloo,
+with gradient accumulation: two micro-batches per optimizer step, the first under
+`model.no_sync()` (no all-reduce), the second synchronising the gradients.
+
+    torchrun --standalone --nproc_per_node 2 ddp_train.py [--steps N]
+    python ddp_train.py --spawn 2 --port PORT [--steps N]      (torch.multiprocessing.spawn)
+
+Every rank times its own `loss.backward()` calls. The no_sync backward does the same compute
+as the synchronising one without the all-reduce, so the difference between the two is the
+time the rank waited for DDP's reducer at the end of backward (communication not hidden by
+the backward's compute). Each rank appends its figures to $JOB_TRUTH (truth.py).
+"""
+from truth import record  # noqa: I001  (first: the job's clock starts before torch's imports)
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch import nn
+
+VOCAB, SEQ = 2048, 64
+
+
+class TinyLM(nn.Module):
+    """Token and position embeddings, two pre-norm encoder layers with a causal mask, a head."""
+
+    def __init__(self, d: int = 128, heads: int = 4, layers: int = 2):
+        super().__init__()
+        self.tok = nn.Embedding(VOCAB, d)
+        self.pos = nn.Embedding(SEQ, d)
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.1, batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, VOCAB)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(SEQ), persistent=False)
+
+    def forward(self, ids, labels):
+        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+        logits = self.head(self.blocks(x, mask=self.mask, is_causal=True))
+        return nn.functional.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1))
+
+
+def train(rank: int, world_size: int, args) -> None:
+    if args.spawn:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}",
+                                rank=rank, world_size=world_size)
+    else:
+        dist.init_process_group("gloo")              # torchrun's environment
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.manual_seed(0)
+    model = DDP(TinyLM())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    gen = torch.Generator().manual_seed(rank)
+
+    def micro_batch():
+        return torch.randint(0, VOCAB, (4, SEQ), generator=gen)
+
+    backward_local = backward_synced = 0.0
+    loop_start = time.perf_counter()
+    for step in range(args.steps):
+        ids = micro_batch()
+        with model.no_sync():
+            loss = model(ids, labels=ids) / 2
+            t = time.perf_counter()
+            loss.backward()
+            backward_local += time.perf_counter() - t
+        ids = micro_batch()
+        loss = model(ids, labels=ids) / 2
+        t = time.perf_counter()
+        loss.backward()                          # all-reduces the gradients in buckets
+        backward_synced += time.perf_counter() - t
+        optimizer.step()
+        optimizer.zero_grad()
+        if rank == 0 and step % 10 == 0:
+            print(f"step {step} loss {2 * loss.item():.3f}", flush=True)
+    loop_s = time.perf_counter() - loop_start
+    dist.barrier()
+    dist.destroy_process_group()
+    record("ddp_train", rank=rank, world_size=world_size, steps=args.steps, loop_s=loop_s,
+           backward_local_s=backward_local, backward_synced_s=backward_synced,
+           reducer_wait_s=max(0.0, backward_synced - backward_local))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--spawn", type=int, default=0, help="start this many ranks with mp.spawn")
+    ap.add_argument("--port", type=int, default=29511)
+    args = ap.parse_args()
+    if args.spawn:
+        mp.spawn(train, args=(args.spawn, args), nprocs=args.spawn)
+    else:
+        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
+
+
+if __name__ == "__main__":
+    main()
