@@ -140,6 +140,7 @@ class Driver:
         self.next_window = time.monotonic() + self.window_every_s / 4
         self.windows = 0
         self._window_signal = False   # our handler is installed for WINDOW_SIGNAL
+        self._ticking = False
 
     # -- the schedule ---------------------------------------------------------------------
 
@@ -455,8 +456,9 @@ class Driver:
 
     def _window_tick(self) -> None:
         """In the main thread (the signal handler): start or end a time window."""
-        if os.getpid() != self.pid:
-            return
+        if os.getpid() != self.pid or self._ticking:
+            return                    # (a handler runs again inside a slow profiler start)
+        self._ticking = True
         try:
             with self.lock:
                 now = time.monotonic()
@@ -491,6 +493,8 @@ class Driver:
                 self.next_window = now + self.window_every_s
         except Exception as exc:
             self._fail(exc)
+        finally:
+            self._ticking = False
 
     def _set_marks_note(self, what: str) -> None:
         self._records.append(("marks", 0, 0, 0, what))
@@ -508,6 +512,8 @@ class Driver:
                 return
             self.flush()
             now = time.monotonic()
+            if self._ticking:
+                continue
             if (self.window_prof is not None and now >= self.window_end) or self._window_wanted(now):
                 try:
                     import _thread
