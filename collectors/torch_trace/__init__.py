@@ -321,4 +321,4 @@ class TorchCollector(Collector):
         every = float(self.config["window_every_s"])
         return ("torch imported but no step, forward or window was seen (no counterprof.step(), "
                 "prof.step(), optimizer.step() or nn.Module call; a time window starts after "
-                f"{every / 4:g} s without them)")
+                f"{every:g} s without them)")

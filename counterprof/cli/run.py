@@ -60,7 +60,7 @@ def build_parser() -> ArgumentParser:
                    help="with --torch: record ACTIVE steps every EVERY steps (default 5/50)")
     p.add_argument("--torch-time-window", metavar="SECONDS/EVERY", default="2/20",
                    help="with --torch, in a process with no step marks and no module forwards: "
-                        "record SECONDS every EVERY seconds (default 2/20; the first after EVERY/4)")
+                        "record SECONDS every EVERY seconds (default 2/20)")
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
     p.add_argument("--gpus", metavar="LIST",

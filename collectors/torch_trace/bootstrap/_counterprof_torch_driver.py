@@ -12,7 +12,7 @@ optimizer.step() (a global post hook), so an unmodified training script is windo
 change, and, when none of those comes, each outermost call of an nn.Module that has parameters
 (global forward hooks: an inference loop, a benchmark). A higher kind of mark replaces a lower
 one for the rest of the process (no step counted twice). A process with none of them for
-`window_every_s / 4` seconds is recorded in time windows instead: `window_s` seconds every
+`window_every_s` seconds is recorded in time windows instead: `window_s` seconds every
 `window_every_s` (started and stopped in the main thread through a SIGURG handler, recording
 every thread). A script that runs its own torch.profiler keeps it: counterprof stands down and
 keeps a copy of each trace the script exports from that profiler instead.
@@ -137,7 +137,7 @@ class Driver:
         self._flusher = None
         self.window_prof = None       # the time window's profiler while it records
         self.window_end = 0.0
-        self.next_window = time.monotonic() + self.window_every_s / 4
+        self.next_window = time.monotonic() + self.window_every_s
         self.windows = 0
         self._window_signal = False   # our handler is installed for WINDOW_SIGNAL
         self._ticking = False
@@ -353,6 +353,8 @@ class Driver:
                         start = first[0] if first is not None else None
                     self._set_marks(source)
                     self._remove_forward_hooks()
+                    if self.window_prof is not None and threading.current_thread() is threading.main_thread():
+                        self._stop_window()   # steps mark the windows from here on
                 if start is not None:
                     self._record_step(start, now, _native_id())
                 self.open_start = now
