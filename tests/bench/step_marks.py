@@ -2,8 +2,9 @@
 
 Side by side in one process, alternating, medians of several runs:
 - a forward call of a small resnet-style model (17 modules) and of a single Linear, with no
-  hooks and with the driver installed (global forward hooks; every outermost forward a step,
-  timed and handed to the profiler's schedule);
+  hooks, with two no-op global forward hooks (what any global hook costs: torch's slow path of
+  Module.__call__ for every module call) and with the driver installed (its hooks; every
+  outermost forward a step, timed and handed to the profiler's schedule);
 - an optimizer.step() (the driver's post hook marks a step) against the bare optimizer step;
 - next() on a DataLoader iterator over in-memory items (the patched __next__) against torch's own.
 
@@ -81,8 +82,17 @@ def main(argv=None) -> int:
         "optimizer.step() (SGD, 2 tensors)": opt.step,
     }
     results = {name: ([], []) for name in [*cases, "DataLoader next()"]}
+    noop = {name: [] for name in cases if name.startswith("forward")}
+    from torch.nn.modules import module as nn_module
     with torch.no_grad():
         for _ in range(args.repeat):
+            # the floor: any global forward hook takes torch's slow path for every module call
+            hooks = [nn_module.register_module_forward_pre_hook(lambda m, a: None),
+                     nn_module.register_module_forward_hook(lambda m, a, o: None, always_call=True)]
+            for name in noop:
+                noop[name].append(per_call(cases[name], args.calls))
+            for h in hooks:
+                h.remove()
             for hooked in (False, True):
                 drv = None
                 if hooked:
@@ -102,10 +112,12 @@ def main(argv=None) -> int:
                 cls.__next__ = patched
                 if drv is not None:
                     drv.close()
-    print(f"{'per call (µs, median of ' + str(args.repeat) + ')':44s} {'without':>9s} {'with':>9s} {'cost':>9s}")
+    print(f"{'per call (µs, median of ' + str(args.repeat) + ')':40s} {'without':>9s} "
+          f"{'no-op hooks':>12s} {'driver':>9s} {'cost':>9s}")
     for name, (plain, hooked) in results.items():
         a, b = statistics.median(plain), statistics.median(hooked)
-        print(f"{name:44s} {a:9.2f} {b:9.2f} {b - a:+9.2f}")
+        floor = f"{statistics.median(noop[name]):12.2f}" if name in noop else f"{'':12s}"
+        print(f"{name:40s} {a:9.2f} {floor} {b:9.2f} {b - a:+9.2f}")
     return 0
 
 

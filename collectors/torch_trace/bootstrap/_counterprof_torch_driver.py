@@ -121,6 +121,7 @@ class Driver:
             self.offset_ns = time.time_ns() - _monotonic_ns()
         self.marks = ""               # what marks the steps (RANKS), once known
         self.steps = 0                # steps recorded
+        self.sched = 0                # the schedule's next step
         self.open_start = None        # monotonic ns the step in progress started (mark kinds)
         self.forwards = 0             # outermost forwards seen
         self.pending = None           # [start, end, tid] of the last outermost forward
@@ -375,19 +376,27 @@ class Driver:
             self._records.append(("input", start, end, _native_id(), name))
 
     def _advance(self) -> None:
-        """The profiler's schedule moves one step (it starts at the first)."""
+        """A step of the schedule begins. A torch profiler lives only from a window's warm-up
+        to its end: between windows a step costs no call into torch."""
+        step, self.sched = self.sched, self.sched + 1
         if self.user_profilers or self.window_prof is not None:
             return                    # the script's own profiler, or a time window, records
-        if self.prof is None:
-            self.start()
-        else:
+        if self.prof is not None:
             _step_quietly(self.prof)
+            from torch.profiler import ProfilerAction
+            if self.prof.current_action == ProfilerAction.NONE:
+                self._stop_ours(discard=True)     # the window is written; none until the next
+        elif not self.active <= step % self.every < self.every - self.warmup:   # not NONE
+            self.start(step)
 
-    def start(self) -> None:
-        """Start recording now (the first window)."""
+    def start(self, step: int | None = None) -> None:
+        """Start a profiler now, at schedule step `step` (None: now, as step 0, the steps
+        marked from here on counting from 1: counterprof.profile())."""
         with self.lock:
             if self.prof is not None or self.stopped or self.user_profilers:
                 return
+            if step is None:
+                step, self.sched = 0, 1
             try:
                 import torch
                 from torch.profiler import ProfilerActivity, profile
@@ -395,7 +404,7 @@ class Driver:
                 if torch.cuda.is_available():
                     activities.append(ProfilerActivity.CUDA)    # ROCm builds too
                 self.flush()      # the steps file exists before any trace: see convert.py
-                prof = profile(activities=activities, schedule=self.schedule,
+                prof = profile(activities=activities, schedule=lambda n: self.schedule(step + n),
                                on_trace_ready=self._export, record_shapes=self.record_shapes,
                                with_stack=self.with_stack, profile_memory=self.profile_memory)
                 prof._counterprof = True
