@@ -314,6 +314,7 @@ class Driver:
         if os.getpid() != self.pid:
             return
         try:
+            self.flush(touch=True)
             suffix = ".pt.trace.json.gz" if path.endswith(".gz") else ".pt.trace.json"
             target = self._next_path(suffix)
             tmp = target + ".tmp"
@@ -403,7 +404,6 @@ class Driver:
                 activities = [ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(ProfilerActivity.CUDA)    # ROCm builds too
-                self.flush()      # the steps file exists before any trace: see convert.py
                 prof = profile(activities=activities, schedule=lambda n: self.schedule(step + n),
                                on_trace_ready=self._export, record_shapes=self.record_shapes,
                                with_stack=self.with_stack, profile_memory=self.profile_memory)
@@ -450,6 +450,13 @@ class Driver:
             self._fail(exc)
         self.flush(final=True)
         self._wake.set()
+        with self._flush_lock:
+            files, self._files = self._files, {}
+            for fd in files.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     # -- time windows (no step mark, no forward) ------------------------------------------------
 
@@ -492,7 +499,6 @@ class Driver:
                     pass
                 if not self.windows:
                     self._set_marks_note("window")
-                self.flush()
                 prof = profile(activities=activities, on_trace_ready=self._export,
                                record_shapes=self.record_shapes, with_stack=self.with_stack,
                                profile_memory=self.profile_memory, **extra)
@@ -547,14 +553,15 @@ class Driver:
                 os.write(fd, f"counterprof-steps 1\tpid={self.pid}\thost={self.host}\n".encode())
         return fd
 
-    def flush(self, final: bool = False) -> None:
+    def flush(self, final: bool = False, touch: bool = False) -> None:
         """Append the buffered records to this process's steps file (the thread does it once a
-        second, and so do close and the first window; final: at exit, even with none)."""
+        second, and so do close and each window; final: at exit, even with none; touch: create
+        the file even with none: before a trace, whose step spans it replaces, convert.py)."""
         if os.getpid() != self.pid:
             return
         with self._flush_lock:
             records = self._records
-            if not records and not final:
+            if not records and not final and not touch:
                 return
             if final and not records and self._in_dataloader_worker():
                 return                # a worker that timed nothing: no file of its own
@@ -618,7 +625,7 @@ class Driver:
         if self.discard or os.getpid() != self.pid:
             return
         try:
-            self.flush()
+            self.flush(touch=True)
             path = self._next_path(".pt.trace.json")
             tmp = path + ".tmp"
             prof.export_chrome_trace(tmp)
