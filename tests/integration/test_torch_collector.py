@@ -157,6 +157,10 @@ def test_two_process_gloo_job_under_run_torch(tmp_path):
         assert set(coll["group_size"].to_pylist()) == {2}
         attrs = [json.loads(a) for a in by_category(spans, "window")["attrs"].to_pylist()]
         assert {a["distributed"]["rank"] for a in attrs} == {rank}
+        # every step of the rank, traced or not, in its own partition, from its own process
+        steps = by_category(spans, "step")
+        assert sorted(steps["name"].to_pylist()) == sorted(f"ProfilerStep#{i}" for i in range(8))
+        assert set(steps["pid"].to_pylist()) == set(by_category(spans, "window")["pid"].to_pylist())
         assert {a["distributed"]["backend"] for a in attrs} == {"gloo"}
     # the torchrun launcher imported torch too, but recorded nothing: two processes traced
     traces = list(run.glob("rank=*/traces/*.pt.trace.json"))

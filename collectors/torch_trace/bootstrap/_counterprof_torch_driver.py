@@ -69,6 +69,10 @@ _monotonic_ns = time.monotonic_ns
 _native_id = threading.get_native_id
 _ident = threading.get_ident
 
+
+def _compiling() -> bool:     # torch.compiler.is_compiling, once torch is imported
+    return False
+
 _driver: "Driver | None" = None
 
 
@@ -166,6 +170,11 @@ class Driver:
         from torch.optim.optimizer import register_optimizer_step_post_hook
         self._hooks.append(register_optimizer_step_post_hook(self._optimizer_hook))
         from torch.nn.modules import module as nn_module
+        global _compiling
+        _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", _compiling)
+        # our hooks fire for a torch.compile'd module's wrapper and for the module: only the
+        # outermost counts, so torch's warning about it is not the user's concern
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
         self._forward_hooks = [
             nn_module.register_module_forward_pre_hook(self._forward_pre),
             nn_module.register_module_forward_hook(self._forward_post, always_call=True)]
@@ -229,6 +238,8 @@ class Driver:
     # -- outermost module forwards ------------------------------------------------------------
 
     def _forward_pre(self, module, args) -> None:
+        if _compiling():
+            return            # inside a torch.compile'd region: never an outermost call
         tid = _ident()
         depth = self._depth.get(tid, 0)
         self._depth[tid] = depth + 1
@@ -244,6 +255,8 @@ class Driver:
                 self._forward_starts()
 
     def _forward_post(self, module, args, output) -> None:
+        if _compiling():
+            return
         tid = _ident()
         depth = self._depth.get(tid, 1) - 1
         self._depth[tid] = depth
