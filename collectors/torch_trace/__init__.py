@@ -173,6 +173,10 @@ class TorchCollector(Collector):
             drv = load_driver()
             self.driver = drv.create(str(self.run_path.resolve()), rank=ctx.rank, start_now=True,
                                      clock_offset_ns=ctx.clock.offset_ns, **self.driver_config())
+            flusher = getattr(self.driver, "_flusher", None)     # the thread writing step times
+            if flusher is not None and flusher.native_id is not None:
+                with ctx.lock:
+                    ctx.profiler_tids.add(flusher.native_id)
         self._thread = ctx.start_thread("counterprof-torch", self._loop)
 
     def _loop(self) -> None:
