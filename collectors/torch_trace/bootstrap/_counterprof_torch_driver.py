@@ -175,9 +175,9 @@ class Driver:
         # our hooks fire for a torch.compile'd module's wrapper and for the module: only the
         # outermost counts, so torch's warning about it is not the user's concern
         warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
-        self._forward_hooks = [
-            nn_module.register_module_forward_pre_hook(self._forward_pre),
-            nn_module.register_module_forward_hook(self._forward_post, always_call=True)]
+        pre, post = self._forward_hooks_pair()
+        self._forward_hooks = [nn_module.register_module_forward_pre_hook(pre),
+                               nn_module.register_module_forward_hook(post, always_call=True)]
         _patch_dataloader()
         if threading.current_thread() is threading.main_thread():
             try:
@@ -237,33 +237,41 @@ class Driver:
 
     # -- outermost module forwards ------------------------------------------------------------
 
-    def _forward_pre(self, module, args) -> None:
-        if _compiling():
-            return            # inside a torch.compile'd region: never an outermost call
-        tid = _ident()
-        depth = self._depth.get(tid, 0)
-        self._depth[tid] = depth + 1
-        if depth == 0:
-            counted = self._has_params.get(module)
-            if counted is None:
-                try:
-                    counted = self._has_params[module] = next(module.parameters(), None) is not None
-                except Exception:
-                    counted = False
-            self._counted[tid] = counted
-            if counted:
-                self._forward_starts()
+    def _forward_hooks_pair(self):
+        """The global forward pre and post hooks. They run for every module call, so the
+        inner calls' path is a depth count per thread and nothing else (closures over locals)."""
+        depth, counted_by_tid, has_params = self._depth, self._counted, self._has_params
+        compiling, ident, clock, starts = _compiling, _ident, _monotonic_ns, self._forward_starts
 
-    def _forward_post(self, module, args, output) -> None:
-        if _compiling():
-            return
-        tid = _ident()
-        depth = self._depth.get(tid, 1) - 1
-        self._depth[tid] = depth
-        if depth == 0 and self._counted.get(tid):
-            pending = self.pending
-            if pending is not None and pending[1] is None:
-                pending[1] = _monotonic_ns()
+        def pre(module, args):
+            if compiling():
+                return        # inside a torch.compile'd region: never an outermost call
+            tid = ident()
+            d = depth.get(tid, 0)
+            depth[tid] = d + 1
+            if d == 0:
+                counted = has_params.get(module)
+                if counted is None:
+                    try:
+                        counted = has_params[module] = next(module.parameters(), None) is not None
+                    except Exception:
+                        counted = False
+                counted_by_tid[tid] = counted
+                if counted:
+                    starts()
+
+        def post(module, args, output):
+            if compiling():
+                return
+            tid = ident()
+            d = depth.get(tid, 1) - 1
+            depth[tid] = d
+            if d == 0 and counted_by_tid.get(tid):
+                pending = self.pending
+                if pending is not None and pending[1] is None:
+                    pending[1] = clock()
+
+        return pre, post
 
     def _forward_starts(self) -> None:
         """An outermost forward of a module with parameters: the previous one, with no mark
