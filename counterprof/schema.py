@@ -1,7 +1,7 @@
 """Arrow schemas of a run's tables, and the metric catalog.
 
 samples: long form, one row per metric per entity per tick.
-spans:   intervals (torch ops, kernels, regions, steps) for the trace collectors.
+spans:   intervals (torch ops, kernels, regions, steps, DataLoader waits) for the trace collectors.
 """
 from __future__ import annotations
 

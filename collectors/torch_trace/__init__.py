@@ -15,6 +15,10 @@ Where things happen:
   the collector's thread: the native scanner releases the GIL). `counterprof run` converts
   every rank's traces; counterprof.profile() only those its own process wrote (in a job whose
   ranks each run profile() into one run, each rank converts its own).
+- Every step and DataLoader next(), traced or not: the driver appends their times once a second
+  to <run>/_ranks/rank=<r>/traces/<host>_<pid>.steps; this collector reads each such file as it grows
+  (steps.py) and emits them as `step` and `input` spans into that rank's partition. A
+  process's traces then give no step or input spans of their own (no step counted twice).
 - Each trace is converted by one process, once: a converter first takes the trace's claim
   (claim.py: an flock on traces/.<trace>.claim, which then records who converted it), so
   several profilers of one run and a recovery running meanwhile never convert a trace twice.
@@ -23,7 +27,12 @@ Data loss: a window is on disk once torch has written it, so a killed workload l
 window it was recording (it lives in torch's memory until then). A killed profiler loses
 nothing either: the trace files stay in the run, and `counterprof recover` converts the ones
 whose spans are not complete (recovery.py: a trace's window span is emitted last, so a trace
-without one was cut off; its partial rows are replaced).
+without one was cut off; its partial rows are replaced), and the step times it had not read.
+
+Nothing recorded: when --torch was asked and no trace came, the status is "empty" and the
+reason says why (no process imported torch; torch imported but nothing marked a step, ran a
+module or lasted until a time window; profiling stopped on an error), so no reader shows "ok"
+for a run without traces.
 """
 from __future__ import annotations
 
@@ -42,6 +51,7 @@ from counterprof.errors import CounterprofError, UsageError
 from counterprof.store import rundir
 
 from .claim import Claim
+from .steps import StepsFile, steps_file_of_trace, steps_files
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 DRIVER = "_counterprof_torch_driver"
@@ -68,7 +78,8 @@ class TorchCollector(Collector):
     name = "torch"
     default_on = False
     DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "record_shapes": True,
-                "with_stack": False, "profile_memory": False, "poll_s": 0.5}
+                "with_stack": False, "profile_memory": False, "poll_s": 0.5,
+                "window_s": 2.0, "window_every_s": 20.0}
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__({**self.DEFAULTS, **(config or {})})
@@ -81,6 +92,7 @@ class TorchCollector(Collector):
         self.seen = 0            # found complete (converted here or by another process)
         self.spans = 0
         self.problems: list[str] = []
+        self.steps_files: dict[str, StepsFile] = {}
 
     # -- contract ---------------------------------------------------------------------------
 
@@ -104,6 +116,13 @@ class TorchCollector(Collector):
             raise UsageError(f"torch: a window of {active} active step(s) after {warmup} warm-up "
                              f"step(s) does not fit in every {every} steps "
                              "(need active >= 1 and every >= active + warmup)")
+        try:
+            window_s, window_every_s = float(cfg["window_s"]), float(cfg["window_every_s"])
+        except (TypeError, ValueError):
+            raise UsageError("torch: window_s and window_every_s are seconds") from None
+        if not 0 < window_s <= window_every_s:
+            raise UsageError(f"torch: a time window of {window_s:g} s does not fit in every "
+                             f"{window_every_s:g} s (need 0 < window_s <= window_every_s)")
 
     @classmethod
     def inventory(cls, config=None) -> list[dict[str, Any]]:
@@ -116,12 +135,16 @@ class TorchCollector(Collector):
                  "rows": [["torch", version],
                           ["window", f"{cfg['active']} steps every {cfg['every']} "
                                      f"(after {cfg['warmup']} warm-up)"],
+                          ["time window", f"{cfg['window_s']:g} s every {cfg['window_every_s']:g} s "
+                                          "(without step marks or module forwards)"],
                           ["record_shapes", str(cfg["record_shapes"])]],
-                 "note": "on with `counterprof run --torch`; steps are marked by optimizer.step(), "
-                         "counterprof.step() or your own prof.step()"}]
+                 "note": "on with `counterprof run --torch`; steps are marked by counterprof.step(), "
+                         "your own prof.step(), optimizer.step() or else each outermost module "
+                         "forward; every step is timed, traced or not"}]
 
     def driver_config(self) -> dict[str, Any]:
-        keys = ("every", "active", "warmup", "record_shapes", "with_stack", "profile_memory")
+        keys = ("every", "active", "warmup", "record_shapes", "with_stack", "profile_memory",
+                "window_s", "window_every_s")
         return {k: self.config[k] for k in keys}
 
     def launch_environment(self, run_path) -> dict[str, str]:
@@ -150,7 +173,11 @@ class TorchCollector(Collector):
                                        "pip install 'counterprof[torch]'") from None
             drv = load_driver()
             self.driver = drv.create(str(self.run_path.resolve()), rank=ctx.rank, start_now=True,
-                                     **self.driver_config())
+                                     clock_offset_ns=ctx.clock.offset_ns, **self.driver_config())
+            flusher = getattr(self.driver, "_flusher", None)     # the thread writing step times
+            if flusher is not None and flusher.native_id is not None:
+                with ctx.lock:
+                    ctx.profiler_tids.add(flusher.native_id)
         self._thread = ctx.start_thread("counterprof-torch", self._loop)
 
     def _loop(self) -> None:
@@ -185,6 +212,7 @@ class TorchCollector(Collector):
                     found.append((path.stat().st_mtime_ns, path))
                 except FileNotFoundError:
                     continue
+        self.sweep_steps()           # before the traces: each trace's steps file exists
         converted = 0
         for _, path in sorted(found):
             claim = Claim.take(path)
@@ -200,11 +228,37 @@ class TorchCollector(Collector):
                 converted += 1
         return converted
 
+    def steps_candidates(self) -> list[Path]:
+        if self.ctx.target.kind == "self":
+            if self.driver is None:
+                return []
+            return [Path(p) for p in list(self.driver.steps_paths)]
+        return steps_files(self.run_path)
+
+    def sweep_steps(self) -> int:
+        """Emit the step and input spans written since the last sweep; returns how many. Each
+        steps file's claim is held from its first read to stop (a recovery meanwhile leaves
+        it to us)."""
+        rows = 0
+        for path in self.steps_candidates():
+            sf = self.steps_files.get(str(path))
+            if sf is None:
+                candidate = StepsFile(path)
+                if not candidate.take():
+                    continue             # a recovery reads it right now: next time
+                sf = self.steps_files[str(path)] = candidate
+            for batch in sf.batches():
+                self.ctx.emit("spans", batch, rank=sf.rank)
+                rows += batch.num_rows
+        self.spans += rows
+        return rows
+
     def convert(self, path: Path) -> None:
         from .convert import TraceConversion
         from .scan import TraceFileError
         rank = rank_of_trace_dir(path)
-        conv = TraceConversion(path, default_rank=rank, spill_dir=path.parent)
+        conv = TraceConversion(path, default_rank=rank, spill_dir=path.parent,
+                               drop_marks=steps_file_of_trace(path))
         try:
             for batch in conv:
                 self.ctx.emit("spans", batch, rank=rank)
@@ -219,9 +273,11 @@ class TorchCollector(Collector):
 
     @classmethod
     def recover(cls, run_path) -> list[str]:
-        """Convert the trace files a killed profiler left unconverted (or half converted)."""
+        """Convert the trace files a killed profiler left unconverted (or half converted),
+        and the step times it had not read."""
         from .recovery import recover_traces
-        return recover_traces(Path(run_path))
+        from .steps import recover_steps
+        return recover_steps(Path(run_path)) + recover_traces(Path(run_path))
 
     def stop(self) -> None:
         if self._thread is None or self._stop.is_set():
@@ -236,8 +292,38 @@ class TorchCollector(Collector):
             self.sweep()
         except Exception as exc:
             self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
-        if self.seen == 0 and self.ctx.target.kind == "launch":
-            self.ctx.warn("torch: no trace was recorded: no Python process of the workload "
-                          "imported torch and marked a step (optimizer.step(), "
-                          "counterprof.step() or prof.step())")
-        self.details.update(traces=self.traces, spans=self.spans, problems=self.problems[:20])
+        files = list(self.steps_files.values())
+        for sf in files:
+            sf.release("torch collector")
+            for why in sf.stopped:
+                msg = f"torch profiling stopped in pid {sf.pid}: {why}"
+                if msg not in self.problems:
+                    self.problems.append(msg)
+        marks = sorted({m for sf in files for m in sf.marks})
+        self.details.update(traces=self.traces, spans=self.spans, problems=self.problems[:20],
+                            steps=sum(sf.steps for sf in files),
+                            dataloader_waits=sum(sf.inputs for sf in files),
+                            processes=len(files), step_marks=marks)
+        if self.seen == 0:
+            self.status, self.reason = "empty", self.nothing_recorded(files)
+            self.ctx.warn(f"torch: no trace was recorded: {self.reason}")
+
+    def nothing_recorded(self, files: list[StepsFile]) -> str:
+        """Why no trace came, in words a user can act on."""
+        stopped = [f"pid {sf.pid}: {why}" for sf in files for why in sf.stopped
+                   if why not in ("closed", "forked child")]
+        if self.driver is not None and self.driver.stopped not in ("", "closed", "forked child"):
+            stopped.append(self.driver.stopped)
+        if stopped:
+            return "profiling stopped: " + "; ".join(stopped[:3])
+        if not files and self.ctx.target.kind == "launch":
+            return ("the workload never imported torch (no Python process of it did; "
+                    "`python -I`/`-S` skip the bootstrap)")
+        steps = sum(sf.steps for sf in files)
+        if steps:
+            return (f"{steps} step(s) timed but no trace written (the process was killed "
+                    "before its first window ended?)")
+        every = float(self.config["window_every_s"])
+        return ("torch imported but no step, forward or window was seen (no counterprof.step(), "
+                "prof.step(), optimizer.step() or nn.Module call; a time window starts after "
+                f"{every:g} s without them)")

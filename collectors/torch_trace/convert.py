@@ -11,11 +11,17 @@ Categories (Kineto "cat" -> span category):
     cuda_runtime, cuda_driver, Runtime, *_runtime -> runtime
     user_annotation, gpu_user_annotation -> annotation (the GPU one has device and stream)
     ProfilerStep#N (cpu_op or user_annotation) -> step
+    enumerate(DataLoader)#<iterator>.__next__ (user_annotation or cpu_op) -> input (the wait
+        for the next batch)
     record_param_comms (cpu_op), gloo:<coll> (user_annotation: gloo's CPU work) -> collective
     Trace ("PyTorch Profiler (0)") -> one "window" span per trace: the recorded window, with the
         trace's metadata in attrs (it ends the trace's spans: its presence says "complete")
 Skipped (counted in the window's attrs): python_function, flow arrows, instants, metadata,
 other categories.
+
+drop_marks: leave out the step and input spans: the process that wrote the trace timed every
+one of its steps and DataLoader waits itself (the torch driver's steps file, steps.py), and
+those, one per step for the whole run, win over the trace's own for the steps it recorded.
 
 GPU spans carry the host process's pid (Kineto gives them the device as pid), the device and
 the stream; CPU spans carry pid and tid. `correlation` links a runtime launch to its GPU span.
@@ -50,7 +56,8 @@ from counterprof.schema import SPANS_SCHEMA
 from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner
 
 CATEGORIES = ("kernel", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation",
-              "step", "collective", "window")
+              "step", "collective", "window", "input")
+INPUT_PREFIX = "enumerate(DataLoader)#"
 CLASSES = ("compute", "communication", "memory", "other")
 _CAT_CODE = {c: i for i, c in enumerate(CATEGORIES)}
 _CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
@@ -119,9 +126,11 @@ class TraceConversion:
 
     def __init__(self, path: str | os.PathLike, *, default_rank: int = 0,
                  spill_dir: str | os.PathLike | None = None, native: bool = True,
-                 chunk_bytes: int = CHUNK_BYTES, batch_rows: int = BATCH_ROWS):
+                 chunk_bytes: int = CHUNK_BYTES, batch_rows: int = BATCH_ROWS,
+                 drop_marks: bool = False):
         self.path = os.fspath(path)
         self.default_rank = default_rank
+        self.drop_marks = drop_marks
         self.spill_dir = spill_dir
         self.native = native
         self.scanner = KinetoScanner(self.path, native=native, chunk_bytes=chunk_bytes,
@@ -236,6 +245,12 @@ class TraceConversion:
                 self.host_pid = self._pids.most_common(1)[0][0]
 
         keep = (kind != SKIP) & (kind != TRACE)
+        if self.drop_marks:
+            hostish_all = (kind == CPU_OP) | (kind == ANNOT)
+            if hostish_all.any():
+                marks = _np_bool(pc.or_(pc.starts_with(names, "ProfilerStep#"),
+                                        pc.starts_with(names, INPUT_PREFIX)))
+                keep &= ~(hostish_all & marks)
         if not keep.any():
             return None
         rows = np.nonzero(keep)[0]
@@ -251,6 +266,7 @@ class TraceConversion:
         hostish = (kind == CPU_OP) | (kind == ANNOT)
         is_step = hostish & _np_bool(pc.starts_with(names, "ProfilerStep#"))
         category[is_step] = _CAT_CODE["step"]
+        category[hostish & _np_bool(pc.starts_with(names, INPUT_PREFIX))] = _CAT_CODE["input"]
         is_rpc = (kind == CPU_OP) & _np_bool(pc.equal(names, "record_param_comms"))
         is_gloo = (kind == ANNOT) & _np_bool(pc.starts_with(names, "gloo:"))
         category[is_rpc | is_gloo] = _CAT_CODE["collective"]

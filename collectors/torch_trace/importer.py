@@ -92,10 +92,12 @@ class _ParquetSink:
 
 
 def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,
-                       spill_dir: Path) -> None:
-    """Convert one file into `target` (Parquet, row groups of up to ROW_GROUP_ROWS spans)."""
+                       spill_dir: Path, drop_marks: bool = False) -> None:
+    """Convert one file into `target` (Parquet, row groups of up to ROW_GROUP_ROWS spans);
+    drop_marks: as TraceConversion's."""
     t0 = time.perf_counter()
-    conv = TraceConversion(trace.path, default_rank=default_rank, spill_dir=spill_dir)
+    conv = TraceConversion(trace.path, default_rank=default_rank, spill_dir=spill_dir,
+                           drop_marks=drop_marks)
     sink = _ParquetSink(target)
     pending: list[pa.RecordBatch] = []
     rows = 0

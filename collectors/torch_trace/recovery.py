@@ -31,8 +31,12 @@ from . import TRACE_GLOBS, rank_of_trace_dir
 from .claim import Claim
 from .convert import CATEGORIES
 from .importer import ImportedTrace, convert_to_parquet
+from .steps import MARK_CATEGORIES, steps_file_of_trace
 
 _TORCH = pa.array([c for c in CATEGORIES])
+# a process that timed its own steps: its step and input rows come from its steps file
+# (steps.py), never from a trace, so a cut-off trace's rows to drop are the others
+_TRACE_ONLY = pa.array([c for c in CATEGORIES if c not in MARK_CATEGORIES])
 
 
 def _windows(t) -> list[str]:
@@ -62,8 +66,8 @@ def converted_traces(run_path: Path, rank: int | None = None) -> set[tuple[int, 
     return done
 
 
-def _drop_rows(parquet: Path, pid: int, start: int, end: int) -> int:
-    """Rewrite `parquet` without the torch rows of process `pid` inside [start, end]."""
+def _drop_rows(parquet: Path, pid: int, start: int, end: int, categories: pa.Array = _TORCH) -> int:
+    """Rewrite `parquet` without the rows of `categories` of process `pid` inside [start, end]."""
     try:
         f = pq.ParquetFile(parquet)
     except (pa.ArrowInvalid, OSError):
@@ -76,7 +80,7 @@ def _drop_rows(parquet: Path, pid: int, start: int, end: int) -> int:
             t0 = pc.cast(batch.column("start"), pa.int64())
             cut = pc.and_(pc.and_(pc.equal(batch.column("pid"), pid),
                                   pc.and_(pc.greater_equal(t0, start), pc.less_equal(t0, end))),
-                          pc.is_in(batch.column("category").cast(pa.string()), value_set=_TORCH))
+                          pc.is_in(batch.column("category").cast(pa.string()), value_set=categories))
             cut = pc.fill_null(cut, False)
             n = pc.sum(cut).as_py() or 0
             dropped += n
@@ -128,7 +132,8 @@ def _convert(path: Path, rank: int, claim: Claim) -> str:
     target = folder / f"spans-recovered-{path.name}.parquet"
     staging = target.with_name(f".{target.name}.tmp")
     trace = ImportedTrace(str(path))
-    convert_to_parquet(trace, staging, rank, path.parent)
+    timed = steps_file_of_trace(path)
+    convert_to_parquet(trace, staging, rank, path.parent, drop_marks=timed)
     if trace.failed:
         staging.unlink(missing_ok=True)
         return f"{path}: not converted: {trace.failed}"
@@ -142,7 +147,8 @@ def _convert(path: Path, rank: int, claim: Claim) -> str:
             # a converter that died since the run's compaction left its rows in its journal
             compact_rank(part)
             for f in folder.glob("spans-*.parquet"):
-                dropped += _drop_rows(f, trace.host_pid, *trace.window)
+                dropped += _drop_rows(f, trace.host_pid, *trace.window,
+                                      categories=_TRACE_ONLY if timed else _TORCH)
             os.replace(staging, target)
         finally:
             os.close(lock)

@@ -63,6 +63,9 @@ def build_parser() -> ArgumentParser:
                         "imports torch (a window of steps every N), converted into spans")
     p.add_argument("--torch-window", metavar="ACTIVE/EVERY", default="5/50",
                    help="with --torch: record ACTIVE steps every EVERY steps (default 5/50)")
+    p.add_argument("--torch-time-window", metavar="SECONDS/EVERY", default="2/20",
+                   help="with --torch, in a process with no step marks and no module forwards: "
+                        "record SECONDS every EVERY seconds (default 2/20)")
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
     p.add_argument("--threads-interval-ms", type=float, default=100.0, metavar="MS",
@@ -155,6 +158,12 @@ def _run(args) -> int:
             raise UsageFailure(f"--torch-window {args.torch_window!r}: give ACTIVE/EVERY, e.g. 5/50",
                                build_parser().format_usage())
         config["torch"] = {"active": int(active), "every": int(every)}
+        seconds, _, every_s = args.torch_time_window.partition("/")
+        try:
+            config["torch"].update(window_s=float(seconds), window_every_s=float(every_s))
+        except ValueError:
+            raise UsageFailure(f"--torch-time-window {args.torch_time_window!r}: give "
+                               "SECONDS/EVERY, e.g. 2/20", build_parser().format_usage()) from None
         if collectors is None:
             collectors = list(resolve(None))
         if "torch" not in collectors:

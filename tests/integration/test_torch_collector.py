@@ -67,7 +67,9 @@ def test_in_process_windows_of_optimizer_steps(tmp_path):
     assert r.meta["collectors"]["torch"]["traces"] == 3           # steps 0-1, 4-5, 8-9
     spans = r.table("spans")
     assert by_category(spans, "window").num_rows == 3
-    assert by_category(spans, "step").num_rows == 6
+    # every step is timed, traced or not: one span per optimizer step, none twice
+    steps = by_category(spans, "step")
+    assert sorted(steps["name"].to_pylist()) == sorted(f"ProfilerStep#{i}" for i in range(10))
     ops = set(by_category(spans, "cpu_op")["name"].to_pylist())
     assert {"aten::addmm", "aten::relu"} <= ops
     # every span is inside the session's time
@@ -121,7 +123,7 @@ def test_the_scripts_own_profiler_is_left_in_charge_and_its_traces_copied(tmp_pa
     spans = counterprof.load(run).table("spans")
     windows = by_category(spans, "window")
     assert windows.num_rows == 1                         # their window, copied; ours discarded
-    assert by_category(spans, "step").num_rows == 2
+    assert by_category(spans, "step").num_rows == 6      # every step timed, traced or not
 
 
 def test_two_process_gloo_job_under_run_torch(tmp_path):
@@ -155,6 +157,10 @@ def test_two_process_gloo_job_under_run_torch(tmp_path):
         assert set(coll["group_size"].to_pylist()) == {2}
         attrs = [json.loads(a) for a in by_category(spans, "window")["attrs"].to_pylist()]
         assert {a["distributed"]["rank"] for a in attrs} == {rank}
+        # every step of the rank, traced or not, in its own partition, from its own process
+        steps = by_category(spans, "step")
+        assert sorted(steps["name"].to_pylist()) == sorted(f"ProfilerStep#{i}" for i in range(8))
+        assert set(steps["pid"].to_pylist()) == set(by_category(spans, "window")["pid"].to_pylist())
         assert {a["distributed"]["backend"] for a in attrs} == {"gloo"}
     # the torchrun launcher imported torch too, but recorded nothing: two processes traced
     traces = [p for rank in (0, 1) for p in traces_dir(run, rank).glob("*.pt.trace.json")]

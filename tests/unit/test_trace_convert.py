@@ -204,3 +204,20 @@ def test_real_gloo_collectives_on_the_cpu_are_tagged():
     assert len(gloo) == 10 and {r["collective"] for r in gloo} == {"all_reduce"}
     assert {r["bytes"] for r in gloo} == {321271 * 4, 2082411 * 4}
     assert conv.rank == 34 and conv.gpu_spans == 0
+
+
+def test_dataloader_waits_are_input_spans_and_a_timed_process_keeps_none_of_its_marks(tmp_path):
+    evs = [X("user_annotation", "ProfilerStep#3", 100, 500),
+           X("user_annotation", "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 100, 80),
+           X("cpu_op", "aten::mm", 200, 50),
+           {"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "x",
+            "ts": 90, "dur": 600}]
+    path = write_trace(tmp_path / "t.pt.trace.json", evs, {"baseTimeNanoseconds": BASE})
+    t, _ = convert(path)
+    cats = dict(zip(t["name"].to_pylist(), t["category"].cast(pa.string()).to_pylist()))
+    assert cats["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"] == "input"
+    assert cats["ProfilerStep#3"] == "step"
+    # the driver timed this process's steps and waits itself: the trace's own are left out
+    t, conv = convert(path, drop_marks=True)
+    assert t["name"].to_pylist() == ["aten::mm", "t.pt.trace.json"]
+    assert conv.info["spans"] == 2

@@ -7,10 +7,28 @@ Always imported under the name `_counterprof_torch_driver`, so counterprof.step(
 
 Windows: the profiler records `active` steps every `every` steps (warming up `warmup` steps
 before each window), step 0 being the first step mark. Step marks, in order of preference:
-counterprof.step(), the step() of a torch.profiler.profile the script runs itself, and
-otherwise every optimizer.step() (a global post hook), so an unmodified training script is
-windowed with no change. A script that runs its own torch.profiler keeps it: counterprof stands
-down and keeps a copy of each trace the script exports from that profiler instead.
+counterprof.step(), the step() of a torch.profiler.profile the script runs itself, every
+optimizer.step() (a global post hook), so an unmodified training script is windowed with no
+change, and, when none of those comes, each outermost call of an nn.Module that has parameters
+(global forward hooks: an inference loop, a benchmark). A higher kind of mark replaces a lower
+one for the rest of the process (no step counted twice). A process with none of them for
+`window_every_s` seconds is recorded in time windows instead: `window_s` seconds every
+`window_every_s` (started and stopped in the main thread through a SIGURG handler, recording
+every thread). A script that runs its own torch.profiler keeps it: counterprof stands down and
+keeps a copy of each trace the script exports from that profiler instead.
+
+Every step, traced or not, and every DataLoader `next()` is timed (two clock reads) and
+buffered; a thread of the driver appends them once a second (and at exit) to
+<run>/rank=<rank>/traces/<host>_<pid>.steps, one tab-separated line each, on the run's clock
+($COUNTERPROF_CLOCK_OFFSET_NS):
+    counterprof-steps 1<TAB>pid=<pid><TAB>host=<host>     (first line)
+    step<TAB><start ns><TAB><end ns><TAB><tid><TAB>ProfilerStep#<n>
+    input<TAB><start ns><TAB><end ns><TAB><tid><TAB>enumerate(DataLoader)#<iterator class>.__next__
+    marks<TAB><what marks the steps: counterprof, profiler, optimizer, forward or window>
+    stopped<TAB><why profiling stopped in this process>
+tid is the OS thread id, as Kineto writes it on Linux. A step ends at its mark and starts at
+the previous one; the first at the first outermost forward before it (else it opens the count).
+A step marked by a forward is that forward call.
 
 Each finished window is written by torch (export_chrome_trace) to
 <run>/_ranks/rank=<rank>/traces/<host>_<pid>.<n>.pt.trace.json under a temporary name, then
@@ -23,17 +41,37 @@ line on stderr.
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import threading
+import time
 import warnings
+import weakref
 
 ENV = "COUNTERPROF_TORCH"
 DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "record_shapes": True, "with_stack": False,
-            "profile_memory": False, "rank": None, "start_now": False}
+            "profile_memory": False, "rank": None, "start_now": False, "window_s": 2.0,
+            "window_every_s": 20.0, "clock_offset_ns": None}
+ENV_CLOCK_OFFSET = "COUNTERPROF_CLOCK_OFFSET_NS"      # counterprof.regions.ENV_CLOCK_OFFSET
+FLUSH_EVERY_S = 1.0
+# what marks steps, lowest first: a higher kind seen once replaces the lower ones
+RANKS = {"forward": 1, "optimizer": 2, "profiler": 3, "counterprof": 3}
+# outermost forwards with no mark between them before they are taken as the steps (a training
+# step with two forwards before its optimizer.step() must not count them)
+FORWARDS_TO_TRUST = 3
+WINDOW_SIGNAL = signal.SIGURG           # ignored by default, unused by Python programs
+_monotonic_ns = time.monotonic_ns
+_native_id = threading.get_native_id
+_ident = threading.get_ident
+
+
+def _compiling() -> bool:     # torch.compiler.is_compiling, once torch is imported
+    return False
 
 _driver: "Driver | None" = None
 
@@ -76,6 +114,38 @@ class Driver:
         self.discard = False
         self.written: list[str] = []
         self._hooks = []
+        # step and input timing, for the whole run (see the module docstring)
+        self.window_s = float(cfg["window_s"])
+        self.window_every_s = float(cfg["window_every_s"])
+        offset = cfg["clock_offset_ns"] if cfg["clock_offset_ns"] is not None \
+            else os.environ.get(ENV_CLOCK_OFFSET)
+        try:
+            self.offset_ns = int(offset)
+        except (TypeError, ValueError):
+            self.offset_ns = time.time_ns() - _monotonic_ns()
+        self.marks = ""               # what marks the steps (RANKS), once known
+        self.steps = 0                # steps recorded
+        self.sched = 0                # the schedule's next step
+        self.open_start = None        # monotonic ns the step in progress started (mark kinds)
+        self.forwards = 0             # outermost forwards seen
+        self.pending = None           # [start, end, tid] of the last outermost forward
+        self.held: list = []          # forwards not yet trusted as steps (FORWARDS_TO_TRUST)
+        self._depth: dict[int, int] = {}
+        self._counted: dict[int, bool] = {}
+        self._has_params = weakref.WeakKeyDictionary()
+        self._forward_hooks = []
+        self._records = collections.deque()   # (kind, start, end, tid, name or step number)
+        self._files: dict[str, int] = {}       # steps file -> fd
+        self.steps_paths: list[str] = []
+        self._flush_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._flusher = None
+        self.window_prof = None       # the time window's profiler while it records
+        self.window_end = 0.0
+        self.next_window = time.monotonic() + self.window_every_s
+        self.windows = 0
+        self._window_signal = False   # our handler is installed for WINDOW_SIGNAL
+        self._ticking = False
 
     # -- the schedule ---------------------------------------------------------------------
 
@@ -93,11 +163,32 @@ class Driver:
     # -- hooks into torch ---------------------------------------------------------------------
 
     def install(self) -> None:
-        """Step marks from optimizers and from the script's own profilers (torch imported)."""
+        """Step marks from optimizers, module forwards and the script's own profilers, the
+        DataLoader's next() timed, the thread that writes them (torch imported)."""
         import torch
         import torch.profiler as tp
         from torch.optim.optimizer import register_optimizer_step_post_hook
         self._hooks.append(register_optimizer_step_post_hook(self._optimizer_hook))
+        from torch.nn.modules import module as nn_module
+        global _compiling
+        _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", _compiling)
+        # our hooks fire for a torch.compile'd module's wrapper and for the module: only the
+        # outermost counts, so torch's warning about it is not the user's concern
+        warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
+        pre, post = self._forward_hooks_pair()
+        self._forward_hooks = [nn_module.register_module_forward_pre_hook(pre),
+                               nn_module.register_module_forward_hook(post, always_call=True)]
+        _patch_dataloader()
+        if threading.current_thread() is threading.main_thread():
+            try:
+                if signal.getsignal(WINDOW_SIGNAL) in (signal.SIG_DFL, None, _on_window_signal):
+                    signal.signal(WINDOW_SIGNAL, _on_window_signal)
+                    self._window_signal = True
+            except (ValueError, OSError):
+                pass
+        self._flusher = threading.Thread(target=self._flush_loop, name="counterprof-steps",
+                                         daemon=True)
+        self._flusher.start()
         cls = tp.profile
         if not getattr(cls, "_counterprof_patched", False):
             original_start, original_stop, original_step = cls.start, cls.stop, cls.step
@@ -120,6 +211,7 @@ class Driver:
                 drv = _driver
                 if drv is not None and not getattr(prof, "_counterprof", False):
                     drv.explicit = True
+                    drv.mark("profiler")
                 return original_step(prof, *a, **k)
 
             cls.start, cls.stop, cls.step = start, stop, step
@@ -132,9 +224,90 @@ class Driver:
     def _forked(self) -> None:
         # a forked child (DataLoader worker) inherits this state but must not export it
         self.stopped = self.stopped or "forked child"
+        self.lock = threading.RLock()          # another thread may have held it at the fork
+        self._records.clear()
+        self._files = {}
+        try:
+            self._remove_forward_hooks()
+        except Exception:
+            pass
 
     def _optimizer_hook(self, optimizer, args, kwargs) -> None:
         self.step("optimizer")
+
+    # -- outermost module forwards ------------------------------------------------------------
+
+    def _forward_hooks_pair(self):
+        """The global forward pre and post hooks. They run for every module call, so the
+        inner calls' path is a depth count per thread and nothing else (closures over locals)."""
+        depth, counted_by_tid, has_params = self._depth, self._counted, self._has_params
+        compiling, ident, clock, starts = _compiling, _ident, _monotonic_ns, self._forward_starts
+
+        def pre(module, args):
+            if compiling():
+                return        # inside a torch.compile'd region: never an outermost call
+            tid = ident()
+            d = depth.get(tid, 0)
+            depth[tid] = d + 1
+            if d == 0:
+                counted = has_params.get(module)
+                if counted is None:
+                    try:
+                        counted = has_params[module] = next(module.parameters(), None) is not None
+                    except Exception:
+                        counted = False
+                counted_by_tid[tid] = counted
+                if counted:
+                    starts()
+
+        def post(module, args, output):
+            if compiling():
+                return
+            tid = ident()
+            d = depth.get(tid, 1) - 1
+            depth[tid] = d
+            if d == 0 and counted_by_tid.get(tid):
+                pending = self.pending
+                if pending is not None and pending[1] is None:
+                    pending[1] = clock()
+
+        return pre, post
+
+    def _forward_starts(self) -> None:
+        """An outermost forward of a module with parameters: the previous one, with no mark
+        since, was a step."""
+        now = _monotonic_ns()
+        if self.stopped or os.getpid() != self.pid:
+            return
+        try:
+            with self.lock:
+                if self.marks not in ("", "forward"):
+                    return
+                self.forwards += 1
+                if self.pending is not None and self.pending[1] is not None:
+                    self._forward_was_a_step(self.pending)
+                self.pending = [now, None, _native_id()]
+        except Exception as exc:
+            self._fail(exc)
+
+    def _forward_was_a_step(self, fwd) -> None:
+        if self.marks == "forward":
+            self._record_step(fwd[0], fwd[1], fwd[2])
+            self._advance()
+            return
+        self.held.append(fwd)
+        if len(self.held) >= FORWARDS_TO_TRUST:
+            self._set_marks("forward")
+            for f in self.held:
+                self._record_step(f[0], f[1], f[2])
+            self.held = []
+            self._advance()
+
+    def _remove_forward_hooks(self) -> None:
+        for h in self._forward_hooks:
+            h.remove()
+        self._forward_hooks = []
+        self.pending, self.held = None, []
 
     def _user_profiler_starts(self, prof) -> None:
         """The script starts its own torch.profiler: ours makes way, and each trace the script
@@ -162,6 +335,7 @@ class Driver:
         if os.getpid() != self.pid:
             return
         try:
+            self.flush(touch=True)
             suffix = ".pt.trace.json.gz" if path.endswith(".gz") else ".pt.trace.json"
             target = self._next_path(suffix)
             tmp = target + ".tmp"
@@ -175,35 +349,83 @@ class Driver:
     # -- steps ------------------------------------------------------------------------------
 
     def step(self, source: str = "counterprof") -> None:
+        """A step mark: the step in progress ends now (counterprof.step(), optimizer.step())."""
+        self.mark(source)
+
+    def mark(self, source: str) -> None:
+        now = _monotonic_ns()
+        if self.stopped or os.getpid() != self.pid:
+            return
         try:
             with self.lock:
-                if self.stopped or os.getpid() != self.pid:
+                if self.stopped:
                     return
-                if source != "optimizer":
+                rank, ruling = RANKS[source], RANKS.get(self.marks, 0)
+                if source != "optimizer" and source != "forward":
                     self.explicit = True
-                elif self.explicit:
+                if rank < ruling:
                     return            # explicit marks rule; optimizer steps would double count
-                if self.user_profilers:
-                    return            # the script's own profiler is recording
-                if self.prof is None:
-                    self.start()
-                else:
-                    _step_quietly(self.prof)
+                start = self.open_start
+                if rank > ruling:
+                    # the first mark of its kind: a step ended by an optimizer mark of this
+                    # same loop is not counted again; before any mark, the step began with the
+                    # first outermost forward since the last counted step
+                    start = None
+                    if ruling < RANKS["optimizer"]:
+                        first = self.held[0] if self.held else self.pending
+                        start = first[0] if first is not None else None
+                    self._set_marks(source)
+                    self._remove_forward_hooks()
+                    if self.window_prof is not None and threading.current_thread() is threading.main_thread():
+                        self._stop_window()   # steps mark the windows from here on
+                if start is not None:
+                    self._record_step(start, now, _native_id())
+                self.open_start = now
+                self._advance()
         except Exception as exc:
             self._fail(exc)
 
-    def start(self) -> None:
-        """Start recording now (the first window)."""
+    def _set_marks(self, source: str) -> None:
+        self.marks = source
+        self._records.append(("marks", 0, 0, 0, source))
+
+    def _record_step(self, start: int, end: int, tid: int) -> None:
+        self._records.append(("step", start, end, tid, self.steps))
+        self.steps += 1
+
+    def record_input(self, start: int, end: int, name: str) -> None:
+        if os.getpid() == self.pid and not self.stopped:
+            self._records.append(("input", start, end, _native_id(), name))
+
+    def _advance(self) -> None:
+        """A step of the schedule begins. A torch profiler lives only from a window's warm-up
+        to its end: between windows a step costs no call into torch."""
+        step, self.sched = self.sched, self.sched + 1
+        if self.user_profilers or self.window_prof is not None:
+            return                    # the script's own profiler, or a time window, records
+        if self.prof is not None:
+            _step_quietly(self.prof)
+            from torch.profiler import ProfilerAction
+            if self.prof.current_action == ProfilerAction.NONE:
+                self._stop_ours(discard=True)     # the window is written; none until the next
+        elif not self.active <= step % self.every < self.every - self.warmup:   # not NONE
+            self.start(step)
+
+    def start(self, step: int | None = None) -> None:
+        """Start a profiler now, at schedule step `step` (None: now, as step 0, the steps
+        marked from here on counting from 1: counterprof.profile())."""
         with self.lock:
             if self.prof is not None or self.stopped or self.user_profilers:
                 return
+            if step is None:
+                step, self.sched = 0, 1
             try:
                 import torch
                 from torch.profiler import ProfilerActivity, profile
                 activities = [ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(ProfilerActivity.CUDA)    # ROCm builds too
-                prof = profile(activities=activities, schedule=self.schedule,
+                prof = profile(activities=activities, schedule=lambda n: self.schedule(step + n),
                                on_trace_ready=self._export, record_shapes=self.record_shapes,
                                with_stack=self.with_stack, profile_memory=self.profile_memory)
                 prof._counterprof = True
@@ -223,18 +445,177 @@ class Driver:
             self.discard = False
 
     def close(self) -> None:
-        """Stop recording; the window in progress is written (at exit, or by the collector)."""
+        """Stop recording; the window in progress is written (at exit, or by the collector),
+        and the steps timed so far."""
         try:
             with self.lock:
                 if os.getpid() != self.pid:
                     return
+                if self.marks in ("", "forward") and not self.stopped:
+                    # no mark came after the last forwards: they were the steps
+                    if self.pending is not None and self.pending[1] is not None:
+                        self.held.append(self.pending)
+                    if self.held and not self.marks:
+                        self._set_marks("forward")
+                    for f in self.held:
+                        self._record_step(f[0], f[1], f[2])
+                    self.pending, self.held = None, []
                 self._stop_ours(discard=False)
+                self._stop_window()
                 self.stopped = self.stopped or "closed"
                 for h in self._hooks:
                     h.remove()
                 self._hooks.clear()
+                self._remove_forward_hooks()
         except Exception as exc:
             self._fail(exc)
+        self.flush(final=True)
+        self._wake.set()
+        with self._flush_lock:
+            files, self._files = self._files, {}
+            for fd in files.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    # -- time windows (no step mark, no forward) ------------------------------------------------
+
+    def _window_wanted(self, now: float) -> bool:
+        """Time windows: only where nothing marks steps, in a process that runs the loop
+        (not a DataLoader worker or another multiprocessing child)."""
+        if self.marks or self.forwards or self.stopped or self.user_profilers or self.prof is not None:
+            return False
+        if not self._window_signal or now < self.next_window or os.getpid() != self.pid:
+            return False
+        if signal.getsignal(WINDOW_SIGNAL) is not _on_window_signal:
+            return False              # the script took the signal for itself
+        mp = sys.modules.get("multiprocessing")
+        return mp is None or mp.parent_process() is None
+
+    def _window_tick(self) -> None:
+        """In the main thread (the signal handler): start or end a time window."""
+        if os.getpid() != self.pid or self._ticking:
+            return                    # (a handler runs again inside a slow profiler start)
+        self._ticking = True
+        try:
+            with self.lock:
+                now = time.monotonic()
+                if self.window_prof is not None:
+                    if now >= self.window_end or self.marks or self.forwards or self.stopped:
+                        self._stop_window()
+                    return
+                if not self._window_wanted(now):
+                    return
+                import torch
+                from torch.profiler import ProfilerActivity, profile
+                activities = [ProfilerActivity.CPU]
+                if torch.cuda.is_available():
+                    activities.append(ProfilerActivity.CUDA)
+                extra = {}
+                try:                  # every thread's ops, not only the main thread's
+                    from torch._C._profiler import _ExperimentalConfig
+                    extra["experimental_config"] = _ExperimentalConfig(profile_all_threads=True)
+                except (ImportError, TypeError):
+                    pass
+                if not self.windows:
+                    self._set_marks_note("window")
+                prof = profile(activities=activities, on_trace_ready=self._export,
+                               record_shapes=self.record_shapes, with_stack=self.with_stack,
+                               profile_memory=self.profile_memory, **extra)
+                prof._counterprof = True
+                prof.start()
+                self.window_prof = prof
+                self.windows += 1
+                self.window_end = time.monotonic() + self.window_s
+                self.next_window = now + self.window_every_s
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            self._ticking = False
+
+    def _set_marks_note(self, what: str) -> None:
+        self._records.append(("marks", 0, 0, 0, what))
+
+    def _stop_window(self) -> None:
+        prof, self.window_prof = self.window_prof, None
+        if prof is not None:
+            prof.stop()               # writes the window (on_trace_ready)
+
+    # -- writing the steps --------------------------------------------------------------------
+
+    def _flush_loop(self) -> None:
+        while not self._wake.wait(FLUSH_EVERY_S / 4 if self.window_prof is not None else FLUSH_EVERY_S):
+            if os.getpid() != self.pid:
+                return
+            self.flush()
+            now = time.monotonic()
+            if self._ticking:
+                continue
+            if (self.window_prof is not None and now >= self.window_end) or self._window_wanted(now):
+                try:
+                    import _thread
+                    _thread.interrupt_main(WINDOW_SIGNAL)
+                except Exception:
+                    self._window_signal = False
+        self.flush()
+
+    def _steps_fd(self) -> int:
+        folder = os.path.join(self.run, "_ranks", f"rank={self.current_rank()}", "traces")
+        path = os.path.join(folder, f"{self.host}_{self.pid}.steps")
+        fd = self._files.get(path)
+        if fd is None:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+            self._files[path] = fd
+            self.steps_paths.append(path)
+            if os.fstat(fd).st_size == 0:
+                os.write(fd, f"counterprof-steps 1\tpid={self.pid}\thost={self.host}\n".encode())
+        return fd
+
+    def flush(self, final: bool = False, touch: bool = False) -> None:
+        """Append the buffered records to this process's steps file (the thread does it once a
+        second, and so do close and each window; final: at exit, even with none; touch: create
+        the file even with none: before a trace, whose step spans it replaces, convert.py)."""
+        if os.getpid() != self.pid:
+            return
+        with self._flush_lock:
+            records = self._records
+            if not records and not final and not touch:
+                return
+            if final and not records and self._in_dataloader_worker():
+                return                # a worker that timed nothing: no file of its own
+            off = self.offset_ns
+            lines = []
+            try:
+                while True:
+                    kind, start, end, tid, what = records.popleft()
+                    if kind == "step":
+                        lines.append(f"step\t{start + off}\t{end + off}\t{tid}\tProfilerStep#{what}\n")
+                    elif kind == "input":
+                        lines.append(f"input\t{start + off}\t{end + off}\t{tid}\t{what}\n")
+                    else:
+                        lines.append(f"{kind}\t{what}\n")
+            except IndexError:
+                pass
+            try:
+                fd = self._steps_fd()
+                data = "".join(lines).encode()
+                while data:
+                    data = data[os.write(fd, data):]
+            except Exception as exc:   # the run went away: timing stops, the workload goes on
+                if not self.stopped or self.stopped == "closed":
+                    _say(f"could not write step times in pid {os.getpid()}: {exc}")
+                self.stopped = self.stopped or f"{type(exc).__name__}: {exc}"
+
+    @staticmethod
+    def _in_dataloader_worker() -> bool:
+        data = sys.modules.get("torch.utils.data")
+        try:
+            return data is not None and data.get_worker_info() is not None
+        except Exception:
+            return False
 
     # -- writing a window ---------------------------------------------------------------------
 
@@ -266,6 +647,7 @@ class Driver:
         if self.discard or os.getpid() != self.pid:
             return
         try:
+            self.flush(touch=True)
             path = self._next_path(".pt.trace.json")
             tmp = path + ".tmp"
             prof.export_chrome_trace(tmp)
@@ -279,6 +661,7 @@ class Driver:
         if not self.stopped or self.stopped == "closed":
             self.stopped = f"{type(exc).__name__}: {exc}"
             _say(f"torch profiling stopped in pid {os.getpid()}: {self.stopped}")
+            self._records.append(("stopped", 0, 0, 0, self.stopped.replace("\n", " ")))
         try:
             prof, self.prof = self.prof, None
             if prof is not None:
@@ -286,6 +669,40 @@ class Driver:
                 prof.stop()
         except Exception:
             pass
+        try:
+            self._remove_forward_hooks()
+        except Exception:
+            pass
+
+
+def _on_window_signal(signum, frame) -> None:
+    drv = _driver
+    if drv is not None:
+        drv._window_tick()
+
+
+def _patch_dataloader() -> None:
+    """Time every next() on a DataLoader iterator (the base class's: subclasses keep it)."""
+    from torch.utils.data import dataloader
+    cls = dataloader._BaseDataLoaderIter
+    if getattr(cls.__next__, "_counterprof", False):
+        return
+    original = cls.__next__
+
+    def __next__(self):
+        start = _monotonic_ns()
+        try:
+            return original(self)
+        finally:
+            drv = _driver
+            if drv is not None:
+                name = getattr(self, "_profile_name", None) or \
+                    f"enumerate(DataLoader)#{type(self).__name__}.__next__"
+                drv.record_input(start, _monotonic_ns(), name)
+
+    __next__._counterprof = True
+    __next__.__wrapped__ = original
+    cls.__next__ = __next__
 
 
 def get() -> "Driver | None":
