@@ -50,7 +50,7 @@ def steps_file_of_trace(trace: Path) -> bool:
     prefix = trace.name.split(".", 1)[0]
     part = trace.parent.parent                  # [_ranks/]rank=<r>
     run = part.parent.parent if part.parent.name == rundir.RANKS else part.parent
-    return any(run.glob(g) for g in rundir.trace_globs(prefix + SUFFIX))
+    return any(next(run.glob(g), None) is not None for g in rundir.trace_globs(prefix + SUFFIX))
 
 
 def rank_of(path: Path) -> int:

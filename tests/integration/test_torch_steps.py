@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 import pytest
 
 import counterprof
-from helpers import COUNTERPROF, PYTHON, run_cli
+from helpers import COUNTERPROF, PYTHON, journal_dir, run_cli
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -191,7 +191,7 @@ def test_a_loop_without_marks_or_modules_is_recorded_in_time_windows(tmp_path):
     a = torch.randn(128, 128)
     t0 = time.monotonic()
     # a custom loop; it runs until the first window is written (however loaded the machine)
-    while time.monotonic() - t0 < 60 and not glob.glob({str(tmp_path / "run")!r} + "/rank=0/traces/*.json"):
+    while time.monotonic() - t0 < 60 and not glob.glob({str(tmp_path / "run")!r} + "/_ranks/rank=0/traces/*.json"):
         a = torch.tanh(a @ a)
     """)
     run, _ = run_torch(tmp_path, work, "--torch-time-window", "0.4/1.6")
@@ -241,7 +241,7 @@ def test_a_killed_profiler_keeps_every_step_after_recover(tmp_path):
         prof.wait()
         prof.stdout.close()
         prof.stderr.close()
-    journal = list((run / "rank=0" / "journal").glob("spans~*"))
+    journal = list(journal_dir(run).glob("spans~*"))
     assert journal, "the profiler had emitted no steps before it was killed"
     go.touch()
     deadline = time.monotonic() + 120

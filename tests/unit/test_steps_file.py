@@ -43,3 +43,10 @@ def test_a_trace_knows_whether_its_process_timed_its_steps(tmp_path):
     # its rank became known later: its traces are in another partition than its first steps
     assert steps_file_of_trace(run / "rank=1" / "traces" / "h_7.3.pt.trace.json")
     assert not steps_file_of_trace(run / "rank=1" / "traces" / "h_8.1.pt.trace.json")
+    # the same in today's layout (rank folders under _ranks/)
+    new = tmp_path / "new"
+    for r in (0, 1):
+        (new / "_ranks" / f"rank={r}" / "traces").mkdir(parents=True)
+    (new / "_ranks" / "rank=0" / "traces" / "h_7.steps").write_text("counterprof-steps 1\tpid=7\thost=h\n")
+    assert steps_file_of_trace(new / "_ranks" / "rank=1" / "traces" / "h_7.3.pt.trace.json")
+    assert not steps_file_of_trace(new / "_ranks" / "rank=1" / "traces" / "h_8.1.pt.trace.json")
