@@ -27,9 +27,9 @@ SCHEMA = 1
 # shape sweeps and timing per mode: quick fits in 30 s on 2 CPU cores
 MODES = {
     True: {"cpu_sizes": [1024, 2048], "bf16_sizes": [1024], "gpu_sizes": [2048, 4096],
-           "repeats": 5, "min_s": 0.08, "coll_sizes": [8, 1 << 20, 16 << 20]},
+           "repeats": 5, "min_s": 0.08, "stream_min_s": 0.2, "coll_sizes": [8, 1 << 20, 16 << 20]},
     False: {"cpu_sizes": [256, 512, 1024, 2048, 3072, 4096], "bf16_sizes": [512, 1024, 2048],
-            "gpu_sizes": [1024, 2048, 4096, 8192, 16384], "repeats": 7, "min_s": 0.25,
+            "gpu_sizes": [1024, 2048, 4096, 8192, 16384], "repeats": 7, "min_s": 0.25, "stream_min_s": 0.4,
             "coll_sizes": [8, 4096, 1 << 20, 16 << 20, 64 << 20]},
 }
 
@@ -83,6 +83,8 @@ def load_file(path: str | os.PathLike) -> dict[str, dict]:
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     docs = {doc.get("device", "file"): doc} if "peaks" in doc else doc
+    if not docs:
+        raise ValueError("no ceilings in it (expected `counterprof calibrate --json` output)")
     for name, d in docs.items():
         if not isinstance(d, dict) or not isinstance(d.get("peaks"), dict) \
                 or not isinstance(d.get("bandwidth_bytes_per_s"), (int, float)):
@@ -141,7 +143,7 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
             cpu["skipped"][f"matmul {dtype}"] = r["skipped"]
         else:
             cpu["matmul"][dtype] = r
-    cpu["memory"] = measure.cpu_stream(mode["repeats"], mode["min_s"], progress=progress)
+    cpu["memory"] = measure.cpu_stream(mode["repeats"], mode["stream_min_s"], progress=progress)
     cpu["peaks"] = {dt: r["flops_per_s"] for dt, r in cpu["matmul"].items()}
     cpu["bandwidth_bytes_per_s"] = cpu["memory"]["bytes_per_s"]
     docs = {"cpu": cpu}
