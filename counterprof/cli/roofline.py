@@ -41,7 +41,6 @@ def _main(argv: list[str]) -> int:
         except (OSError, ValueError) as exc:
             raise UsageFailure(f"--ceilings {args.ceilings}: {exc}", p.format_usage()) from None
 
-    from ..analysis.roofline import roofline
     from ..render.roofline import roofline_html, roofline_text
     from ..store.query import RunQuery
     run = open_run(args.run)
@@ -51,20 +50,11 @@ def _main(argv: list[str]) -> int:
     spans = q.spans()
     q.close()
     if args.rank is not None:
-        import pyarrow.compute as pc
         ranks = set(spans.column("rank").to_pylist()) if spans.num_rows else set()
         if args.rank not in ranks:
             raise UsageFailure(f"--rank {args.rank}: the run has rank(s) {sorted(ranks) or 'none'}",
                                p.format_usage())
-        spans = spans.filter(pc.equal(spans.column("rank"), args.rank))
-    gpu, device_name = _device(spans)
-    meta = run.meta if args.rank is None else run.rank_meta(args.rank)
-    ceilings, note = choose_ceilings(gpu, device_name, file_docs, meta)
-    from ..calibrate import datasheet
-    sheet = datasheet.lookup(device_name) if gpu else None
-    r = roofline(spans, ceilings, device=device_name if gpu else "cpu", datasheet=sheet)
-    if note:
-        r.notes.append(note)
+    r = run_roofline(run, spans, args.rank, file_docs)
     if args.html:
         write_text_file(args.html, roofline_html(r, f"counterprof roofline: {run.path.name}"), "--html")
     if args.json:
@@ -72,6 +62,24 @@ def _main(argv: list[str]) -> int:
     else:
         roofline_text(r, sys.stdout, top=args.top)
     return 0
+
+
+def run_roofline(run, spans, rank: int | None = None, file_docs: dict | None = None):
+    """The Roofline of a run's spans (RunQuery.spans()), with the ceilings chosen as the
+    module docstring says (what `report` calls too)."""
+    import pyarrow.compute as pc
+    from ..analysis.roofline import roofline
+    from ..calibrate import datasheet
+    if rank is not None and spans.num_rows:
+        spans = spans.filter(pc.equal(spans.column("rank"), rank))
+    gpu, device_name = _device(spans)
+    meta = run.meta if rank is None else run.rank_meta(rank)
+    ceilings, note = choose_ceilings(gpu, device_name, file_docs, meta)
+    sheet = datasheet.lookup(device_name) if gpu else None
+    r = roofline(spans, ceilings, device=device_name if gpu else "cpu", datasheet=sheet)
+    if note:
+        r.notes.append(note)
+    return r
 
 
 def _device(spans) -> tuple[bool, str | None]:
