@@ -100,7 +100,7 @@ def peak_for(ceilings: dict | None, cost_dtype: str | None, matrix: bool) -> tup
     key = cost_dtype if matrix else "fp32"
     v = peaks.get(key)
     if not v:
-        return None, f"no {key} peak in the ceilings"
+        return None, f"no {key} {'matmul ' if matrix else ''}peak in the ceilings"
     return float(v), f"{key} {'matmul ' if matrix else ''}peak"
 
 

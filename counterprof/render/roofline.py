@@ -118,6 +118,15 @@ def _ceilings_line(r: Roofline) -> str:
     return f"ceilings: {where}: {peaks}; memory {si(c.get('bandwidth_bytes_per_s'), 'B/s')}"
 
 
+def _mfu_words(m: dict) -> str:
+    parts = []
+    for key, what in (("measured", "the measured peak"), ("datasheet", "the datasheet's")):
+        peak = m[f"peak_{key}_flops_per_s"]
+        parts.append(f"{pct(m[f'mfu_{key}'])} of {what} ({si(peak, 'FLOP/s')})" if peak
+                     else f"no {key} {m['dtype']} peak")
+    return ", ".join(parts)
+
+
 def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
     console = Console(file=out, width=160, highlight=False)
     console.print(f"[bold]roofline[/bold]: {r.device}, op time = {r.basis}, {duration(r.total_time_ns)} in ops; "
@@ -140,9 +149,7 @@ def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
     if r.mfu:
         m = r.mfu
         console.print(f"MFU ({m['dtype']}, median of {len(m['steps'])} step(s)): "
-                      f"{si(m['flops_per_s'], 'FLOP/s')} = {pct(m['mfu_measured'])} of the measured peak"
-                      f" ({si(m['peak_measured_flops_per_s'], 'FLOP/s')}), {pct(m['mfu_datasheet'])} of the "
-                      f"datasheet's ({si(m['peak_datasheet_flops_per_s'], 'FLOP/s')})")
+                      f"{si(m['flops_per_s'], 'FLOP/s')} = " + _mfu_words(m))
     for n in r.notes:
         console.print(n, style="dim")
     for m in r.missing:
@@ -239,8 +246,8 @@ def roofline_section(r: Roofline, top: int = 25) -> str:
                      "; ".join(_e(f"{x['name']} {pct(x['share'])} ({x['why']})") for x in u["ops"][:8]) + "</div>")
     if r.mfu:
         m = r.mfu
-        parts.append(f"<p>MFU ({_e(m['dtype'])}, median of {len(m['steps'])} step(s)): {pct(m['mfu_measured'])} of "
-                     f"the measured peak, {pct(m['mfu_datasheet'])} of the datasheet's</p>")
+        parts.append(f"<p>MFU ({_e(m['dtype'])}, median of {len(m['steps'])} step(s)): "
+                     f"{_e(si(m['flops_per_s'], 'FLOP/s'))} = {_e(_mfu_words(m))}</p>")
     parts.extend(f"<div>missing: {_e(x)}</div>" for x in r.missing)
     parts.append("<div class='dim'>bytes are the tensors read and written once each: a lower bound on "
                  "traffic (intensity an upper bound)</div>")
