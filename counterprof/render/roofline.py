@@ -208,9 +208,13 @@ def roofline_svg(r: Roofline) -> str:
                    f'{si(bw, "B/s")}</title></line>')
         out.append(f'<text x="{X(x0) + 6:.1f}" y="{Y(max(bw * x0, y0)) - 6:.1f}" font-size="10" fill="#b23ab2">'
                    f'memory {si(bw, "B/s")}</text>')
-        for k, p in sorted(peaks.items(), key=lambda kv: kv[1]):
+        same: dict[float, list[str]] = {}       # dtypes with one peak share a line and a label
+        for k, p in peaks.items():
+            same.setdefault(p, []).append(k)
+        for p, names in sorted(same.items()):
+            k = ", ".join(names)
             ridge = p / bw
-            out.append(f'<line class="roof compute" data-dtype="{_e(k)}" x1="{X(max(ridge, x0)):.1f}" y1="{Y(p):.1f}" '
+            out.append(f'<line class="roof compute" data-dtype="{_e(" ".join(names))}" x1="{X(max(ridge, x0)):.1f}" y1="{Y(p):.1f}" '
                        f'x2="{X(x1):.1f}" y2="{Y(p):.1f}" stroke="#2e9e44" stroke-width="2"><title>{_e(k)} peak '
                        f'{si(p, "FLOP/s")}, ridge {ridge:.3g} FLOP/B</title></line>'
                        f'<text x="{W - PADR + 4}" y="{Y(p) + 3:.1f}" font-size="10" fill="#2e9e44">'
