@@ -95,10 +95,22 @@ def kind_of_category(cat: str | None) -> int:
 
 def wants_args(cat: pa.Array, name: pa.Array) -> pa.Array:
     """Rows whose args the converter reads: collectives, the Trace span, and the torch ops
-    (their recorded shapes: the roofline's input)."""
+    that have a cost model (their recorded shapes: the roofline's input; decoding every op's
+    args would cost the import several times its time)."""
     return pc.or_(pc.or_(pc.or_(pc.equal(name, "record_param_comms"), pc.equal(cat, "Trace")),
                          pc.or_(pc.starts_with(name, "gloo:"), pc.starts_with(name, "c10d::"))),
-                  pc.is_in(cat, _OP_CATS))
+                  pc.and_(pc.is_in(name, _costed_ops()), pc.is_in(cat, _OP_CATS)))
+
+
+def _costed_ops() -> pa.Array:
+    global _COSTED
+    if _COSTED is None:
+        from counterprof.analysis.opcost import FORMULAS
+        _COSTED = pa.array(sorted(FORMULAS))
+    return _COSTED
+
+
+_COSTED = None
 
 
 def rank_from_name(path: str | os.PathLike) -> int | None:
