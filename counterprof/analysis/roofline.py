@@ -17,7 +17,9 @@ Bound: compute when the op's intensity (FLOPs / bytes) is at or above the ridge 
 ceilings (peak FLOP/s for its dtype / memory bandwidth), else memory. GEMM, convolution and
 attention are held to the matmul peak of their dtype; every other op to the fp32 peak (the
 vector units). Roof fraction: achieved FLOP/s over min(peak, intensity x bandwidth); for ops
-without FLOPs (copies, embeddings), achieved bytes/s over the bandwidth. Bytes are a lower
+without FLOPs (copies, embeddings), achieved bytes/s over the bandwidth. An op whose GPU time
+is mostly host<->device copies is bound by the "host link" (held to the measured pinned
+host<->device bandwidth when there is one). Bytes are a lower
 bound (each tensor read or written once), so intensity is an upper bound.
 """
 from __future__ import annotations
@@ -57,6 +59,7 @@ class OpRow:
     bound: str | None = None        # compute | memory | None (no ceiling for its dtype)
     roof_fraction: float | None = None
     peak_name: str | None = None    # which ceiling: "fp32 matmul peak", "bf16 matmul peak", ...
+    link_time_ns: int = 0           # of time_ns, copies between host and device (PCIe/NVLink-C2C)
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -136,16 +139,23 @@ class _Ops:
             if gpu_t.num_rows else 0
         self.device_names: set[str] = set()
         launches: dict[tuple[int, int], int] = {}     # (rank, correlation) -> GPU ns
+        links: dict[tuple[int, int], int] = {}        # the part of it copying host <-> device
         if gpu_t.num_rows:
             g_rank = _filled(gpu_t.column("rank")) if self.has_rank else np.zeros(gpu_t.num_rows, np.int64)
             g_corr = _filled(gpu_t.column("correlation"))
             g_start = _ns(gpu_t.column("start"))
             g_dur = _ns(gpu_t.column("end")) - g_start
+            g_link = np.asarray(pc.fill_null(pc.or_(pc.match_substring(gpu_t.column("name"), "HtoD"),
+                                                    pc.match_substring(gpu_t.column("name"), "DtoH")),
+                                             False).to_numpy(zero_copy_only=False), bool)
             keep = g_corr >= 0
             if scope is not None:
                 keep &= (g_start >= scope[0]) & (g_start < scope[1])
-            for r, c, d in zip(g_rank[keep].tolist(), g_corr[keep].tolist(), g_dur[keep].tolist()):
+            for r, c, d, link in zip(g_rank[keep].tolist(), g_corr[keep].tolist(), g_dur[keep].tolist(),
+                                     g_link[keep].tolist()):
                 launches[(r, c)] = launches.get((r, c), 0) + d
+                if link:
+                    links[(r, c)] = links.get((r, c), 0) + d
         self.gpu_attributed_ns = 0
         rt_start = _ns(rt_t.column("start")) if rt_t.num_rows else np.zeros(0, np.int64)
         rt_corr = _filled(rt_t.column("correlation")) if rt_t.num_rows else np.zeros(0, np.int64)
@@ -155,6 +165,9 @@ class _Ops:
         rt_tid = _filled(rt_t.column("tid")) if rt_t.num_rows else np.zeros(0, np.int64)
         rt_ns = np.array([launches.get((r, c), 0) for r, c in zip(rt_rank.tolist(), rt_corr.tolist())],
                          np.int64) if launches else np.zeros(len(rt_start), np.int64)
+        rt_link = np.array([links.get((r, c), 0) for r, c in zip(rt_rank.tolist(), rt_corr.tolist())],
+                           np.int64) if links else np.zeros(len(rt_start), np.int64)
+        self.link_ns = np.zeros(self.n, np.int64)
 
         # one sweep per thread: ops sorted by (start, longest first) and launches by time
         groups: dict[tuple[int, int, int], list[tuple[int, int, int, int]]] = {}
@@ -173,6 +186,7 @@ class _Ops:
                 if kind == 1:
                     if stack:
                         self.gpu_ns[stack[-1]] += rt_ns[i]
+                        self.link_ns[stack[-1]] += rt_link[i]
                         self.gpu_attributed_ns += int(rt_ns[i])
                     continue
                 if stack:
@@ -274,11 +288,14 @@ def roofline(spans: pa.Table, ceilings: dict | None, rank: int | None = None,
     atom = ops.gpu_ns if gpu else ops.self_ns
     atom = np.where(ops.in_scope, atom, 0)
     time_of = np.zeros(ops.n, np.int64)
+    link_of = np.zeros(ops.n, np.int64)
     unmod: dict[str, dict] = {}
     for i in np.nonzero(atom)[0].tolist():
         o = owner[i]
         if o >= 0:
             time_of[o] += atom[i]
+            if gpu:
+                link_of[o] += ops.link_ns[i]
             continue
         name = ops.name[i]
         why = ("costed in its children" if modelled[i] and covered[i]
@@ -297,6 +314,7 @@ def roofline(spans: pa.Table, ceilings: dict | None, rank: int | None = None,
         row.flops += costs[i].flops
         row.bytes += costs[i].bytes
         row.time_ns += int(time_of[i])
+        row.link_time_ns += int(link_of[i])
     modelled_ns = sum(x.time_ns for x in rows.values())
     unmod_ns = sum(u["time_ns"] for u in unmod.values())
     if gpu:
@@ -344,6 +362,15 @@ def _finish_row(row: OpRow, ceilings: dict | None, bw: float | None, missing: se
         row.achieved_bytes_per_s = row.bytes / s
     if row.bytes > 0:
         row.intensity = row.flops / row.bytes
+    if row.time_ns and row.link_time_ns * 2 > row.time_ns:
+        # a copy between host and device: the link, not the device's memory, sets its pace;
+        # its traffic is the source's bytes (half of read + written)
+        row.bound = "host link"
+        link = _link_bandwidth(ceilings)
+        if link and row.achieved_bytes_per_s is not None:
+            row.roof_fraction = row.achieved_bytes_per_s / 2 / link
+            row.peak_name = "host<->device pinned bandwidth"
+        return
     matrix = row.family in ("gemm", "conv", "attention")
     peak, peak_name = peak_for(ceilings, row.dtype, matrix)
     if ceilings is None:
@@ -368,6 +395,13 @@ def _finish_row(row: OpRow, ceilings: dict | None, bw: float | None, missing: se
     roof = min(peak, row.intensity * bw)
     if row.achieved_flops_per_s is not None:
         row.roof_fraction = row.achieved_flops_per_s / roof
+
+
+def _link_bandwidth(ceilings: dict | None) -> float | None:
+    hd = (ceilings or {}).get("host_device") or {}
+    rates = [v.get("bytes_per_s") for k, v in hd.items() if k.endswith("_pinned") and isinstance(v, dict)]
+    rates = [r for r in rates if r]
+    return max(rates) if rates else None
 
 
 def _mfu(spans: pa.Table, ops: _Ops, effective, costs, atom, ceilings, datasheet, gpu: bool,
@@ -437,7 +471,7 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
     evidence: list[dict] = []
     if r.missing and (r.ceilings is None or not r.ops):
         return None, evidence, list(r.missing)
-    decided = [o for o in r.ops if o.bound is not None]
+    decided = [o for o in r.ops if o.bound in ("compute", "memory")]
     total = r.total_time_ns
     if not total or not decided:
         return None, evidence, list(r.missing) or ["ops with a cost model and a ceiling for their dtype"]

@@ -131,3 +131,15 @@ def test_json_shape(tmp_path):
     assert set(j["ops"][0]) >= {"name", "input_dims", "input_types", "calls", "flops_per_call", "bytes_per_call",
                                 "time_ns", "achieved_flops_per_s", "achieved_bytes_per_s", "intensity", "bound",
                                 "roof_fraction"}
+
+
+def test_host_device_copies_are_bound_by_the_link(tmp_path):
+    n = 1 << 20
+    events = [op("aten::copy_", 0, 100, [[n], [n], []], ["float", "float", "Scalar"]),
+              *launch("Memcpy HtoD (Pinned -> Device)", 10, 5, 1, 20, 400, cat="gpu_memcpy", bytes=4 * n)]
+    ceil = {**CEIL, "host_device": {"h2d_pinned": {"bytes_per_s": 20e9}, "d2h_pinned": {"bytes_per_s": 25e9}}}
+    (row,) = roofline(_spans(tmp_path, events), ceil).ops
+    assert row.bound == "host link" and row.link_time_ns == row.time_ns == 400_000
+    assert row.roof_fraction == pytest.approx(4 * n / 400e-6 / 25e9)
+    (row,) = roofline(_spans(tmp_path, events), CEIL).ops           # no link ceiling: no fraction
+    assert row.bound == "host link" and row.roof_fraction is None
