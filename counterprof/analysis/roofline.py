@@ -79,6 +79,7 @@ class Roofline:
     modelled_share: float | None = None
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    _atoms: tuple | None = field(default=None, repr=False)   # (op start ns, ns, row index or -1)
 
     def to_json(self) -> dict:
         c = self.ceilings or {}
@@ -331,6 +332,16 @@ def roofline(spans: pa.Table, ceilings: dict | None, rank: int | None = None,
     for row in rows.values():
         _finish_row(row, ceilings, bw, missing_peaks)
     r.ops = sorted((x for x in rows.values() if x.time_ns > 0), key=lambda x: -x.time_ns)
+    # each op's time with its start and the row it went to (-1: unmodelled), for busy_split
+    # over windows without computing it all again
+    row_index = {id(x): j for j, x in enumerate(r.ops)}
+    key_of = {}
+    for i in np.nonzero(effective)[0].tolist():
+        dims, types, _ = shapes[i]
+        key_of[i] = row_index.get(id(rows[(ops.name[i], json.dumps(dims), json.dumps(types))]), -1)
+    nz = np.nonzero(atom)[0]
+    r._atoms = (ops.start[nz], atom[nz].astype(np.int64),
+                np.array([key_of.get(int(owner[i]), -1) if owner[i] >= 0 else -1 for i in nz.tolist()], np.int64))
     for u in unmod.values():
         u["share"] = u["time_ns"] / total if total else None
     r.unmodelled = {"time_ns": unmod_ns, "share": unmod_ns / total if total else None,
@@ -463,7 +474,9 @@ def _mfu(spans: pa.Table, ops: _Ops, effective, costs, atom, ceilings, datasheet
 def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
                scope: tuple[int, int] | None = None) -> tuple[float | None, list[dict], list[str]]:
     """Share of the ops' busy time that is compute-bound (the rest memory-bound), by the
-    time-weighted bound of the ops that started in scope; (None, evidence, missing) when it
+    time-weighted bound of the ops that started in scope. Pass a Roofline of the whole run to
+    split many windows cheaply (each window cuts its ops' time out of it; the bounds stay the
+    whole run's per op+shape); (None, evidence, missing) when it
     cannot say (no ceilings, no shapes, or ops with a cost model below the
     roofline_modelled threshold of the time). Evidence: dicts with the fields of
     classify.Evidence (metric, value, threshold, source, text), the top ops first."""
@@ -471,27 +484,36 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
     evidence: list[dict] = []
     if r.missing and (r.ceilings is None or not r.ops):
         return None, evidence, list(r.missing)
-    decided = [o for o in r.ops if o.bound in ("compute", "memory")]
+    # time per row in scope: a Roofline of the whole run is cut by its ops' start times
+    in_scope = {id(o): o.time_ns for o in r.ops}
     total = r.total_time_ns
+    if scope is not None and isinstance(spans, Roofline) and r._atoms is not None:
+        start, ns, row = r._atoms
+        sel = (start >= scope[0]) & (start < scope[1])
+        total = int(ns[sel].sum())
+        per_row = np.bincount(row[sel & (row >= 0)], weights=ns[sel & (row >= 0)], minlength=len(r.ops))
+        in_scope = {id(o): int(per_row[j]) for j, o in enumerate(r.ops)}
+    decided = [o for o in r.ops if o.bound in ("compute", "memory") and in_scope[id(o)] > 0]
     if not total or not decided:
         return None, evidence, list(r.missing) or ["ops with a cost model and a ceiling for their dtype"]
-    decided_ns = sum(o.time_ns for o in decided)
+    t = lambda o: in_scope[id(o)]          # noqa: E731
+    decided_ns = sum(t(o) for o in decided)
     share = decided_ns / total
     src = f"roofline ({(r.ceilings or {}).get('source', '?')} ceilings)"
-    compute_ns = sum(o.time_ns for o in decided if o.bound == "compute")
+    compute_ns = sum(t(o) for o in decided if o.bound == "compute")
     split = compute_ns / decided_ns
     evidence.append({"metric": "roofline_compute", "value": round(split, 6), "threshold": None,
                      "source": src,
                      "text": f"ops with a roofline: {100 * share:.0f}% of busy op time, "
                              f"{100 * split:.0f}% of it compute-bound"})
-    for o in sorted(decided, key=lambda o: -o.time_ns)[:3]:
+    for o in sorted(decided, key=lambda o: -t(o))[:3]:
         frac = f", at {100 * o.roof_fraction:.0f}% of the {'measured' if (r.ceilings or {}).get('source') == 'measured' else (r.ceilings or {}).get('source', '')} " \
                f"{o.peak_name if o.bound == 'compute' else 'memory bandwidth'}" if o.roof_fraction is not None else ""
         ridge = f", ridge {o.ridge:.0f}" if o.ridge is not None else ""
         inten = f"intensity {o.intensity:.1f} FLOP/B" if o.intensity is not None else "no FLOPs"
-        evidence.append({"metric": "roofline_op", "value": round(o.time_ns / total, 6), "threshold": None,
+        evidence.append({"metric": "roofline_op", "value": round(t(o) / total, 6), "threshold": None,
                          "source": src,
-                         "text": f"{o.name} {100 * o.time_ns / total:.0f}% of busy time, {o.bound}-bound "
+                         "text": f"{o.name} {100 * t(o) / total:.0f}% of busy time, {o.bound}-bound "
                                  f"({inten}{ridge}){frac}"})
     if share < value("roofline_modelled"):
         return None, evidence, [f"cost models for more of the ops: only {100 * share:.0f}% of op time has "

@@ -143,3 +143,15 @@ def test_host_device_copies_are_bound_by_the_link(tmp_path):
     assert row.roof_fraction == pytest.approx(4 * n / 400e-6 / 25e9)
     (row,) = roofline(_spans(tmp_path, events), CEIL).ops           # no link ceiling: no fraction
     assert row.bound == "host link" and row.roof_fraction is None
+
+
+def test_busy_split_per_window_from_one_roofline(tmp_path):
+    base = 10 ** 18
+    events = linear_step(1000, 1) + [op("aten::gelu", 3000, 20, [[64, 256], []], ["float", ""]),
+                                     *launch("gelu_kernel", 3005, 5, 3, 3010, 7)]
+    r = roofline(_spans(tmp_path, events), CEIL)
+    share, ev, _ = busy_split(r, CEIL, (base + 2_500_000, base + 4_000_000))     # the gelu only
+    assert share == 0.0 and "aten::gelu 100% of busy time, memory-bound" in ev[1]["text"]
+    share, _, _ = busy_split(r, CEIL, (base, base + 2_000_000))                  # the addmm only
+    assert share == 1.0
+    assert busy_split(r, CEIL)[0] == pytest.approx(100 / 107)
