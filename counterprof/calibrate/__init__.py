@@ -121,8 +121,11 @@ def cpu_name() -> str:
 
 
 def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: None,
-              gpu: bool = True, collectives: bool = True, world: int = 2) -> dict[str, dict]:
-    """Measure this machine: the CPU always, each GPU when torch sees one."""
+              gpu: bool = True, collectives: bool = True, world: int = 2,
+              fresh_process: bool = False) -> dict[str, dict]:
+    """Measure this machine: the CPU always, each GPU when torch sees one.
+    fresh_process: this process has run no torch op yet (the CLI), so the collectives' ranks
+    may fork from it (seconds faster than starting interpreters); otherwise they are spawned."""
     mode = MODES[quick]
     host = socket.gethostname()
     started = time.time()
@@ -133,7 +136,7 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
                            "datasheet": None}
     if collectives:     # first: its ranks fork from this process before torch starts threads
         coll = measure.collectives("gloo", world, mode["coll_sizes"], mode["repeats"], progress=progress,
-                                   fork=True)
+                                   fork=fresh_process)
         if "skipped" in coll:
             cpu["skipped"]["collectives gloo"] = coll["skipped"]
         cpu["collectives"] = {"gloo": coll}

@@ -25,6 +25,7 @@ def main(argv: list[str]) -> int:
 def run(backend: str, sizes: list[int], repeats: int, out: str, rank: int, world: int) -> int:
     import torch
     import torch.distributed as dist
+    torch.set_num_threads(1)            # gloo's own threads move the bytes; one rank per core
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))

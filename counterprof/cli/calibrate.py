@@ -51,7 +51,7 @@ def _measure(cal, args) -> dict:
     steps = len(mode["cpu_sizes"]) + len(mode["bf16_sizes"]) + 2 + (0 if args.no_collectives else 1)
     if not sys.stderr.isatty():
         return cal.calibrate(args.quick, gpu=not args.no_gpu, collectives=not args.no_collectives,
-                             world=args.world)
+                             world=args.world, fresh_process=True)
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     with Progress(TextColumn("{task.description:<40}"), BarColumn(), TimeElapsedColumn(),
@@ -65,4 +65,4 @@ def _measure(cal, args) -> dict:
             first[0] = False
             bar.update(task, description=label)
         return cal.calibrate(args.quick, progress, gpu=not args.no_gpu,
-                             collectives=not args.no_collectives, world=args.world)
+                             collectives=not args.no_collectives, world=args.world, fresh_process=True)

@@ -92,7 +92,7 @@ def ceilings_table(docs: dict[str, dict], out: IO[str]) -> None:
                 t.add_row(f"{backend} {coll}", f"busbw, {c.get('world_size')} ranks, {m['bytes'] >> 20} MiB",
                           si(m["busbw_bytes_per_s"], "B/s"), pct(m.get("spread")), str(m.get("repeats", "")),
                           "-", "-")
-                t.add_row(f"{backend} {coll} latency", f"{m['latency_bytes']} B message",
+                t.add_row(f"{coll} latency", f"{backend}, {m['latency_bytes']} B message",
                           f"{m['latency_s'] * 1e6:.1f} µs", "", "", "-", "-")
         console.print(t)
         for what, why in (doc.get("skipped") or {}).items():
