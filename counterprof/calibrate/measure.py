@@ -431,7 +431,7 @@ def gpu_device(index: int, sizes: list[int], repeats: int, min_s: float,
     out["memory"] = {"d2d": {"bytes_per_s": statistics.median(rates), **summarize(rates),
                              "bytes": nbytes, "counted": "read + write"},
                      "bytes_per_s": statistics.median(rates)}
-    del y
+    x = y = None                       # 2 GiB back before the host buffers
     host_bytes = 256 << 20
     out["host_device"] = {}
     for pinned in (True, False):

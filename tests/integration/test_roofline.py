@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 
 from helpers import run_cli                                      # noqa: E402
 
-from counterprof.analysis.roofline import busy_split, roofline   # noqa: E402
+from counterprof.analysis.roofline import busy_split             # noqa: E402
 from counterprof.calibrate import MODES, measure                 # noqa: E402
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
