@@ -238,10 +238,11 @@ def _reference_copy() -> float:
 def test_calibration_agrees_with_plain_loops():
     """Interleaved (reference, calibrate) pairs; the median ratio within 15%; and two
     calibrations' medians within 10% of each other. Needs the cores to itself: with other
-    heavy processes on them (a load average above 1.5x the CPU count) each figure swings by more
-    than that (seen: 23 to 46 GFLOP/s between consecutive calibrations at load 8 on 2 CPUs)."""
+    heavy processes on them (a load average above the CPU count) each figure swings by more
+    than that (seen: 23 to 46 GFLOP/s between consecutive calibrations at load 8 on 2 CPUs,
+    ratios to the reference from 0.85 to 2.4 at load 3)."""
     load, cpus = os.getloadavg()[0], os.cpu_count() or 1
-    if load > 1.5 * cpus:
+    if load > cpus:
         pytest.skip(f"the machine is busy (load average {load:.1f} on {cpus} CPUs): calibration "
                     "cannot be held to 10-15% here")
     mm_ratio, bw_ratio, mm_runs, bw_runs = [], [], [], []
