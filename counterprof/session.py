@@ -87,6 +87,12 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _cached_ceilings() -> dict[str, Any] | None:
+    """This host's `counterprof calibrate` results, copied into the run (the roofline's roofs)."""
+    from .calibrate import cached
+    return cached() or None
+
+
 def host_facts() -> dict[str, Any]:
     return {
         "hostname": socket.gethostname(),
@@ -440,6 +446,7 @@ class Session:
                        "system_wide": self.target.system_wide},
             "profiler": {"pid": os.getpid(), "host": socket.gethostname()},
             "collectors": self.statuses,
+            "ceilings": _cached_ceilings(),
         }
 
     def _refresh_statuses(self) -> None:

@@ -78,6 +78,7 @@ _KIND_CATEGORY = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "s
                   CPU_OP: "cpu_op", RUNTIME: "runtime", ANNOT: "annotation",
                   GPU_ANNOT: "annotation"}
 _GPU_KINDS = (KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOT)
+_OP_CATS = pa.array(["cpu_op", "operator", "Operator"])   # torch ops: their shapes are kept
 ABSOLUTE_NS = 10 ** 18        # ts beyond this (2001 as epoch µs) is absolute, not relative
 _RANK_IN_NAME = re.compile(r"rank[-_=]?(\d+)", re.IGNORECASE)
 _DTYPE_BYTES = {
@@ -100,9 +101,23 @@ def kind_of_category(cat: str | None) -> int:
 
 
 def wants_args(cat: pa.Array, name: pa.Array) -> pa.Array:
-    """Rows whose args the converter reads: collectives and the Trace span (a few rows)."""
-    return pc.or_(pc.or_(pc.equal(name, "record_param_comms"), pc.equal(cat, "Trace")),
-                  pc.or_(pc.starts_with(name, "gloo:"), pc.starts_with(name, "c10d::")))
+    """Rows whose args the converter reads: collectives, the Trace span, and the torch ops
+    that have a cost model (their recorded shapes: the roofline's input; decoding every op's
+    args would cost the import several times its time)."""
+    return pc.or_(pc.or_(pc.or_(pc.equal(name, "record_param_comms"), pc.equal(cat, "Trace")),
+                         pc.or_(pc.starts_with(name, "gloo:"), pc.starts_with(name, "c10d::"))),
+                  pc.and_(pc.is_in(name, _costed_ops()), pc.is_in(cat, _OP_CATS)))
+
+
+def _costed_ops() -> pa.Array:
+    global _COSTED
+    if _COSTED is None:
+        from counterprof.analysis.opcost import FORMULAS
+        _COSTED = pa.array(sorted(FORMULAS))
+    return _COSTED
+
+
+_COSTED = None
 
 
 def rank_from_name(path: str | os.PathLike) -> int | None:
@@ -339,6 +354,8 @@ class TraceConversion:
                 elif name.startswith("c10d::"):
                     info = _shaped_collective(name[6:].rstrip("_"), args, None)
                 else:
+                    if kind[i] == CPU_OP:
+                        attrs[i] = _op_shapes(args)
                     continue
                 collective[i], bytes_list[i], group[i], attrs[i] = info
             if comm_rows:
@@ -569,6 +586,18 @@ def _shaped_collective(coll: str, args: dict, group: int | None) -> tuple:
     attrs = json.dumps({"dtype": types[0]}, separators=(",", ":")) \
         if isinstance(types, list) and types and isinstance(types[0], str) and types[0] else None
     return (coll or None, total, group, attrs)
+
+
+def _op_shapes(args: dict) -> str | None:
+    """attrs of a torch op: its recorded Input Dims and Input type exactly as the trace has
+    them, and Concrete Inputs (stride, padding, groups, is_causal) when any is recorded."""
+    if "Input Dims" not in args:
+        return None
+    shapes = {"input_dims": args["Input Dims"], "input_types": args.get("Input type")}
+    concrete = args.get("Concrete Inputs")
+    if isinstance(concrete, list) and any(concrete):
+        shapes["concrete_inputs"] = concrete
+    return json.dumps(shapes, separators=(",", ":"))
 
 
 def _shapes(d: Any) -> list[list]:

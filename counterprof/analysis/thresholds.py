@@ -91,6 +91,12 @@ T = {
     "power_limit": Threshold(
         0.95, "of limit",
         "drawing over 95% of the enforced power limit: clocks will be capped (secondary finding)"),
+    # --- the roofline (op FLOPs and bytes against measured ceilings) ------------------------
+    "roofline_modelled": Threshold(
+        0.5, "of op time",
+        "the roofline splits busy time into compute and memory only when ops with a cost model "
+        "hold at least half of the ops' time; below that the unmodelled ops could tip it "
+        "(our choice)"),
     # --- collectives ------------------------------------------------------------------------
     "collective_share": Threshold(
         0.3, "of time",

@@ -20,6 +20,8 @@ SUBCOMMANDS = {
     "export": "the whole run as one Perfetto timeline (spans, counters, every rank)",
     "compare": "did a run get slower: median changes with bootstrap intervals, verdict changes",
     "history": "a DuckDB file of runs' summaries: add a run, show trends and change points",
+    "calibrate": "measure this machine's ceilings (matmul FLOP/s, memory, links, collectives)",
+    "roofline": "every torch op's FLOP/s and bytes/s against the ceilings: bound, share of roof, MFU",
 }
 MODULES = {"list": "list_events", "import": "import_trace"}   # where module names differ
 USAGE = "usage: counterprof {" + ",".join(SUBCOMMANDS) + "} ...\n\n" + "\n".join(

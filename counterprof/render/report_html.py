@@ -81,7 +81,8 @@ def _evidence(v: Verdict) -> str:
     return "".join(out)
 
 
-def report_html(r: Report) -> str:
+def report_html(r: Report, roofline=None) -> str:
+    """roofline: an analysis.roofline.Roofline of the run, drawn after the GPU breakdown."""
     o = r.overall
     cmd = shlex.join(r.run.get("command") or []) or "(no command)"
     legend = "".join(f"<span><svg width='10' height='10' style='display:inline'><rect width='10' height='10' "
@@ -134,6 +135,9 @@ def report_html(r: Report) -> str:
         body.append("<h2>GPU time (temporal breakdown)</h2>" + _bar(bars) +
                     f"<div class='dim'>idle {tm['idle_pct']:.1f}% · compute {tm['compute_pct']:.1f}% · "
                     f"non-compute {tm['non_compute_pct']:.1f}%</div>")
+    if roofline is not None:
+        from .roofline import roofline_section
+        body.append(roofline_section(roofline))
     if r.top_kernels:
         rows = "".join(f"<tr><td>{_e(k['name'][:90])}</td><td>{_e(k['kernel_class'])}</td><td>{k['count']}</td>"
                        f"<td>{k['total_ns'] / 1e6:.2f} ms</td><td>{k['share_pct']:.1f}%</td></tr>"

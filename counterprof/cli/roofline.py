@@ -1,0 +1,153 @@
+"""counterprof roofline RUN: every torch op's FLOP/s and bytes/s against the machine's ceilings.
+
+    counterprof roofline RUN                  the top ops: achieved, intensity, bound, share of the roof
+    counterprof roofline RUN --json           every op + shape row, the unmodelled time, MFU
+    counterprof roofline RUN --html roof.html the log-log roofline as one self-contained page
+    counterprof roofline RUN --ceilings FILE  roofs from a file (a `calibrate --json` output)
+
+Ceilings: --ceilings FILE, else the ones the run copied from this host's `counterprof calibrate`
+at its start, else this host's cache when the run was recorded here, else (GPUs) the datasheet
+for the device the trace names. None: the ops are listed without bounds, and it says so.
+"""
+from __future__ import annotations
+
+import json
+import socket
+import sys
+
+from .common import ArgumentParser, UsageFailure, check_output_file, err, guarded, open_run, write_text_file
+
+
+def main(argv: list[str]) -> int:
+    return guarded(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="counterprof roofline", description=__doc__.split("\n\n")[0])
+    p.add_argument("run", help="run directory")
+    p.add_argument("--json", action="store_true", help="print the roofline as JSON on stdout")
+    p.add_argument("--html", metavar="FILE", help="also write the roofline plot as a self-contained HTML page")
+    p.add_argument("--rank", type=int, metavar="R", help="one rank (default: all ranks together)")
+    p.add_argument("--ceilings", metavar="FILE", help="ceilings JSON (`counterprof calibrate --json` output)")
+    p.add_argument("--top", type=int, default=15, metavar="N", help="ops in the text table (default 15)")
+    args = p.parse_args(argv)
+    if args.html:
+        check_output_file(args.html, "--html")
+    file_docs = None
+    if args.ceilings:
+        from ..calibrate import load_file
+        try:
+            file_docs = load_file(args.ceilings)
+        except (OSError, ValueError) as exc:
+            raise UsageFailure(f"--ceilings {args.ceilings}: {exc}", p.format_usage()) from None
+
+    from ..render.roofline import roofline_html, roofline_text
+    from ..store.query import RunQuery
+    run = open_run(args.run)
+    q = RunQuery(run.path)
+    for problem in q.files.skipped:
+        err(f"skipped an unreadable file: {problem}")
+    spans = roofline_spans(q)
+    q.close()
+    if args.rank is not None:
+        ranks = set(spans.column("rank").to_pylist()) if spans.num_rows else set()
+        if args.rank not in ranks:
+            raise UsageFailure(f"--rank {args.rank}: the run has rank(s) {sorted(ranks) or 'none'}",
+                               p.format_usage())
+    r = run_roofline(run, spans, args.rank, file_docs)
+    if args.html:
+        write_text_file(args.html, roofline_html(r, f"counterprof roofline: {run.path.name}"), "--html")
+    if args.json:
+        print(json.dumps(r.to_json(), indent=1, default=float))
+    else:
+        roofline_text(r, sys.stdout, top=args.top)
+    return 0
+
+
+NEEDED = ("cpu_op", "runtime", "kernel", "memcpy", "memset", "step", "window")
+
+
+def roofline_spans(q):
+    """The spans the roofline reads (ops, launches, GPU work, steps, windows), only the columns
+    it uses: a fraction of RunQuery.spans()'s memory."""
+    if "spans" not in q.tables:
+        return q.spans()
+    cats = ", ".join(f"'{c}'" for c in NEEDED)
+    return q.arrow(f"""SELECT start, "end", name, category::VARCHAR AS category,
+                              kernel_class::VARCHAR AS kernel_class, pid, tid, correlation,
+                              CASE WHEN category::VARCHAR IN ('cpu_op', 'window') THEN attrs END AS attrs, rank
+                       FROM spans WHERE category::VARCHAR IN ({cats})""")
+
+
+def run_roofline(run, spans, rank: int | None = None, file_docs: dict | None = None):
+    """The Roofline of a run's spans (RunQuery.spans()), with the ceilings chosen as the
+    module docstring says (what `report` calls too)."""
+    import pyarrow.compute as pc
+    from ..analysis.roofline import roofline
+    from ..calibrate import datasheet
+    if rank is not None and spans.num_rows:
+        spans = spans.filter(pc.equal(spans.column("rank"), rank))
+    gpu, device_name = _device(spans)
+    meta = run.meta if rank is None else run.rank_meta(rank)
+    ceilings, note = choose_ceilings(gpu, device_name, file_docs, meta)
+    sheet = datasheet.lookup(device_name) if gpu else None
+    r = roofline(spans, ceilings, device=device_name if gpu else "cpu", datasheet=sheet)
+    if note:
+        r.notes.append(note)
+    return r
+
+
+def _device(spans) -> tuple[bool, str | None]:
+    """(GPU work in the spans?, the GPU's name as the trace's deviceProperties give it)."""
+    import pyarrow.compute as pc
+    if not spans.num_rows:
+        return False, None
+    cat = spans.column("category").cast("string")
+    gpu = bool(pc.any(pc.equal(cat, "kernel")).as_py())
+    name = None
+    for attrs in spans.filter(pc.equal(cat, "window")).column("attrs").to_pylist():
+        try:
+            devices = json.loads(attrs or "{}").get("devices") or []
+        except ValueError:
+            continue
+        if devices:
+            name = devices[0]
+            break
+    return gpu, name
+
+
+def _pick(docs: dict[str, dict] | None, gpu: bool, name: str | None) -> dict | None:
+    if not docs:
+        return None
+    if not gpu:
+        return docs.get("cpu") or next((d for d in docs.values() if d.get("kind") == "cpu"), None) \
+            or (next(iter(docs.values())) if len(docs) == 1 else None)
+    gpus = [d for d in docs.values() if d.get("kind") != "cpu"]
+    for d in gpus:
+        if name and name in (d.get("device"), d.get("device_name")):
+            return d
+    return gpus[0] if gpus else None
+
+
+def choose_ceilings(gpu: bool, name: str | None, file_docs: dict | None, meta: dict) -> tuple[dict | None, str]:
+    """The ceilings document for the run's device, and a note saying where it came from."""
+    doc = _pick(file_docs, gpu, name)
+    if doc is not None:
+        return doc, f"ceilings from the file given ({doc.get('device')})"
+    doc = _pick(meta.get("ceilings"), gpu, name)
+    if doc is not None:
+        return doc, "ceilings copied into the run at its start (counterprof calibrate on its host)"
+    recorded_on = ((meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else None)
+    if recorded_on and recorded_on == socket.gethostname():
+        from ..calibrate import cached
+        doc = _pick(cached(), gpu, name)
+        if doc is not None:
+            return doc, f"ceilings from this host's cache (measured {doc.get('measured_at')}, not copied into the run)"
+    if gpu:
+        from ..calibrate import datasheet
+        doc = datasheet.lookup(name)
+        if doc is not None:
+            return doc, f"ceilings from the datasheet of {doc['datasheet_entry']} ({doc['reference']})"
+        return None, (f"no datasheet entry for the device {name!r}: pass --ceilings FILE" if name
+                      else "the trace names no device: pass --ceilings FILE")
+    return None, "no ceilings: run `counterprof calibrate` on the machine that ran it (or pass --ceilings FILE)"

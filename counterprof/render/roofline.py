@@ -1,0 +1,263 @@
+"""`counterprof roofline` and `counterprof calibrate` output: terminal tables and a
+self-contained HTML page (inline SVG, no scripts). Formats; computes nothing."""
+from __future__ import annotations
+
+import html
+import math
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..analysis.roofline import Roofline
+
+BOUND_COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", None: "#9a9a9a"}
+
+
+def si(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            return f"{x / div:.3g} {p}{unit}"
+    return f"{x:.3g} {unit}".rstrip()
+
+
+def duration(ns: float | None) -> str:
+    if ns is None:
+        return "-"
+    for div, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
+        if abs(ns) >= div:
+            return f"{ns / div:,.2f} {unit}"
+    return f"{ns:,.0f} ns"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def dims_text(dims: Any, width: int = 44) -> str:
+    """Input Dims without the empty (scalar) entries, shortened."""
+    if not isinstance(dims, list):
+        return str(dims)
+    text = ", ".join("x".join(map(str, d)) if isinstance(d, list) and d and all(isinstance(v, int) for v in d)
+                     else str(d) for d in dims if d != [])
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _table(title: str, *columns: str) -> Table:
+    t = Table(title=title, title_justify="left", title_style="bold", box=None, pad_edge=False)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i < 2 else "right", no_wrap=i != 0, overflow="fold")
+    return t
+
+
+# ---- calibrate -------------------------------------------------------------------------------
+
+def ceilings_table(docs: dict[str, dict], out: IO[str]) -> None:
+    console = Console(file=out, width=120, highlight=False)
+    for device, doc in docs.items():
+        ds = doc.get("datasheet") or {}
+        sheet = ds.get("peaks") or {}
+        t = _table(f"{device}: {doc.get('device_name', '')} ({doc.get('host')}, "
+                   f"{'quick' if doc.get('quick') else 'full'}, {doc.get('wall_s', '?')} s)",
+                   "ceiling", "detail", "median", "spread", "repeats", "datasheet", "measured/datasheet")
+        for dtype, m in (doc.get("matmul") or {}).items():
+            shape = "x".join(map(str, m.get("best_shape", [])))
+            ref = sheet.get(dtype)
+            t.add_row(f"matmul {dtype}", f"best of sweep at {shape}", si(m["flops_per_s"], "FLOP/s"),
+                      pct(m.get("spread")), str(m.get("repeats", "")), si(ref, "FLOP/s"),
+                      pct(m["flops_per_s"] / ref) if ref else "-")
+        mem = doc.get("memory") or {}
+        for kind in ("copy", "triad", "d2d"):
+            if kind in mem:
+                m = mem[kind]
+                detail = f"{mem.get('array_bytes', m.get('bytes', 0)) >> 20} MiB arrays" if kind != "d2d" else "device to device"
+                ref = ds.get("bandwidth_bytes_per_s")
+                t.add_row(f"memory {kind}", detail, si(m["bytes_per_s"], "B/s"), pct(m.get("spread")),
+                          str(m.get("repeats", "")), si(ref, "B/s") if ref else "-",
+                          pct(m["bytes_per_s"] / ref) if ref else "-")
+        for kind, m in (doc.get("host_device") or {}).items():
+            t.add_row(kind.replace("_", " "), "host <-> device", si(m["bytes_per_s"], "B/s"), pct(m.get("spread")),
+                      str(m.get("repeats", "")), "-", "-")
+        for pair, m in (doc.get("p2p") or {}).items():
+            if isinstance(m, dict) and "bytes_per_s" in m:
+                t.add_row(f"p2p {pair}", "peer copy", si(m["bytes_per_s"], "B/s"), pct(m.get("spread")),
+                          str(m.get("repeats", "")), "-", "-")
+        for backend, c in (doc.get("collectives") or {}).items():
+            for coll in ("all_reduce", "all_gather", "reduce_scatter"):
+                m = c.get(coll)
+                if not isinstance(m, dict) or "busbw_bytes_per_s" not in m:
+                    continue
+                t.add_row(f"{backend} {coll}", f"busbw, {c.get('world_size')} ranks, {m['bytes'] >> 20} MiB",
+                          si(m["busbw_bytes_per_s"], "B/s"), pct(m.get("spread")), str(m.get("repeats", "")),
+                          "-", "-")
+                t.add_row(f"{coll} latency", f"{backend}, {m['latency_bytes']} B message",
+                          f"{m['latency_s'] * 1e6:.1f} µs", "", "", "-", "-")
+        console.print(t)
+        for what, why in (doc.get("skipped") or {}).items():
+            console.print(f"  skipped {what}: {why}", style="dim")
+        for backend, c in (doc.get("collectives") or {}).items():
+            for coll, m in c.items():
+                if isinstance(m, dict) and "skipped" in m:
+                    console.print(f"  skipped {backend} {coll}: {m['skipped']}", style="dim")
+        if doc.get("kind") == "cpu":
+            console.print("  CPUs have no datasheet figure here: the measured ceilings are the roofs.", style="dim")
+        console.print()
+
+
+# ---- roofline: text ----------------------------------------------------------------------------
+
+def _ceilings_line(r: Roofline) -> str:
+    c = r.ceilings
+    if not c:
+        return "ceilings: none (run `counterprof calibrate`, or pass --ceilings FILE)"
+    peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in (c.get("peaks") or {}).items())
+    where = c.get("source", "?") + (f" ({c.get('datasheet_entry')})" if c.get("datasheet_entry") else "") + \
+        (f", {c.get('measured_at')}" if c.get("measured_at") else "")
+    return f"ceilings: {where}: {peaks}; memory {si(c.get('bandwidth_bytes_per_s'), 'B/s')}"
+
+
+def _mfu_words(m: dict) -> str:
+    parts = []
+    for key, what in (("measured", "the measured peak"), ("datasheet", "the datasheet's")):
+        peak = m[f"peak_{key}_flops_per_s"]
+        parts.append(f"{pct(m[f'mfu_{key}'])} of {what} ({si(peak, 'FLOP/s')})" if peak
+                     else f"no {key} {m['dtype']} peak")
+    return ", ".join(parts)
+
+
+def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
+    console = Console(file=out, width=160, highlight=False)
+    console.print(f"[bold]roofline[/bold]: {r.device}, op time = {r.basis}, {duration(r.total_time_ns)} in ops; "
+                  f"{pct(r.modelled_share)} of it with a cost model")
+    console.print(_ceilings_line(r))
+    if r.ops:
+        t = _table(f"top ops by time (of {len(r.ops)} op+shape rows)", "op", "input dims", "dtype", "calls",
+                   "time", "share", "FLOP/s", "B/s", "FLOP/B", "ridge", "bound", "of roof")
+        for o in r.ops[:top]:
+            t.add_row(o.name, dims_text(o.input_dims), o.dtype or "-", str(o.calls), duration(o.time_ns),
+                      pct(o.time_ns / r.total_time_ns if r.total_time_ns else None),
+                      si(o.achieved_flops_per_s), si(o.achieved_bytes_per_s),
+                      "-" if o.intensity is None else f"{o.intensity:.3g}",
+                      "-" if o.ridge is None else f"{o.ridge:.3g}", o.bound or "-", pct(o.roof_fraction))
+        console.print(t)
+    u = r.unmodelled
+    if u.get("ops"):
+        names = "; ".join(f"{x['name']} {pct(x['share'])} ({x['why']})" for x in u["ops"][:5])
+        console.print(f"without a roofline: {pct(u.get('share'))} of op time: {names}")
+    if r.mfu:
+        m = r.mfu
+        console.print(f"MFU ({m['dtype']}, median of {len(m['steps'])} step(s)): "
+                      f"{si(m['flops_per_s'], 'FLOP/s')} = " + _mfu_words(m))
+    for n in r.notes:
+        console.print(n, style="dim")
+    for m in r.missing:
+        console.print(f"missing: {m}")
+    console.print("bytes are the tensors read and written once each: a lower bound on traffic "
+                  "(intensity an upper bound)", style="dim")
+
+
+# ---- roofline: HTML/SVG ------------------------------------------------------------------------
+
+W, H, PADL, PADB, PADT, PADR = 820, 460, 70, 40, 16, 150
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
+h1{font-size:20px} h2{font-size:16px;margin-top:28px} .dim{color:#777;font-size:12px}
+table{border-collapse:collapse;font-size:12px} td,th{padding:2px 10px 2px 0;text-align:left}
+td.n{text-align:right} svg{display:block;margin:6px 0}
+"""
+
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def roofline_svg(r: Roofline) -> str:
+    """Log-log: x arithmetic intensity (FLOP/B), y FLOP/s; the memory roof and each dtype's
+    peak as lines; each op+shape a dot, area proportional to its time, colored by its bound."""
+    pts = [o for o in r.ops if o.intensity and o.achieved_flops_per_s]
+    c = r.ceilings or {}
+    peaks = {k: float(v) for k, v in (c.get("peaks") or {}).items() if v}
+    bw = c.get("bandwidth_bytes_per_s")
+    xs = [o.intensity for o in pts] + ([p / bw for p in peaks.values()] if bw else [])
+    ys = [o.achieved_flops_per_s for o in pts] + list(peaks.values())
+    if not xs or not ys:
+        return "<p class='dim'>nothing to draw: no op with FLOPs and time</p>"
+    x0, x1 = 10 ** math.floor(math.log10(min(xs)) - 0.3), 10 ** math.ceil(math.log10(max(xs)) + 0.3)
+    y0, y1 = 10 ** math.floor(math.log10(min(ys)) - 0.3), 10 ** math.ceil(math.log10(max(ys)) + 0.2)
+    lx0, lx1, ly0, ly1 = (math.log10(v) for v in (x0, x1, y0, y1))
+    X = lambda v: PADL + (W - PADL - PADR) * (math.log10(v) - lx0) / (lx1 - lx0)      # noqa: E731
+    Y = lambda v: PADT + (H - PADT - PADB) * (1 - (math.log10(v) - ly0) / (ly1 - ly0))  # noqa: E731
+    out = [f'<rect x="{PADL}" y="{PADT}" width="{W - PADL - PADR}" height="{H - PADT - PADB}" fill="none" stroke="#ccc"/>']
+    for e in range(int(lx0), int(lx1) + 1):
+        out.append(f'<line x1="{X(10 ** e):.1f}" y1="{PADT}" x2="{X(10 ** e):.1f}" y2="{H - PADB}" stroke="#eee"/>'
+                   f'<text x="{X(10 ** e):.1f}" y="{H - PADB + 14}" font-size="10" text-anchor="middle">{10 ** e:g}</text>')
+    for e in range(int(ly0), int(ly1) + 1):
+        out.append(f'<line x1="{PADL}" y1="{Y(10 ** e):.1f}" x2="{W - PADR}" y2="{Y(10 ** e):.1f}" stroke="#eee"/>'
+                   f'<text x="{PADL - 4}" y="{Y(10 ** e) + 3:.1f}" font-size="10" text-anchor="end">{si(10 ** e)}</text>')
+    out.append(f'<text x="{(PADL + W - PADR) / 2}" y="{H - 6}" font-size="11" text-anchor="middle">'
+               f'arithmetic intensity (FLOP/byte, bytes a lower bound)</text>'
+               f'<text x="14" y="{(PADT + H - PADB) / 2}" font-size="11" text-anchor="middle" '
+               f'transform="rotate(-90 14 {(PADT + H - PADB) / 2})">FLOP/s</text>')
+    if bw:
+        top = max(peaks.values()) if peaks else y1
+        xr = min(top / bw, x1)
+        out.append(f'<line class="roof memory" x1="{X(x0):.1f}" y1="{Y(max(bw * x0, y0)):.1f}" x2="{X(xr):.1f}" '
+                   f'y2="{Y(min(bw * xr, y1)):.1f}" stroke="#b23ab2" stroke-width="2"><title>memory '
+                   f'{si(bw, "B/s")}</title></line>')
+        out.append(f'<text x="{X(x0) + 6:.1f}" y="{Y(max(bw * x0, y0)) - 6:.1f}" font-size="10" fill="#b23ab2">'
+                   f'memory {si(bw, "B/s")}</text>')
+        same: dict[float, list[str]] = {}       # dtypes with one peak share a line and a label
+        for k, p in peaks.items():
+            same.setdefault(p, []).append(k)
+        for p, names in sorted(same.items()):
+            k = ", ".join(names)
+            ridge = p / bw
+            out.append(f'<line class="roof compute" data-dtype="{_e(" ".join(names))}" x1="{X(max(ridge, x0)):.1f}" y1="{Y(p):.1f}" '
+                       f'x2="{X(x1):.1f}" y2="{Y(p):.1f}" stroke="#2e9e44" stroke-width="2"><title>{_e(k)} peak '
+                       f'{si(p, "FLOP/s")}, ridge {ridge:.3g} FLOP/B</title></line>'
+                       f'<text x="{W - PADR + 4}" y="{Y(p) + 3:.1f}" font-size="10" fill="#2e9e44">'
+                       f'{_e(k)} {si(p, "FLOP/s")}</text>')
+    total = r.total_time_ns or 1
+    for o in sorted(pts, key=lambda o: -o.time_ns):
+        rad = 3 + 22 * math.sqrt(o.time_ns / total)
+        out.append(f'<circle class="op" cx="{X(o.intensity):.1f}" cy="{Y(o.achieved_flops_per_s):.1f}" r="{rad:.1f}" '
+                   f'fill="{BOUND_COLORS.get(o.bound)}" fill-opacity="0.55" stroke="#333" stroke-width="0.5">'
+                   f'<title>{_e(o.name)} {_e(dims_text(o.input_dims, 80))} {o.dtype or ""}: {o.calls} calls, '
+                   f'{duration(o.time_ns)} ({pct(o.time_ns / total)}), {si(o.achieved_flops_per_s, "FLOP/s")}, '
+                   f'{o.intensity:.3g} FLOP/B, {o.bound or "no bound"}, {pct(o.roof_fraction)} of roof</title></circle>')
+    return f'<svg class="roofline" width="{W}" height="{H}" role="img" xmlns="http://www.w3.org/2000/svg">{"".join(out)}</svg>'
+
+
+def roofline_section(r: Roofline, top: int = 25) -> str:
+    """The roofline as an HTML fragment: the plot, the ceilings, the top ops, MFU, what is missing."""
+    rows = "".join(
+        f"<tr><td>{_e(o.name)}</td><td>{_e(dims_text(o.input_dims, 60))}</td><td>{_e(o.dtype or '-')}</td>"
+        f"<td class=n>{o.calls}</td><td class=n>{duration(o.time_ns)}</td>"
+        f"<td class=n>{pct(o.time_ns / r.total_time_ns if r.total_time_ns else None)}</td>"
+        f"<td class=n>{si(o.achieved_flops_per_s, 'FLOP/s')}</td><td class=n>{si(o.achieved_bytes_per_s, 'B/s')}</td>"
+        f"<td class=n>{'-' if o.intensity is None else f'{o.intensity:.3g}'}</td>"
+        f"<td style='color:{BOUND_COLORS.get(o.bound)}'>{_e(o.bound or '-')}</td><td class=n>{pct(o.roof_fraction)}</td></tr>"
+        for o in r.ops[:top])
+    parts = [f"<h2>roofline ({_e(r.device)}, op time = {_e(r.basis)})</h2>",
+             f"<div class='dim'>{_e(_ceilings_line(r))}</div>", roofline_svg(r),
+             "<table><tr><th>op</th><th>input dims</th><th>dtype</th><th>calls</th><th>time</th><th>share</th>"
+             f"<th>FLOP/s</th><th>B/s</th><th>FLOP/B</th><th>bound</th><th>of roof</th></tr>{rows}</table>"]
+    u = r.unmodelled
+    if u.get("ops"):
+        parts.append("<div class='dim'>without a roofline: " + _e(f"{pct(u.get('share'))} of op time: ") +
+                     "; ".join(_e(f"{x['name']} {pct(x['share'])} ({x['why']})") for x in u["ops"][:8]) + "</div>")
+    if r.mfu:
+        m = r.mfu
+        parts.append(f"<p>MFU ({_e(m['dtype'])}, median of {len(m['steps'])} step(s)): "
+                     f"{_e(si(m['flops_per_s'], 'FLOP/s'))} = {_e(_mfu_words(m))}</p>")
+    parts.extend(f"<div>missing: {_e(x)}</div>" for x in r.missing)
+    parts.append("<div class='dim'>bytes are the tensors read and written once each: a lower bound on "
+                 "traffic (intensity an upper bound)</div>")
+    return "".join(parts)
+
+
+def roofline_html(r: Roofline, title: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{CSS}</style>"
+            f"</head><body><h1>{_e(title)}</h1>{roofline_section(r)}</body></html>\n")
