@@ -14,6 +14,12 @@ settings.register_profile("ci", derandomize=True, deadline=None,
 if os.environ.get("COUNTERPROF_CI"):
     settings.load_profile("ci")
 
+# Hermetic: a developer's `counterprof calibrate` cache would give every run measured ceilings
+# (and so roofline verdicts) that CI's fresh machine does not have. Tests that want ceilings
+# make their own cache.
+import tempfile  # noqa: E402
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="counterprof-test-cache-")
+
 
 @pytest.fixture
 def run_dir(tmp_path) -> Path:

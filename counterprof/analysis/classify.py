@@ -75,11 +75,11 @@ def classify(sig: dict[str, Signal], scope: str = "run", facts: dict | None = No
     gpu_used = (sig.get("gpu_active_share") and sig["gpu_active_share"].value >= value("gpu_in_use")) or \
         (sig.get("gpu_util") and sig["gpu_util"].value >= value("gpu_in_use"))
     if gpu_used:
-        v = _classify_gpu(sig, scope)
+        v = _classify_gpu(sig, scope, facts)
     elif "main_running" in sig:
         v = _classify_main_thread(sig, scope, facts or {})
     else:
-        v = _classify_cpu(sig, scope)
+        v = _classify_cpu(sig, scope, facts)
     v.shares = {k: round(s, 6) for k, s in v.shares.items() if s > 0}
     v.host_parts = {k: round(s, 6) for k, s in v.host_parts.items() if s > 0}
     _secondary(sig, v)
@@ -176,7 +176,7 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
                                 if helpers else "no helper thread was busy")
         v.evidence.append(Evidence("helpers", round(sum(c for _, c in helpers), 6), None, "threads",
                                    text + ": evidence, not the step's time"))
-    _split_busy(v, run, *_compute_or_memory_cpu(sig))
+    _split_busy(v, run, *_compute_or_memory_cpu(sig, facts))
     return v
 
 
@@ -186,7 +186,7 @@ THREAD_WORDS = {"intraop": "intra-op threads", "loader": "DataLoader workers",
 
 # ---- the CPU as the compute device, without thread states (older runs, imported traces) ----
 
-def _classify_cpu(sig: dict[str, Signal], scope: str) -> Verdict:
+def _classify_cpu(sig: dict[str, Signal], scope: str, facts: dict | None = None) -> Verdict:
     v = Verdict(scope, "unknown", "cpu")
     if "cpu_busy" not in sig:
         # e.g. an imported trace: spans, but no CPU counters
@@ -237,12 +237,43 @@ def _classify_cpu(sig: dict[str, Signal], scope: str) -> Verdict:
             v.evidence.append(Evidence("off_cpu", round(host_share, 6), None, "host",
                                        f"off-CPU {_pct(host_share)} of the time: " + ", ".join(why)))
 
-    _split_busy(v, busy_share, *_compute_or_memory_cpu(sig))
+    _split_busy(v, busy_share, *_compute_or_memory_cpu(sig, facts))
     return v
 
 
-def _compute_or_memory_cpu(sig: dict[str, Signal]) -> tuple[float | None, list[Evidence], list[str]]:
+def _with_roofline(counters: tuple[float | None, list[Evidence], list[str]], facts: dict | None
+                   ) -> tuple[float | None, list[Evidence], list[str]]:
+    """The counters' split of busy time (PMU top-down, IPC, GPM) where they decide it; else the
+    roofline's (the time-weighted bound of the ops inside it: analysis/roofline.busy_split),
+    naming its top ops. Where both decide, both are shown, and a disagreement is flagged."""
+    split, evidence, missing = counters
+    roof = (facts or {}).get("roofline")
+    if not roof:
+        return counters
+    r_split, r_evidence, r_missing = roof
+    r_ev = [Evidence(**{k: d.get(k) for k in ("metric", "value", "threshold", "source", "text")})
+            for d in r_evidence]
+    if split is None:
+        if r_split is None:
+            return None, evidence + r_ev, missing + [m for m in r_missing if m not in missing]
+        return r_split, evidence + r_ev, []
+    if r_split is not None:
+        evidence = evidence + r_ev
+        if (split >= 0.5) != (r_split >= 0.5):
+            evidence.append(Evidence(
+                "roofline_disagrees", round(r_split, 6), 0.5, "roofline",
+                f"the counters call {_pct(split)} of busy time compute-bound, the roofline of the ops "
+                f"{_pct(r_split)}: they disagree (the counters decide; look at the top ops)"))
+    return split, evidence, missing
+
+
+def _compute_or_memory_cpu(sig: dict[str, Signal], facts: dict | None = None
+                           ) -> tuple[float | None, list[Evidence], list[str]]:
     """Share of busy time that is compute (the rest memory); None when undecidable."""
+    return _with_roofline(_counters_cpu(sig), facts)
+
+
+def _counters_cpu(sig: dict[str, Signal]) -> tuple[float | None, list[Evidence], list[str]]:
     ev: list[Evidence] = []
     if "td_backend" in sig and "td_retiring" in sig:
         be, ret = sig["td_backend"].value, sig["td_retiring"].value
@@ -280,7 +311,7 @@ def _compute_or_memory_cpu(sig: dict[str, Signal]) -> tuple[float | None, list[E
 
 # ---- the GPU as the compute device -----------------------------------------------------------
 
-def _classify_gpu(sig: dict[str, Signal], scope: str) -> Verdict:
+def _classify_gpu(sig: dict[str, Signal], scope: str, facts: dict | None = None) -> Verdict:
     v = Verdict(scope, "unknown", "gpu")
     if "gpu_idle" in sig:      # kernel spans: time shares of the GPU-active span
         idle = sig["gpu_idle"].value
@@ -305,13 +336,13 @@ def _classify_gpu(sig: dict[str, Signal], scope: str) -> Verdict:
             v.evidence.append(_ev(sig, "gpu_memory", None, f"memcpy/memset {_pct(mem)} of the active span"))
         v.shares["memory"] = mem
         kernel_busy = max(0.0, 1 - idle - comm - mem)
-        _split_busy(v, kernel_busy, *_compute_or_memory_gpu(sig))
+        _split_busy(v, kernel_busy, *_with_roofline(_compute_or_memory_gpu(sig), facts))
         return v
     # NVML/GPM samples only
     util = sig["gpu_util"].value
     v.shares = {"host": 1 - util}
     v.evidence.append(_ev(sig, "gpu_util", "nvml_util_busy", f"GPU busy {_pct(util)} of the time (NVML)"))
-    _split_busy(v, util, *_compute_or_memory_gpu(sig))
+    _split_busy(v, util, *_with_roofline(_compute_or_memory_gpu(sig), facts))
     if v.verdict != "host" and not v.undecided:
         v.missing.append("kernel traces (--torch) to separate collectives")
     return v

@@ -50,6 +50,7 @@ class Report:
     rank_verdicts: list[Verdict] = field(default_factory=list)   # one per rank (scope "rank N")
     rank_analysis: dict[str, Any] | None = None     # analysis.ranks: steps, stragglers, skew
     rank_notes: list[str] = field(default_factory=list)   # e.g. metrics that some ranks lack
+    roofline: dict[str, Any] | None = None     # MFU, modelled share, top ops (counterprof roofline)
     next_steps: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -72,6 +73,7 @@ class ReportInputs:
     rank_buckets: pa.Table | None = None   # per rank and metric, one bucket over the whole run
     hosts: dict[int, str] | None = None    # rank -> host that recorded it (clock skew across hosts)
     world_size: int | None = None          # the job's WORLD_SIZE, when a rank recorded it
+    roofline: Any = None                   # analysis.roofline.Roofline of the run's ops, if any
 
 
 def regroup(groups: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -124,9 +126,18 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         overall = Verdict("run", "unknown", "none", missing=["samples or spans: the run holds none"])
         return Report(run_info, overall, window_s, summary=summary, collectors=collectors)
 
-    facts = verdict_facts(meta)
+    base_facts = verdict_facts(meta)
+
+    def facts_for(scope: iv.Intervals) -> dict[str, Any]:
+        """The facts, with the roofline's split of busy time over the scope's span."""
+        sp = iv.span(scope)
+        if inputs.roofline is None or sp is None:
+            return base_facts
+        from .roofline import busy_split
+        return {**base_facts, "roofline": busy_split(inputs.roofline, None, sp)}
+
     whole = [(data.start_ns, data.end_ns)]
-    overall = classify(signals(data, whole), "run", facts)
+    overall = classify(signals(data, whole), "run", facts_for(whole))
     overall.start_ns, overall.end_ns = data.start_ns, data.end_ns
     report = Report(run_info, overall, window_s, summary=summary, collectors=collectors)
 
@@ -139,7 +150,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     while t < data.end_ns:
         hi = min(t + step, data.end_ns)
         sig = signals(data, [(t, hi)])
-        w = classify(sig, f"{(t - data.start_ns) / 1e9:.1f}s", facts)
+        w = classify(sig, f"{(t - data.start_ns) / 1e9:.1f}s", facts_for([(t, hi)]))
         w.start_ns, w.end_ns = t, hi
         report.windows.append(w)
         window_points.append(point(t, sig))
@@ -155,7 +166,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
 
     ranked = sorted(data.regions.items(), key=lambda kv: iv.total(kv[1]), reverse=True)
     for name, occ in ranked[:MAX_REGIONS]:
-        v = classify(signals(data, occ), name, facts)
+        v = classify(signals(data, occ), name, facts_for(occ))
         sp = iv.span(occ)
         v.start_ns, v.end_ns = sp if sp else (None, None)
         mean_ns = iv.total(occ) / max(1, data.region_count.get(name, 1))
@@ -183,6 +194,12 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
                 f"{100 * wait / idle:.0f}% of that idle time the next kernel was launched after the "
                 "previous one finished (host wait)"))
     report.devices = device_figures(inputs.devices, catalog)
+    if inputs.roofline is not None:
+        rl = inputs.roofline
+        report.roofline = {"device": rl.device, "basis": rl.basis, "mfu": rl.mfu,
+                           "modelled_share": rl.modelled_share, "missing": rl.missing, "notes": rl.notes,
+                           "ceilings": (rl.ceilings or {}).get("source"),
+                           "top_ops": [o.to_json() for o in sorted(rl.ops, key=lambda o: -o.time_ns)[:5]]}
     shares = overall.shares
     for cls, text in NEXT_STEPS.items():
         share = shares.get(cls, 0.0) + (shares.get("compute|memory", 0.0) if cls in ("compute", "memory") else 0.0)

@@ -440,6 +440,14 @@ def _mfu(spans: pa.Table, ops: _Ops, effective, costs, atom, ceilings, datasheet
     flops = np.array([costs[i].flops for i in idx.tolist()], np.float64)
     start, rank = ops.start[idx], ops.rank[idx]
     windows: list[tuple[str, int, int, int]] = []     # (label, rank, start, end)
+    # every step is timed, only those inside a trace window have their ops: MFU of the others
+    # is unknown, not 0
+    traced = spans.filter(pc.equal(cat, "window"))
+    t_lo, t_hi = _ns(traced.column("start")), _ns(traced.column("end"))
+    if steps.num_rows and traced.num_rows:
+        s_lo, s_hi = _ns(steps.column("start")), _ns(steps.column("end"))
+        inside = ((s_lo[:, None] >= t_lo[None, :]) & (s_hi[:, None] <= t_hi[None, :])).any(axis=1)
+        steps = steps.filter(pa.array(inside))
     if steps.num_rows:
         s_rank = _filled(steps.column("rank")) if "rank" in steps.column_names else np.zeros(steps.num_rows, np.int64)
         for name, r, a, b in zip(steps.column("name").to_pylist(), s_rank.tolist(),

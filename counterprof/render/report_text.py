@@ -40,6 +40,25 @@ def _host_parts(v: Verdict) -> str:
     return f" ({', '.join(parts)})" if len(parts) > 1 or (parts and len(v.host_parts) > 1) else ""
 
 
+def roofline_line(rl: dict) -> Text:
+    """MFU and how much of the op time has a cost model (details: `counterprof roofline RUN`)."""
+    mfu = rl.get("mfu") or {}
+    text = Text("roofline: ", style="bold")
+    if mfu.get("mfu_measured") is not None or mfu.get("mfu_datasheet") is not None:
+        parts = []
+        if mfu.get("mfu_measured") is not None:
+            parts.append(f"MFU {100 * mfu['mfu_measured']:.1f}% of the measured {mfu.get('dtype')} peak")
+        if mfu.get("mfu_datasheet") is not None:
+            parts.append(f"{100 * mfu['mfu_datasheet']:.1f}% of the datasheet's")
+        text.append(", ".join(parts) + f" (median of {len(mfu.get('steps') or [])} traced steps)")
+    elif rl.get("missing"):
+        text.append("; ".join(rl["missing"]))
+    if rl.get("modelled_share") is not None:
+        text.append(f"; ops with a cost model: {_pct(rl['modelled_share'])} of op time", style="dim")
+    text.append("  [counterprof roofline RUN]", style="dim")
+    return text
+
+
 def evidence_lines(v: Verdict, indent: str = "  ") -> list[Text]:
     out = []
     for e in v.evidence:
@@ -84,6 +103,8 @@ def report_renderable(r: Report):
     if o.shares:
         parts.append(Text("time: ") + shares_bar(o))
     parts.extend(evidence_lines(o))
+    if r.roofline:
+        parts.append(roofline_line(r.roofline))
 
     if r.windows:
         parts.append(Text(f"\ntimeline ({r.window_s:g} s windows, {len(r.windows)} of them): ", style="bold"))
