@@ -146,7 +146,8 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
         if "cpu_collective_overlap" in sig:
             text += f" ({_pct(sig['cpu_collective_overlap'].value)} of its collective time overlapped by its own ops)"
         if "trace_coverage" in sig and sig["trace_coverage"].value < 0.99:
-            text += f", over the recorded trace windows ({_pct(sig['trace_coverage'].value)} of the time)"
+            text += (f", measured over the traced steps ({_pct(sig['trace_coverage'].value)} of the time) "
+                     "and carried to every step")
         v.evidence.append(Evidence("cpu_collective_exposed", round(coll, 6), value("collective_share"),
                                    "spans", text))
     if ready >= value("contention_share"):
@@ -394,7 +395,7 @@ def _decide(v: Verdict, undecided_pair: tuple[str, str] | None) -> None:
     second, second_share = ranked[1] if len(ranked) > 1 else (None, 0.0)
     margin = top_share - second_share
     v.confidence = round(max(0.0, min(1.0, margin / value("confidence_full"))), 3)
-    if top == "compute|memory":
+    if top == "compute|memory" and margin >= value("verdict_margin"):
         v.verdict, v.undecided = "unknown", list(undecided_pair or ("compute", "memory"))
     elif margin < value("verdict_margin"):
         names: list[str] = []

@@ -106,6 +106,7 @@ class RunData:
     input_whole_run: bool = False      # waits recorded for the whole run (else only in traces)
     rank_collectives: dict[int, iv.Intervals] = field(default_factory=dict)
     main_ops: dict[int, iv.Intervals] = field(default_factory=dict)       # main thread's own ops
+    rank_steps: dict[int, iv.Intervals] = field(default_factory=dict)     # every step, per rank
     # facts from meta.json the evidence names: the critical threads, other processes' CPU
     main_threads: list[dict[str, Any]] = field(default_factory=list)
     contenders: list[dict[str, Any]] = field(default_factory=list)
@@ -206,6 +207,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     annotated_inputs: dict[int, list] = {}
     coll_by_rank: dict[int, list] = {}
     step_tids: dict[int, set] = {}
+    steps_by_rank: dict[int, list] = {}
     op_time: dict[tuple[int, Any], int] = {}
     ops: dict[tuple[int, Any], list] = {}
     short_ns = short_kernel_us * 1000
@@ -236,8 +238,10 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                 ops.setdefault((r, t), []).append((s, e))
                 op_time[(r, t)] = op_time.get((r, t), 0) + (e - s)
         if c in ("region", "annotation", "step"):
-            if c == "step" and t is not None:
-                step_tids.setdefault(r, set()).add(t)
+            if c == "step":
+                steps_by_rank.setdefault(r, []).append((s, e))
+                if t is not None:
+                    step_tids.setdefault(r, set()).add(t)
             if c == "annotation" and n and n.startswith(DATALOADER_NEXT):
                 annotated_inputs.setdefault(r, []).append((s, e))
             key = "ProfilerStep" if c == "step" else n
@@ -252,6 +256,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     data.input_whole_run = bool(inputs)
     data.input_waits = {r: iv.merge(v) for r, v in (inputs or annotated_inputs).items()}
     data.rank_collectives = {r: iv.merge(v) for r, v in coll_by_rank.items()}
+    data.rank_steps = {r: iv.merge(v) for r, v in steps_by_rank.items()}
     # each rank's main thread: the one that marks steps, else the one with the most op time
     for r in {r for r, _t in ops}:
         tids = step_tids.get(r) or {max((k for k in op_time if k[0] == r), key=op_time.get)[1]}
@@ -513,16 +518,27 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
             out["cpu_collective"] = Signal(iv.total(coll) / traced_ns, "spans",
                                            "time inside CPU collectives (gloo), any rank / traced wall")
             # per rank: the time its main thread waits for a collective with no op of its own
-            # running (the exposed share); collective time under its own ops is overlapped
+            # running (the exposed share); collective time under its own ops is overlapped.
+            # Traces cover a few steps: the traced steps' exposed share stands for the scope's
+            # steps (every step is timed), not for its start-up or other untraced time
             in_coll = exposed = 0
+            share = 0.0
             for r, spans_r in data.rank_collectives.items():
                 c = iv.intersect(spans_r, traced)
                 own = data.main_ops.get(r)
+                exposed_r = iv.total(iv.subtract(c, own) if own else c)
                 in_coll += iv.total(c)
-                exposed += iv.total(iv.subtract(c, own) if own else c)
+                exposed += exposed_r
+                steps_r = data.rank_steps.get(r)
+                traced_steps = iv.total(iv.intersect(steps_r, traced)) if steps_r else 0
+                if traced_steps > 0:
+                    share += min(1.0, exposed_r / traced_steps) * iv.total(iv.intersect(steps_r, scope)) / wall
+                else:
+                    share += exposed_r / traced_ns
             out["cpu_collective_exposed"] = Signal(
-                min(1.0, exposed / (traced_ns * ranks)), "spans",
-                "per rank, collective time not overlapped by the main thread's own ops / traced wall")
+                min(1.0, share / ranks), "spans",
+                "per rank, collective time not overlapped by the main thread's own ops, over the "
+                "traced steps, times the scope's share of steps")
             if in_coll:
                 out["cpu_collective_overlap"] = Signal(1 - exposed / in_coll, "spans",
                                                        "collective time overlapped by the main thread's ops")
