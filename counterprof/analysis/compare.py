@@ -36,7 +36,7 @@ give wide, lumpy intervals. Directions come from DIRECTIONS, the one table.
 **Contention** (explain()): a regressed or improved time whose slower side's main thread waited
 for a CPU much more (run_figures.Contention, per scope) is explained by the machine when the
 added wait accounts for the change: with the wait taken out, (1 + change) x (1 - wait_c) /
-(1 - wait_b) - 1, what is left is under the threshold or a quarter of what the wait implies,
+(1 - wait_b) - 1, what is left is under the threshold or half of what the wait implies,
 and the workload's own CPU use did not rise with the wait (its own threads would be the
 competition). The cut-offs are in thresholds.py (contention_*). The CI gate does not fail on an
 explained regression unless it is strict.

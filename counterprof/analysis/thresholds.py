@@ -180,13 +180,14 @@ T = {
         "CPU 0 with a busy loop waits 53% against 5% on a quiet machine, 86% against 72% at load "
         "11 (measured; tests/integration/test_compare_contention.py)"),
     "contention_unexplained_share": Threshold(
-        0.25, "of the change the wait implies",
+        0.5, "of the change the wait implies",
         "a change is explained when, with the added CPU wait taken out, what is left is under the "
-        "threshold or under a quarter of the change the wait alone implies: sharing a core also "
+        "threshold or under half the change the wait alone implies: sharing a core also "
         "lengthens the on-CPU time (caches refilled after each switch) and one run a side is "
         "noisy: 6-14% of the implied change was left in runs sharing CPU 0 with a busy loop on "
-        "this VM (measured, a Python loop); a quarter leaves room for larger working sets "
-        "(our choice)"),
+        "this VM with a Python loop, and up to 30% with a GPT-2 training step (a working set that "
+        "the busy neighbour's time slices evict); a small wait still cannot hide a large change "
+        "(a 5% wait implies +5%: half of it leaves 2.6%) (our choice; --strict fails on all)"),
     "contention_own_share": Threshold(
         0.5, "of the added wait",
         "when the workload's own CPU use rose by half the added wait (in CPUs) or more, its own "

@@ -220,7 +220,6 @@ def gpt2_sleepy(tmp_path_factory):
 
 
 @NEEDS_TRANSFORMERS
-@pytest.mark.xfail(strict=False, reason=f"{XFAIL}: the sleep's host share is under-counted")
 def test_gpt2_asleep_40pct_of_each_step_is_that_much_host(gpt2_sleepy):
     report, (t,), _ = gpt2_sleepy
     assert 0.3 <= t["sleep_s"] / t["loop_s"] <= 0.5, t        # the job did what it says
@@ -230,7 +229,6 @@ def test_gpt2_asleep_40pct_of_each_step_is_that_much_host(gpt2_sleepy):
 
 
 @NEEDS_TRANSFORMERS
-@pytest.mark.xfail(strict=False, reason=f"{XFAIL}: traced steps are also under-counted as host")
 def test_gpt2_traced_steps_share_as_the_loop_does(gpt2_sleepy):
     report, (t,), _ = gpt2_sleepy
     steps = [r for r in report["regions"] if r["kind"] == "step"]
@@ -245,7 +243,6 @@ def dataloader_bound(tmp_path_factory):
     return profile(tmp_path_factory.mktemp("dataloader"), PYTHON, str(JOBS / "dataloader_bound.py"))
 
 
-@pytest.mark.xfail(strict=False, reason=f"{XFAIL}: the workers' CPU hides the loop's wait for them")
 def test_loop_waiting_for_its_dataloader_workers_is_host(dataloader_bound):
     report, (t,), _ = dataloader_bound
     assert t["next_wait_s"] > 0.5 * t["loop_s"], t            # input-bound by construction
@@ -254,7 +251,6 @@ def test_loop_waiting_for_its_dataloader_workers_is_host(dataloader_bound):
     assert "worker" in evidence_text(o), o["evidence"]     # how busy the DataLoader workers were
 
 
-@pytest.mark.xfail(strict=False, reason=f"{XFAIL}: time in DataLoader.__next__ is called busy CPU")
 def test_the_dataloader_next_region_is_host(dataloader_bound):
     report, _, _ = dataloader_bound
     nxt = region(report, "DataLoader", "__next__")
@@ -280,7 +276,6 @@ def gpt2_contended(tmp_path_factory):
 
 
 @NEEDS_TRANSFORMERS
-@pytest.mark.xfail(strict=False, reason=f"{XFAIL}: run delay (CPU contention) is called busy CPU")
 def test_gpt2_sharing_its_core_is_host_contention(gpt2_contended):
     report, (t,), _, watcher = gpt2_contended
     # the test's reading of /proc and the job's own agree (one thread, one kernel counter)
@@ -294,7 +289,6 @@ def test_gpt2_sharing_its_core_is_host_contention(gpt2_contended):
 
 
 @NEEDS_TRANSFORMERS
-@pytest.mark.xfail(strict=False, reason=f"{XFAIL}: the timeline and the live line say busy CPU")
 def test_gpt2_sharing_its_core_is_host_in_the_timeline_and_the_live_line(gpt2_contended):
     report, _, run_dir, watcher = gpt2_contended
     if watcher.share < 0.6:
@@ -322,7 +316,6 @@ def test_resnet_inference_is_busy_cpu(resnet_infer):
     hold_to_truth(o, truth)
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10: without optimizer.step() nothing is traced")
 def test_resnet_inference_without_step_marks_is_traced(resnet_infer):
     report, _, run_dir = resnet_infer
     import counterprof
@@ -332,7 +325,6 @@ def test_resnet_inference_without_step_marks_is_traced(resnet_infer):
     assert ops, f"--torch recorded no op of the inference loop (torch collector: {report['collectors']['torch']})"
 
 
-@pytest.mark.xfail(strict=False, reason="issue 10: the torch collector says ok with 0 traces")
 def test_torch_collector_never_says_ok_with_nothing_recorded(resnet_infer):
     report, _, run_dir = resnet_infer
     traces = traces_dir(run_dir)
@@ -382,14 +374,12 @@ def check_ddp(report: dict, truth: list[dict]) -> None:
 
 
 @NEEDS_DIST
-@pytest.mark.xfail(strict=False, reason="issue 10: collectives are the union of every gloo span of all ranks")
 def test_ddp_under_torchrun_collectives_are_a_minor_share(ddp_torchrun):
     report, truth, _ = ddp_torchrun
     check_ddp(report, truth)
 
 
 @NEEDS_DIST
-@pytest.mark.xfail(strict=False, reason="issue 10: ranks made by mp.spawn have no RANK: one rank seen")
 def test_ddp_under_mp_spawn_has_both_ranks(ddp_spawn):
     report, truth, _ = ddp_spawn
     check_ddp(report, truth)
@@ -405,7 +395,6 @@ def gpt2_alone(tmp_path_factory):
 
 
 @NEEDS_TRANSFORMERS
-@pytest.mark.xfail(strict=False, reason="issue 10: compare says REGRESSION; run delay only with --all")
 def test_compare_of_unchanged_runs_names_the_contention(gpt2_alone, gpt2_contended):
     base, cand = gpt2_alone[2], gpt2_contended[2]
     assert gpt2_contended[3].share > 0.25, "the busy loop did not contend"
