@@ -159,13 +159,8 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
         v.evidence.append(Evidence("main_runnable", round(ready, 6), value("contention_share"), "threads", text))
     if blocked >= value("contention_share"):
         why = [f"blocked {_pct(blocked)} of the time outside input and collective waits (sleep, I/O, locks)"]
-        if "voluntary_switches_per_s" in sig:
-            why.append(f"{sig['voluntary_switches_per_s'].value:,.0f} voluntary context switches/s (blocking)")
-        if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > value("io_bytes_named"):
-            why.append(f"{sig['io_bytes_per_s'].value / 1e6:,.1f} MB/s of storage I/O")
-        if "system_iowait" in sig and sig["system_iowait"].value > value("iowait_named"):
-            why.append(f"{_pct(sig['system_iowait'].value)} of CPU time in iowait")
-        v.evidence.append(Evidence("main_blocked", round(blocked, 6), None, "threads", "; ".join(why)))
+        v.evidence.append(Evidence("main_blocked", round(blocked, 6), None, "threads",
+                                   "; ".join(why + _blocking_reasons(sig))))
     helpers = [(THREAD_WORDS[r], sig[f"{r}_cpus"].value) for r in THREAD_WORDS
                if f"{r}_cpus" in sig and sig[f"{r}_cpus"].value >= value("helper_cpus")]
     if helpers or "cpu_busy" in sig:
@@ -179,6 +174,20 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
                                    text + ": evidence, not the step's time"))
     _split_busy(v, run, *_compute_or_memory_cpu(sig, facts))
     return v
+
+
+def _blocking_reasons(sig: dict[str, Signal]) -> list[str]:
+    """What the host figures say about blocking: switches, storage I/O, iowait."""
+    why = []
+    if "voluntary_switches_per_s" in sig:
+        why.append(f"{sig['voluntary_switches_per_s'].value:,.0f} voluntary context switches/s (blocking)")
+    elif "ctx_switches_per_s" in sig:
+        why.append(f"{sig['ctx_switches_per_s'].value:,.0f} context switches/s")
+    if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > value("io_bytes_named"):
+        why.append(f"{sig['io_bytes_per_s'].value / 1e6:,.1f} MB/s of storage I/O")
+    if "system_iowait" in sig and sig["system_iowait"].value > value("iowait_named"):
+        why.append(f"{_pct(sig['system_iowait'].value)} of CPU time in iowait")
+    return why
 
 
 THREAD_WORDS = {"intraop": "intra-op threads", "loader": "DataLoader workers",
@@ -226,14 +235,7 @@ def _classify_cpu(sig: dict[str, Signal], scope: str, facts: dict | None = None)
         if "run_queue_wait" in sig and sig["run_queue_wait"].value > value("run_delay_named"):
             why.append(f"{_pct(sig['run_queue_wait'].value)} of the time runnable but waiting for a "
                        "CPU (the machine is oversubscribed)")
-        if "voluntary_switches_per_s" in sig:
-            why.append(f"{sig['voluntary_switches_per_s'].value:,.0f} voluntary context switches/s (blocking)")
-        elif "ctx_switches_per_s" in sig:
-            why.append(f"{sig['ctx_switches_per_s'].value:,.0f} context switches/s")
-        if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > value("io_bytes_named"):
-            why.append(f"{sig['io_bytes_per_s'].value / 1e6:,.1f} MB/s of storage I/O")
-        if "system_iowait" in sig and sig["system_iowait"].value > value("iowait_named"):
-            why.append(f"{_pct(sig['system_iowait'].value)} of CPU time in iowait")
+        why += _blocking_reasons(sig)
         if why:
             v.evidence.append(Evidence("off_cpu", round(host_share, 6), None, "host",
                                        f"off-CPU {_pct(host_share)} of the time: " + ", ".join(why)))

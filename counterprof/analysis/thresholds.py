@@ -55,15 +55,6 @@ T = {
         "DataLoader workers on-CPU over 80% of their time while the main thread waits: the "
         "workers are the bottleneck, more of them (or cheaper items) would help; below it they "
         "wait too (IPC, prefetch depth) (our choice)"),
-    "contention_share": Threshold(
-        0.05, "of time",
-        "the main thread runnable but not running (or blocked) for over 5% of the time is named "
-        "in the evidence: below that it is scheduler noise on a shared machine (our choice)"),
-    "loader_saturated": Threshold(
-        0.8, "of worker time",
-        "DataLoader workers on-CPU over 80% of their time while the main thread waits: the "
-        "workers are the bottleneck, more of them (or cheaper items) would help; below it they "
-        "wait too (IPC, prefetch depth) (our choice)"),
     # --- GPU -------------------------------------------------------------------------------
     "gpu_in_use": Threshold(
         0.05, "of time",

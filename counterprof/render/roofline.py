@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.roofline import Roofline
+from .breakdown import duration  # one formatter of durations
 
 BOUND_COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", None: "#9a9a9a"}
 
@@ -21,15 +22,6 @@ def si(x: float | None, unit: str = "") -> str:
         if abs(x) >= div:
             return f"{x / div:.3g} {p}{unit}"
     return f"{x:.3g} {unit}".rstrip()
-
-
-def duration(ns: float | None) -> str:
-    if ns is None:
-        return "-"
-    for div, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
-        if abs(ns) >= div:
-            return f"{ns / div:,.2f} {unit}"
-    return f"{ns:,.0f} ns"
 
 
 def pct(x: float | None) -> str:
