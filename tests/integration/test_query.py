@@ -92,7 +92,9 @@ def test_compare_and_history_skip_a_corrupt_file_and_name_it(tmp_path, real_run)
     j = json.loads(proc.stdout)
     assert any("samples-broken.parquet" in n for n in j["notes"])
     tc = next(r for r in j["rows"] if r["key"] == "metric:task-clock" and r["rank"] is None)
-    assert tc["status"] == "unchanged" and tc["change"] == pytest.approx(0, abs=1e-9)   # the same rows
+    # the same rows: no change (its interval, two independent resamplings of a noisy series, may
+    # still reach past the threshold: then it is too wide to call, never a change)
+    assert tc["status"] in ("unchanged", "inconclusive") and tc["change"] == pytest.approx(0, abs=1e-9)
     proc = run_cli("history", "add", str(run_dir), "--db", str(tmp_path / "h.duckdb"))
     assert proc.returncode == 0, proc.stderr
     assert "samples-broken.parquet" in proc.stderr and "added as run 1" in proc.stderr
