@@ -490,9 +490,9 @@ def threads_panel(c: _Ctx, statuses: Mapping[str, Any]) -> PanelFigures:
 
     states = {k: s(f"thread.main.{k}") for k in ("running", "runnable", "blocked")}
     if states["running"] is not None:
-        for key, label, short in (("running", "main thread on-CPU", "main"),
-                                  ("runnable", "main thread runnable", "runq"),
-                                  ("blocked", "main thread blocked", "blocked")):
+        for key, label, short in (("running", "main on-CPU", "main"),
+                                  ("runnable", "main runnable", "runq"),
+                                  ("blocked", "main blocked", "blocked")):
             ser = states[key]
             if ser is None:
                 continue
@@ -502,8 +502,8 @@ def threads_panel(c: _Ctx, statuses: Mapping[str, Any]) -> PanelFigures:
                                [None if v is None else 100.0 * v for v in map(cpus_from_seconds, c.bins(ser))],
                                scale=100.0, headline=key != "blocked", alert=key == "runnable"
                                and now is not None and now >= 0.05))
-    for role, label in (("intraop", "intra-op threads"), ("loader", "DataLoader workers"),
-                        ("comm", "comm threads"), ("other", "other threads")):
+    for role, label in (("intraop", "intra-op"), ("loader", "DataLoader"),
+                        ("comm", "comm"), ("other", "other")):
         ser = s(f"thread.{role}.running")
         if ser is None:
             continue
