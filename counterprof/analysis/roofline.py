@@ -446,7 +446,11 @@ def _mfu(spans: pa.Table, ops: _Ops, effective, costs, atom, ceilings, datasheet
     t_lo, t_hi = _ns(traced.column("start")), _ns(traced.column("end"))
     if steps.num_rows and traced.num_rows:
         s_lo, s_hi = _ns(steps.column("start")), _ns(steps.column("end"))
-        inside = ((s_lo[:, None] >= t_lo[None, :]) & (s_hi[:, None] <= t_hi[None, :])).any(axis=1)
+        # a step counts when most of it was recorded (the driver's step may start a little
+        # before the window the profiler opened at that step's mark)
+        overlap = np.clip(np.minimum(s_hi[:, None], t_hi[None, :]) - np.maximum(s_lo[:, None], t_lo[None, :]),
+                          0, None).sum(axis=1)
+        inside = overlap >= 0.5 * np.maximum(s_hi - s_lo, 1)
         steps = steps.filter(pa.array(inside))
     if steps.num_rows:
         s_rank = _filled(steps.column("rank")) if "rank" in steps.column_names else np.zeros(steps.num_rows, np.int64)

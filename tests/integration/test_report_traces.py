@@ -57,7 +57,12 @@ def test_two_rank_gloo_job_is_collectives_bound(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rep = run_cli("report", str(run_dir), "--json")
     assert rep.returncode == 0, rep.stderr
-    o = json.loads(rep.stdout)["overall"]
-    assert o["verdict"] == "collectives", o
-    assert o["shares"]["collectives"] > 0.5
-    assert "per rank over 2 ranks" in " ".join(e["text"] for e in o["evidence"])
+    r = json.loads(rep.stdout)
+    # every step is timed: the steps are collectives (most of each is inside all_reduce); the
+    # whole run of a 30-step job is mostly torch's start-up, which is not
+    step = next(g["verdict"] for g in r["regions"] if g["kind"] == "step")
+    assert step["verdict"] == "collectives" and step["shares"]["collectives"] > 0.5, step
+    o = r["overall"]
+    assert o["shares"]["collectives"] > 0.05, o
+    text = " ".join(e["text"] for e in o["evidence"])
+    assert "the main thread of each rank" in text and "waiting on collectives with no own compute" in text

@@ -94,7 +94,9 @@ def test_matmul_loop_is_compute_bound(tmp_path, cache):
     # the same kernel as calibrate's sweep: near the peak (wide: the machine is shared)
     assert 0.3 < row["roof_fraction"] < 1.6
     assert r["modelled_share"] > 0.9
-    assert r["mfu"]["dtype"] == "fp32" and len(r["mfu"]["steps"]) >= 3
+    # MFU of the steps the window recorded (2 whole ones in a 3-step window; untraced steps have
+    # no ops, their MFU is unknown, not 0)
+    assert r["mfu"]["dtype"] == "fp32" and len(r["mfu"]["steps"]) >= 2
     assert 0 < r["mfu"]["mfu_measured"] <= 1.6
 
 
