@@ -60,6 +60,7 @@ METRICS = [
     _m("thread.loader.workers", "processes", "gauge", "DataLoader worker processes in the tree"),
 ]
 EMIT_EVERY_NS = 1_000_000_000    # journal writes once a second: a killed profiler loses < 1 s
+WALK_EVERY = 3                   # the whole tree every 3rd sample; the critical thread every one
 FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a second (main threads': every sample)
 CONTENDERS_EVERY_S = 5.0         # the other processes' CPU, read this often (and at start and stop)
 
@@ -303,6 +304,12 @@ class ThreadsCollector(Collector):
         self._excluded: set[int] = set()
         self._roles = np.zeros(0, np.int64)
         self._main_at = -1
+        self._main_fd: int | None = None       # the critical thread's schedstat, read every sample
+        self._main_key: tuple[int, int] | None = None
+        self._main_prev: tuple[int, int, int] | None = None   # (time, run ns, wait ns)
+        self._children_fd: int | None = None   # the critical thread's children file
+        self._children_seen = b""
+        self._samples = 0
         self._procs_children: dict[int, list[int]] = {}
         self._procs_comm: dict[int, str] = {}
         self._loader_workers = 0
@@ -310,6 +317,8 @@ class ThreadsCollector(Collector):
         self._prev_time = self._last_emit = self._last_full = ctx.clock.now_ns()
         self.root_gone = not alive
         self._restructure(arr)
+        self._follow_main()
+        self._sample_main(self._prev_time, [])       # the critical thread's baseline
         self.contenders = Contenders([self.root] if self.in_process else [self.root, os.getpid()], self.proc)
         self._read_contenders()
         self._last_contenders = time.monotonic()
@@ -406,11 +415,27 @@ class ThreadsCollector(Collector):
 
     # -- sampling ------------------------------------------------------------------------
 
-    def sample(self) -> None:
-        """One sample into the pending rows; they are emitted once a second."""
+    def sample(self, walk: bool = False) -> None:
+        """One sample into the pending rows; they are emitted once a second. The critical
+        thread's schedstat is read every sample (one pread); the walk of the whole tree (every
+        thread's schedstat, roles, the critical thread's choice) every WALK_EVERY samples: the
+        helpers' CPU is evidence, so its resolution may be coarser, and on a 200-thread tree the
+        walk is most of the cost (deltas are cumulative: nothing is lost, only resolution)."""
         if self.reader is None or self.root_gone:
             return
         now = self.ctx.clock.now_ns()
+        rows = self._rows
+        self._samples += 1
+        if walk or self._main_fd is None or self._samples % WALK_EVERY == 0 or self._children_moved():
+            if not self._walk(now, rows):
+                return
+        self._sample_main(now, rows)
+        if now - self._last_emit >= EMIT_EVERY_NS and self._warm.is_set():
+            self.flush()
+
+    def _walk(self, now: int, rows: list) -> bool:
+        """The whole tree: helpers' rows over the time since the last walk; False once the
+        root is gone."""
         full = now - self._last_full >= FULL_EVERY_NS
         if full:
             self._last_full = now
@@ -419,25 +444,16 @@ class ThreadsCollector(Collector):
         self._prev_time = now
         if not alive:
             self.root_gone = True
-            return
+            return False
         with self.ctx.lock:
             excluded = set(self.ctx.profiler_tids) if self.in_process else set()
         if changed or excluded != self._excluded:
             self._excluded = excluded
             self._restructure(arr)
         else:
-            critical = self._choose_critical()      # exec and `sh -c 'a; b'` change it between samples
+            critical = self._choose_critical()      # exec and `sh -c 'a; b'` change it between walks
             if critical != self.critical:
                 self._assign(critical)
-        rows = self._rows
-        if self._main_at >= 0:
-            t = arr[self._main_at]
-            run, wait = float(t["run_s"]), float(t["wait_s"])
-            life = min(duration / 1e9, float(t["life_s"])) if t["fresh"] else duration / 1e9
-            entity = f"tid:{int(t['tid'])}"
-            rows.append((now, duration, "thread.main.running", entity, run))
-            rows.append((now, duration, "thread.main.runnable", entity, wait))
-            rows.append((now, duration, "thread.main.blocked", entity, max(0.0, life - run - wait)))
         n = len(self._roles)
         run_by = np.bincount(self._roles, weights=arr["run_s"], minlength=EXCLUDED + 1) if n else np.zeros(EXCLUDED + 1)
         wait_by = np.bincount(self._roles, weights=arr["wait_s"], minlength=EXCLUDED + 1) if n else np.zeros(EXCLUDED + 1)
@@ -447,8 +463,69 @@ class ThreadsCollector(Collector):
                 rows.append((now, duration, f"thread.{word}.runnable", "process", float(wait_by[role])))
         rows.append((now, None, "thread.intraop.count", "process", float(np.count_nonzero(self._roles == INTRAOP))))
         rows.append((now, None, "thread.loader.workers", "process", float(self._loader_workers)))
-        if now - self._last_emit >= EMIT_EVERY_NS and self._warm.is_set():
-            self.flush()
+        self._follow_main()
+        if self._children_fd is not None:
+            try:
+                self._children_seen = os.pread(self._children_fd, 4096, 0)
+            except OSError:
+                self._children_seen = b""
+        return True
+
+    def _follow_main(self) -> None:
+        """Keep the critical thread's schedstat open; a new critical thread starts a new baseline."""
+        c = self.critical
+        key = None if c is None else (c.pid, c.tid)
+        if key == self._main_key:
+            return
+        self._close_main()
+        self._main_key = key
+        if c is None:
+            return
+        path = (f"{self.proc}/self/task/{c.tid}/schedstat" if self.in_process
+                else f"{self.proc}/{c.pid}/task/{c.tid}/schedstat")
+        try:
+            self._main_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._main_fd = None
+        try:
+            self._children_fd = os.open(path.rsplit("/", 1)[0] + "/children", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._children_fd = None
+
+    def _close_main(self) -> None:
+        for fd in (self._main_fd, self._children_fd):
+            if fd is not None:
+                os.close(fd)
+        self._main_fd, self._main_prev, self._children_fd, self._children_seen = None, None, None, b""
+
+    def _children_moved(self) -> bool:
+        """Did the critical process start or lose a child since the last walk (a wrapper's
+        command starting, `sh -c 'a; b'` moving on)? Then walk now: the critical thread may move."""
+        if self._children_fd is None:
+            return False
+        try:
+            return os.pread(self._children_fd, 4096, 0) != self._children_seen
+        except OSError:
+            return True
+
+    def _sample_main(self, now: int, rows: list) -> None:
+        if self._main_fd is None:
+            return
+        try:
+            run_ns, wait_ns = map(int, os.pread(self._main_fd, 128, 0).split()[:2])
+        except (OSError, ValueError):      # the thread is gone: the next walk says what now
+            self._close_main()
+            self._main_key = None
+            return
+        prev, self._main_prev = self._main_prev, (now, run_ns, wait_ns)
+        if prev is None:
+            return                         # a new critical thread: this read is its baseline
+        duration = now - prev[0]
+        run, wait = max(0, run_ns - prev[1]) / 1e9, max(0, wait_ns - prev[2]) / 1e9
+        entity = f"tid:{self.critical.tid}" if self.critical else "tid:?"
+        rows.append((now, duration, "thread.main.running", entity, run))
+        rows.append((now, duration, "thread.main.runnable", entity, wait))
+        rows.append((now, duration, "thread.main.blocked", entity, max(0.0, duration / 1e9 - run - wait)))
 
     def flush(self) -> None:
         rows, self._rows = self._rows, []
@@ -462,11 +539,12 @@ class ThreadsCollector(Collector):
             return
         self._stop.set()
         self._thread.join()
-        try:   # the last partial interval
-            self.sample()
+        try:   # the last partial interval, with a walk: the helpers' last time too
+            self.sample(walk=True)
         except Exception as exc:
             self.ctx.warn(f"threads: final sample failed: {exc}")
         self.flush()
+        self._close_main()
         self.reader.close()
         self._read_contenders()
         self.details["contenders"] = self.contenders.top()

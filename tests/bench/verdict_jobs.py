@@ -28,12 +28,14 @@ PY = sys.executable
 
 def profile(tmp: Path, name: str, *cmd: str, env: dict | None = None, prefix=()) -> tuple[dict, list[dict]]:
     run, truth = tmp / name, tmp / f"{name}.jsonl"
+    truth.unlink(missing_ok=True)
     e = {**os.environ, "JOB_TRUTH": str(truth), **(env or {})}
     subprocess.run([PY, "-m", "counterprof", "run", "-q", "--torch", "-o", str(run), "--force", "--",
                     *prefix, *cmd], env=e, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     rep = subprocess.run([PY, "-m", "counterprof", "report", str(run), "--json"], check=True,
                          capture_output=True, text=True)
-    return json.loads(rep.stdout), [json.loads(x) for x in truth.read_text().splitlines()]
+    lines = [json.loads(x) for x in truth.read_text().splitlines()]
+    return json.loads(rep.stdout), [x for x in lines if "loop_s" in x or "reducer_wait_s" in x]
 
 
 def step_region(report: dict) -> dict:

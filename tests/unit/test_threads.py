@@ -275,7 +275,7 @@ def test_collector_rows_main_blocked_is_the_rest_of_the_interval(tmp_path):
         fp.schedstat(100, 101, 0.3, 0.1)
         fp.schedstat(100, 102, 0.05, 0.0)
         time.sleep(0.1)
-        col.sample()
+        col.sample(walk=True)     # the critical thread every sample; the whole tree on walks
         col.flush()
     finally:
         col._stop.set()
