@@ -62,11 +62,11 @@ def run_repeated(args, run_once: Callable, usage: str) -> int:
                 data["stopped_after"] = i
                 break
     finally:
-        _finish(base, data, quiet)
+        _finish(base, data, quiet, getattr(args, "json", False))
     return status
 
 
-def _finish(base, data: dict, quiet: bool) -> None:
+def _finish(base, data: dict, quiet: bool, as_json: bool = False) -> None:
     """The set's summary (means ± sd) into runset.json and, unless -q, on stderr."""
     from ..analysis.repeat import combine
     from ..runset import SET_FILE, members, write_set
@@ -88,7 +88,7 @@ def _finish(base, data: dict, quiet: bool) -> None:
         except Exception as exc:     # the runs are on disk; a summary problem must not hide that
             err(f"could not summarize the run set: {exc}")
     if summary is not None and not quiet:
-        from ..render.console import console
-        console(stderr=True).print(summary)
+        from .run import print_summary
+        print_summary(summary, as_json)
     last = f", {base}/run-1 to run-{len(runs)}" if len(runs) > 1 else ""
     err(f"run set: {base} ({len(runs)} run{'s' if len(runs) != 1 else ''}{last})")

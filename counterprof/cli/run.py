@@ -89,6 +89,9 @@ def build_parser() -> ArgumentParser:
     ranks.add_argument("--no-per-rank", dest="per_rank", action="store_const", const=False,
                        help="count the launched process tree as one, even under torchrun")
     p.add_argument("-q", "--quiet", action="store_true", help="no summary table at the end")
+    p.add_argument("--json", action="store_true",
+                   help="the summary as one JSON object on stderr instead of the table (like perf "
+                        "stat -j; stdout stays the workload's)")
     p.add_argument("--live", action="store_true",
                    help="a live dashboard at the bottom of the terminal while it runs (q stops "
                         "profiling, the workload runs on); one line a second when stderr is not "
@@ -293,13 +296,23 @@ def _observe(session, args, window=None, warnings: WarningRoute | None = None) -
 def _report(session, args) -> None:
     from ..store.reader import Run
     if not args.quiet:
-        from ..render.console import console
         try:
-            summary = Run(session.path).summary()
-            console(stderr=True).print(summary)
+            print_summary(Run(session.path).summary(), args.json)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
             err(f"could not print the summary: {exc}")
     print(f"counterprof: run directory: {session.path}", file=sys.stderr)
+
+
+def print_summary(summary, as_json: bool) -> None:
+    """The end-of-run summary on stderr: the perf-stat-like table, or one JSON object."""
+    if as_json:
+        import json
+        json.dump(summary.to_dict(), sys.stderr, default=str)
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+        return
+    from ..render.console import console
+    console(stderr=True).print(summary)
 
 
 if __name__ == "__main__":

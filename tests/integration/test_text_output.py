@@ -153,3 +153,17 @@ def test_err_lines_print_inert(tmp_path):
     proc = run_cli("report", str(bad), env=_env())
     assert proc.returncode != 0
     assert not CONTROL.search(proc.stderr) and "\\x1b]0;PWNED\\x07" in proc.stderr, proc.stderr
+
+
+def test_run_json_prints_the_summary_as_one_json_object_on_stderr(tmp_path):
+    """`run --json`, like `perf stat -j`: the summary as JSON on stderr, stdout the workload's."""
+    proc = run_cli("run", "--json", "-o", str(tmp_path / "r"), "--", PYTHON, "-c", "print('out')")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "out\n"
+    objects = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert len(objects) == 1, proc.stderr
+    s = objects[0]
+    assert s["command"][-1] == "print('out')" and s["exit_status"] == 0
+    rows = {r["metric"]: r for r in s["rows"]}
+    assert rows["task-clock"]["status"] == "counted" and rows["task-clock"]["value"] > 0
+    assert "Performance counter stats" not in proc.stderr          # no table beside it
