@@ -60,7 +60,10 @@ METRICS = [
     _m("thread.loader.workers", "processes", "gauge", "DataLoader worker processes in the tree"),
 ]
 EMIT_EVERY_NS = 1_000_000_000    # journal writes once a second: a killed profiler loses < 1 s
-WALK_EVERY = 3                   # the whole tree every 3rd sample; the critical thread every one
+WALK_EVERY = 3                   # a big tree: walked every 3rd sample; the critical thread every one
+# up to this many threads the walk is cheap (~1 µs a thread) and runs every sample: short-lived
+# helpers (DataLoader workers of a short loop) lose at most one interval when they exit
+WALK_ALWAYS_UP_TO = 64
 FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a second (main threads': every sample)
 CONTENDERS_EVERY_S = 5.0         # the other processes' CPU, read this often (and at start and stop)
 
@@ -432,7 +435,8 @@ class ThreadsCollector(Collector):
         now = self.ctx.clock.now_ns()
         rows = self._rows
         self._samples += 1
-        if walk or self._main_fd is None or self._samples % WALK_EVERY == 0 or self._children_moved():
+        every = 1 if len(self._roles) <= WALK_ALWAYS_UP_TO else WALK_EVERY
+        if walk or self._main_fd is None or self._samples % every == 0 or self._children_moved():
             if not self._walk(now, rows):
                 return
         self._sample_main(now, rows)

@@ -70,6 +70,20 @@ def _by_rank(spans: pa.Table, categories: tuple[str, ...]) -> dict[int, dict[str
     return out
 
 
+def _traced_steps(steps: dict[str, tuple[int, int]], windows: dict[str, np.ndarray] | None) -> set[str]:
+    """The steps (name -> (start, end)) most of which lie inside one of the trace windows; all
+    of them when the rank has no window spans (a trace imported without one)."""
+    if not windows or not len(windows["start"]):
+        return set(steps)
+    lo, hi = windows["start"], windows["end"]
+    out = set()
+    for name, (a, b) in steps.items():
+        overlap = np.clip(np.minimum(b, hi) - np.maximum(a, lo), 0, None).sum()
+        if overlap >= 0.5 * max(b - a, 1):
+            out.add(name)
+    return out
+
+
 def _matched_ends(ref: dict[str, np.ndarray], other: dict[str, np.ndarray],
                   ref_steps: dict[str, np.ndarray] | None,
                   other_steps: dict[str, np.ndarray] | None) -> tuple[np.ndarray, np.ndarray]:
@@ -177,6 +191,7 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
     lacks are named, the highest ones included."""
     steps = _by_rank(spans, ("step",))
     colls = _by_rank(spans, ("collective",))
+    windows = _by_rank(spans, ("window",))
     ranks = sorted(set(steps) | set(colls))
     present = sorted(set(ranks) | {r for r in (hosts or {}) if r >= 0})
     gaps = _missing(present, parse_world_size(world_size))
@@ -211,6 +226,13 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
              for r, s in steps.items()}
     if len(named) >= 2:
         common = set.intersection(*(set(v) for v in named.values()))
+        if colls:
+            # every step is timed, only the traced ones hold their collectives: who waited for
+            # whom is read from the steps every rank recorded in a trace window
+            traced = {r: _traced_steps(named[r], windows.get(r)) for r in named}
+            common_traced = set.intersection(*traced.values())
+            if common_traced:
+                common = common_traced
         missing = sorted(set(present) - set(named))
         if missing:
             out.notes.append(f"ranks without steps: {', '.join(map(str, missing))}")
