@@ -330,13 +330,7 @@ class ThreadsCollector(Collector):
         # a loaded machine): done beside the sampling, which holds its rows until it is over
         # instead of stalling in its first flush (or delaying the workload's start)
         self._warm = threading.Event()
-        if self.in_process:
-            # in the workload's own process the first Arrow conversion (pyarrow imports pandas
-            # then, ~0.3 s of CPU) waits for the first flush, as the host collector's does: a
-            # warm-up thread would spend it inside the user's block, beside their threads
-            self._warm.set()
-        else:
-            ctx.start_thread("counterprof-threads-warmup", self._warm_up)
+        self._warm.set()     # the session warmed Arrow before any collector started (_warm_arrow)
         self._thread = ctx.start_thread("counterprof-threads", lambda: self._loop(interval_s))
 
     def _warm_up(self) -> None:

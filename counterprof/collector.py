@@ -96,6 +96,10 @@ class Collector:
 
     name: ClassVar[str] = ""
     start_late: ClassVar[bool] = False
+    # counters that see every thread of the process (perf): started after every other collector
+    # and stopped before them, so the others' start-up and stop (Python work that competes with
+    # the workload's threads) are not in its counts
+    start_last: ClassVar[bool] = False
     default_on: ClassVar[bool] = True
     # can attach to a running process (Target "pid"): started on each rank of a multi-rank job
     per_rank: ClassVar[bool] = False
@@ -179,3 +183,17 @@ def resolve(names: list[str] | None) -> dict[str, type[Collector] | Exception]:
             f"unknown collector(s): {', '.join(unknown)}; known: {', '.join(sorted(reg))} "
             "(see `counterprof list`)")
     return {n: reg[n] for n in names}
+
+
+def start_order(collectors):
+    """The order collectors start in: plain ones, then those that count threads (start_late),
+    those whose counters see every thread last (start_last)."""
+    return sorted(collectors, key=lambda c: (c.start_late, c.start_last))
+
+
+def stop_order(collectors):
+    """Stop in the reverse of start_order for the thread-counting ones (so counters stop first
+    and see the end), then the rest in their start order."""
+    started = list(collectors)
+    late = [c for c in reversed(started) if c.start_late]
+    return late + [c for c in started if not c.start_late]

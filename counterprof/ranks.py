@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .collector import Collector, Target
+from .collector import Collector, Target, start_order, stop_order
 from .errors import CounterprofError
 from .proctree import environ, multiprocessing_helper, pid_alive, rank_of, tree_order
 
@@ -321,7 +321,7 @@ class RankWatcher:
         if entry["gpu"] is not None:
             self.session.own_entity(f"gpu:{entry['gpu']}", rank)
         ctx = self.session.rank_context(rank, Target("pid", pid))
-        for cls in sorted(self.classes, key=lambda c: c.start_late):
+        for cls in start_order(self.classes):
             col = cls(self.session.config.get(cls.name, {}))
             try:
                 col.start(ctx)
@@ -359,7 +359,7 @@ class RankWatcher:
         with self._lock:
             entries = list(self.ranks.items())
         for rank, entry in entries:
-            for col in sorted(entry["collectors"], key=lambda c: not c.start_late):
+            for col in stop_order(entry["collectors"]):
                 try:
                     col.stop()
                 except Exception as exc:

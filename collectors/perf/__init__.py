@@ -35,6 +35,7 @@ class PerfCollector(Collector):
     name = "perf"
     per_rank = True
     start_late = True   # must see the profiler's own threads before listing the target's
+    start_last = True   # its counters see every thread: nothing else's start or stop in them
 
     DEFAULTS = {"events": DEFAULT_EVENTS, "interval_ms": 100.0, "per_thread": False,
                 "per_cpu": False, "sysfs_root": "/sys"}
