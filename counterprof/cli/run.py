@@ -68,8 +68,9 @@ def build_parser() -> ArgumentParser:
                         "record SECONDS every EVERY seconds (default 2/20)")
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
-    p.add_argument("--threads-interval-ms", type=float, default=100.0, metavar="MS",
-                   help="threads collector interval in ms (default 100): thread states by role")
+    p.add_argument("--threads-interval-ms", type=float, default=None, metavar="MS",
+                   help="threads collector interval in ms (default: -I's): thread states by role, "
+                        "which the verdict follows, so they sample as finely as the counters")
     p.add_argument("--gpus", metavar="LIST",
                    help="GPUs to sample, by CUDA ordinal as the workload sees them (after "
                         "CUDA_VISIBLE_DEVICES), comma separated (default: every visible GPU)")
@@ -149,7 +150,8 @@ def _run(args) -> int:
     if args.gpus is not None:
         nvml_cfg["gpus"] = args.gpus
     config = {"perf": perf_cfg, "host": {"interval_ms": args.host_interval_ms},
-              "threads": {"interval_ms": args.threads_interval_ms}, "nvml": nvml_cfg}
+              "threads": {"interval_ms": args.threads_interval_ms if args.threads_interval_ms is not None
+                          else args.interval_ms}, "nvml": nvml_cfg}
     collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
     if args.gpus is not None and collectors is not None and "nvml" not in collectors:
         raise UsageFailure("--gpus selects GPUs for the nvml collector, which --collectors leaves out",
