@@ -190,7 +190,8 @@ class Session:
                 continue
             self.plan.append(cls(cfg))
         words = rundir.API_WORDS if self.target.kind == "self" else rundir.CLI_WORDS
-        self.path, self.joined = rundir.claim(self.path, replace=self.replace, job=self.job, words=words)
+        self.path, self.joined = rundir.claim(self.path, replace=self.replace, job=self.job,
+                                              words=words, on_create=self._first_meta)
         self.rank_path = rundir.rank_dir(self.path, self.rank)
         if self.joined and (self.rank_path / rundir.META).exists():
             raise RunDirectoryError(f"rank {self.rank} of {self.path} is already written by another "
@@ -200,6 +201,13 @@ class Session:
                                 regions.ENV_CLOCK_OFFSET: str(self.clock.offset_ns)})
         for col in self.plan:
             self.launch_env.update(col.launch_environment(self.path))
+
+    def _first_meta(self, path: Path) -> None:
+        """The creator's meta.json, written while the run is still claimed: the job's other
+        ranks, let in after it, find a run (start() rewrites it with the start time)."""
+        self.path = path
+        self.start_ns = self.clock.now_ns()
+        rundir.write_json(path / rundir.META, self._initial_meta())
 
     def start(self) -> None:
         if not hasattr(self, "plan"):

@@ -28,7 +28,7 @@ import os
 import fcntl
 import re
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from ..errors import RunDirectoryError
 
@@ -94,15 +94,21 @@ def already_holds_a_run(path: str | os.PathLike, words: Words = CLI_WORDS) -> st
 
 
 def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = None,
-          words: Words = CLI_WORDS) -> tuple[Path, bool]:
+          words: Words = CLI_WORDS,
+          on_create: Callable[[Path], None] | None = None) -> tuple[Path, bool]:
     """Create a run directory, or join it: (path, joined). With a job id, the first process of
     the job to get here creates the run; the job's other processes (the other ranks of a
     torchrun job, each in its own counterprof.profile()) join it and write their own partition.
     Simultaneous starts agree on who created it through a lock file; a finished run of another
-    job is replaced with replace=True, refused otherwise."""
+    job is replaced with replace=True, refused otherwise. on_create(path) runs in the creator
+    before any joiner is let in: it writes the run's first meta.json, so a joiner never sees a
+    claimed directory that is not yet a run."""
     path = Path(path)
     if job is None:
-        return create(path, replace=replace, words=words), False
+        path = create(path, replace=replace, words=words)
+        if on_create is not None:
+            on_create(path)
+        return path, False
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         lock = os.open(path / CLAIM_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -127,6 +133,8 @@ def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = N
         write_text = path / (JOB + ".tmp")
         write_text.write_text(job + "\n")
         os.replace(write_text, path / JOB)
+        if on_create is not None:
+            on_create(path)
         return path, False
     finally:
         os.close(lock)

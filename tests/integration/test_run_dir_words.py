@@ -86,6 +86,34 @@ def test_a_joining_rank_waits_until_the_creator_has_checked_the_directory(tmp_pa
     assert rank_files(run, 1).is_dir()
 
 
+def test_a_joiner_finds_a_run_however_slowly_the_creator_starts(tmp_path):
+    """The first rank's profile() writes the run's meta.json before the job's other ranks are let
+    in: a joiner's profile() read the run before a loaded creator had written it (seen in CI:
+    "is not a counterprof run (no meta.json)" in rank 0 of a torchrun job)."""
+    import threading
+    import time
+    from counterprof.store.reader import Run
+    run = tmp_path / "run"
+    creating, seen = threading.Event(), []
+
+    def first_meta(path):
+        creating.set()
+        time.sleep(0.3)                     # a creator slowed by the machine's load
+        rundir.write_json(path / rundir.META, {"id": path.name, "status": "running"})
+
+    def joiner():
+        creating.wait(5)
+        path, was_joined = rundir.claim(run, job="j", on_create=first_meta)
+        Run(path)                           # what profile() opens as soon as it has joined
+        seen.append(was_joined)
+
+    t = threading.Thread(target=joiner)
+    t.start()
+    assert rundir.claim(run, job="j", on_create=first_meta) == (run, False)
+    t.join(10)
+    assert seen == [True]
+
+
 def test_a_refused_creator_leaves_nothing_to_join(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
