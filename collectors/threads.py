@@ -306,7 +306,6 @@ class ThreadsCollector(Collector):
         self.reader = ThreadReader(self.root, self.proc)
         self._excluded: set[int] = set()
         self._roles = np.zeros(0, np.int64)
-        self._main_at = -1
         self._main_fd: int | None = None       # the critical thread's schedstat, read every sample
         self._main_key: tuple[int, int] | None = None
         self._main_prev: tuple[int, int, int] | None = None   # (time, run ns, wait ns)
@@ -326,18 +325,9 @@ class ThreadsCollector(Collector):
         self._read_contenders()
         self._last_contenders = time.monotonic()
         interval_s = float(self.config["interval_ms"]) / 1000
-        # pyarrow imports pandas at its first conversion in a process (~0.5 s of CPU, seconds on
-        # a loaded machine): done beside the sampling, which holds its rows until it is over
-        # instead of stalling in its first flush (or delaying the workload's start)
-        self._warm = threading.Event()
-        self._warm.set()     # the session warmed Arrow before any collector started (_warm_arrow)
+        # (Arrow's first conversion, seconds on a loaded machine, was done by the session before
+        # any collector started: session._warm_arrow)
         self._thread = ctx.start_thread("counterprof-threads", lambda: self._loop(interval_s))
-
-    def _warm_up(self) -> None:
-        try:
-            samples_batch([], [], self.name, [], [], [])
-        finally:
-            self._warm.set()
 
     def _read_contenders(self) -> None:
         try:
@@ -388,7 +378,6 @@ class ThreadsCollector(Collector):
         self.critical = critical
         roles = assign_roles(self._threads, critical, self._excluded)
         self._roles = np.asarray(roles, np.int64)
-        self._main_at = roles.index(MAIN) if MAIN in roles else -1
         self._loader_workers = len({pid for (_, pid, _), r in zip(self._threads, roles)
                                     if r == LOADER and (critical is None or pid != critical.pid)})
 
@@ -434,7 +423,7 @@ class ThreadsCollector(Collector):
             if not self._walk(now, rows):
                 return
         self._sample_main(now, rows)
-        if now - self._last_emit >= EMIT_EVERY_NS and self._warm.is_set():
+        if now - self._last_emit >= EMIT_EVERY_NS:
             self.flush()
 
     def _walk(self, now: int, rows: list) -> bool:
