@@ -32,7 +32,9 @@ ECC = ("mem_ecc_corrected", "mem_ecc_uncorrected", "sram_ecc_corrected", "sram_e
 
 METRICS = [
     _m("neuron.core_util", "percent", "ratio", MONITOR,
-       "NeuronCore utilization over the monitor's period (entity neuron:D/core:C; Trn2's physical cores as .../phys:P)"),
+       "NeuronCore utilization over the monitor's period (entity neuron:D/core:C)"),
+    _m("neuron.phys_core_util", "percent", "ratio", MONITOR,
+       "utilization of one physical core of a logical NeuronCore (Trn2's v3d; entity neuron:D/core:C/phys:P)"),
     _m("neuron.flops_rate", "FLOP/s", "ratio", MONITOR,
        "floating-point operations per second on the NeuronCore over the period (flops, or effective_flops on newer runtimes)"),
     _m("neuron.device_mem_used", "bytes", "gauge", MONITOR,
@@ -45,16 +47,16 @@ METRICS = [
       for p in HOST_MEM_PARTS],
     _m("neuron.runtime_vcpu_user", "percent", "ratio", MONITOR, "vCPU time the Neuron runtime spent in user code over the period"),
     _m("neuron.runtime_vcpu_system", "percent", "ratio", MONITOR, "vCPU time the Neuron runtime spent in the kernel over the period"),
-    _m("neuron.exec_completed", "executions", "delta", MONITOR, "executions (model runs) completed without error in the interval"),
-    *[_m(f"neuron.exec_{o}", "executions", "delta", MONITOR, f"executions {o.replace('_', ' ')} in the interval")
+    _m("neuron.exec_completed", "count", "delta", MONITOR, "executions (model runs) completed without error in the interval"),
+    *[_m(f"neuron.exec_{o}", "count", "delta", MONITOR, f"executions {o.replace('_', ' ')} in the interval")
       for o in OUTCOMES],
-    *[_m(f"neuron.exec_errors_{k}", "errors", "delta", MONITOR, f"{k} execution errors in the interval")
+    *[_m(f"neuron.exec_errors_{k}", "count", "delta", MONITOR, f"{k} execution errors in the interval")
       for k in ERROR_KINDS],
     _m("neuron.latency_p50", "s", "gauge", MONITOR, "median execution latency as the runtime measured it, over the period"),
     _m("neuron.latency_p99", "s", "gauge", MONITOR, "99th-percentile execution latency as the runtime measured it, over the period"),
     _m("neuron.device_latency_p50", "s", "gauge", MONITOR, "median time an execution spent on the device, over the period"),
     _m("neuron.device_latency_p99", "s", "gauge", MONITOR, "99th-percentile time an execution spent on the device, over the period"),
-    *[_m(f"neuron.ecc_{k.replace('_ecc', '')}", "events", "delta", MONITOR,
+    *[_m(f"neuron.ecc_{k.replace('_ecc', '')}", "count", "delta", MONITOR,
          f"{k.split('_')[0].upper()} ECC events {k.split('_')[-1]} on the device in the interval")
       for k in ECC],
     _m("neuron.flop_count", "FLOP", "delta", SYSFS, "floating-point operations on the NeuronCore in the interval (other_info/flop_count)"),

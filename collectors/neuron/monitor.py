@@ -207,7 +207,8 @@ class Parser:
                     for phys, pc in sub.items():
                         num = str(phys).rpartition(".")[2]
                         if isinstance(pc, dict) and num.isdigit():
-                            add(dur, "neuron.core_util", f"{ent}/phys:{num}", pc.get("neuroncore_utilization"), core)
+                            add(dur, "neuron.phys_core_util", f"{ent}/phys:{num}",
+                                pc.get("neuroncore_utilization"), core)
 
         name, g = _group(report, "memory_used")
         if g is not None:

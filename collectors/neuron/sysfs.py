@@ -107,28 +107,33 @@ class SysfsSampler:
             for m, cdir in cores(ddir):
                 self.layout.append((dev, dev * per + m, cdir))
         self.prev: dict[tuple[int, str], tuple[float, int]] = {}
-        self.power_seen: dict[int, int] = {}
 
     def tick(self, now_ns: int, wanted: set[int] | None) -> list[Row]:
-        """Rows for the cores in `wanted` (None: every core) and their devices."""
+        """Rows for the cores in `wanted` (None: every core) and their devices. The others are
+        read once, so that a core the workload is found to use later counts from the start."""
         rows: list[Row] = []
         devs = set()
         for dev, core, cdir in self.layout:
-            if wanted is not None and core not in wanted:
-                continue
-            devs.add(dev)
+            chosen = wanted is None or core in wanted
             ent = f"neuron:{dev}/core:{core}"
             other = os.path.join(cdir, "stats", "other_info")
             for name, metric, scale in (("flop_count", "neuron.flop_count", 1.0),
                                         ("nc_time_in_use", "neuron.nc_time_in_use", 1e-6)):
+                key = (core, name)
+                if not chosen and key in self.prev:
+                    continue   # a core not (yet) the workload's keeps its first reading as the baseline
                 v = read_number(os.path.join(other, name))
                 if v is None:
                     continue
-                key = (core, name)
                 before = self.prev.get(key)
                 self.prev[key] = (v, now_ns)
+                if not chosen:
+                    continue
                 if before is not None and v >= before[0] and now_ns > before[1]:
                     rows.append(Row(now_ns - before[1], metric, ent, (v - before[0]) * scale, None, core))
+            if not chosen:
+                continue
+            devs.add(dev)
             used = self._device_mem(os.path.join(cdir, "stats", "memory_usage", "device_mem"))
             if used is not None:
                 rows.append(Row(None, "neuron.sysfs_device_mem_used", ent, used, None, core))
@@ -151,7 +156,7 @@ class SysfsSampler:
                 got = parse_power(f.read())
         except OSError:
             return []
-        if got is None or self.power_seen.get(dev) == got[0]:
-            return []          # the driver's figure changes once a minute: a row when it does
-        self.power_seen[dev] = got[0]
+        if got is None:
+            return []
+        # the driver's figure changes once a minute; a gauge every tick like the others
         return [Row(None, "neuron.power_util", f"neuron:{dev}", got[1], None, None)]

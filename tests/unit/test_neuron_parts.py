@@ -31,8 +31,8 @@ def test_guide_line_every_group():
     assert got[("neuron.core_util", "neuron:0/core:1")].value == 42.02
     assert got[("neuron.core_util", "neuron:0/core:1")].duration_ns == 1_000_113_182
     # Trn2's physical cores of each logical one
-    assert got[("neuron.core_util", "neuron:0/core:0/phys:0")].value == 21.01
-    assert got[("neuron.core_util", "neuron:0/core:1/phys:3")].value == 63.02
+    assert got[("neuron.phys_core_util", "neuron:0/core:0/phys:0")].value == 21.01
+    assert got[("neuron.phys_core_util", "neuron:0/core:1/phys:3")].value == 63.02
     assert got[("neuron.flops_rate", "neuron:0/core:0")].value == 1234567891011
     # memory: the per-core breakdown and its sum, the runtime's host memory
     assert got[("neuron.device_mem_constants", "neuron:0/core:0")].value == 193986816
@@ -206,7 +206,8 @@ def test_sysfs_counters_as_deltas(tmp_path):
     assert second[("neuron.flop_count", "neuron:1/core:3")].duration_ns == 500_000_000
     assert second[("neuron.nc_time_in_use", "neuron:1/core:3")].value == pytest.approx(0.25)
     assert not any("core:0" in e for _, e in second)       # only the wanted core
-    assert ("neuron.power_util", "neuron:1") not in second  # the per-minute figure did not change
+    assert second[("neuron.power_util", "neuron:1")].value == 32.5     # the wanted core's device
+    assert ("neuron.power_util", "neuron:0") not in second
 
 
 def test_sysfs_counter_directories_and_a_cleared_counter(tmp_path):
