@@ -30,9 +30,9 @@ def neuron_env(tmp_path, sysfs=True, fakes=True, **extra):
     return env
 
 
-def profile(tmp_path, env, seconds=3.5, args=(), workload_args=()):
+def profile(tmp_path, env, seconds=3.5, args=(), workload_args=(), name="run"):
     """counterprof run of the workload as a user runs it; (process, run, the workload's FLOPs)."""
-    out = tmp_path / "run"
+    out = tmp_path / name
     root = env["COUNTERPROF_NEURON_SYSFS"] if os.path.isdir(env["COUNTERPROF_NEURON_SYSFS"]) else "-"
     cmd = [*COUNTERPROF, "run", "-o", str(out), *args, "--", PYTHON, WORKLOAD, str(seconds), root,
            str(FLOPS), *workload_args]
@@ -213,3 +213,22 @@ def test_list_shows_the_devices_or_why_not(tmp_path):
                  if c["name"] == "neuron")
     assert entry["available"] is False
     assert "neuron-monitor is not on PATH" in entry["reason"] and "no-such-tree" in entry["reason"]
+
+
+def test_compare_and_history_take_the_neuron_metrics(tmp_path):
+    runs = []
+    env = neuron_env(tmp_path)
+    for util in ("40", "80"):          # the same command, on NeuronCores twice as busy
+        proc, run, _ = profile(tmp_path, {**env, "FAKE_NEURON_UTIL": util}, seconds=3.0, name=f"run{util}")
+        assert proc.returncode == 0, proc.stderr
+        runs.append(str(run.path))
+    cmp = json.loads(run_cli("compare", *runs, "--json", check=True).stdout)
+    row = next(r for r in cmp["rows"] if r["key"] == "metric:neuron.core_util")
+    assert (row["base_median"], row["cand_median"], row["unit"]) == (40.0, 80.0, "percent")
+    assert any(r["key"] == "metric:neuron.flop_count" for r in cmp["rows"])
+    db = str(tmp_path / "history.duckdb")
+    for r in runs:
+        run_cli("history", "add", r, "--db", db, check=True)
+    shown = json.loads(run_cli("history", "show", "--db", db, "--metric", "metric:neuron.core_util",
+                               "--json", check=True).stdout)
+    assert [p["value"] for p in shown["series"][0]["points"]] == [40.0, 80.0]
