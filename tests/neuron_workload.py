@@ -4,7 +4,8 @@ then for SECONDS moves the fake sysfs counters of its NeuronCores as hardware wo
 
     python neuron_workload.py SECONDS SYSFS_ROOT FLOPS_PER_TICK [--ranks N]
 
-With --ranks N it starts N such processes with RANK=r and NEURON_RT_VISIBLE_CORES of their
+With --detached it first starts a tagged Neuron application outside its own tree. With
+--ranks N it starts N such processes with RANK=r and NEURON_RT_VISIBLE_CORES of their
 own (two NeuronCores each) and waits for them. Prints the FLOPs it added per core as JSON.
 """
 import json
@@ -33,8 +34,28 @@ def work(seconds: float, root: str, flops: int) -> dict:
     return added
 
 
+def detach(seconds: float) -> int:
+    """A Neuron application outside this process tree (double fork: its parent exits), with
+    this process's NEURON_PROCESS_TAG and NeuronCores 2-3; its pid."""
+    r, w = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        pid = os.fork()
+        if pid:
+            os.write(w, str(pid).encode())
+            os._exit(0)
+        os.execve(sys.executable, [sys.executable, "-c", f"import time; time.sleep({seconds})"],
+                  dict(os.environ, FAKE_NEURON_RUNTIME="1", NEURON_RT_VISIBLE_CORES="2-3"))
+    os.close(w)
+    pid = int(os.read(r, 32))
+    os.wait()
+    return pid
+
+
 def main() -> None:
     seconds, root, flops = float(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+    if "--detached" in sys.argv:
+        print(f"detached {detach(seconds)}", file=sys.stderr, flush=True)
     if "--ranks" in sys.argv:
         n = int(sys.argv[sys.argv.index("--ranks") + 1])
         procs = []

@@ -232,3 +232,19 @@ def test_compare_and_history_take_the_neuron_metrics(tmp_path):
     shown = json.loads(run_cli("history", "show", "--db", db, "--metric", "metric:neuron.core_util",
                                "--json", check=True).stdout)
     assert [p["value"] for p in shown["series"][0]["points"]] == [40.0, 80.0]
+
+
+def test_runtimes_outside_the_tree_are_matched_by_neuron_process_tag(tmp_path):
+    env = neuron_env(tmp_path, sysfs=False, NEURON_PROCESS_TAG="train-7", FAKE_NEURON_FOREIGN="1")
+    proc, run, _ = profile(tmp_path, env, seconds=3.5, workload_args=("--detached",))
+    assert proc.returncode == 0, proc.stderr
+    detached = int(next(ln for ln in proc.stderr.splitlines() if ln.startswith("detached ")).split()[1])
+    st = run.meta["collectors"]["neuron"]
+    # the config asks for the workload's tag only: the foreign app (tag other-app) is not reported
+    assert st["monitor_config"]["neuron_runtimes"][0]["tag_filter"] == r"^train\-7$"
+    assert {rt["pid"] for rt in st["runtimes"]} >= {detached}
+    assert all(rt["tag"] == "train-7" for rt in st["runtimes"])
+    rows = neuron_rows(run)
+    assert values(rows, "neuron.core_util", "neuron:0/core:2")          # the detached one's cores
+    assert values(rows, "neuron.core_util", "neuron:0/core:0")          # the workload's own
+    assert not any("core:4" in r["entity"] for r in rows)
