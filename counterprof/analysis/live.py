@@ -518,11 +518,11 @@ def threads_panel(c: _Ctx, statuses: Mapping[str, Any]) -> PanelFigures:
 
 # GPU and any other collector: one panel per device (entity gpu:N) or per (source, entity),
 # one row per metric, ordered by how the name (without its gpu./gpm. prefix) starts.
-_ORDER = ("util", "sm", "occupancy", "tensor", "fp", "dram", "mem", "power", "energy", "temp",
-          "clock", "throttle", "pcie", "nvlink",
-          # Neuron devices (neuron.*): cores, memory, then the runtime's executions and CPU
-          "core_util", "flops", "flop_count", "nc_time", "device_mem", "host_mem", "exec", "latency",
-          "device_latency", "runtime_vcpu")
+_ORDER = ("util", "core_util", "flops", "flop_count", "nc_time",   # (NeuronCores: neuron.*)
+          "sm", "occupancy", "tensor", "fp", "dram", "mem", "device_mem", "host_mem", "power", "energy",
+          "temp", "clock", "throttle", "pcie", "nvlink",
+          # a Neuron runtime's executions and CPU
+          "exec", "latency", "device_latency", "runtime_vcpu")
 _ALERT_WORDS = ("throttle", "clock_event", "clocks_event", "xid", "ecc", "exec_errors", "exec_timed_out",
                 "exec_failed_to_queue", "exec_completed_with", "exec_incorrect_input")
 # a Neuron device's panel: the figures per core and runtime; the memory breakdowns and Trn2's

@@ -39,6 +39,7 @@ def figures(errors: float = 0.0):
             ("neuron.exec_errors_numerical", "neuron:0/pid:42", errors),
             ("neuron.latency_p99", "neuron:0/pid:42", 0.012),
             ("neuron.core_util", "neuron:1/core:4", 10.0),
+            ("neuron.power_util", "neuron:0", 35.0),
         ]), 0)
     return live_figures(w.snapshot(), CAT, {}, 10)
 
@@ -54,7 +55,8 @@ def test_a_panel_per_neuron_device_with_its_cores():
     assert by_label["nc0 mem"].detail == "of 96.0 GiB"
     assert by_label["p42 lat p99"].value == pytest.approx(0.012)
     # the utilization rows lead; breakdowns, physical cores and zero error counts stay out
-    assert [x.label for x in p0.figures[:2]] == ["nc0 util", "nc1 util"]
+    assert [x.label for x in p0.figures if x.headline] == ["nc0 util", "nc1 util"]
+    assert [x.label for x in p0.figures[2:5]] == ["nc0 FLOPs", "nc0 mem", "power_util"]
     assert not any(x.label.startswith(("nc0 device_mem_tensors", "nc1 phys")) or "phys" in x.key
                    for x in p0.figures)
     assert "p42 exec_errors_numerical" not in by_label
