@@ -248,3 +248,21 @@ def test_runtimes_outside_the_tree_are_matched_by_neuron_process_tag(tmp_path):
     assert values(rows, "neuron.core_util", "neuron:0/core:2")          # the detached one's cores
     assert values(rows, "neuron.core_util", "neuron:0/core:0")          # the workload's own
     assert not any("core:4" in r["entity"] for r in rows)
+
+
+def test_in_process_profile_records_the_process_own_runtime(tmp_path):
+    """counterprof.profile() in a Neuron application: the monitor is this process's child and
+    is not taken for part of the workload's tree."""
+    env = neuron_env(tmp_path, sysfs=False, FAKE_NEURON_RUNTIME="1")
+    script = (
+        "import time, counterprof\n"
+        f"with counterprof.profile(path={str(tmp_path / 'run')!r}, collectors=['neuron']) as run:\n"
+        "    time.sleep(3.0)\n")
+    proc = subprocess.run([PYTHON, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    run = counterprof.load(tmp_path / "run")
+    st = run.meta["collectors"]["neuron"]
+    assert st["status"] == "ok", st
+    rec = json.loads((tmp_path / "monitor.json").read_text())
+    assert [rt["pid"] for rt in st["runtimes"]] == [rec["ppid"]]        # this process, not the monitor
+    assert values(neuron_rows(run), "neuron.core_util", "neuron:0/core:0")
