@@ -10,7 +10,8 @@ The guide draws other_info's entries as plain files and most counters as directo
 `total` and `present`: both are read (a directory's `total`). Files are only ever opened for
 reading: writing to a counter clears it. flop_count and nc_time_in_use become deltas between
 reads (a counter that goes back was cleared: that interval has no row, the next one does);
-a memory category's `total` is its current use. NeuronCore M of device N is core
+a memory category's `total` is its current use (memory and power are read once a second,
+the counters every tick). NeuronCore M of device N is core
 N * core_count + M, the machine-wide number neuron-monitor uses.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Iterable
 from .monitor import Row
 
 POWER_VALID = "POWER_STATUS_VALID"
+SLOW_EVERY_NS = 1_000_000_000      # memory (a dozen files a core) and power: gauges, once a second
 
 
 def read_number(path: str) -> float | None:
@@ -107,12 +109,23 @@ class SysfsSampler:
             for m, cdir in cores(ddir):
                 self.layout.append((dev, dev * per + m, cdir))
         self.prev: dict[tuple[int, str], tuple[float, int]] = {}
+        self.files: dict[str, str] = {}            # a counter's path -> the file holding its value
+        self.slow_at: int | None = None            # memory and power: once a second
+
+    def _read(self, path: str) -> float | None:
+        f = self.files.get(path)
+        if f is None:
+            f = self.files[path] = os.path.join(path, "total") if os.path.isdir(path) else path
+        return read_number(f)
 
     def tick(self, now_ns: int, wanted: set[int] | None) -> list[Row]:
         """Rows for the cores in `wanted` (None: every core) and their devices. The others are
         read once, so that a core the workload is found to use later counts from the start."""
         rows: list[Row] = []
         devs = set()
+        slow = self.slow_at is None or now_ns - self.slow_at >= SLOW_EVERY_NS
+        if slow:
+            self.slow_at = now_ns
         for dev, core, cdir in self.layout:
             chosen = wanted is None or core in wanted
             ent = f"neuron:{dev}/core:{core}"
@@ -122,7 +135,7 @@ class SysfsSampler:
                 key = (core, name)
                 if not chosen and key in self.prev:
                     continue   # a core not (yet) the workload's keeps its first reading as the baseline
-                v = read_number(os.path.join(other, name))
+                v = self._read(os.path.join(other, name))
                 if v is None:
                     continue
                 before = self.prev.get(key)
@@ -131,7 +144,7 @@ class SysfsSampler:
                     continue
                 if before is not None and v >= before[0] and now_ns > before[1]:
                     rows.append(Row(now_ns - before[1], metric, ent, (v - before[0]) * scale, None, core))
-            if not chosen:
+            if not chosen or not slow:
                 continue
             devs.add(dev)
             used = self._device_mem(os.path.join(cdir, "stats", "memory_usage", "device_mem"))

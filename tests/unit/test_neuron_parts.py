@@ -201,10 +201,15 @@ def test_sysfs_counters_as_deltas(tmp_path):
     mem = {r.entity: r.value for r in first if r.metric == "neuron.sysfs_device_mem_used"}
     assert mem["neuron:1/core:3"] == 2 * (1 << 20)        # constants + tensors totals
     bump(root, 1, 1, flops=5_000_000, us=250_000)
-    second = {(r.metric, r.entity): r for r in s.tick(1_500_000_000, {3})}
-    assert second[("neuron.flop_count", "neuron:1/core:3")].value == 5_000_000
-    assert second[("neuron.flop_count", "neuron:1/core:3")].duration_ns == 500_000_000
-    assert second[("neuron.nc_time_in_use", "neuron:1/core:3")].value == pytest.approx(0.25)
+    half = {(r.metric, r.entity): r for r in s.tick(1_500_000_000, {3})}
+    assert half[("neuron.flop_count", "neuron:1/core:3")].value == 5_000_000
+    assert half[("neuron.flop_count", "neuron:1/core:3")].duration_ns == 500_000_000
+    assert half[("neuron.nc_time_in_use", "neuron:1/core:3")].value == pytest.approx(0.25)
+    assert {m for m, _ in half} == {"neuron.flop_count", "neuron.nc_time_in_use"}   # gauges: once a second
+    bump(root, 1, 1, flops=1)
+    second = {(r.metric, r.entity): r for r in s.tick(2_000_000_000, {3})}
+    assert second[("neuron.flop_count", "neuron:1/core:3")].value == 1
+    assert second[("neuron.sysfs_device_mem_used", "neuron:1/core:3")].value == 2 * (1 << 20)
     assert not any("core:0" in e for _, e in second)       # only the wanted core
     assert second[("neuron.power_util", "neuron:1")].value == 32.5     # the wanted core's device
     assert ("neuron.power_util", "neuron:0") not in second
