@@ -22,7 +22,7 @@ PLOT_POINTS = 200          # plots get their own resolution: finer than the verd
 MAX_MARKS = 200            # region occurrences kept for the HTML markers
 # the collectors whose entities are devices (GPUs, Neuron devices): per-entity figures
 DEVICE_SOURCES = ("nvml", "gpm", "neuron")
-PLOT_SIGNALS = ("cpu_busy", "ipc", "gpu_util", "gpm_tensor", "gpm_dram", "gpu_idle")
+PLOT_SIGNALS = ("cpu_busy", "ipc", "gpu_util", "gpm_tensor", "gpm_dram", "gpu_idle", "neuron_util")
 
 
 @dataclass

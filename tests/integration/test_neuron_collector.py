@@ -109,6 +109,10 @@ def test_report_has_the_neuron_section_and_verdict(tmp_path):
     assert {e["metric"] for e in o["secondary"]} >= {"neuron_exec_errors", "neuron_ecc_uncorrected"}
     devs = {d["entity"]: d["metrics"] for d in r["devices"]}
     assert devs["neuron:0/core:0"]["neuron.core_util"]["mean"] == pytest.approx(30.0)
+    assert {round(p["neuron_util"], 2) for p in r["plot"] if "neuron_util" in p} == {0.3}
+    html = tmp_path / "r.html"
+    run_cli("report", str(run.path), "--html", str(html), check=True, env=env)
+    assert 'data-signal="neuron_util"' in html.read_text()
 
 
 def test_variants_newer_and_older_releases_print(tmp_path):
