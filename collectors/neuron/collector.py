@@ -302,9 +302,10 @@ class NeuronCollector(Collector):
     def _add(self, now: int, rows: list) -> None:
         if not rows:
             return
-        new = {r.metric for r in rows} - self._cataloged
-        if new:
+        with self._lock:          # the monitor's and the sysfs thread's rows
+            new = {r.metric for r in rows} - self._cataloged
             self._cataloged |= new
+        if new:                   # in the catalog before any row of it is written
             self.ctx.add_metrics([BY_NAME[m] for m in sorted(new) if m in BY_NAME])
         with self._lock:
             self._rows.extend((now, r.duration_ns, r.metric, r.entity, r.value, self._rank(r.pid, r.core))

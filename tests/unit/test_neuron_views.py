@@ -3,6 +3,7 @@ the compute device, errors and ECC as secondary findings), from batches shaped l
 collector's."""
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from live_batches import MS, T0, catalog, perf_batch
 
@@ -16,7 +17,7 @@ from counterprof.schema import samples_batch
 CAT = catalog(*METRICS)
 
 
-def neuron_batch(t_ns: int, rows: list[tuple[str, str, float]]) -> "pa.RecordBatch":
+def neuron_batch(t_ns: int, rows: list[tuple[str, str, float]]) -> pa.RecordBatch:
     kinds = {m.name: m.kind for m in METRICS}
     return samples_batch([t_ns] * len(rows),
                          [100 * MS if kinds[m] in ("delta", "ratio") else None for m, _, _ in rows],
