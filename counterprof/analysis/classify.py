@@ -41,7 +41,7 @@ class Evidence:
 class Verdict:
     scope: str
     verdict: str                         # compute | memory | collectives | host | unknown
-    device: str                          # the compute device: cpu | gpu | none
+    device: str                          # the compute device: cpu | gpu | neuron | none
     shares: dict[str, float] = field(default_factory=dict)    # share of time per class
     confidence: float = 0.0
     evidence: list[Evidence] = field(default_factory=list)
@@ -74,8 +74,11 @@ def classify(sig: dict[str, Signal], scope: str = "run", facts: dict | None = No
         return Verdict(scope, "unknown", "none", missing=["samples or spans covering this time"])
     gpu_used = (sig.get("gpu_active_share") and sig["gpu_active_share"].value >= value("gpu_in_use")) or \
         (sig.get("gpu_util") and sig["gpu_util"].value >= value("gpu_in_use"))
+    neuron_used = sig.get("neuron_util") and sig["neuron_util"].value >= value("gpu_in_use")
     if gpu_used:
         v = _classify_gpu(sig, scope, facts)
+    elif neuron_used:
+        v = _classify_neuron(sig, scope, facts)
     elif "main_running" in sig:
         v = _classify_main_thread(sig, scope, facts or {})
     else:
@@ -372,6 +375,26 @@ def _compute_or_memory_gpu(sig: dict[str, Signal]) -> tuple[float | None, list[E
                       "compute-bound kernels from memory-bound ones"]
 
 
+# ---- a Neuron device as the compute device -----------------------------------------------------
+
+def _classify_neuron(sig: dict[str, Signal], scope: str, facts: dict | None = None) -> Verdict:
+    """As the GPU from NVML alone: the time the NeuronCores did not run is the host's (they
+    waited for it); their busy time is compute or memory, which neuron-monitor's utilization
+    and FLOP/s cannot tell apart without the device's peak (the roofline's, where it exists)."""
+    v = Verdict(scope, "unknown", "neuron")
+    util = min(1.0, sig["neuron_util"].value)
+    v.shares = {"host": 1 - util}
+    v.evidence.append(_ev(sig, "neuron_util", "nvml_util_busy",
+                          f"NeuronCores busy {_pct(util)} of the time (neuron-monitor)"))
+    if "neuron_flops" in sig:
+        v.evidence.append(_ev(sig, "neuron_flops", None,
+                              f"{sig['neuron_flops'].value / 1e12:.2f} TFLOP/s per NeuronCore"))
+    _split_busy(v, util, *_with_roofline(
+        (None, [], ["the Neuron device's peak FLOP/s and memory bandwidth (not in neuron-monitor's "
+                    "output) to tell compute-bound from memory-bound NeuronCore time"]), facts))
+    return v
+
+
 # ---- shared -------------------------------------------------------------------------------
 
 def _split_busy(v: Verdict, busy: float, split: float | None, evidence: list[Evidence],
@@ -417,6 +440,14 @@ def _secondary(sig: dict[str, Signal], v: Verdict) -> None:
                                f"drawing {_pct(sig['power_ratio'].value)} of the power limit: clocks capped"))
     if "throttle" in sig and sig["throttle"].value > 0:
         v.secondary.append(_ev(sig, "throttle", None, "clock throttling reported by the driver"))
+    if "neuron_exec_errors" in sig and sig["neuron_exec_errors"].value > 0:
+        v.secondary.append(_ev(sig, "neuron_exec_errors", None,
+                               f"{sig['neuron_exec_errors'].value:,.0f} execution errors reported by the "
+                               "Neuron runtime (neuron.exec_errors_*)"))
+    for key, what in (("neuron_ecc_uncorrected", "uncorrected"), ("neuron_ecc_corrected", "corrected")):
+        if key in sig and sig[key].value > 0:
+            v.secondary.append(_ev(sig, key, None, f"{sig[key].value:,.0f} {what} ECC events on the "
+                                                   "Neuron devices (neuron.ecc_*)"))
 
 
 def describe(v: Verdict) -> str:

@@ -518,9 +518,25 @@ def threads_panel(c: _Ctx, statuses: Mapping[str, Any]) -> PanelFigures:
 
 # GPU and any other collector: one panel per device (entity gpu:N) or per (source, entity),
 # one row per metric, ordered by how the name (without its gpu./gpm. prefix) starts.
-_ORDER = ("util", "sm", "occupancy", "tensor", "fp", "dram", "mem", "power", "energy", "temp",
-          "clock", "throttle", "pcie", "nvlink")
-_ALERT_WORDS = ("throttle", "clock_event", "clocks_event", "xid", "ecc")
+_ORDER = ("util", "core_util", "flops", "flop_count", "nc_time",   # (NeuronCores: neuron.*)
+          "sm", "occupancy", "tensor", "fp", "dram", "mem", "device_mem", "host_mem", "power", "energy",
+          "temp", "clock", "throttle", "pcie", "nvlink",
+          # a Neuron runtime's executions and CPU
+          "exec", "latency", "device_latency", "runtime_vcpu")
+_ALERT_WORDS = ("throttle", "clock_event", "clocks_event", "xid", "ecc", "exec_errors", "exec_timed_out",
+                "exec_failed_to_queue", "exec_completed_with", "exec_incorrect_input")
+# a Neuron device's panel: the figures per core and runtime; the memory breakdowns and Trn2's
+# physical cores stay in the run, and error counts show when there are some
+_NEURON_DETAIL = ("neuron.device_mem_", "neuron.host_mem_", "neuron.sysfs_device_mem_used")
+_NEURON_USED = ("neuron.device_mem_used", "neuron.host_mem_used", "neuron.device_mem_total")
+
+
+def _hidden(metric: str, entity: str, value: float | None) -> bool:
+    if not metric.startswith("neuron."):
+        return False
+    if "/phys:" in entity or (metric.startswith(_NEURON_DETAIL) and metric not in _NEURON_USED):
+        return True
+    return any(w in metric for w in _ALERT_WORDS) and not value
 
 
 def _order(metric: str) -> tuple[int, str]:
@@ -532,7 +548,7 @@ def _order(metric: str) -> tuple[int, str]:
 
 
 def _short_name(metric: str) -> str:
-    for prefix in ("gpu.", "gpm.", "nvml."):
+    for prefix in ("gpu.", "gpm.", "nvml.", "neuron."):
         if metric.startswith(prefix):
             return metric[len(prefix):]
     return metric
@@ -545,11 +561,10 @@ def device_panels(c: _Ctx, exclude: Iterable[str] = ("perf", "host", "threads"))
         source, metric, entity = key
         if source in skip:
             continue
-        title = entity if entity.startswith("gpu") else f"{source} {entity}"
-        groups.setdefault(title, []).append(key)
+        groups.setdefault(_panel_title(source, entity), []).append(key)
     panels = []
     for title in sorted(groups, key=_device_sort):
-        keys = sorted(groups[title], key=lambda k: _order(k[1]))
+        keys = sorted(groups[title], key=lambda k: (_order(k[1]), _entity_sort(k[2])))
         metrics = {k[1] for k in keys}
         panel = PanelFigures(title)
         shown_beside = {_companion(m) for m in metrics} & metrics
@@ -560,10 +575,17 @@ def device_panels(c: _Ctx, exclude: Iterable[str] = ("perf", "host", "threads"))
             b = c.snap.get(key)
             kind, unit = kind_of(c.catalog, metric, b.fine)
             value, ukey = current_value(kind, unit, c.now(b))
-            fig = Figure(f"{title}.{metric}", _short_name(metric), _short_name(metric), value, ukey,
+            if _hidden(metric, entity, value):
+                continue
+            # a part of the device (neuron:0/core:1): its rows carry the part's name
+            part = entity[len(title) + 1:] if entity.startswith(title + "/") else ""
+            label = _part_label(part, metric) if part else _short_name(metric)
+            fig = Figure(f"{entity if part else title}.{metric}", label, label, value, ukey,
                          [history_value(kind, unit, x) for x in c.bins(b)],
                          scale=100.0 if ukey == "percent" else None)
             limit_key = (source, _companion(metric), entity)
+            if limit_key not in c.snap.series:       # a core's memory, of its device's size
+                limit_key = (source, _companion(metric), title)
             if limit_key in c.snap.series:
                 lim = gauge_last(c.now(c.snap.get(limit_key)))
                 if lim:
@@ -585,10 +607,45 @@ def _companion(metric: str) -> str:
     return metric + "_limit"
 
 
+# a Neuron device's rows in the panel's narrow label column: the part (nc1 = NeuronCore 1,
+# p123 = the workload's runtime in process 123) and a short name
+_NEURON_LABELS = {"core_util": "util", "flops_rate": "FLOP/s", "device_mem_used": "mem",
+                  "flop_count": "FLOPs", "nc_time_in_use": "busy", "host_mem_used": "host mem",
+                  "runtime_vcpu_user": "vCPU user", "runtime_vcpu_system": "vCPU sys",
+                  "exec_completed": "execs", "latency_p50": "lat p50", "latency_p99": "lat p99",
+                  "device_latency_p50": "dev p50", "device_latency_p99": "dev p99"}
+
+
+def _part_label(part: str, metric: str) -> str:
+    short = _short_name(metric)
+    if part.startswith("core:"):
+        return f"nc{part[5:]} {_NEURON_LABELS.get(short, short)}"
+    if part.startswith("pid:"):
+        return f"p{part[4:]} {_NEURON_LABELS.get(short, short)}"
+    return f"{part} {short}"
+
+
+def _panel_title(source: str, entity: str) -> str:
+    """A GPU's panel is its entity; a Neuron device's holds its cores and runtimes
+    (neuron:0/core:1 -> neuron:0); other collectors' entities are named with the source."""
+    if entity.startswith("gpu"):
+        return entity
+    if entity.startswith("neuron:"):
+        return entity.split("/", 1)[0]
+    return f"{source} {entity}"
+
+
+def _entity_sort(entity: str):
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p)
+            for p in entity.replace(":", "/").split("/")]
+
+
 def _device_sort(title: str):
     if title.startswith("gpu:") and title[4:].isdigit():
         return (0, int(title[4:]), title)
-    return (1, 0, title)
+    if title.startswith("neuron:") and title[7:].isdigit():
+        return (1, int(title[7:]), title)
+    return (2, 0, title)
 
 
 def _status(panel: PanelFigures, st: Mapping[str, Any]) -> None:
@@ -663,6 +720,16 @@ class LiveView:
     def source(self, metric: str) -> str:
         keys = self._keys.get(metric)
         return keys[0][0] if keys else ""
+
+    def device_mean(self, metric: str) -> float | None:
+        """The mean over entities of each one's own value (NeuronCores), not of their sum."""
+        kind = self._kind(metric)
+        if kind not in ("ratio", "gauge"):
+            return None
+        each = [v for k in self._keys.get(metric) or []
+                if (v := (weighted if kind == "ratio" else gauge_mean)(self.c.now(self.c.snap.get(k), self.seconds)))
+                is not None]
+        return sum(each) / len(each) if each else None
 
     def first(self, names: Iterable[str]) -> str | None:
         return next((n for n in names if n in self._keys), None)

@@ -20,7 +20,9 @@ from .thresholds import value
 MAX_REGIONS = 20
 PLOT_POINTS = 200          # plots get their own resolution: finer than the verdict windows
 MAX_MARKS = 200            # region occurrences kept for the HTML markers
-PLOT_SIGNALS = ("cpu_busy", "ipc", "gpu_util", "gpm_tensor", "gpm_dram", "gpu_idle")
+# the collectors whose entities are devices (GPUs, Neuron devices): per-entity figures
+DEVICE_SOURCES = ("nvml", "gpm", "neuron")
+PLOT_SIGNALS = ("cpu_busy", "ipc", "gpu_util", "gpm_tensor", "gpm_dram", "gpu_idle", "neuron_util")
 
 
 @dataclass
@@ -87,7 +89,7 @@ def regroup(groups: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
     totals = pa.table({"source": t["source"], "metric": t["metric"],
                        **{c: t[f"{c}_sum"] for c in sums}, "value_max": t["value_max_max"]})
     src = groups["source"]
-    gpu = groups.filter(pc.or_(pc.equal(src, "nvml"), pc.equal(src, "gpm")))
+    gpu = groups.filter(pc.is_in(src, pa.array(DEVICE_SOURCES)))
     d = gpu.group_by(["entity", "metric"], use_threads=False).aggregate(
         [("value_sum", "sum"), ("value_count", "sum"), ("value_max", "max")])
     devices = pa.table({"entity": d["entity"], "metric": d["metric"], "vsum": d["value_sum_sum"],
@@ -303,11 +305,11 @@ def _gpu_breakdown(spans: pa.Table):
 
 
 def device_stats(chunks: Iterable) -> pa.Table:
-    """Per (entity, metric) of the GPU sources: sum, count and peak (in-memory samples)."""
+    """Per (entity, metric) of the device sources: sum, count and peak (in-memory samples)."""
     parts = []
     for chunk in chunks:
         src = chunk["source"].cast(pa.string())
-        mask = pc.or_(pc.equal(src, "nvml"), pc.equal(src, "gpm"))
+        mask = pc.is_in(src, pa.array(DEVICE_SOURCES))
         if chunk.num_rows == 0 or not pc.any(mask).as_py():
             continue
         t = pa.table({"entity": chunk["entity"].cast(pa.string()), "metric": chunk["metric"].cast(pa.string()),
@@ -322,7 +324,7 @@ def device_stats(chunks: Iterable) -> pa.Table:
 
 
 def device_figures(stats: pa.Table, catalog: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per GPU entity: mean and peak of each GPU metric."""
+    """Per device entity (gpu:N, neuron:D/core:C ...): mean and peak of each of its metrics."""
     devices: dict[str, dict[str, Any]] = {}
     rows = stats.to_pylist() if stats.num_rows else []
     for r in sorted(rows, key=lambda r: (r["entity"], r["metric"])):

@@ -35,6 +35,10 @@ CPU_EVENTS = ("task-clock", "cpu-clock", "context-switches", "cpu-migrations", "
 GPU_UTIL = ("gpu.util", "gpu.utilization")
 GPM = {"tensor": ("gpm.tensor_util", "gpm.any_tensor_util"), "dram": ("gpm.dram_bw_util", "gpm.dram_util"),
        "sm": ("gpm.sm_util",)}
+NEURON_EXEC_ERRORS = tuple(f"neuron.exec_errors_{k}" for k in
+                           ("generic", "numerical", "transient", "model", "runtime", "hardware"))
+NEURON_ECC = ("neuron.ecc_mem_uncorrected", "neuron.ecc_sram_uncorrected",
+              "neuron.ecc_mem_corrected", "neuron.ecc_sram_corrected")
 GPU_KERNEL_CATEGORIES = ("kernel", "memcpy", "memset", "sync")
 
 
@@ -291,6 +295,11 @@ class MetricView:
     def source(self, metric: str) -> str:
         return ""
 
+    def device_mean(self, metric: str) -> float | None:
+        """A gauge or ratio averaged over its entities (NeuronCores): a run's buckets already
+        average them; the live view, which sums entities, overrides this."""
+        return self.mean(metric)
+
     def first(self, names: Iterable[str]) -> str | None:
         return next((n for n in names if self.delta(n) is not None or self.mean(n) is not None), None)
 
@@ -434,6 +443,25 @@ def counter_signals(view: MetricView, ranks: int = 1) -> dict[str, Signal]:
             v = mean(m)
             if v is not None:
                 out[f"gpm_{key}"] = Signal(v / 100 if v > 1.0 else v, view.source(m) or "gpm", f"{m} mean")
+    out.update(_neuron_signals(delta, view.device_mean))
+    return out
+
+
+def _neuron_signals(delta, mean) -> dict[str, Signal]:
+    """Neuron devices (collectors/neuron): NeuronCore utilization as the device's busy share,
+    FLOP/s, and the runtime's execution errors and the devices' ECC events as counts."""
+    out: dict[str, Signal] = {}
+    u = mean("neuron.core_util")
+    if u is not None:
+        out["neuron_util"] = Signal(u / 100, "neuron", "neuron.core_util mean (share of time the NeuronCores ran)")
+    f = mean("neuron.flops_rate")
+    if f is not None:
+        out["neuron_flops"] = Signal(f, "neuron", "neuron.flops_rate mean (FLOP/s per NeuronCore)")
+    for key, names in (("neuron_exec_errors", NEURON_EXEC_ERRORS), ("neuron_ecc_uncorrected", NEURON_ECC[:2]),
+                       ("neuron_ecc_corrected", NEURON_ECC[2:])):
+        vals = [v for m in names if (v := delta(m)) is not None]
+        if vals:
+            out[key] = Signal(sum(vals), "neuron", " + ".join(names) + " (count)")
     return out
 
 

@@ -78,6 +78,9 @@ def build_parser() -> ArgumentParser:
                    help="GPU (NVML) sampling interval in ms (default 100)")
     p.add_argument("--gpm-interval-ms", type=float, default=100.0, metavar="MS",
                    help="GPM window in ms, Hopper and newer (default 100; at least 100)")
+    p.add_argument("--neuron-interval-ms", type=float, default=1000.0, metavar="MS",
+                   help="Neuron sampling interval in ms (default 1000): neuron-monitor reports at "
+                        "most once a second, the Neuron sysfs counters at this interval")
     p.add_argument("--duration", type=float, metavar="S",
                    help="with --pid or -a and no command: stop after S seconds")
     ranks = p.add_mutually_exclusive_group()
@@ -151,7 +154,8 @@ def _run(args) -> int:
         nvml_cfg["gpus"] = args.gpus
     config = {"perf": perf_cfg, "host": {"interval_ms": args.host_interval_ms},
               "threads": {"interval_ms": args.threads_interval_ms if args.threads_interval_ms is not None
-                          else args.interval_ms}, "nvml": nvml_cfg}
+                          else args.interval_ms}, "nvml": nvml_cfg,
+              "neuron": {"interval_ms": args.neuron_interval_ms}}
     collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
     if args.gpus is not None and collectors is not None and "nvml" not in collectors:
         raise UsageFailure("--gpus selects GPUs for the nvml collector, which --collectors leaves out",

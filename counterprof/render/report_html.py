@@ -13,7 +13,8 @@ COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", "collectives": "#1f8fb5", "
           "unknown": "#9a9a9a", "compute|memory": "#4a6fd6"}
 PLOTS = [("cpu_busy", "CPU utilization (CPUs busy)", None), ("ipc", "IPC (instructions per cycle)", None),
          ("gpu_util", "GPU utilization", 1.0), ("gpm_tensor", "tensor-core utilization (GPM)", 1.0),
-         ("gpm_dram", "DRAM bandwidth utilization (GPM)", 1.0), ("gpu_idle", "GPU idle share (traces)", 1.0)]
+         ("gpm_dram", "DRAM bandwidth utilization (GPM)", 1.0), ("gpu_idle", "GPU idle share (traces)", 1.0),
+         ("neuron_util", "NeuronCore utilization (neuron-monitor)", 1.0)]
 W, H, PAD = 900, 120, 40
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:980px}

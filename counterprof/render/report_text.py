@@ -89,6 +89,16 @@ def timeline(r: Report, width: int = 100) -> Text:
     return text
 
 
+def device_tables(devices: list[dict]) -> list[tuple[str, str, list[dict]]]:
+    """The report's device figures in one table per kind: GPUs, then Neuron devices (their
+    cores and runtimes, entities neuron:D/...)."""
+    neuron = [d for d in devices if str(d["entity"]).startswith("neuron:")]
+    gpus = [d for d in devices if d not in neuron]
+    return [t for t in (("GPUs", "gpu", gpus),
+                        ("Neuron devices (cores, runtimes: neuron:D/core:C, neuron:D/pid:P)", "neuron", neuron))
+            if t[2]]
+
+
 def report_renderable(r: Report):
     parts = []
     cmd = inert(shlex.join(r.run.get("command") or [])) or "(no command)"
@@ -141,11 +151,11 @@ def report_renderable(r: Report):
     if r.summary is not None and r.summary.rows:
         parts.append(r.summary)
 
-    if r.devices:
-        t = Table(title="GPUs", title_justify="left", box=None, pad_edge=False)
-        for col in ("gpu", "metric", "mean", "peak", "unit"):
-            t.add_column(col)
-        for d in r.devices:
+    for title, col, devices in device_tables(r.devices):
+        t = Table(title=title, title_justify="left", box=None, pad_edge=False)
+        for c in (col, "metric", "mean", "peak", "unit"):
+            t.add_column(c)
+        for d in devices:
             for metric, m in d["metrics"].items():
                 t.add_row(inert(d["entity"]), inert(metric), _num(m["mean"]), _num(m["peak"]), m["unit"])
         parts.extend([Text(""), t])
