@@ -22,6 +22,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from counterprof.store import safepath
+
 
 # Claims this process holds. A child forked meanwhile (a DataLoader worker, in profile() mode
 # the conversion runs in the workload) would hold each lock for its whole life: it closes them.
@@ -55,7 +57,8 @@ class Claim:
     @classmethod
     def take(cls, trace: Path) -> "Claim | None":
         try:
-            fd = os.open(claim_path(trace), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            # never through a link: a planted claim would be truncated and written (LinkInRun)
+            fd = safepath.open_lock(claim_path(trace))
         except FileNotFoundError:          # the run (or its traces folder) was removed
             return None
         try:

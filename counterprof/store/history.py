@@ -193,7 +193,9 @@ def run_count(con) -> int:
 
 
 def command_text(command: list[str] | None) -> str:
-    return json.dumps(list(command or []))
+    """The command as the history file keeps it: redacted (the file is a derived output)."""
+    from ..redact import redact_argv
+    return json.dumps(redact_argv(command))
 
 
 def command_display(text: str) -> str:
