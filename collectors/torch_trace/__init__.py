@@ -215,7 +215,7 @@ class TorchCollector(Collector):
         self.sweep_steps()           # before the traces: each trace's steps file exists
         converted = 0
         for _, path in sorted(found):
-            claim = Claim.take(path)
+            claim = Claim.take_or_skip(path)
             if claim is None:
                 continue                 # another process converts it right now
             with claim:

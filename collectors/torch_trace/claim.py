@@ -55,6 +55,16 @@ class Claim:
         self.fd = fd
 
     @classmethod
+    def take_or_skip(cls, trace: Path) -> "Claim | None":
+        """take(), with a planted link at the claim's name skipped and named (safepath): the
+        trace is not converted, and nothing is written through the link."""
+        try:
+            return cls.take(trace)
+        except safepath.LinkInRun as exc:
+            safepath.skipped_link(exc.path)
+            return None
+
+    @classmethod
     def take(cls, trace: Path) -> "Claim | None":
         try:
             # never through a link: a planted claim would be truncated and written (LinkInRun)

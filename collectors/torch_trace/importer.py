@@ -160,8 +160,8 @@ def import_traces(paths: list[str | os.PathLike], run: str | os.PathLike, *, rep
         for trace in traces:
             if trace.tmp is not None:
                 trace.tmp.unlink(missing_ok=True)
-        if not existed and not any(run_path.iterdir()):
-            run_path.rmdir()
+        if not existed:
+            rundir.abandon(run_path)
         raise
     _write_meta(run_path, traces, command)
     return traces

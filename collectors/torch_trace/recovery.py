@@ -24,12 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from counterprof.store import rundir, safepath
-from counterprof.store.safepath import LinkInRun
 from counterprof.store.compact import compact_rank
 from counterprof.store.journal import read_segment, segments
 
 from . import TRACE_PATTERNS, rank_of_trace_dir
-from .claim import Claim
+from .claim import Claim, claim_path
 from .convert import CATEGORIES
 from .importer import ImportedTrace, convert_to_parquet
 from .steps import MARK_CATEGORIES, steps_file_of_trace
@@ -110,11 +109,10 @@ def recover_traces(run_path: Path) -> list[str]:
                      "killed while exporting it); left as is")
     for path in rundir.trace_files(run_path, *TRACE_PATTERNS):      # no link followed
         rank = rank_of_trace_dir(path)
-        try:
-            claim = Claim.take(path)
-        except LinkInRun as exc:       # a planted claim: never truncated or written through
-            safepath.skipped_link(exc.path)
+        if safepath.is_link(claim_path(path)):     # planted: never truncated or written through
+            safepath.skipped_link(claim_path(path))
             continue
+        claim = Claim.take_or_skip(path)
         if claim is None:
             lines.append(f"{path.name} (rank {rank}): being converted by another process; "
                          "left to it")

@@ -141,7 +141,7 @@ class StepsFile:
     def take(self) -> bool:
         """Take the file's claim (False: another process reads it now); start after what a
         recovery already converted."""
-        claim = Claim.take(self.path)
+        claim = Claim.take_or_skip(self.path)
         if claim is None:
             return False
         self.claim = claim

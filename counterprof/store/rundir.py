@@ -172,6 +172,18 @@ def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = N
         return path, False
 
 
+def abandon(path: Path) -> None:
+    """Undo a claim that never became a run: the directory this process created and claimed is
+    removed when it holds nothing but the marker (anything else in it is left as it is)."""
+    path = Path(path)
+    try:
+        if set(os.listdir(path)) == {MARKER}:
+            os.unlink(path / MARKER)
+            os.rmdir(path)
+    except OSError:
+        pass
+
+
 CLAIM_LOCK = ".claim.lock"     # the lock file of earlier versions (the directory is locked now)
 
 

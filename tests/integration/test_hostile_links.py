@@ -117,6 +117,12 @@ def _plant(kind: str, run: Path, victims: dict[str, Path]) -> Path:
                     {"schemaVersion": 1})
         link = traces_dir(run) / f".{TRACE}.claim"
         link.symlink_to(victims["dir"] / "precious.txt")
+    elif kind == "steps claim":
+        _killed(run)
+        traces_dir(run).mkdir(parents=True, exist_ok=True)
+        (traces_dir(run) / "h_4242.steps").write_text("counterprof-steps\n")
+        link = traces_dir(run) / ".h_4242.steps.claim"
+        link.symlink_to(victims["dir"] / "precious.txt")
     elif kind == "parquet file":
         link = table_dir(run, "samples", 0) / "samples-evil.parquet"
         link.symlink_to(victims["passwd"])
@@ -130,8 +136,8 @@ def _plant(kind: str, run: Path, victims: dict[str, Path]) -> Path:
     return link
 
 
-KINDS = ["partition", "rank folder", "older-layout rank", "journal", "trace claim", "parquet file",
-         "catalog"]
+KINDS = ["partition", "rank folder", "older-layout rank", "journal", "trace claim", "steps claim",
+         "parquet file", "catalog"]
 
 
 def _clean(proc: subprocess.CompletedProcess, what: str, codes=(0,)) -> None:
