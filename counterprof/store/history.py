@@ -199,9 +199,10 @@ def command_text(command: list[str] | None) -> str:
 
 
 def command_display(text: str) -> str:
-    """The stored command (a JSON list) as a shell line."""
-    import shlex
+    """The stored command (a JSON list) as a shell line, redacted again (a history file written
+    before redaction holds commands as they were run)."""
+    from ..redact import command_line, redact_text
     try:
-        return shlex.join(json.loads(text)) or "(no command)"
+        return command_line(json.loads(text)) or "(no command)"
     except (ValueError, TypeError):
-        return str(text)
+        return redact_text(str(text))

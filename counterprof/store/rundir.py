@@ -23,6 +23,7 @@ Run directories are readable by their owner only: command lines can hold secrets
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import fcntl
@@ -124,7 +125,16 @@ class _claim_lock:
             self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             raise RunDirectoryError(f"cannot create run directory {path}: {exc.strerror}") from exc
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            if exc.errno not in (errno.EBADF, errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP):
+                raise
+            # a filesystem that locks only files open for writing (NFS emulates flock with
+            # byte-range locks): the lock file of earlier versions
+            os.close(self.fd)
+            self.fd = safepath.open_lock(path / CLAIM_LOCK)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self.fd
 
     def __exit__(self, *exc) -> None:
