@@ -182,6 +182,28 @@ def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = N
         return path, False
 
 
+def remove_run(path: Path, words: Words = CLI_WORDS) -> None:
+    """Delete a finished run of counterprof's own, whole (a run set's member, replaced with
+    the set): refused, with nothing deleted, for anything else, a run still being written, or
+    a run holding a link."""
+    path = Path(path)
+    if not safepath.plain_dir(path, report=False):
+        raise safepath.LinkInRun(path, "nothing was replaced") if safepath.is_link(path) else \
+            RunDirectoryError(f"{path} is not a directory; {words.other}")
+    with _claim_lock(path, words):
+        names = set(os.listdir(path))
+        if _kind(path, names, ()) not in ("run", "older run"):
+            raise RunDirectoryError(f"{path} is not a counterprof run, so it is not replaced; {words.other}")
+        if not _finished(path):
+            raise RunDirectoryError(f"{path} holds a run that counterprof is still writing; stop "
+                                    f"it first, or {words.other}")
+        _clear_run(path, names)
+    try:
+        os.rmdir(path)           # what is left in it (not counterprof's) stays, and so does it
+    except OSError:
+        pass
+
+
 def abandon(path: Path) -> None:
     """Undo a claim that never became a run: the directory this process created and claimed is
     removed when it holds nothing but the marker (anything else in it is left as it is)."""

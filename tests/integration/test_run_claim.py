@@ -118,3 +118,24 @@ def test_force_does_not_replace_a_run_still_being_written(tmp_path):
     finally:
         live.terminate()
         live.wait(60)
+
+
+def test_replacing_a_run_set_deletes_only_its_own_runs(tmp_path):
+    """`run -r N --force` replaces a set's member runs, through no link and never a member that
+    is not counterprof's."""
+    runs = tmp_path / "set"
+    args = ["run", "-q", "-r", "2", "--collectors", "host", "-o", str(runs), "--", PYTHON, "-c", SPIN]
+    run_cli(*args, check=True)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "meta.json").write_text(json.dumps({"counterprof_version": "0.1", "status": "complete"}))
+    (victim / "weights.bin").write_bytes(b"w")
+    (runs / "run-3").symlink_to(victim)
+    proc = run_cli(*args[:1], "--force", *args[1:])
+    assert proc.returncode == 1 and "run-3 is a symbolic link" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(os.listdir(victim)) == ["meta.json", "weights.bin"]
+    assert (runs / "run-1" / "meta.json").is_file()          # nothing was replaced
+    (runs / "run-3").unlink()
+    run_cli(*args[:1], "--force", *args[1:], check=True)
+    assert sorted(p.name for p in runs.iterdir() if p.name.startswith("run-")) == ["run-1", "run-2"]
