@@ -233,11 +233,11 @@ class Exporter:
     def attach(self, session, **figure_options) -> None:
         """Read the session's catalog and collector statuses live; figure_options go to
         live_figures (scope, cpus, perf_system_wide)."""
-        import shlex
+        from .redact import command_line        # scraped by whoever can connect
         self.collector.catalog = lambda: dict(session.metrics)
         self.collector.statuses = lambda: dict(session.statuses)
         self.collector.figure_options = figure_options
-        self.collector.run_info = {"command": shlex.join(session.command or []) or "(none)",
+        self.collector.run_info = {"command": command_line(session.command) or "(none)",
                                    "run": str(session.path)}
 
     def write(self, table: str, batch: pa.RecordBatch, rank: int = 0) -> None:

@@ -31,9 +31,11 @@ def member_name(i: int) -> str:
 
 def read_set(path: str | os.PathLike) -> dict[str, Any]:
     from .errors import RunDirectoryError
+    from .store.safepath import open_read
     f = Path(path) / SET_FILE
     try:
-        data = json.loads(f.read_text())
+        with os.fdopen(open_read(f), "rb") as fh:     # never through a link
+            data = json.loads(fh.read())
     except FileNotFoundError:
         raise RunDirectoryError(f"{path} is not a run set (no {SET_FILE})") from None
     except (OSError, json.JSONDecodeError) as exc:
@@ -61,19 +63,16 @@ def expand(paths: Iterable[str]) -> list[str]:
 
 def write_set(path: str | os.PathLike, data: dict[str, Any]) -> None:
     """Write SET/runset.json atomically (a reader never sees half of it)."""
-    f = Path(path) / SET_FILE
-    tmp = f.with_name(f.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
-    os.replace(tmp, f)
+    from .store.rundir import write_json
+    write_json(Path(path) / SET_FILE, data)
 
 
 def prepare_dir(path: str | os.PathLike, replace: bool) -> Path:
     """Create the set's directory. An existing set is replaced only with replace=True (its
     member runs and set file, nothing else); a run or any other non-empty directory is refused."""
-    import shutil
-
     from .errors import RunDirectoryError
-    from .store.rundir import is_run
+    from .store import safepath
+    from .store.rundir import is_run, remove_run
     base = Path(path)
     if base.exists():
         if not base.is_dir():
@@ -84,9 +83,14 @@ def prepare_dir(path: str | os.PathLike, replace: bool) -> Path:
             if not replace:
                 raise RunDirectoryError(f"{base} already holds a run set; choose another -o, "
                                         "or pass --force to replace it")
-            for child in base.iterdir():
-                if child.name.startswith(MEMBER_PREFIX) and child.is_dir() and is_run(child):
-                    shutil.rmtree(child)
+            # a member is deleted only as a finished run of counterprof's own (rundir.remove_run:
+            # never through a link, never a directory counterprof did not make)
+            for child in sorted(base.iterdir()):
+                if child.name.startswith(MEMBER_PREFIX) and safepath.is_link(child):
+                    raise safepath.LinkInRun(child, "nothing was replaced")
+            for child in sorted(base.iterdir()):
+                if child.name.startswith(MEMBER_PREFIX) and safepath.plain_dir(child) and is_run(child):
+                    remove_run(child)
             (base / SET_FILE).unlink()
         if any(base.iterdir()):
             raise RunDirectoryError(f"{base} is not empty and is not a run set; choose another -o")

@@ -55,7 +55,7 @@ from .steps import StepsFile, steps_file_of_trace, steps_files
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 DRIVER = "_counterprof_torch_driver"
-TRACE_GLOBS = tuple(rundir.trace_globs("*.pt.trace.json", "*.pt.trace.json.gz"))
+TRACE_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 
 
 def load_driver():
@@ -198,7 +198,7 @@ class TorchCollector(Collector):
                 return []
             root = str(self.run_path.resolve()) + os.sep
             return [Path(p) for p in list(self.driver.written) if p.startswith(root)]
-        return [p for g in TRACE_GLOBS for p in self.run_path.glob(g)]
+        return rundir.trace_files(self.run_path, *TRACE_PATTERNS)      # no link followed
 
     def sweep(self) -> int:
         """Convert the complete trace files not converted yet; returns how many. Each is taken
@@ -215,7 +215,7 @@ class TorchCollector(Collector):
         self.sweep_steps()           # before the traces: each trace's steps file exists
         converted = 0
         for _, path in sorted(found):
-            claim = Claim.take(path)
+            claim = Claim.take_or_skip(path)
             if claim is None:
                 continue                 # another process converts it right now
             with claim:

@@ -22,6 +22,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from counterprof.store import safepath
+
 
 # Claims this process holds. A child forked meanwhile (a DataLoader worker, in profile() mode
 # the conversion runs in the workload) would hold each lock for its whole life: it closes them.
@@ -53,9 +55,20 @@ class Claim:
         self.fd = fd
 
     @classmethod
+    def take_or_skip(cls, trace: Path) -> "Claim | None":
+        """take(), with a planted link at the claim's name skipped and named (safepath): the
+        trace is not converted, and nothing is written through the link."""
+        try:
+            return cls.take(trace)
+        except safepath.LinkInRun as exc:
+            safepath.skipped_link(exc.path)
+            return None
+
+    @classmethod
     def take(cls, trace: Path) -> "Claim | None":
         try:
-            fd = os.open(claim_path(trace), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            # never through a link: a planted claim would be truncated and written (LinkInRun)
+            fd = safepath.open_lock(claim_path(trace))
         except FileNotFoundError:          # the run (or its traces folder) was removed
             return None
         try:

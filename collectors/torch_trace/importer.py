@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from counterprof import __version__
 from counterprof.errors import CounterprofError, RunDirectoryError, UsageError
 from counterprof.schema import SPANS_SCHEMA
-from counterprof.store import rundir
+from counterprof.store import rundir, safepath
 
 from .convert import TraceConversion
 from .scan import TraceFileError
@@ -79,6 +79,8 @@ class _ParquetSink:
 
     def write(self, batches: list[pa.RecordBatch]) -> None:
         if self.writer is None:
+            safepath.unlink_in_run(self.target)      # a temporary name of ours (or a planted link)
+            safepath.create_private(self.target)     # 0600 from its first byte
             self.writer = pq.ParquetWriter(str(self.target), SPANS_SCHEMA, compression="zstd")
         self.writer.write_table(pa.Table.from_batches(batches, schema=SPANS_SCHEMA),
                                 row_group_size=ROW_GROUP_ROWS)
@@ -158,8 +160,8 @@ def import_traces(paths: list[str | os.PathLike], run: str | os.PathLike, *, rep
         for trace in traces:
             if trace.tmp is not None:
                 trace.tmp.unlink(missing_ok=True)
-        if not existed and not any(run_path.iterdir()):
-            run_path.rmdir()
+        if not existed:
+            rundir.abandon(run_path)
         raise
     _write_meta(run_path, traces, command)
     return traces

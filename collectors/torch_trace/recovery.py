@@ -23,12 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from counterprof.store import rundir
+from counterprof.store import rundir, safepath
 from counterprof.store.compact import compact_rank
 from counterprof.store.journal import read_segment, segments
 
-from . import TRACE_GLOBS, rank_of_trace_dir
-from .claim import Claim
+from . import TRACE_PATTERNS, rank_of_trace_dir
+from .claim import Claim, claim_path
 from .convert import CATEGORIES
 from .importer import ImportedTrace, convert_to_parquet
 from .steps import MARK_CATEGORIES, steps_file_of_trace
@@ -57,7 +57,7 @@ def converted_traces(run_path: Path, rank: int | None = None) -> set[tuple[int, 
             if s.table == "spans":
                 for b in read_segment(s.path):
                     done.update((r, n) for n in _windows(b.select(["name", "category"])))
-        for f in rundir.table_dir(d, "spans").glob("spans-*.parquet"):
+        for f in rundir.parquet_files(rundir.table_dir(d, "spans"), "spans"):
             try:
                 t = pq.read_table(f, columns=["name", "category"])
             except (pa.ArrowInvalid, OSError):
@@ -86,6 +86,8 @@ def _drop_rows(parquet: Path, pid: int, start: int, end: int, categories: pa.Arr
             dropped += n
             keep = batch.filter(pc.invert(cut))
             if writer is None:
+                safepath.unlink_in_run(tmp)
+                safepath.create_private(tmp)
                 writer = pq.ParquetWriter(str(tmp), f.schema_arrow, compression="zstd")
             writer.write_batch(keep)
     finally:
@@ -102,12 +104,15 @@ def _drop_rows(parquet: Path, pid: int, start: int, end: int, categories: pa.Arr
 def recover_traces(run_path: Path) -> list[str]:
     lines = []
     done: set[tuple[int, str]] | None = None
-    for tmp in (p for g in rundir.trace_globs("*.tmp") for p in run_path.glob(g)):
+    for tmp in rundir.trace_files(run_path, "*.tmp"):
         lines.append(f"{tmp}: a trace the workload did not finish writing (the process was "
                      "killed while exporting it); left as is")
-    for path in sorted(p for g in TRACE_GLOBS for p in run_path.glob(g)):
+    for path in rundir.trace_files(run_path, *TRACE_PATTERNS):      # no link followed
         rank = rank_of_trace_dir(path)
-        claim = Claim.take(path)
+        if safepath.is_link(claim_path(path)):     # planted: never truncated or written through
+            safepath.skipped_link(claim_path(path))
+            continue
+        claim = Claim.take_or_skip(path)
         if claim is None:
             lines.append(f"{path.name} (rank {rank}): being converted by another process; "
                          "left to it")
@@ -128,7 +133,7 @@ def recover_traces(run_path: Path) -> list[str]:
 
 def _convert(path: Path, rank: int, claim: Claim) -> str:
     folder = rundir.table_dir(path.parent.parent, "spans")
-    rundir.make_dirs(folder)
+    rundir.make_dirs(folder, rundir.run_of_rank(path.parent.parent))
     target = folder / f"spans-recovered-{path.name}.parquet"
     staging = target.with_name(f".{target.name}.tmp")
     trace = ImportedTrace(str(path))
@@ -141,12 +146,12 @@ def _convert(path: Path, rank: int, claim: Claim) -> str:
     if trace.window and trace.host_pid is not None:
         part = path.parent.parent
         # one rewriter of a partition's files at a time (two recoveries may run at once)
-        lock = os.open(part / "traces" / ".recover.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        lock = safepath.open_lock(part / "traces" / ".recover.lock")
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)
             # a converter that died since the run's compaction left its rows in its journal
             compact_rank(part)
-            for f in folder.glob("spans-*.parquet"):
+            for f in rundir.parquet_files(folder, "spans"):
                 dropped += _drop_rows(f, trace.host_pid, *trace.window,
                                       categories=_TRACE_ONLY if timed else _TORCH)
             os.replace(staging, target)

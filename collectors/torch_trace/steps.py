@@ -26,18 +26,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from counterprof.schema import spans_batch
-from counterprof.store import rundir
+from counterprof.store import rundir, safepath
 from counterprof.store.journal import read_segment, segments
 
 from .claim import Claim
 
 SUFFIX = ".steps"
-STEPS_GLOBS = tuple(rundir.trace_globs("*" + SUFFIX))   # relative to the run, both layouts
 
 
 def steps_files(run: Path) -> list[Path]:
     """Every steps file of the run (no link followed: a planted link is not ours)."""
-    return sorted({p for g in STEPS_GLOBS for p in Path(run).glob(g) if not p.is_symlink()})
+    return rundir.trace_files(Path(run), "*" + SUFFIX)
 HEADER = "counterprof-steps"
 MARK_CATEGORIES = ("step", "input")
 READ_BYTES = 8 * 1024 * 1024       # at most this much of a file per read (memory stays bounded)
@@ -50,7 +49,7 @@ def steps_file_of_trace(trace: Path) -> bool:
     prefix = trace.name.split(".", 1)[0]
     part = trace.parent.parent                  # [_ranks/]rank=<r>
     run = part.parent.parent if part.parent.name == rundir.RANKS else part.parent
-    return any(next(run.glob(g), None) is not None for g in rundir.trace_globs(prefix + SUFFIX))
+    return bool(rundir.trace_files(run, prefix + SUFFIX))
 
 
 def rank_of(path: Path) -> int:
@@ -142,7 +141,7 @@ class StepsFile:
     def take(self) -> bool:
         """Take the file's claim (False: another process reads it now); start after what a
         recovery already converted."""
-        claim = Claim.take(self.path)
+        claim = Claim.take_or_skip(self.path)
         if claim is None:
             return False
         self.claim = claim
@@ -193,7 +192,7 @@ def _present(part: Path, pid: int) -> set[tuple[str, int, int]]:
         if s.table == "spans":
             for b in read_segment(s.path):
                 add(b.select(cols))
-    for f in rundir.table_dir(part, "spans").glob("spans-*.parquet"):
+    for f in rundir.parquet_files(rundir.table_dir(part, "spans"), "spans"):
         try:
             add(pq.read_table(f, columns=cols, filters=[("pid", "=", pid)]))
         except (pa.ArrowInvalid, OSError):
@@ -226,10 +225,12 @@ def recover_steps(run_path: Path) -> list[str]:
             added = sum(missing)
             if added:
                 out = table.filter(pa.array(missing))
-                folder = rundir.make_dirs(rundir.table_dir(part, "spans"))
+                folder = rundir.make_dirs(rundir.table_dir(part, "spans"), rundir.run_of_rank(part))
                 target = folder / f"spans-recovered-{path.name}-{start}-{sf.offset}.parquet"
                 # a dot name until renamed: dataset readers skip it
                 tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+                safepath.unlink_in_run(tmp)
+                safepath.create_private(tmp)              # 0600 from its first byte; no link
                 pq.write_table(out, tmp, compression="zstd")
                 os.chmod(tmp, 0o600)
                 os.replace(tmp, target)

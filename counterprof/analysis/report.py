@@ -11,6 +11,7 @@ from typing import Any, Callable, Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..redact import redact_argv
 from . import intervals as iv
 from .classify import NEXT_STEPS, Evidence, Verdict, classify
 from .signals import BUCKET_NS, MAX_BUCKETS, RunData, bucket_table, load_buckets, load_spans, signals
@@ -122,6 +123,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     spans = inputs.spans
 
     run_info = {k: meta.get(k) for k in ("id", "command", "status", "start_time", "host", "rank")}
+    run_info["command"] = redact_argv(run_info["command"]) if run_info["command"] else None
     collectors = {k: {"status": c.get("status"), "reason": c.get("reason", "")}
                   for k, c in (meta.get("collectors") or {}).items()}
     if data.end_ns <= data.start_ns:

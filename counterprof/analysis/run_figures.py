@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..redact import redact_argv
 from . import intervals as iv
 from .classify import Verdict, classify
 from .signals import RunData, Series, load_spans, signals
@@ -462,7 +463,7 @@ def run_figures(path: str, meta: dict[str, Any], catalog: dict[str, dict[str, An
     overall, scoped, scope_signals = verdicts(data)
     busy = contention(data, catalog, len(ranks), (meta.get("host") or {}).get("cpus"))
     kinds = {m: (catalog.get(m) or {}).get("kind", "delta") for m in per_window}
-    return RunFigures(path=path, run_id=str(meta.get("id") or path), command=list(meta.get("command") or []),
+    return RunFigures(path=path, run_id=str(meta.get("id") or path), command=redact_argv(meta.get("command")),
                       ranks=list(ranks), window_s=window_ns / 1e9, start_ns=start_ns, end_ns=end_ns,
                       times=span_times(spans), metrics=per_window, units=units, kinds=kinds, totals=totals,
                       verdict=overall, scope_verdicts=scoped, scope_signals=scope_signals, meta=meta,

@@ -20,6 +20,8 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..redact import redact_argv
+
 
 @dataclass
 class SummaryRow:
@@ -177,7 +179,7 @@ def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: dict[str, An
     if elapsed is None and meta.get("duration_ns"):
         elapsed = meta["duration_ns"] / 1e9
     summary = Summary(
-        command=meta.get("command"), elapsed_s=elapsed, user_s=workload.get("user_s"),
+        command=redact_argv(meta.get("command")) or None, elapsed_s=elapsed, user_s=workload.get("user_s"),
         system_s=workload.get("system_s"), exit_status=workload.get("exit_status"),
         collectors={k: {"status": v.get("status"), "reason": v.get("reason", "")}
                     for k, v in (meta.get("collectors") or {}).items()},

@@ -24,6 +24,9 @@ SUBCOMMANDS = {
     "roofline": "every torch op's FLOP/s and bytes/s against the ceilings: bound, share of roof, MFU",
 }
 MODULES = {"list": "list_events", "import": "import_trace"}   # where module names differ
+# what starts other programs (a workload, calibration's workers): they would inherit a umask,
+# so these create their files 0600 one by one instead (every other subcommand: private_umask)
+LAUNCHES = {"run", "repeat", "calibrate", "top"}
 USAGE = "usage: counterprof {" + ",".join(SUBCOMMANDS) + "} ...\n\n" + "\n".join(
     f"  {name:<9} {text}" for name, text in SUBCOMMANDS.items()) + \
     "\n\n`counterprof SUBCOMMAND --help` for its options."
@@ -43,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"counterprof: unknown subcommand '{name}'\n\n{USAGE}", file=sys.stderr)
         return 2
     import importlib
+    if name not in LAUNCHES:
+        from .common import private_umask
+        private_umask()
     return importlib.import_module(f".{MODULES.get(name, name)}", __name__).main(rest)
 
 

@@ -46,6 +46,8 @@ class WarningRoute:
 
 def guarded(fn: Callable[[], int]) -> int:
     """Run a subcommand body; counterprof errors become one line and an exit code."""
+    from ..store import safepath
+    safepath.set_sink(err)          # a link planted in a run is named as it is skipped
     try:
         return fn()
     except UsageFailure as exc:
@@ -137,7 +139,23 @@ def write_text_file(path: str, text: str, option: str) -> None:
     """Write an output file; a failure is one line, not a traceback."""
     from ..errors import CounterprofError
     try:
-        with open(path, "w") as f:
+        with open(path, "w", opener=private_opener) as f:
             f.write(text)
     except OSError as exc:
         raise CounterprofError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
+
+
+def private_opener(path, flags: int) -> int:
+    """open()'s opener for an output counterprof creates: 0600 (an existing file keeps the mode
+    its owner gave it). Derived outputs are redacted (counterprof/redact.py), but they describe
+    the user's workload: sharing one is the user's decision (chmod)."""
+    import os
+    return os.open(path, flags | os.O_CLOEXEC, 0o600)
+
+
+def private_umask() -> None:
+    """Files and folders this process creates (DuckDB's history file and its WAL, every
+    output) are its owner's only. Not for the subcommands that launch a workload: it would
+    inherit the mask."""
+    import os
+    os.umask(os.umask(0) | 0o077)

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import glob
 import json
-import shlex
 import sys
 from pathlib import Path
 
 from .common import ArgumentParser, UsageFailure, err, guarded, open_run, use_system_allocator
+from ..redact import command_line
 
 SAMPLE_COLUMNS = ["time", "duration_ns", "metric", "value"]
 
@@ -118,7 +118,7 @@ def bounds_of(run) -> tuple[int, int]:
 
 
 def _command(run) -> str:
-    return shlex.join(run.meta.get("command") or []) or "(no command)"
+    return command_line(run.meta.get("command")) or "(no command)"
 
 
 def _main(argv: list[str]) -> int:

@@ -8,10 +8,12 @@ times, and finds the stragglers across hosts.
 """
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 from .common import ArgumentParser, UsageFailure, err, guarded
+from ..store import safepath
 from ..store.compact import LOCK
 
 
@@ -66,11 +68,10 @@ def _main(argv: list[str]) -> int:
             meta = run.rank_meta(rank)
             dest = rundir.rank_dir(out, rank)
             if rank in own:     # its traces and files; the tables' files go to their datasets
-                shutil.copytree(own[rank], dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
-                    rundir.JOURNAL, LOCK, "*.parquet"))
+                _copy_own_files(own[rank], dest, out)
             for table in rundir.TABLE_NAMES:
                 for _r, f in rundir.table_files(run.path, table, rank):
-                    shutil.copy2(f, rundir.dataset_dir(out, table, rank) / f.name)
+                    _copy_file(f, rundir.dataset_dir(out, table, rank) / f.name)
             rundir.write_json(dest / rundir.META, {**meta, "merged_from": str(run.path)})
             ranks_meta[str(rank)] = {"host": (meta.get("host") or {}).get("hostname"),
                                      "run": str(run.path), "status": meta.get("status")}
@@ -87,3 +88,32 @@ def _main(argv: list[str]) -> int:
     rundir.write_json(out / rundir.CATALOG, sorted(catalog.values(), key=lambda m: (m.get("source", ""), m["name"])))
     err(f"merged {len(owner)} ranks from {len(runs)} runs on {len(merged['hosts'])} host(s) into {out}")
     return 0
+
+
+def _copy_own_files(src: Path, dest: Path, out: Path) -> None:
+    """A rank's own folder (traces, steps files, ...) without its journal, locks and Parquet
+    files: regular files only. A link is skipped and named, never copied as what it points at
+    (a run's `rank=0/x -> /etc/shadow` must not come out of merge as a file holding its bytes)."""
+    from ..store import rundir
+    for top, dirs, names in os.walk(src):          # links to folders are listed, not entered
+        here = Path(top)
+        for d in list(dirs):
+            if safepath.is_link(here / d) or (here == src and d == rundir.JOURNAL):
+                if safepath.is_link(here / d):
+                    safepath.skipped_link(here / d)
+                dirs.remove(d)
+        for name in names:
+            f = here / name
+            if name == LOCK or name.endswith(".parquet") or not safepath.plain_file(f):
+                continue
+            target = dest / f.relative_to(src)
+            rundir.make_dirs(target.parent, out)
+            _copy_file(f, target)
+
+
+def _copy_file(src: Path, target: Path) -> None:
+    """One file, 0600 like every file of a run (never through a link at either end)."""
+    with os.fdopen(safepath.open_read(src), "rb") as r, os.fdopen(safepath.create_new(target), "wb") as w:
+        shutil.copyfileobj(r, w, 1 << 20)
+    st = os.stat(src)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))

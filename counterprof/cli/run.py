@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 
+from ..redact import command_line
 from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
                      use_system_allocator)
 
@@ -216,7 +216,7 @@ def _run(args) -> int:
         session.stop(workload={"status": "not started"})
         raise
     from ..workload import WorkloadStartError
-    view = _start_view(session, window, warnings, shlex.join(command)) if window is not None else None
+    view = _start_view(session, window, warnings, command_line(command)) if window is not None else None
     try:
         try:
             workload.release()

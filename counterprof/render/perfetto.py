@@ -142,7 +142,8 @@ class _Sink:
     compression overlaps the formatting of the next batch."""
 
     def __init__(self, path: Path, gzip: bool):
-        self.file = open(path, "wb")
+        # 0600 when created: the timeline is its owner's to share (an existing file keeps its mode)
+        self.file = open(path, "wb", opener=lambda p, fl: os.open(p, fl | os.O_CLOEXEC, 0o600))
         self.compressor = None
         if gzip:
             try:

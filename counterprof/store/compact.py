@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 
 from ..proctree import pid_alive
 from .journal import JOURNAL, SegmentRead, read_segment, segments
-from .rundir import make_dirs, table_dir
+from . import safepath
+from .rundir import make_dirs, run_of_rank, table_dir
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
 ROW_GROUP_ROWS = 64 * 1024
@@ -63,7 +64,8 @@ def written_on_another_host(rank_path: Path) -> str | None:
     profiler on another host is still writing it: its pids mean nothing here, so none of its
     writers can be judged dead from this host (a multi-node job on a shared filesystem)."""
     try:
-        meta = json.loads((Path(rank_path) / "meta.json").read_text())
+        with os.fdopen(safepath.open_read(Path(rank_path) / "meta.json"), "rb") as f:
+            meta = json.loads(f.read())
     except (OSError, ValueError):
         return None
     host = (meta.get("profiler") or {}).get("host")
@@ -82,7 +84,7 @@ def compact_rank(rank_path: Path, report: CompactionReport | None = None, *,
         return report
     # Two compactions of one partition (two readers recovering a killed run, ranks of one job
     # stopping together) would write into one file: one at a time.
-    lock = os.open(Path(rank_path) / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    lock = safepath.open_lock(Path(rank_path) / LOCK)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         return _compact(Path(rank_path), report)
@@ -102,7 +104,7 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
             continue
         folder = table_dir(rank_path, table)
         target = folder / parquet_name(table, writer)
-        if target.exists():
+        if safepath.plain_file(target):
             # An earlier compaction renamed its file but died before deleting segments.
             for s in group:
                 s.path.unlink(missing_ok=True)
@@ -118,7 +120,9 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
                 return
             table_obj = pa.Table.from_batches(pending).unify_dictionaries()
             if writer_obj is None:
-                make_dirs(folder)
+                make_dirs(folder, run_of_rank(rank_path))
+                safepath.unlink_in_run(tmp)          # a killed compaction's (one at a time)
+                safepath.create_private(tmp)         # 0600 before a byte is in it; no link
                 writer_obj = pq.ParquetWriter(str(tmp), table_obj.schema, compression="zstd")
             writer_obj.write_table(table_obj)
             report.rows += table_obj.num_rows

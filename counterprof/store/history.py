@@ -193,13 +193,16 @@ def run_count(con) -> int:
 
 
 def command_text(command: list[str] | None) -> str:
-    return json.dumps(list(command or []))
+    """The command as the history file keeps it: redacted (the file is a derived output)."""
+    from ..redact import redact_argv
+    return json.dumps(redact_argv(command))
 
 
 def command_display(text: str) -> str:
-    """The stored command (a JSON list) as a shell line."""
-    import shlex
+    """The stored command (a JSON list) as a shell line, redacted again (a history file written
+    before redaction holds commands as they were run)."""
+    from ..redact import command_line, redact_text
     try:
-        return shlex.join(json.loads(text)) or "(no command)"
+        return command_line(json.loads(text)) or "(no command)"
     except (ValueError, TypeError):
-        return str(text)
+        return redact_text(str(text))

@@ -16,6 +16,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from . import safepath
 from .rundir import JOURNAL, rank_dir
 
 SUFFIX = ".arrows"
@@ -46,6 +47,9 @@ def segment_name(table: str, writer: str, seq: int) -> str:
 
 class _Stream:
     def __init__(self, path: Path, schema: pa.Schema):
+        # created 0600 and exclusively first (a planted link is never written through), then
+        # reopened by pyarrow's unbuffered file: the kernel has each batch at once
+        safepath.create_private(path)
         self.file = pa.OSFile(str(path), "wb")
         self.writer = pa.ipc.new_stream(self.file, schema)
 
@@ -61,7 +65,7 @@ class JournalWriter:
 
     def __init__(self, rank_path: Path, writer_id: str, segment_bytes: int = SEGMENT_BYTES):
         self.dir = Path(rank_path) / JOURNAL
-        self.dir.mkdir(mode=0o700, exist_ok=True)
+        safepath.make_dirs(Path(rank_path), self.dir)      # 0700; never a link
         self.writer_id = writer_id
         self.segment_bytes = segment_bytes
         self._streams: dict[str, _Stream] = {}
@@ -121,10 +125,10 @@ class JournalSet:
 
 
 def segments(rank_path: Path) -> list[Segment]:
-    d = Path(rank_path) / JOURNAL
-    if not d.is_dir():
-        return []
-    found = [s for s in (Segment.parse(p) for p in d.iterdir()) if s is not None]
+    """The journal's segments, found without following a link (a linked journal folder or
+    segment is skipped and named: its files are not the run's to read, compact or delete)."""
+    found = [s for s in (Segment.parse(p) for p in safepath.files(Path(rank_path) / JOURNAL))
+             if s is not None]
     return sorted(found, key=lambda s: (s.table, s.writer, s.seq))
 
 

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from ..errors import RunDirectoryError
 from ..schema import TABLES
 from .journal import read_segment, segments
-from . import rundir
+from . import rundir, safepath
 from .rundir import CATALOG, META, is_run, rank_dirs, read_json
 
 
@@ -37,6 +37,8 @@ class Run:
         if not self.path.is_dir():
             raise RunDirectoryError(f"{self.path}: no such run directory")
         if not is_run(self.path):
+            if safepath.is_link(self.path / META):
+                raise safepath.LinkInRun(self.path / META, "not read, so this is not a run to read")
             raise RunDirectoryError(f"{self.path} is not a counterprof run (no {META})")
 
     def __repr__(self) -> str:
@@ -50,14 +52,16 @@ class Run:
         """The meta.json of the process that wrote this rank: its own when it joined another
         process's run (_ranks/rank=<r>/meta.json), else the run's."""
         own = dict(rank_dirs(self.path)).get(rank)
-        return read_json(own / META) if own is not None and (own / META).exists() else self.meta
+        if own is not None and safepath.plain_file(own / META):
+            return read_json(own / META)
+        return self.meta
 
     @property
     def catalog(self) -> dict[str, dict[str, Any]]:
         """Every metric of the run: the run's catalog and those of ranks that joined it."""
         out: dict[str, dict[str, Any]] = {}
         for path in [self.path / CATALOG] + [d / CATALOG for _, d in rank_dirs(self.path)]:
-            if not path.exists():
+            if not safepath.plain_file(path):       # missing, or a link (named)
                 continue
             try:
                 entries = read_json(path)

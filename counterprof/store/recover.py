@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import RunDirectoryError
 from ..proctree import pid_alive
-from . import rundir
+from . import rundir, safepath
 from .compact import CompactionReport, compact_rank
 
 
@@ -46,7 +46,7 @@ def _metas(path: Path) -> list[tuple[Path, dict]]:
     out = [(path / rundir.META, rundir.read_json(path / rundir.META))]
     for _rank, d in rundir.rank_dirs(path):
         own = d / rundir.META
-        if own.exists():
+        if safepath.plain_file(own):
             try:
                 out.append((own, rundir.read_json(own)))
             except RunDirectoryError:

@@ -23,6 +23,7 @@ Run directories are readable by their owner only: command lines can hold secrets
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import os
 import fcntl
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
 from ..errors import RunDirectoryError
+from . import safepath
 
 META = "meta.json"
 CATALOG = "catalog.json"
@@ -63,34 +65,80 @@ def default_run_path(parent: str | os.PathLike = ".") -> Path:
 
 
 def create(path: str | os.PathLike, *, replace: bool = False, allow: tuple[str, ...] = (),
-           words: Words = CLI_WORDS) -> Path:
-    """Create a run directory (mode 0700). Refuses a directory that already holds a run.
-    allow: names a just-claimed directory may already hold. words: the caller's terms for what
-    to do instead (CLI_WORDS, API_WORDS)."""
+           words: Words = CLI_WORDS, locked: bool = False) -> Path:
+    """Create a run directory (mode 0700) and claim it: counterprof's marker file is created in
+    it exclusively, so of two processes creating one run at once exactly one wins. Refuses a
+    directory that already holds a run (replace=True replaces a finished one) and any directory
+    counterprof did not make (a meta.json alone does not make a run). allow: names a
+    just-claimed directory may already hold. words: the caller's terms for what to do instead
+    (CLI_WORDS, API_WORDS). locked: the caller holds the directory's claim lock (claim())."""
     path = Path(path)
-    if path.exists():
-        if not path.is_dir():
-            raise RunDirectoryError(f"{path} exists and is not a directory; {words.other}")
-        if (path / META).exists() and not replace:
+    if not locked:
+        with _claim_lock(path, words):
+            return create(path, replace=replace, allow=allow, words=words, locked=True)
+    names = set(os.listdir(path))
+    kind = _kind(path, names, allow)
+    if kind in ("run", "older run"):
+        if not replace:
             raise RunDirectoryError(already_holds_a_run(path, words))
-        if any(p.name not in allow + (CLAIM_LOCK,) for p in path.iterdir()) and not (path / META).exists():
-            raise RunDirectoryError(
-                f"{path} is not empty and is not a run directory; {words.other}")
-        if replace:
-            _clear_run(path)
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(path, 0o700)
-    except OSError as exc:
-        raise RunDirectoryError(f"cannot create run directory {path}: {exc.strerror}") from exc
+        if not _finished(path):
+            raise RunDirectoryError(f"{path} holds a run that counterprof is still writing; stop "
+                                    f"it first, or {words.other}")
+        _clear_run(path, names)
+    elif kind == "foreign meta":
+        raise RunDirectoryError(
+            f"{path} holds a {META} that counterprof did not write (no {MARKER} marker, no "
+            f"counterprof_version): it is not a run, and counterprof replaces only its own runs; "
+            f"{words.other}")
+    elif kind == "foreign":
+        raise RunDirectoryError(f"{path} is not empty and is not a run directory; {words.other}")
+    _write_marker(path, words)
     return path
 
 
 JOB = ".job"           # the job that owns the run: its other processes join instead of refusing
+MARKER = ".counterprof"   # written at claim time: what makes a directory a counterprof run
+MARKER_FORMAT = "counterprof-run/1"
 
 
 def already_holds_a_run(path: str | os.PathLike, words: Words = CLI_WORDS) -> str:
     return f"{path} already holds a run; {words.other}, or {words.replace} to replace it"
+
+
+class _claim_lock:
+    """The directory made (0700) and held under an flock on its own descriptor while one
+    process decides whether it may create the run in it: no file of ours is left in a directory
+    we refuse."""
+
+    def __init__(self, path: Path, words: Words):
+        self.path, self.words = path, words
+
+    def __enter__(self) -> int:
+        path = self.path
+        if path.exists() and not path.is_dir():
+            raise RunDirectoryError(f"{path} exists and is not a directory; {self.words.other}")
+        try:
+            existed = path.is_dir()
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not existed:
+                os.chmod(path, 0o700)
+            self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise RunDirectoryError(f"cannot create run directory {path}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            if exc.errno not in (errno.EBADF, errno.EINVAL, errno.ENOLCK, errno.EOPNOTSUPP):
+                raise
+            # a filesystem that locks only files open for writing (NFS emulates flock with
+            # byte-range locks): the lock file of earlier versions
+            os.close(self.fd)
+            self.fd = safepath.open_lock(path / CLAIM_LOCK)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self.fd
+
+    def __exit__(self, *exc) -> None:
+        os.close(self.fd)       # releases the lock
 
 
 def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = None,
@@ -99,26 +147,20 @@ def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = N
     """Create a run directory, or join it: (path, joined). With a job id, the first process of
     the job to get here creates the run; the job's other processes (the other ranks of a
     torchrun job, each in its own counterprof.profile()) join it and write their own partition.
-    Simultaneous starts agree on who created it through a lock file; a finished run of another
-    job is replaced with replace=True, refused otherwise. on_create(path) runs in the creator
-    before any joiner is let in: it writes the run's first meta.json, so a joiner never sees a
-    claimed directory that is not yet a run."""
+    Simultaneous starts agree on who created it through the directory's lock; a finished run of
+    another job is replaced with replace=True, refused otherwise. on_create(path) runs in the
+    creator before any joiner (or a second creator) is let in: it writes the run's first
+    meta.json, so nobody sees a claimed directory that is not yet a run."""
     path = Path(path)
-    if job is None:
-        path = create(path, replace=replace, words=words)
-        if on_create is not None:
-            on_create(path)
-        return path, False
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        lock = os.open(path / CLAIM_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise RunDirectoryError(f"cannot create run directory {path}: {exc.strerror}") from exc
     # One process at a time decides: the creator checks (with replace, clears) the directory and
     # writes the job id before the next one looks, so a joiner never writes into a directory
     # that is still being checked, and a refused creator leaves nothing for the others to join.
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _claim_lock(path, words):
+        if job is None:
+            create(path, replace=replace, words=words, locked=True)
+            if on_create is not None:
+                on_create(path)
+            return path, False
         owner = _read_owner(path)
         if owner == job:
             return path, True
@@ -129,65 +171,179 @@ def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = N
                     f"{words.other}, or set COUNTERPROF_JOB alike in every process of one job"
                     + (f", or {words.replace} to replace it" if _finished(path) else ""))
             (path / JOB).unlink()                 # replacing a finished run of another job
-        create(path, replace=replace, allow=(JOB,), words=words)
-        write_text = path / (JOB + ".tmp")
-        write_text.write_text(job + "\n")
-        os.replace(write_text, path / JOB)
+        create(path, replace=replace, allow=(JOB,), words=words, locked=True)
+        tmp = path / (JOB + f".{os.getpid()}.tmp")
+        safepath.unlink_in_run(tmp)
+        with os.fdopen(safepath.create_new(tmp), "w") as f:
+            f.write(job + "\n")
+        os.replace(tmp, path / JOB)
         if on_create is not None:
             on_create(path)
         return path, False
-    finally:
-        os.close(lock)
 
 
-CLAIM_LOCK = ".claim.lock"
+def remove_run(path: Path, words: Words = CLI_WORDS) -> None:
+    """Delete a finished run of counterprof's own, whole (a run set's member, replaced with
+    the set): refused, with nothing deleted, for anything else, a run still being written, or
+    a run holding a link."""
+    path = Path(path)
+    if not safepath.plain_dir(path, report=False):
+        raise safepath.LinkInRun(path, "nothing was replaced") if safepath.is_link(path) else \
+            RunDirectoryError(f"{path} is not a directory; {words.other}")
+    with _claim_lock(path, words):
+        names = set(os.listdir(path))
+        if _kind(path, names, ()) not in ("run", "older run"):
+            raise RunDirectoryError(f"{path} is not a counterprof run, so it is not replaced; {words.other}")
+        if not _finished(path):
+            raise RunDirectoryError(f"{path} holds a run that counterprof is still writing; stop "
+                                    f"it first, or {words.other}")
+        _clear_run(path, names)
+    try:
+        os.rmdir(path)           # what is left in it (not counterprof's) stays, and so does it
+    except OSError:
+        pass
+
+
+def abandon(path: Path) -> None:
+    """Undo a claim that never became a run: the directory this process created and claimed is
+    removed when it holds nothing but the marker (anything else in it is left as it is)."""
+    path = Path(path)
+    try:
+        if set(os.listdir(path)) == {MARKER}:
+            os.unlink(path / MARKER)
+            os.rmdir(path)
+    except OSError:
+        pass
+
+
+CLAIM_LOCK = ".claim.lock"     # the lock file of earlier versions (the directory is locked now)
+
+
+def _kind(path: Path, names: set[str], allow: tuple[str, ...]) -> str:
+    """What a directory holds: "run" (counterprof's marker), "older run" (a meta.json of
+    counterprof from before the marker), "foreign meta", "foreign" or "empty"."""
+    if MARKER in names:
+        return "run" if _marker_ok(path) else "foreign"
+    if META in names:
+        try:
+            meta = read_json(path / META)
+        except RunDirectoryError:
+            return "foreign meta"
+        return "older run" if isinstance(meta, dict) and "counterprof_version" in meta else "foreign meta"
+    if names - set(allow) - {CLAIM_LOCK}:
+        return "foreign"
+    return "empty"
+
+
+def _marker_ok(path: Path) -> bool:
+    try:
+        fd = safepath.open_read(path / MARKER)
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as f:
+        head = f.read(4096)
+    try:
+        data = json.loads(head)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and data.get("format") == MARKER_FORMAT
+
+
+def _write_marker(path: Path, words: Words) -> None:
+    """Created exclusively: a marker already there means another process claimed the run."""
+    from socket import gethostname
+    try:
+        fd = safepath.create_new(path / MARKER)
+    except FileExistsError:
+        raise RunDirectoryError(already_holds_a_run(path, words)) from None
+    with os.fdopen(fd, "w") as f:
+        json.dump({"format": MARKER_FORMAT, "created_by": {"pid": os.getpid(), "host": gethostname()}}, f)
+        f.write("\n")
 
 
 def _read_owner(path: Path) -> str | None:
     try:
-        return (path / JOB).read_text().strip()
+        fd = safepath.open_read(path / JOB)
     except FileNotFoundError:
         return None
+    with os.fdopen(fd) as f:
+        return f.read().strip()
 
 
 def _finished(path: Path) -> bool:
     """The run in path is no longer being written (its profiler finished or is gone)."""
     from .recover import writer_alive
+    if not (path / META).exists():
+        return not _marker_creator_alive(path)    # claimed, first meta never written
     try:
         meta = read_json(path / META)
     except RunDirectoryError:
         return False
     return not writer_alive(meta) and all(
-        not writer_alive(read_json(d / META)) for _r, d in rank_dirs(path) if (d / META).exists())
+        not writer_alive(read_json(d / META)) for _r, d in rank_dirs(path)
+        if safepath.plain_file(d / META))
 
 
-def _clear_run(path: Path) -> None:
-    """Remove what an earlier run left: only files counterprof writes."""
-    for child in path.iterdir():
-        if child.name in (META, CATALOG, JOB) or child.name.endswith(".tmp"):
-            child.unlink()
-        elif child.is_dir() and (_RANK_DIR.match(child.name) or child.name in (RANKS, *TABLE_NAMES)):
-            for f in sorted(child.rglob("*"), reverse=True):
-                f.rmdir() if f.is_dir() else f.unlink()
-            child.rmdir()
+def _marker_creator_alive(path: Path) -> bool:
+    from socket import gethostname
+    from ..proctree import pid_alive
+    try:
+        with os.fdopen(safepath.open_read(path / MARKER), "rb") as f:
+            by = json.loads(f.read(4096)).get("created_by") or {}
+    except (OSError, ValueError, AttributeError):
+        return False
+    pid = by.get("pid")
+    if by.get("host") != gethostname():
+        return True                   # cannot be judged from here
+    return isinstance(pid, int) and 0 < pid != os.getpid() and pid_alive(pid)
+
+
+_CLEARED_DIRS = (RANKS, *TABLE_NAMES, ".ranks")
+
+
+def _clear_run(path: Path, names: set[str]) -> None:
+    """Remove what an earlier run left: only names counterprof writes, and nothing at all when
+    any of them is or holds a symbolic link (counterprof never writes one: what it points at is
+    not ours, and deleting the link would hide that from the user)."""
+    doomed = sorted(n for n in names if n in (META, CATALOG, JOB, MARKER)
+                    or (n.endswith(".tmp") and not os.path.isdir(path / n))
+                    or ((_RANK_DIR.match(n) or n in _CLEARED_DIRS) and os.path.isdir(path / n)))
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        links = [link for n in doomed for link in safepath.links_below(fd, n)]
+        if links:
+            shown = ", ".join(str(path / link) for link in links[:3])
+            more = f" and {len(links) - 3} more" if len(links) > 3 else ""
+            raise RunDirectoryError(
+                f"{path} holds symbolic links ({shown}{more}), which counterprof never writes: "
+                "nothing was replaced (what they point at is not the run's); remove them, or "
+                "choose another directory")
+        for n in doomed:
+            safepath.remove_tree_at(fd, n)
+    finally:
+        os.close(fd)
 
 
 def rank_name(rank: int) -> str:
     return f"rank={rank}"
 
 
-def make_dirs(path: Path) -> Path:
-    """path and its missing parents (inside the run), each readable by the owner only."""
-    path = Path(path)
-    if not path.is_dir():
-        make_dirs(path.parent)
-        path.mkdir(mode=0o700, exist_ok=True)
-    return path
+def make_dirs(path: Path, run: Path) -> Path:
+    """path and its missing parents inside the run (run: its root), each readable by the owner
+    only; a symbolic link on the way is refused."""
+    return safepath.make_dirs(Path(run), Path(path))
+
+
+def run_of_rank(rank_path: Path) -> Path:
+    """The run a rank's own folder belongs to (<run>/_ranks/rank=<r>, or <run>/rank=<r> in a
+    run of the older layout)."""
+    rank_path = Path(rank_path)
+    return rank_path.parent.parent if rank_path.parent.name == RANKS else rank_path.parent
 
 
 def rank_dir(run: Path, rank: int) -> Path:
     """The folder of a rank's own files (journal, traces, a joined rank's meta), created."""
-    return make_dirs(Path(run) / RANKS / rank_name(rank))
+    return make_dirs(Path(run) / RANKS / rank_name(rank), Path(run))
 
 
 def traces_dir(run: Path, rank: int) -> Path:
@@ -197,12 +353,12 @@ def traces_dir(run: Path, rank: int) -> Path:
 
 
 def _ranked(parent: Path) -> list[tuple[int, Path]]:
+    """(rank, folder) of parent's rank=<r> folders; links are skipped and named (safepath)."""
     out = []
-    if parent.is_dir():
-        for child in parent.iterdir():
-            m = _RANK_DIR.match(child.name)
-            if m and child.is_dir():
-                out.append((int(m.group(1)), child))
+    for child in safepath.subdirs(parent):
+        m = _RANK_DIR.match(child.name)
+        if m:
+            out.append((int(m.group(1)), child))
     return out
 
 
@@ -211,6 +367,20 @@ def rank_dirs(run: Path) -> list[tuple[int, Path]]:
     found = dict(_ranked(Path(run)))                  # the older layout
     found.update(_ranked(Path(run) / RANKS))
     return sorted(found.items())
+
+
+def trace_files(run: Path, *patterns: str, rank: int | None = None) -> list[Path]:
+    """The regular files matching patterns in every rank's traces/ (either layout), found
+    without following a link."""
+    from fnmatch import fnmatch
+    return sorted(f for r, d in rank_dirs(Path(run)) if rank is None or r == rank
+                  for f in safepath.files(d / TRACES) if any(fnmatch(f.name, p) for p in patterns))
+
+
+def parquet_files(folder: Path, table: str) -> list[Path]:
+    """The Parquet files of table in one partition folder (links skipped and named)."""
+    return sorted(f for f in safepath.files(folder)
+                  if f.name.startswith(f"{table}-") and f.name.endswith(".parquet"))
 
 
 def trace_globs(*patterns: str) -> list[str]:
@@ -230,7 +400,7 @@ def table_dir(rank_path: Path, table: str) -> Path:
 
 def dataset_dir(run: Path, table: str, rank: int) -> Path:
     """<run>/<table>/rank=<r>, created: where a rank's Parquet files of table go."""
-    return make_dirs(Path(run) / table / rank_name(rank))
+    return make_dirs(Path(run) / table / rank_name(rank), Path(run))
 
 
 def table_files(run: Path, table: str, rank: int | None = None) -> list[tuple[int, Path]]:
@@ -238,7 +408,7 @@ def table_files(run: Path, table: str, rank: int | None = None) -> list[tuple[in
     run = Path(run)
     dirs = _ranked(run / table) + [(r, table_dir(d, table)) for r, d in _ranked(run)]
     return sorted((r, f) for r, d in dirs if rank is None or r == rank
-                  for f in d.glob(f"{table}-*.parquet"))
+                  for f in parquet_files(d, table))
 
 
 def ranks(run: Path) -> list[int]:
@@ -252,8 +422,8 @@ def ranks(run: Path) -> list[int]:
 def write_json(path: Path, data: Any) -> None:
     """Atomic replace: a reader, or a profiler killed mid-write, never sees half a file."""
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
+    safepath.unlink_in_run(tmp)         # one a killed process of this pid left (or a planted link)
+    with os.fdopen(safepath.create_new(tmp), "w") as f:
         json.dump(data, f, indent=2, default=str)
         f.write("\n")
     os.replace(tmp, path)
@@ -261,7 +431,7 @@ def write_json(path: Path, data: Any) -> None:
 
 def read_json(path: Path) -> Any:
     try:
-        with open(path) as f:
+        with os.fdopen(safepath.open_read(path)) as f:      # never through a link
             return json.load(f)
     except FileNotFoundError:
         raise RunDirectoryError(f"{path.parent} is not a counterprof run (no {path.name})") from None
@@ -270,4 +440,6 @@ def read_json(path: Path) -> Any:
 
 
 def is_run(path: str | os.PathLike) -> bool:
-    return (Path(path) / META).is_file()
+    """A directory holding a meta.json of its own (not a link): a run to read. Runs from before
+    counterprof's marker (MARKER) have none, and are read as runs all the same."""
+    return safepath.plain_file(Path(path) / META, report=False)

@@ -143,7 +143,7 @@ def test_run_directory_refusals(tmp_path):
     (rundir.dataset_dir(path, "spans", 1) / "spans-x.parquet").write_text("junk")
     (rundir.rank_dir(path, 1) / rundir.JOURNAL).mkdir()
     rundir.create(path, replace=True)
-    assert [p.name for p in path.iterdir()] == []
+    assert [p.name for p in path.iterdir()] == [rundir.MARKER]     # the new run's claim, only
 
 
 def test_write_json_is_atomic_and_private(tmp_path):
