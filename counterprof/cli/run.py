@@ -16,7 +16,7 @@ import shlex
 import sys
 
 from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
-                     use_system_allocator)
+                     keep_pandas_out, use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -110,16 +110,32 @@ def main(argv: list[str]) -> int:
     # the main thread to take with sigtimedwait and forward.
     from ..workload import block_signals
     block_signals()
-    use_system_allocator()
     return guarded(lambda: _main(argv))
 
 
 def _main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)     # --help and usage errors: before any Arrow
+    keep_pandas_out()
+    _import_arrow_with_one_blas_thread()
+    use_system_allocator()
     if args.repeat is not None:
         from .repeat import run_repeated
         return run_repeated(args, _run, build_parser().format_usage())
     return _run(args)
+
+
+def _import_arrow_with_one_blas_thread() -> None:
+    """pyarrow imports numpy, whose OpenBLAS starts a thread per core at load (tens of ms of
+    start-up on a busy machine); the profiler does no BLAS. The variable is set only while
+    numpy loads, so the workload's environment is the user's."""
+    if "OPENBLAS_NUM_THREADS" in os.environ or "numpy" in sys.modules:
+        import pyarrow  # noqa: F401
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import pyarrow  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
 
 
 def _run(args) -> int:
@@ -296,8 +312,8 @@ def _observe(session, args, window=None, warnings: WarningRoute | None = None) -
 
 
 def _report(session, args) -> None:
-    from ..store.reader import Run
     if not args.quiet:
+        from ..store.reader import Run
         try:
             print_summary(Run(session.path).summary(), args.json)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
