@@ -425,18 +425,45 @@ class Bench:
         for i in TABLE_INTERVALS:
             perf, cp = pct.get(("perf", i), {}), pct.get(("cp", i), {})
             ratios = [cp[r] / perf[r] for r in cp if r in perf and perf[r] > 0]
-            sleeps = [x for x in ok_runs if x["tool"] == "cp" and x["interval_ms"] == i and x["kind"] == "sleep"]
-            threads = thread_breakdown([{**x, "workload": {"elapsed_s": secs}} for x in sleeps])
-            host_us = [1e6 * x["host_thread_cpu_s"] / (secs * 1000 / 100.0) for x in sleeps
-                       if x.get("host_thread_cpu_s") is not None]      # host samples at 100 ms
-            rest = [100.0 * (x["profiler_cpu_s"] - sum(x.get(k) or 0 for k in
-                    ("perf_thread_cpu_s", "host_thread_cpu_s", "threads_thread_cpu_s"))) / secs
-                    for x in sleeps if x.get("profiler_cpu_s") is not None]
+            threads = self._steady_threads(ok_runs, i, secs)
+            host = threads.pop("host_s")
             out["intervals"][str(i)] = {
                 "perf_pct": summary(list(perf.values())), "cp_pct": summary(list(cp.values())),
-                "ratio": summary(ratios), "threads_pct": threads, "rest_pct": summary(rest),
-                "host_us_per_sample": summary(host_us),
+                "ratio": summary(ratios), "threads_pct": {k: summary(v) for k, v in threads.items() if k != "rest"},
+                "rest_pct": summary(threads["rest"]),
+                # the host collector samples every 100 ms: its steady CPU per sample
+                "host_us_per_sample": summary([1e6 * v / (secs * 10) for v in host]),
                 "true_cpu_s": {"perf": true_cpu[("perf", i)], "cp": true_cpu[("cp", i)]}}
+        return out
+
+    @staticmethod
+    def _steady_threads(runs: list[dict], interval: float, secs: float) -> dict[str, list[float]]:
+        """Each profiler thread's CPU (meta.json) in a `sleep` run minus its median in the `true`
+        runs (thread start, first writes, stop: what does not grow with the run), % of a core;
+        rest: the process's CPU beside the collectors' threads (main thread, compaction)."""
+        def parts(x: dict) -> dict[str, float | None]:
+            s = x.get("sampler") or {}
+            sampler, perf = s.get("thread_cpu_s"), x.get("perf_thread_cpu_s")
+            threads_sum = sum(x.get(k) or 0 for k in ("perf_thread_cpu_s", "host_thread_cpu_s",
+                                                       "threads_thread_cpu_s"))
+            return {"sampler": sampler, "drain": None if perf is None or sampler is None else perf - sampler,
+                    "host": x.get("host_thread_cpu_s"), "threads": x.get("threads_thread_cpu_s"),
+                    "rest": None if x.get("profiler_cpu_s") is None else x["profiler_cpu_s"] - threads_sum}
+        cp = [x for x in runs if x["tool"] == "cp" and x["interval_ms"] == interval]
+        base = {}
+        for k in ("sampler", "drain", "host", "threads", "rest"):
+            v = [parts(x)[k] for x in cp if x["kind"] == "true" and parts(x)[k] is not None]
+            base[k] = statistics.median(v) if v else 0.0
+        out: dict[str, list[float]] = {k: [] for k in base}
+        out["host_s"] = []
+        for x in cp:
+            if x["kind"] != "sleep":
+                continue
+            for k, v in parts(x).items():
+                if v is not None:
+                    out[k].append(100.0 * (v - base[k]) / secs)
+                    if k == "host":
+                        out["host_s"].append(v - base[k])
         return out
 
     # -- startup ------------------------------------------------------------------------
@@ -954,14 +981,15 @@ def report(results: dict) -> str:
             r = e["ratio"]
             lines.append(f"| -I {i:g} | {fmt_pct(e['perf_pct'])} | {fmt_pct(e['cp_pct'])} | "
                          f"{'n/a' if not r else '%.2fx [%.2f–%.2f]' % (r['median'], r['q1'], r['q3'])} | {target} |")
-        lines += ["", "counterprof's threads (meta.json, % of a core; rest = main thread, start and stop):"]
+        lines += ["", "counterprof's threads, steady state (meta.json, `sleep` run − the median `true` run, % of a "
+                  "core; rest = the process beside the collectors' threads: main thread, end of run):"]
         for i in TABLE_INTERVALS:
             e = tb["intervals"][str(i)]
             rest = (e.get("rest_pct") or {}).get("median")
             hu = (e.get("host_us_per_sample") or {}).get("median")
             lines.append(f"- -I {i:g}: {fmt_breakdown(e['threads_pct'])}, rest "
                          f"{'n/a' if rest is None else '%.2f%%' % rest}; host collector "
-                         f"{'n/a' if hu is None else '%.0f µs' % hu} of CPU per 100 ms sample (wake-up included)")
+                         f"{'n/a' if hu is None else '%.0f µs' % hu} of CPU per sample (every 100 ms, wake-up included)")
         lines.append("")
     o = results.get("overhead")
     if o:
