@@ -35,6 +35,12 @@ examples:
 """
 
 
+# The threads collector's thread wakes every interval: under -I 1 it was two thirds of the
+# profiler's CPU (5% of a core against perf stat -I 1's 3.4%); 10 ms still resolves the
+# verdict's 100 ms regions. --threads-interval-ms goes finer.
+THREADS_FINEST_DEFAULT_MS = 10.0
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="counterprof run", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,8 +75,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
     p.add_argument("--threads-interval-ms", type=float, default=None, metavar="MS",
-                   help="threads collector interval in ms (default: -I's): thread states by role, "
-                        "which the verdict follows, so they sample as finely as the counters")
+                   help="threads collector interval in ms (default: -I's, 10 at the finest): thread "
+                        "states by role, which the verdict follows, so they sample as finely as the "
+                        "counters down to 10 ms")
     p.add_argument("--gpus", metavar="LIST",
                    help="GPUs to sample, by CUDA ordinal as the workload sees them (after "
                         "CUDA_VISIBLE_DEVICES), comma separated (default: every visible GPU)")
@@ -167,7 +174,7 @@ def _run(args) -> int:
         nvml_cfg["gpus"] = args.gpus
     config = {"perf": perf_cfg, "host": {"interval_ms": args.host_interval_ms},
               "threads": {"interval_ms": args.threads_interval_ms if args.threads_interval_ms is not None
-                          else args.interval_ms}, "nvml": nvml_cfg}
+                          else max(args.interval_ms, THREADS_FINEST_DEFAULT_MS)}, "nvml": nvml_cfg}
     collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
     if args.gpus is not None and collectors is not None and "nvml" not in collectors:
         raise UsageFailure("--gpus selects GPUs for the nvml collector, which --collectors leaves out",
