@@ -3,6 +3,7 @@ the standard library and counterprof's light modules, nothing else. Start-up tim
 user waits for on every command; pyarrow, numpy, pandas, duckdb, rich and torch cost tens to
 hundreds of ms each, so they load only in a command that needs them. Not a timing test: the
 modules imported are the same on any machine."""
+import json
 import subprocess
 import sys
 
@@ -60,3 +61,22 @@ def test_the_api_loads_on_first_use():
     p = subprocess.run([PYTHON, "-c", "import counterprof; counterprof.nope"], capture_output=True,
                        text=True, timeout=60)
     assert "has no attribute 'nope'" in p.stderr
+
+
+def test_a_run_keeps_pandas_and_heavy_extras_out_of_its_process(tmp_path):
+    """`counterprof run -q -- true` imports pyarrow and numpy (it writes Arrow and Parquet) but
+    not pandas (pyarrow's first array conversion would: 0.3-0.6 s), pyarrow.compute (~50 ms),
+    rich (nothing is drawn under -q), duckdb or torch."""
+    # sys.modules at the end (importtime also lists imports that failed, as pandas's must)
+    code = ("import json, sys\nfrom counterprof.cli import main\n"
+            f"rc = main(['run', '-q', '-e', 'task-clock', '-o', {str(tmp_path / 'r')!r}, '--', 'true'])\n"
+            "print(json.dumps([rc, sorted(sys.modules)]))")
+    p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rc, names = json.loads(p.stdout.strip().splitlines()[-1])
+    assert rc == 0
+    tops = {name.split(".")[0] for name in names}
+    assert {"pyarrow", "numpy"} <= tops
+    assert not tops & {"pandas", "rich", "duckdb", "torch", "polars"}, sorted(tops & HEAVY)
+    assert "pyarrow.compute" not in names
+    assert (tmp_path / "r" / "meta.json").exists()
