@@ -212,17 +212,21 @@ def _run(args) -> int:
     warnings = WarningRoute()
     from .serve import exporter_for
     exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
+    totals = None
+    if not args.quiet:     # the summary's sums as the run goes: none to read back at the end
+        from ..analysis.summary import Totals
+        totals = Totals()
     session = Session(args.output, collectors=collectors, config=config, target=target,
                       per_rank=_per_rank_mode(args, command),
                       command=command or None, replace=args.force, rank=0, on_warning=warnings,
-                      sinks=[s for s in (window, exporter) if s is not None] or None)
+                      sinks=[s for s in (window, exporter, totals) if s is not None] or None)
     if exporter is not None:
         exporter.attach(session, scope="machine" if not command and args.pid is None else "process",
                         cpus=os.cpu_count(), perf_system_wide=args.all_cpus)
     session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
 
     if not command:
-        return _observe(session, args, window, warnings)
+        return _observe(session, args, window, warnings, totals)
 
     env = {**os.environ, **session.launch_env} if session.launch_env else None
     workload = Workload(command, env=env)
@@ -262,7 +266,7 @@ def _run(args) -> int:
         session.update_meta(workload_exit={"status": "exited", **result.to_json()})
     else:
         session.stop(workload={"status": "exited", **result.to_json()})
-    _report(session, args)
+    _report(session, args, totals)
     return result.exit_status
 
 
@@ -297,7 +301,7 @@ def _close_view(view, warnings: WarningRoute, session=None) -> None:
             session.meta["live_view"] = view.facts()
 
 
-def _observe(session, args, window=None, warnings: WarningRoute | None = None) -> int:
+def _observe(session, args, window=None, warnings: WarningRoute | None = None, totals=None) -> int:
     from ..workload import wait_for_stop
     session.start()
     view = None
@@ -314,15 +318,20 @@ def _observe(session, args, window=None, warnings: WarningRoute | None = None) -
         _close_view(view, warnings, session)
         session.meta["stopped_because"] = why
         session.stop(workload=None)
-    _report(session, args)
+    _report(session, args, totals)
     return 0
 
 
-def _report(session, args) -> None:
+def _report(session, args, totals=None) -> None:
+    """totals: the summary's sums taken as the batches passed (analysis.summary.Totals)."""
     if not args.quiet:
         from ..store.reader import Run
         try:
-            print_summary(Run(session.path).summary(), args.json)
+            run = Run(session.path)
+            # joined to another process's run: the summary covers what the others wrote too
+            summary = (totals.summary(run.catalog, run.meta) if totals is not None and not session.joined
+                       else run.summary())
+            print_summary(summary, args.json)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
             err(f"could not print the summary: {exc}")
     print(f"counterprof: run directory: {session.path}", file=sys.stderr)
