@@ -4,11 +4,12 @@ Per interval (default 100 ms): CPU user/system seconds, RSS, storage I/O bytes,
 context switches, threads and processes of the tree rooted at the target, and the
 system's CPU utilization and memory.
 
-The /proc reads are one call into native/procstat.c per sample rather than psutil:
-in-process (the context manager) this thread shares the GIL with the workload, and a
-Python-level sample hands it back and forth around each of a dozen syscalls. Rows are
-kept in Python lists and emitted once a second: one Arrow batch and one journal write
-per second, not per sample.
+A sample is one call into native/procstat.c (cp_procstat_record) rather than psutil: in-process
+(the context manager) this thread shares the GIL with the workload, and a Python-level sample
+hands it back and forth around each of a dozen syscalls. The C side also keeps the previous
+sample and turns each into rows (deltas, gauges, the system's CPU shares) in column arrays,
+drained once a second into one Arrow batch (buffers straight from C): one journal write per
+second, and no Python per row or per figure.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from counterprof.collector import Availability, Collector, SessionContext
 from counterprof.errors import UsageError
-from counterprof.schema import Metric, samples_batch
+from counterprof.schema import SAMPLES_SCHEMA, Metric
 
 METRICS = [
     Metric("proc.cpu_user", "s", "delta", "user CPU time of the process tree (reaped children included)", "host"),
@@ -37,12 +38,12 @@ METRICS = [
     Metric("system.mem_used", "bytes", "gauge", "memory in use system-wide (total - available)", "host"),
     Metric("system.mem_available", "bytes", "gauge", "memory available to start new work without swapping", "host"),
 ]
-EMIT_EVERY_NS = 1_000_000_000   # journal writes once a second: a killed profiler loses < 1 s
-# cumulative fields of struct cp_tree_stats -> the delta metric they feed
-_DELTAS = {"user_s": "proc.cpu_user", "system_s": "proc.cpu_system", "read_bytes": "proc.read_bytes",
-           "write_bytes": "proc.write_bytes", "ctx_voluntary": "proc.ctx_switches_voluntary",
-           "ctx_involuntary": "proc.ctx_switches_involuntary", "run_delay_s": "proc.run_delay"}
-_GAUGES = {"rss_bytes": "proc.rss", "threads": "proc.threads", "processes": "proc.processes"}
+# METRICS is in the order of procstat's CP_HOST_* indexes; the system's come last
+SYSTEM_FROM = [m.name for m in METRICS].index("system.cpu_util")
+EMIT_EVERY_S = 1.0   # journal writes once a second: a killed profiler loses < 1 s
+_DELTAS = ("user_s", "system_s", "read_bytes", "write_bytes", "ctx_voluntary", "ctx_involuntary",
+           "run_delay_s")     # the cumulative fields of struct cp_tree_stats ...
+_GAUGES = ("rss_bytes", "threads", "processes")    # ... and the others
 
 
 _SYSTEM = ("cpu_total_s", "cpu_idle_s", "cpu_iowait_s", "mem_total_bytes", "mem_available_bytes")
@@ -69,6 +70,45 @@ class ProcReader:
         t = self._tree
         tree = {f: float(getattr(t, f)) for f in (*_DELTAS, *_GAUGES)} if t.root_alive else None
         return tree, {f: float(getattr(self._sys, f)) for f in _SYSTEM}
+
+    def record(self) -> int:
+        """One sample turned into rows, kept in C (the first is the baseline: no rows)."""
+        rc = self.lib.cp_procstat_record(self.handle)
+        if rc < 0:
+            raise OSError(-rc, os.strerror(-rc), "/proc")
+        return rc
+
+    @property
+    def root_gone(self) -> bool:
+        return bool(self.lib.cp_procstat_root_gone(self.handle))
+
+    def drain(self, source_dict, metric_dict, entity_dict):
+        """The rows recorded so far as one samples batch (None when there are none)."""
+        import numpy as np
+        import pyarrow as pa
+        ffi, lib = self.ffi, self.lib
+        n = lib.cp_procstat_pending(self.handle)
+        if n == 0:
+            return None
+        t, d = ffi.new("int64_t[]", n), ffi.new("int64_t[]", n)
+        valid = ffi.new("uint8_t[]", (n + 7) // 8)
+        metric, value = ffi.new("int32_t[]", n), ffi.new("double[]", n)
+        n = lib.cp_procstat_drain(self.handle, n, t, d, valid, metric, value)
+
+        def col(type_, data, validity=None):
+            return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(data)])
+
+        metric_idx = np.frombuffer(ffi.buffer(metric, 4 * n), np.int32)
+        entity_idx = (metric_idx >= SYSTEM_FROM).astype(np.int32)   # 0 process, 1 system
+        return pa.RecordBatch.from_arrays([
+            col(SAMPLES_SCHEMA.field("time").type, ffi.buffer(t, 8 * n)),
+            col(pa.int64(), ffi.buffer(d, 8 * n), pa.py_buffer(ffi.buffer(valid, (n + 7) // 8))),
+            pa.DictionaryArray.from_arrays(col(pa.int32(), bytes(4 * n)), source_dict),
+            pa.DictionaryArray.from_arrays(col(pa.int32(), metric_idx), metric_dict),
+            pa.DictionaryArray.from_arrays(col(pa.int32(), entity_idx), entity_dict),
+            col(pa.float64(), ffi.buffer(value, 8 * n)),
+            col(pa.float32(), np.ones(n, np.float32)),
+        ], schema=SAMPLES_SCHEMA)
 
     def close(self) -> None:
         if self.handle is not None:
@@ -102,13 +142,8 @@ class HostCollector(Collector):
         super().__init__({**self.DEFAULTS, **(config or {})})
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._prev: dict[str, float] | None = None
-        self._prev_sys: dict[str, float] | None = None
-        self._prev_time = 0
         self._thread_cpu_s = 0.0
-        self._rows: list[tuple] = []
-        self._last_emit = 0
-        self.root_gone = False
+        self._flush_lock = threading.Lock()
 
     @classmethod
     def availability(cls, config=None) -> Availability:
@@ -132,6 +167,7 @@ class HostCollector(Collector):
             raise UsageError(f"host interval {interval:g} ms is out of range (1 ms to 1 h)")
 
     def start(self, ctx: SessionContext) -> None:
+        import pyarrow as pa
         self.ctx = ctx
         self.proc = self.config["proc"]
         interval_ms = float(self.config["interval_ms"])
@@ -139,16 +175,26 @@ class HostCollector(Collector):
         self.root = os.getpid() if t.kind == "self" else t.pid
         ctx.add_metrics(METRICS if self.root is not None else
                         [m for m in METRICS if m.name.startswith("system.")])
+        self._dicts = (pa.array([self.name]), pa.array([m.name for m in METRICS]),
+                       pa.array(["process", "system"]))
         self.reader = ProcReader(self.root, self.proc)
-        self._prev, self._prev_sys = self.reader.sample()
-        self._prev_time = self._last_emit = ctx.clock.now_ns()
-        self.root_gone = self._prev is None
+        self.reader.lib.cp_procstat_set_time_offset(self.reader.handle, ctx.clock.offset_ns)
+        self.reader.record()          # the baseline
         self._thread = ctx.start_thread("counterprof-host", lambda: self._loop(interval_ms / 1000))
 
+    @property
+    def root_gone(self) -> bool:
+        return self.reader.root_gone
+
     def _loop(self, period: float) -> None:
+        flush_every = max(1, round(EMIT_EVERY_S / period))
+        n = 0
         try:
             while not self._stop.wait(period):
-                self.sample()
+                self.reader.record()
+                n += 1
+                if n % flush_every == 0:
+                    self.flush()
         except Exception as exc:
             self.flush()
             self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
@@ -156,42 +202,14 @@ class HostCollector(Collector):
             self._thread_cpu_s = time.thread_time()
 
     def sample(self) -> None:
-        """One sample into the pending rows; they are emitted once a second."""
-        now = self.ctx.clock.now_ns()
-        duration = now - self._prev_time
-        self._prev_time = now
-        rows = self._rows
-        cur, sys_now = self.reader.sample()
-        if self.root is not None and not self.root_gone:
-            if cur is None:
-                self.root_gone = True
-            else:
-                for field, metric in _DELTAS.items():
-                    # a process that exits unreaped takes its counts along: never go negative
-                    rows.append((now, duration, metric, "process", max(0.0, cur[field] - self._prev[field])))
-                for field, metric in _GAUGES.items():
-                    rows.append((now, None, metric, "process", cur[field]))
-                self._prev = cur
-        prev, self._prev_sys = self._prev_sys, sys_now
-        total = sys_now["cpu_total_s"] - prev["cpu_total_s"]
-        if total > 0:
-            idle = sys_now["cpu_idle_s"] - prev["cpu_idle_s"]
-            iowait = sys_now["cpu_iowait_s"] - prev["cpu_iowait_s"]
-            rows.append((now, duration, "system.cpu_util", "system",
-                         100.0 * max(0.0, total - idle - iowait) / total))
-            rows.append((now, duration, "system.cpu_iowait", "system", 100.0 * max(0.0, iowait) / total))
-        rows.append((now, None, "system.mem_used", "system",
-                     sys_now["mem_total_bytes"] - sys_now["mem_available_bytes"]))
-        rows.append((now, None, "system.mem_available", "system", sys_now["mem_available_bytes"]))
-        if now - self._last_emit >= EMIT_EVERY_NS:
-            self.flush()
+        """One sample into the pending rows (kept in C until the next flush)."""
+        self.reader.record()
 
     def flush(self) -> None:
-        rows, self._rows = self._rows, []
-        self._last_emit = self.ctx.clock.now_ns()
-        if rows:
-            t, d, m, e, v = zip(*rows)
-            self.ctx.emit("samples", samples_batch(list(t), list(d), self.name, list(m), list(e), list(v)))
+        with self._flush_lock:
+            batch = self.reader.drain(*self._dicts)
+        if batch is not None:
+            self.ctx.emit("samples", batch)
 
     def stop(self) -> None:
         if self._thread is None or self._stop.is_set():

@@ -60,10 +60,15 @@ METRICS = [
     _m("thread.loader.workers", "processes", "gauge", "DataLoader worker processes in the tree"),
 ]
 EMIT_EVERY_NS = 1_000_000_000    # journal writes once a second: a killed profiler loses < 1 s
-WALK_EVERY = 3                   # a big tree: walked every 3rd sample; the critical thread every one
-# up to this many threads the walk is cheap (~1 µs a thread) and runs every sample: short-lived
-# helpers (DataLoader workers of a short loop) lose at most one interval when they exit
-WALK_ALWAYS_UP_TO = 64
+# The walk of the whole tree (every thread's schedstat, roles, the critical thread's choice)
+# runs at most every WALK_NS; the critical thread's schedstat every sample. The helpers' CPU is
+# evidence: 100 ms resolution is enough, and under -I 10 or -I 1 a walk (and its Python) every
+# sample was most of the profiler's CPU. Up to WALK_SMALL_UP_TO threads a walk is cheap (~1 µs a
+# thread): every 100 ms (short-lived helpers lose at most that when they exit); a bigger tree
+# every 300 ms.
+WALK_NS = 100_000_000
+WALK_BIG_NS = 300_000_000
+WALK_SMALL_UP_TO = 64
 FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a second (main threads': every sample)
 CONTENDERS_EVERY_S = 5.0         # the other processes' CPU, read this often (and at start and stop)
 
@@ -311,7 +316,7 @@ class ThreadsCollector(Collector):
         self._main_prev: tuple[int, int, int] | None = None   # (time, run ns, wait ns)
         self._children_fd: int | None = None   # the critical thread's children file
         self._children_seen = b""
-        self._samples = 0
+        self._interval_ns = int(float(self.config["interval_ms"]) * 1e6)
         self._procs_children: dict[int, list[int]] = {}
         self._procs_comm: dict[int, str] = {}
         self._loader_workers = 0
@@ -409,17 +414,17 @@ class ThreadsCollector(Collector):
 
     def sample(self, walk: bool = False) -> None:
         """One sample into the pending rows; they are emitted once a second. The critical
-        thread's schedstat is read every sample (one pread); the walk of the whole tree (every
-        thread's schedstat, roles, the critical thread's choice) every WALK_EVERY samples: the
-        helpers' CPU is evidence, so its resolution may be coarser, and on a 200-thread tree the
-        walk is most of the cost (deltas are cumulative: nothing is lost, only resolution)."""
+        thread's schedstat is read every sample (one pread); the walk of the whole tree every WALK_NS
+        (WALK_BIG_NS above WALK_SMALL_UP_TO threads): the helpers' CPU is evidence, so its
+        resolution may be coarser (deltas are cumulative: nothing is lost, only resolution)."""
         if self.reader is None or self.root_gone:
             return
         now = self.ctx.clock.now_ns()
         rows = self._rows
-        self._samples += 1
-        every = 1 if len(self._roles) <= WALK_ALWAYS_UP_TO else WALK_EVERY
-        if walk or self._main_fd is None or self._samples % every == 0 or self._children_moved():
+        walk_ns = WALK_NS if len(self._roles) <= WALK_SMALL_UP_TO else WALK_BIG_NS
+        # half an interval early: at -I 100 every sample walks despite the timer's jitter
+        due = now - self._prev_time >= walk_ns - self._interval_ns // 2
+        if walk or self._main_fd is None or due or self._children_moved():
             if not self._walk(now, rows):
                 return
         self._sample_main(now, rows)

@@ -9,8 +9,23 @@ clock, in Parquet, with the evidence for what held a workload back.
 """
 __version__ = "0.1.0"
 
-from .api import profile, step  # noqa: E402
-from .regions import region  # noqa: E402
-from .store.reader import Run, load  # noqa: E402
+# Attributes load on first use: `import counterprof` (and so `counterprof --help`, whose
+# console script imports this package first) must not pay for pyarrow and numpy.
+_LAZY = {"profile": ".api", "step": ".api", "region": ".regions", "Run": ".store.reader",
+         "load": ".store.reader"}
 
 __all__ = ["profile", "region", "step", "load", "Run", "__version__"]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'counterprof' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

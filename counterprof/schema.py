@@ -76,7 +76,7 @@ def samples_batch(time_ns: list[int], duration_ns: list[int | None], source: str
     if quality is None:
         quality = [1.0] * n
     return pa.RecordBatch.from_arrays([
-        pa.array(time_ns, pa.int64()).cast(SAMPLES_SCHEMA.field("time").type),
+        pa.array(time_ns, SAMPLES_SCHEMA.field("time").type),   # ints as ns (no cast: no pyarrow.compute)
         pa.array(duration_ns, pa.int64()),
         _dictionary([source] * n),
         _dictionary(metric),
@@ -95,7 +95,7 @@ def spans_batch(start: list[int], end: list[int], name: list[str], category: lis
     for field in SPANS_SCHEMA:
         values = given.get(field.name)
         if field.name in ("start", "end"):
-            arrays.append(pa.array(values, pa.int64()).cast(field.type))
+            arrays.append(pa.array(values, field.type))
         elif pa.types.is_dictionary(field.type):
             arrays.append(_dictionary(values) if values is not None
                           else pa.nulls(n, field.type))

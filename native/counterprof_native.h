@@ -138,6 +138,28 @@ void cp_procstat_close(cp_procstat *h);
 /* Both readings in one call (the GIL is released once per sample). */
 int cp_procstat_sample(cp_procstat *h, struct cp_tree_stats *tree, struct cp_system_stats *sys);
 
+/* The host collector's rows, made in C: cp_procstat_record takes one sample (the first is the
+ * baseline) and turns it into rows -- deltas of the cumulative figures (never negative: a
+ * process that exits unreaped takes its counts along), gauges, the system's CPU shares -- kept
+ * until drained. A sample costs Python one call; rows leave as column arrays once a second.
+ * Metric indexes, in this order: */
+enum {
+    CP_HOST_CPU_USER, CP_HOST_CPU_SYSTEM, CP_HOST_RSS, CP_HOST_READ_BYTES, CP_HOST_WRITE_BYTES,
+    CP_HOST_CTX_VOLUNTARY, CP_HOST_CTX_INVOLUNTARY, CP_HOST_RUN_DELAY, CP_HOST_THREADS,
+    CP_HOST_PROCESSES, CP_HOST_SYS_CPU_UTIL, CP_HOST_SYS_CPU_IOWAIT, CP_HOST_SYS_MEM_USED,
+    CP_HOST_SYS_MEM_AVAILABLE, CP_HOST_METRICS
+};
+/* Row times: CLOCK_MONOTONIC plus this offset (the session clock's). */
+void cp_procstat_set_time_offset(cp_procstat *h, int64_t offset_ns);
+/* Rows added (0 for the baseline), or -errno. */
+int cp_procstat_record(cp_procstat *h);
+/* 1 once the root has exited (its rows stop), else 0. */
+int cp_procstat_root_gone(cp_procstat *h);
+int cp_procstat_pending(cp_procstat *h);
+/* Up to max rows, oldest first; duration_valid is a bitmap (gauges have no duration). */
+int cp_procstat_drain(cp_procstat *h, int max, int64_t *time_ns, int64_t *duration_ns,
+                      uint8_t *duration_valid, int32_t *metric, double *value);
+
 /* Thread states of a process tree, for the threads collector (procstat.c): per thread, its
  * on-CPU time and run-queue wait over the interval from /proc/PID/task/TID/schedstat. Each
  * thread's schedstat (and children list) stays open and is re-read with pread, within a budget

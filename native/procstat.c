@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Whole small file into buf (NUL-terminated); bytes read or -errno. */
@@ -85,6 +86,8 @@ static int push(struct pid_stack *s, int pid) {
     return 0;
 }
 
+static int push_pids(const char *text, struct pid_stack *stack);
+
 /* Children of every thread of pid, from /proc/PID/task/TID/children. */
 static int push_children(const char *proc, int pid, struct pid_stack *stack) {
     char path[512], buf[8192];
@@ -97,12 +100,7 @@ static int push_children(const char *proc, int pid, struct pid_stack *stack) {
         if (!isdigit((unsigned char)e->d_name[0])) continue;
         snprintf(path, sizeof(path), "%s/%d/task/%s/children", proc, pid, e->d_name);
         if (read_small(path, buf, sizeof(buf)) <= 0) continue;
-        for (char *p = buf; *p;) {
-            while (*p == ' ' || *p == '\n') p++;
-            if (!*p) break;
-            rc = push(stack, (int)strtol(p, &p, 10));
-            if (rc) break;
-        }
+        rc = push_pids(buf, stack);
     }
     closedir(d);
     return rc;
@@ -166,6 +164,24 @@ struct cp_procstat {
     int root_stat, root_io, root_status, root_sched;   /* -1 when not opened */
     int sys_stat, sys_meminfo;
     long tick, page;
+    int root_children;            /* the root's main thread's children, kept open */
+    /* Every thread's children are listed once a second (a full walk); between, each process's
+     * main thread's, plus the children the last full walk found (a child of another thread,
+     * listed once, is read every sample until it goes: a process must never drop out of the
+     * tree's total and come back, or its CPU would count twice). */
+    int64_t last_full_ns;
+    uint32_t root_threads;        /* the root's thread count at the last full walk */
+    int force_full;
+    struct pid_stack known_parent, known_child;
+    /* cp_procstat_record's state: the previous sample and the rows not drained yet */
+    int64_t time_offset_ns, prev_ns;
+    int have_prev, root_gone;
+    struct cp_tree_stats prev_tree;
+    struct cp_system_stats prev_sys;
+    size_t nrows, cap;
+    int64_t *r_time, *r_duration;   /* r_duration < 0: none (a gauge) */
+    int32_t *r_metric;
+    double *r_value;
 };
 
 static int open_ro(const char *proc, int pid, const char *name) {
@@ -186,7 +202,8 @@ cp_procstat *cp_procstat_open(const char *proc, int root, int *err) {
     h->root = root;
     h->tick = sysconf(_SC_CLK_TCK);
     h->page = sysconf(_SC_PAGESIZE);
-    h->root_stat = h->root_io = h->root_status = h->root_sched = -1;
+    h->root_stat = h->root_io = h->root_status = h->root_sched = h->root_children = -1;
+    h->force_full = 1;
     h->sys_stat = open_ro(proc, 0, "stat");
     h->sys_meminfo = open_ro(proc, 0, "meminfo");
     if (h->sys_stat < 0 || h->sys_meminfo < 0) {
@@ -199,6 +216,9 @@ cp_procstat *cp_procstat_open(const char *proc, int root, int *err) {
         h->root_io = open_ro(proc, root, "io");
         h->root_status = open_ro(proc, root, "status");
         h->root_sched = open_ro(proc, root, "schedstat");
+        char name[64];
+        snprintf(name, sizeof(name), "task/%d/children", root);
+        h->root_children = open_ro(proc, root, name);
     }
     *err = 0;
     return h;
@@ -206,22 +226,76 @@ cp_procstat *cp_procstat_open(const char *proc, int root, int *err) {
 
 void cp_procstat_close(cp_procstat *h) {
     if (!h) return;
-    int fds[] = {h->root_stat, h->root_io, h->root_status, h->root_sched, h->sys_stat, h->sys_meminfo};
+    int fds[] = {h->root_stat, h->root_io, h->root_status, h->root_sched, h->root_children,
+                 h->sys_stat, h->sys_meminfo};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         if (fds[i] >= 0) close(fds[i]);
+    free(h->known_parent.v);
+    free(h->known_child.v);
+    free(h->r_time);
+    free(h->r_duration);
+    free(h->r_metric);
+    free(h->r_value);
     free(h);
+}
+
+/* Pids in a children file's text onto the stack. */
+static int push_pids(const char *text, struct pid_stack *stack) {
+    for (const char *p = text; *p;) {
+        while (*p == ' ' || *p == '\n') p++;
+        if (!*p) break;
+        char *end;
+        int pid = (int)strtol(p, &end, 10);
+        if (end == p) break;
+        int rc = push(stack, pid);
+        if (rc) return rc;
+        p = end;
+    }
+    return 0;
+}
+
+/* The children of pid a walk follows: every thread's (full), else its main thread's and those
+ * the last full walk found, once each. A full walk records what it found. */
+static int walk_children(cp_procstat *h, int pid, int full, struct pid_stack *stack) {
+    size_t mark = stack->n;
+    if (full) {
+        int rc = push_children(h->proc, pid, stack);
+        for (size_t i = mark; rc == 0 && i < stack->n; i++) {
+            rc = push(&h->known_parent, pid);
+            if (rc == 0) rc = push(&h->known_child, stack->v[i]);
+        }
+        return rc;
+    }
+    char path[512], buf[8192];
+    int got;
+    if (pid == h->root && h->root_children >= 0) {
+        got = pread_small(h->root_children, buf, sizeof(buf));
+    } else {
+        snprintf(path, sizeof(path), "%s/%d/task/%d/children", h->proc, pid, pid);
+        got = read_small(path, buf, sizeof(buf));
+    }
+    int rc = got > 0 ? push_pids(buf, stack) : 0;
+    size_t fresh = stack->n;
+    for (size_t k = 0; rc == 0 && k < h->known_parent.n; k++) {
+        if (h->known_parent.v[k] != pid) continue;
+        int child = h->known_child.v[k], seen = 0;
+        for (size_t i = mark; i < fresh && !seen; i++) seen = stack->v[i] == child;
+        if (!seen) rc = push(stack, child);
+    }
+    return rc;
 }
 
 /* One walk of the tree. Each process's children are listed before its stat is read: a child
  * reaped before that read is in the parent's cutime, one reaped after it is read itself --
  * unless it is reaped between the two reads, in which case its stat is gone when its turn
- * comes: *vanished is set and the caller walks again. */
-static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, int *vanished) {
+ * comes: *vanished is set and the caller walks again (fully: the known children changed). */
+static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, int *vanished, int full) {
     memset(out, 0, sizeof(*out));
     *vanished = 0;
+    if (full) h->known_parent.n = h->known_child.n = 0;
     char path[512], buf[4096];
     struct pid_stack stack = {0};
-    int rc = push_children(h->proc, h->root, &stack);
+    int rc = walk_children(h, h->root, full, &stack);
     if (rc < 0 || pread_small(h->root_stat, buf, sizeof(buf)) <= 0 ||
         add_stat(buf, out, h->tick, h->page) != 1) {
         free(stack.v);
@@ -229,13 +303,15 @@ static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, int *vanished) {
         return rc < 0 ? rc : 0;                     /* root exited: root_alive stays 0 */
     }
     out->root_alive = 1;
+    if (full) h->root_threads = out->threads;
+    else if (out->threads != h->root_threads) h->force_full = 1;   /* new threads: list them next */
     if (h->root_io >= 0 && pread_small(h->root_io, buf, sizeof(buf)) > 0) add_io(buf, out);
     if (h->root_status >= 0 && pread_small(h->root_status, buf, sizeof(buf)) > 0) add_status(buf, out);
     if (h->root_sched >= 0 && pread_small(h->root_sched, buf, sizeof(buf)) > 0) add_schedstat(buf, out);
     while (rc == 0 && stack.n > 0) {
         int pid = stack.v[--stack.n];
         size_t mark = stack.n;
-        rc = push_children(h->proc, pid, &stack);
+        rc = walk_children(h, pid, full, &stack);
         if (rc < 0) break;
         snprintf(path, sizeof(path), "%s/%d/stat", h->proc, pid);
         int counted = read_small(path, buf, sizeof(buf)) > 0 ? add_stat(buf, out, h->tick, h->page) : 0;
@@ -257,16 +333,29 @@ static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, int *vanished) {
     return rc;
 }
 
+static int64_t monotonic_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 /* A process reaped mid-walk would be in neither its own stat nor its parent's cutime: the
- * total would dip and the next sample count it again. Such a walk is taken again (3 times
- * at most: a tree that reaps that fast keeps the last walk). */
+ * total would dip and the next sample count it again. Such a walk is taken again, fully (3
+ * times at most: a tree that reaps that fast keeps the last walk). */
 static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
     memset(out, 0, sizeof(*out));
     if (h->root <= 0 || h->root_stat < 0) return 0;
+    int64_t now = monotonic_ns();
+    int full = h->force_full || now - h->last_full_ns >= 1000000000LL;
     for (int attempt = 0;; attempt++) {
         int vanished = 0;
-        int rc = walk_tree(h, out, &vanished);
+        if (full) {
+            h->force_full = 0;
+            h->last_full_ns = now;
+        }
+        int rc = walk_tree(h, out, &vanished, full);
         if (rc < 0 || !vanished || attempt == 3) return rc;
+        full = 1;
     }
 }
 
@@ -718,4 +807,113 @@ int cp_threads_sample(cp_threads *h, int full, struct cp_threads_stats *out) {
     out->interval_s = w.interval;
     out->threads = h->pub;
     return 0;
+}
+
+/* ---- the host collector's rows ------------------------------------------------------------ */
+
+void cp_procstat_set_time_offset(cp_procstat *h, int64_t offset_ns) { h->time_offset_ns = offset_ns; }
+
+int cp_procstat_root_gone(cp_procstat *h) { return h->root_gone; }
+
+int cp_procstat_pending(cp_procstat *h) { return (int)h->nrows; }
+
+static int add_row(cp_procstat *h, int64_t t, int64_t duration, int metric, double value) {
+    if (h->nrows == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 256;
+        int64_t *tt = realloc(h->r_time, cap * sizeof(int64_t));
+        if (tt) h->r_time = tt;
+        int64_t *dd = realloc(h->r_duration, cap * sizeof(int64_t));
+        if (dd) h->r_duration = dd;
+        int32_t *mm = realloc(h->r_metric, cap * sizeof(int32_t));
+        if (mm) h->r_metric = mm;
+        double *vv = realloc(h->r_value, cap * sizeof(double));
+        if (vv) h->r_value = vv;
+        if (!tt || !dd || !mm || !vv) return -ENOMEM;
+        h->cap = cap;
+    }
+    h->r_time[h->nrows] = t;
+    h->r_duration[h->nrows] = duration;
+    h->r_metric[h->nrows] = metric;
+    h->r_value[h->nrows] = value;
+    h->nrows++;
+    return 0;
+}
+
+static double delta(double cur, double prev) { return cur > prev ? cur - prev : 0.0; }
+
+int cp_procstat_record(cp_procstat *h) {
+    struct cp_tree_stats tree;
+    struct cp_system_stats sys;
+    memset(&tree, 0, sizeof(tree));
+    int rc = 0;
+    int read_tree = h->root > 0 && !h->root_gone;
+    if (read_tree && (rc = cp_procstat_tree(h, &tree)) < 0) return rc;
+    if ((rc = cp_procstat_system(h, &sys)) < 0) return rc;
+    int64_t now = monotonic_ns() + h->time_offset_ns;
+    int64_t d = now - h->prev_ns;
+    size_t before = h->nrows;
+    if (read_tree && !tree.root_alive) {
+        h->root_gone = 1;
+        read_tree = 0;
+    }
+    if (h->have_prev) {
+        if (read_tree) {
+            const struct cp_tree_stats *p = &h->prev_tree;
+            double deltas[][2] = {
+                {CP_HOST_CPU_USER, delta(tree.user_s, p->user_s)},
+                {CP_HOST_CPU_SYSTEM, delta(tree.system_s, p->system_s)},
+                {CP_HOST_READ_BYTES, delta((double)tree.read_bytes, (double)p->read_bytes)},
+                {CP_HOST_WRITE_BYTES, delta((double)tree.write_bytes, (double)p->write_bytes)},
+                {CP_HOST_CTX_VOLUNTARY, delta((double)tree.ctx_voluntary, (double)p->ctx_voluntary)},
+                {CP_HOST_CTX_INVOLUNTARY, delta((double)tree.ctx_involuntary, (double)p->ctx_involuntary)},
+                {CP_HOST_RUN_DELAY, delta(tree.run_delay_s, p->run_delay_s)},
+            };
+            for (size_t i = 0; i < sizeof(deltas) / sizeof(deltas[0]) && rc == 0; i++)
+                rc = add_row(h, now, d, (int)deltas[i][0], deltas[i][1]);
+            if (rc == 0) rc = add_row(h, now, -1, CP_HOST_RSS, (double)tree.rss_bytes);
+            if (rc == 0) rc = add_row(h, now, -1, CP_HOST_THREADS, (double)tree.threads);
+            if (rc == 0) rc = add_row(h, now, -1, CP_HOST_PROCESSES, (double)tree.processes);
+        }
+        const struct cp_system_stats *p = &h->prev_sys;
+        double total = sys.cpu_total_s - p->cpu_total_s;
+        if (total > 0 && rc == 0) {
+            double idle = sys.cpu_idle_s - p->cpu_idle_s, iowait = sys.cpu_iowait_s - p->cpu_iowait_s;
+            double busy = total - idle - iowait;
+            rc = add_row(h, now, d, CP_HOST_SYS_CPU_UTIL, 100.0 * (busy > 0 ? busy : 0.0) / total);
+            if (rc == 0) rc = add_row(h, now, d, CP_HOST_SYS_CPU_IOWAIT, 100.0 * (iowait > 0 ? iowait : 0.0) / total);
+        }
+        if (rc == 0) rc = add_row(h, now, -1, CP_HOST_SYS_MEM_USED,
+                                  (double)sys.mem_total_bytes - (double)sys.mem_available_bytes);
+        if (rc == 0) rc = add_row(h, now, -1, CP_HOST_SYS_MEM_AVAILABLE, (double)sys.mem_available_bytes);
+        if (rc < 0) return rc;
+    }
+    if (read_tree) h->prev_tree = tree;
+    h->prev_sys = sys;
+    h->prev_ns = now;
+    h->have_prev = 1;
+    return (int)(h->nrows - before);
+}
+
+int cp_procstat_drain(cp_procstat *h, int max, int64_t *time_ns, int64_t *duration_ns,
+                      uint8_t *duration_valid, int32_t *metric, double *value) {
+    size_t n = h->nrows < (size_t)max ? h->nrows : (size_t)max;
+    memset(duration_valid, 0, (n + 7) / 8);
+    for (size_t i = 0; i < n; i++) {
+        time_ns[i] = h->r_time[i];
+        metric[i] = h->r_metric[i];
+        value[i] = h->r_value[i];
+        if (h->r_duration[i] >= 0) {
+            duration_ns[i] = h->r_duration[i];
+            duration_valid[i / 8] |= (uint8_t)(1u << (i % 8));
+        } else {
+            duration_ns[i] = 0;
+        }
+    }
+    size_t rest = h->nrows - n;
+    memmove(h->r_time, h->r_time + n, rest * sizeof(int64_t));
+    memmove(h->r_duration, h->r_duration + n, rest * sizeof(int64_t));
+    memmove(h->r_metric, h->r_metric + n, rest * sizeof(int32_t));
+    memmove(h->r_value, h->r_value + n, rest * sizeof(double));
+    h->nrows = rest;
+    return (int)n;
 }

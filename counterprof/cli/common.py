@@ -25,7 +25,7 @@ class UsageFailure(Exception):
 
 
 def err(message: str) -> None:
-    from ..render.console import inert_lines    # names in messages print inert
+    from ..render.inert import inert_lines    # names in messages print inert
     print(f"counterprof: {inert_lines(message)}", file=sys.stderr, flush=True)
 
 
@@ -82,6 +82,25 @@ def check_pid(pid: int, usage: str) -> None:
     if zombie:
         raise UsageFailure(f"pid {pid} has exited (a zombie its parent has not reaped): "
                            "nothing runs there to profile", usage)
+
+
+class _NoPandas:
+    """A meta-path finder that says pandas is not installed."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError("pandas is kept out of counterprof's own process", name=name)
+        return None
+
+
+def keep_pandas_out() -> None:
+    """pyarrow imports pandas (when it is installed) at its first array conversion in a
+    process, only to ask whether the input is a DataFrame: 0.3-0.6 s of a run's start-up, for
+    a process that never holds one. Only for counterprof's own process (the subcommands that
+    hand no data to pandas); a user's process (profile()) is left alone."""
+    if _NoPandas not in sys.meta_path and "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas)
 
 
 def use_system_allocator() -> None:

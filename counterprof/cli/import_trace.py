@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from .common import ArgumentParser, err, guarded, use_system_allocator
+from .common import ArgumentParser, err, guarded, keep_pandas_out, use_system_allocator
 
 
 def build_parser() -> ArgumentParser:
@@ -34,6 +34,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     # numpy's OpenBLAS starts a thread per core that spins at start-up; no BLAS is used here
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    keep_pandas_out()
     use_system_allocator()
     return guarded(lambda: _main(argv))
 

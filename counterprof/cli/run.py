@@ -16,7 +16,7 @@ import sys
 
 from ..redact import command_line
 from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
-                     use_system_allocator)
+                     keep_pandas_out, use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -33,6 +33,12 @@ examples:
   counterprof run --torch -- python train_with_mp_spawn.py      (ranks found as they init)
   counterprof run --per-rank -- python launcher.py              (ranks: COUNTERPROF_RANK=<r>)
 """
+
+
+# The threads collector's thread wakes every interval: under -I 1 it was two thirds of the
+# profiler's CPU (5% of a core against perf stat -I 1's 3.4%); 10 ms still resolves the
+# verdict's 100 ms regions. --threads-interval-ms goes finer.
+THREADS_FINEST_DEFAULT_MS = 10.0
 
 
 def build_parser() -> ArgumentParser:
@@ -69,8 +75,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
     p.add_argument("--threads-interval-ms", type=float, default=None, metavar="MS",
-                   help="threads collector interval in ms (default: -I's): thread states by role, "
-                        "which the verdict follows, so they sample as finely as the counters")
+                   help="threads collector interval in ms (default: -I's, 10 at the finest): thread "
+                        "states by role, which the verdict follows, so they sample as finely as the "
+                        "counters down to 10 ms")
     p.add_argument("--gpus", metavar="LIST",
                    help="GPUs to sample, by CUDA ordinal as the workload sees them (after "
                         "CUDA_VISIBLE_DEVICES), comma separated (default: every visible GPU)")
@@ -113,16 +120,32 @@ def main(argv: list[str]) -> int:
     # the main thread to take with sigtimedwait and forward.
     from ..workload import block_signals
     block_signals()
-    use_system_allocator()
     return guarded(lambda: _main(argv))
 
 
 def _main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)     # --help and usage errors: before any Arrow
+    keep_pandas_out()
+    _import_arrow_with_one_blas_thread()
+    use_system_allocator()
     if args.repeat is not None:
         from .repeat import run_repeated
         return run_repeated(args, _run, build_parser().format_usage())
     return _run(args)
+
+
+def _import_arrow_with_one_blas_thread() -> None:
+    """pyarrow imports numpy, whose OpenBLAS starts a thread per core at load (tens of ms of
+    start-up on a busy machine); the profiler does no BLAS. The variable is set only while
+    numpy loads, so the workload's environment is the user's."""
+    if "OPENBLAS_NUM_THREADS" in os.environ or "numpy" in sys.modules:
+        import pyarrow  # noqa: F401
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import pyarrow  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
 
 
 def _run(args) -> int:
@@ -154,7 +177,7 @@ def _run(args) -> int:
         nvml_cfg["gpus"] = args.gpus
     config = {"perf": perf_cfg, "host": {"interval_ms": args.host_interval_ms},
               "threads": {"interval_ms": args.threads_interval_ms if args.threads_interval_ms is not None
-                          else args.interval_ms}, "nvml": nvml_cfg,
+                          else max(args.interval_ms, THREADS_FINEST_DEFAULT_MS)}, "nvml": nvml_cfg,
               "neuron": {"interval_ms": args.neuron_interval_ms}}
     collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
     if args.gpus is not None and collectors is not None and "nvml" not in collectors:
@@ -193,17 +216,21 @@ def _run(args) -> int:
     warnings = WarningRoute()
     from .serve import exporter_for
     exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
+    totals = None
+    if not args.quiet:     # the summary's sums as the run goes: none to read back at the end
+        from ..analysis.summary import Totals
+        totals = Totals()
     session = Session(args.output, collectors=collectors, config=config, target=target,
                       per_rank=_per_rank_mode(args, command),
                       command=command or None, replace=args.force, rank=0, on_warning=warnings,
-                      sinks=[s for s in (window, exporter) if s is not None] or None)
+                      sinks=[s for s in (window, exporter, totals) if s is not None] or None)
     if exporter is not None:
         exporter.attach(session, scope="machine" if not command and args.pid is None else "process",
                         cpus=os.cpu_count(), perf_system_wide=args.all_cpus)
     session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
 
     if not command:
-        return _observe(session, args, window, warnings)
+        return _observe(session, args, window, warnings, totals)
 
     env = {**os.environ, **session.launch_env} if session.launch_env else None
     workload = Workload(command, env=env)
@@ -243,7 +270,7 @@ def _run(args) -> int:
         session.update_meta(workload_exit={"status": "exited", **result.to_json()})
     else:
         session.stop(workload={"status": "exited", **result.to_json()})
-    _report(session, args)
+    _report(session, args, totals)
     return result.exit_status
 
 
@@ -278,7 +305,7 @@ def _close_view(view, warnings: WarningRoute, session=None) -> None:
             session.meta["live_view"] = view.facts()
 
 
-def _observe(session, args, window=None, warnings: WarningRoute | None = None) -> int:
+def _observe(session, args, window=None, warnings: WarningRoute | None = None, totals=None) -> int:
     from ..workload import wait_for_stop
     session.start()
     view = None
@@ -295,15 +322,20 @@ def _observe(session, args, window=None, warnings: WarningRoute | None = None) -
         _close_view(view, warnings, session)
         session.meta["stopped_because"] = why
         session.stop(workload=None)
-    _report(session, args)
+    _report(session, args, totals)
     return 0
 
 
-def _report(session, args) -> None:
-    from ..store.reader import Run
+def _report(session, args, totals=None) -> None:
+    """totals: the summary's sums taken as the batches passed (analysis.summary.Totals)."""
     if not args.quiet:
+        from ..store.reader import Run
         try:
-            print_summary(Run(session.path).summary(), args.json)
+            run = Run(session.path)
+            # joined to another process's run: the summary covers what the others wrote too
+            summary = (totals.summary(run.catalog, run.meta) if totals is not None and not session.joined
+                       else run.summary())
+            print_summary(summary, args.json)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
             err(f"could not print the summary: {exc}")
     print(f"counterprof: run directory: {session.path}", file=sys.stderr)

@@ -18,7 +18,7 @@ import threading
 import time
 
 from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
-                     use_system_allocator)
+                     keep_pandas_out, use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -54,6 +54,7 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     from ..workload import block_signals
     block_signals()          # Ctrl-C and kill are taken by the main thread's sigtimedwait
+    keep_pandas_out()
     use_system_allocator()
     return guarded(lambda: _main(argv))
 

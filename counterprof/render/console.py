@@ -26,31 +26,10 @@ from typing import IO, Mapping
 from rich.console import Console
 from rich.segment import Segment
 
-# every C0 control but none kept, DEL, and the C1 controls (U+0080-U+009F: CSI is U+009B)
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
-_CONTROL_KEEP_NL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+from .inert import _CONTROL_KEEP_NL, inert, inert_lines  # noqa: F401  (re-exported)
 
 # "no wrapping": wider than any line counterprof prints; tables are sized to their content
 UNWRAPPED_WIDTH = 100_000
-
-
-def _escape_char(m: re.Match) -> str:
-    ch = m.group(0)
-    return _NAMED.get(ch) or f"\\x{ord(ch):02x}"
-
-
-def inert(value) -> str:
-    """`value` as text with every control character (ESC, BEL, CR, newline, tab, DEL, C1)
-    written as a visible escape: safe to print anywhere, one line, width as printed."""
-    text = value if isinstance(value, str) else str(value)
-    return _CONTROL.sub(_escape_char, text)
-
-
-def inert_lines(value) -> str:
-    """As inert(), but newlines are kept (a multi-line message)."""
-    text = value if isinstance(value, str) else str(value)
-    return _CONTROL_KEEP_NL.sub(_escape_char, text)
 
 
 def width_for(stream: IO, environ: Mapping[str, str] = os.environ) -> int | None:

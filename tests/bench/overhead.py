@@ -20,7 +20,13 @@ Parts (--only):
             - the workload's own CPU - the alone runs' residue (interpreter exit)
             - the same wrapper's start-up CPU (median of `WRAPPER -- true`), per second
             of workload, as % of one core.
-  startup   wall time of `true`, `perf stat -- true`, `counterprof run -q -- true`.
+  table     issue 14's table: the profiler's own CPU around a sleeping workload, where
+            the tree's CPU is the tool's: (tree CPU of `TOOL -- sleep S` - the median of
+            `TOOL -- true`) / S, for perf stat and counterprof run (default collectors) at
+            -I 1, 10, 100 with the same events (--table-events); paired per round, the
+            ratio counterprof / perf stat; and counterprof's threads from meta.json.
+  startup   wall time of `true`, `perf stat -- true`, `counterprof --help`,
+            `counterprof run -q -- true` (and with its summary).
   cm        counterprof.profile() in one Python process: the workload function alone vs
             inside profile(interval_ms=10) and (interval_ms=1); profiler CPU from
             meta.json "profiler"."cpu_s" (profiler threads only).
@@ -55,11 +61,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 WORKLOAD = HERE / "workload.py"
-PARTS = ("overhead", "startup", "cm", "rss", "live")
+PARTS = ("table", "overhead", "startup", "cm", "rss", "live")
 EVENTS = "task-clock,page-faults,context-switches"
+TABLE_EVENTS = "task-clock,page-faults"       # the issue's: what perf stat counts here too
+TABLE_INTERVALS = (1.0, 10.0, 100.0)
+# issue 14's goals, % of one core: counterprof at -I 10 at most perf stat's, at -I 1 at most
+# half of perf stat's, at -I 100 under 0.2%
+TABLE_TARGET_VS_PERF = {10.0: 1.0, 1.0: 0.5}
+TABLE_TARGET_PCT = {100.0: 0.2}
+TARGET_HELP_S = 0.06
+TARGET_RUN_TRUE_S = 0.15
 
 TARGET_CPU_PCT = {10.0: 1.0, 1.0: 2.0}     # % of one core at -I 10 / -I 1
-TARGET_STARTUP_S = 0.5
+TARGET_STARTUP_S = TARGET_RUN_TRUE_S
 TARGET_LIVE_CPU_PCT = 5.0                    # --live: under 5% of one core in the profiler ...
 TARGET_LIVE_WORK_LOSS = 0.01                 # ... and under 1% of the workload's wall time
 TARGET_RSS_MB = 150.0
@@ -147,6 +161,7 @@ def meta_facts(meta: dict | None) -> dict:
         "host_status": host.get("status"), "host_reason": host.get("reason") or None,
         "perf_thread_cpu_s": perf.get("thread_cpu_s"),
         "host_thread_cpu_s": host.get("thread_cpu_s"),
+        "threads_thread_cpu_s": ((meta.get("collectors") or {}).get("threads") or {}).get("thread_cpu_s"),
         "sampler": perf.get("sampler"),
         "warnings": meta.get("warnings") or [],
         "workload": meta.get("workload"),
@@ -161,7 +176,7 @@ def interval_of(mode: str) -> float:
 def thread_breakdown(recs: list[dict]) -> dict:
     """Per-thread CPU from meta.json, % of one core per second of workload: the C sampler,
     the Python drain thread (perf thread_cpu_s - sampler), the host collector's thread."""
-    out: dict[str, list[float]] = {"sampler": [], "drain": [], "host": []}
+    out: dict[str, list[float]] = {"sampler": [], "drain": [], "host": [], "threads": []}
     for x in recs:
         wl = x.get("workload") or {}
         el = wl.get("elapsed_s")
@@ -174,6 +189,8 @@ def thread_breakdown(recs: list[dict]) -> dict:
                 out["drain"].append(100.0 * (x["perf_thread_cpu_s"] - s["thread_cpu_s"]) / el)
         if x.get("host_thread_cpu_s") is not None:
             out["host"].append(100.0 * x["host_thread_cpu_s"] / el)
+        if x.get("threads_thread_cpu_s") is not None:
+            out["threads"].append(100.0 * x["threads_thread_cpu_s"] / el)
     return {k: summary(v) for k, v in out.items()}
 
 
@@ -363,6 +380,92 @@ class Bench:
             out["noise_reach"] = reach
         return out
 
+    # -- issue 14's table ----------------------------------------------------------------
+
+    def table(self) -> dict:
+        a = self.args
+        ev = a.table_events
+        secs = a.table_seconds
+        modes = [(tool, i) for tool in ("perf", "cp") for i in TABLE_INTERVALS]
+        print(f"[table] {a.rounds} rounds x {len(modes)} modes x (sleep {secs:g} + true), events {ev}",
+              file=sys.stderr, flush=True)
+        runs = []
+        for r in range(a.rounds):
+            jobs = [(tool, i, kind) for tool, i in modes for kind in ("sleep", "true")]
+            self.rng.shuffle(jobs)
+            for tool, interval, kind in jobs:
+                tail = ["sleep", f"{secs:g}"] if kind == "sleep" else ["true"]
+                run_dir = self.new_run_dir() if tool == "cp" else None
+                if tool == "perf":
+                    cmd = [self.perf, "stat", "-I", f"{interval:g}", "-e", ev, "-x", ",", "-o", "/dev/null", "--"]
+                else:
+                    cmd = [self.cp, "run", "-q", "-e", ev, "-I", f"{interval:g}", "-o", str(run_dir), "--"]
+                res = run_tree(cmd + tail, secs + 120)
+                rec = {"tool": tool, "interval_ms": interval, "kind": kind, "round": r,
+                       "rc": res["rc"], "wall_s": res["wall_s"], "tree_cpu_s": res["tree_cpu_s"]}
+                if res["rc"] != 0:
+                    self.problem(f"table {tool} -I {interval:g} {kind}: exit status {res['rc']}: "
+                                 f"{' | '.join(stderr_lines(res['stderr'])[-3:])}")
+                if run_dir is not None:
+                    rec.update(meta_facts(read_meta(run_dir)))
+                    if not a.keep:
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                runs.append(rec)
+            print(f"  round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+        ok_runs = [x for x in runs if x["rc"] == 0]
+        true_cpu = {(t, i): summary([x["tree_cpu_s"] for x in ok_runs if x["kind"] == "true"
+                                     and x["tool"] == t and x["interval_ms"] == i]) for t, i in modes}
+        pct = {}      # (tool, interval) -> {round: % of a core}
+        for x in ok_runs:
+            base = true_cpu[(x["tool"], x["interval_ms"])]
+            if x["kind"] == "sleep" and base:
+                pct.setdefault((x["tool"], x["interval_ms"]), {})[x["round"]] = \
+                    100.0 * (x["tree_cpu_s"] - base["median"]) / secs
+        out = {"events": ev, "seconds": secs, "runs": runs, "intervals": {}}
+        for i in TABLE_INTERVALS:
+            perf, cp = pct.get(("perf", i), {}), pct.get(("cp", i), {})
+            ratios = [cp[r] / perf[r] for r in cp if r in perf and perf[r] > 0]
+            threads = self._steady_threads(ok_runs, i, secs)
+            host = threads.pop("host_s")
+            out["intervals"][str(i)] = {
+                "perf_pct": summary(list(perf.values())), "cp_pct": summary(list(cp.values())),
+                "ratio": summary(ratios), "threads_pct": {k: summary(v) for k, v in threads.items() if k != "rest"},
+                "rest_pct": summary(threads["rest"]),
+                # the host collector samples every 100 ms: its steady CPU per sample
+                "host_us_per_sample": summary([1e6 * v / (secs * 10) for v in host]),
+                "true_cpu_s": {"perf": true_cpu[("perf", i)], "cp": true_cpu[("cp", i)]}}
+        return out
+
+    @staticmethod
+    def _steady_threads(runs: list[dict], interval: float, secs: float) -> dict[str, list[float]]:
+        """Each profiler thread's CPU (meta.json) in a `sleep` run minus its median in the `true`
+        runs (thread start, first writes, stop: what does not grow with the run), % of a core;
+        rest: the process's CPU beside the collectors' threads (main thread, compaction)."""
+        def parts(x: dict) -> dict[str, float | None]:
+            s = x.get("sampler") or {}
+            sampler, perf = s.get("thread_cpu_s"), x.get("perf_thread_cpu_s")
+            threads_sum = sum(x.get(k) or 0 for k in ("perf_thread_cpu_s", "host_thread_cpu_s",
+                                                       "threads_thread_cpu_s"))
+            return {"sampler": sampler, "drain": None if perf is None or sampler is None else perf - sampler,
+                    "host": x.get("host_thread_cpu_s"), "threads": x.get("threads_thread_cpu_s"),
+                    "rest": None if x.get("profiler_cpu_s") is None else x["profiler_cpu_s"] - threads_sum}
+        cp = [x for x in runs if x["tool"] == "cp" and x["interval_ms"] == interval]
+        base = {}
+        for k in ("sampler", "drain", "host", "threads", "rest"):
+            v = [parts(x)[k] for x in cp if x["kind"] == "true" and parts(x)[k] is not None]
+            base[k] = statistics.median(v) if v else 0.0
+        out: dict[str, list[float]] = {k: [] for k in base}
+        out["host_s"] = []
+        for x in cp:
+            if x["kind"] != "sleep":
+                continue
+            for k, v in parts(x).items():
+                if v is not None:
+                    out[k].append(100.0 * (v - base[k]) / secs)
+                    if k == "host":
+                        out["host_s"].append(v - base[k])
+        return out
+
     # -- startup ------------------------------------------------------------------------
 
     def startup(self) -> dict:
@@ -370,8 +473,10 @@ class Bench:
         cmds = {
             "true": ["true"],
             "perf stat": [self.perf, "stat", "-o", "/dev/null", "--", "true"],
+            "counterprof --help": [self.cp, "--help"],
             "counterprof run": None,                  # default events, as a user would type it
             "counterprof run -e EVENTS": None,
+            "counterprof run (summary)": None,
             "python -c pass": [self.py, "-c", "pass"],
             "python -c 'import counterprof.session'": [self.py, "-c", "import counterprof.session"],
         }
@@ -383,7 +488,7 @@ class Bench:
             for name in names:
                 cmd = cmds[name]
                 if name.startswith("counterprof run"):
-                    cmd = [self.cp, "run", "-q"]
+                    cmd = [self.cp, "run"] + ([] if name.endswith("(summary)") else ["-q"])
                     if name.endswith("EVENTS"):
                         cmd += ["-e", a.events]
                     cmd += ["-o", str(self.new_run_dir()), "--", "true"]
@@ -395,12 +500,13 @@ class Bench:
                 elif name.startswith("counterprof") and res["stderr"].strip():
                     rec["stderr"] = stderr_lines(res["stderr"], 3)
                 samples[name].append(rec)
-                if name.startswith("counterprof") and not a.keep:
+                if name.startswith("counterprof run") and not a.keep:
                     shutil.rmtree(cmd[-3], ignore_errors=True)
         out = {}
         for name, recs in samples.items():
             out[name] = {"command": " ".join(shlex.quote(c) for c in (cmds[name] or
-                         ([ "counterprof", "run", "-q"] + (["-e", a.events] if name.endswith("EVENTS") else [])
+                         (["counterprof", "run"] + ([] if name.endswith("(summary)") else ["-q"])
+                          + (["-e", a.events] if name.endswith("EVENTS") else [])
                           + ["-o", "DIR", "--", "true"]))),
                          "wall_s": summary([r["wall_s"] for r in recs if r["rc"] == 0]),
                          "tree_cpu_s": summary([r["tree_cpu_s"] for r in recs if r["rc"] == 0]),
@@ -856,6 +962,35 @@ def report(results: dict) -> str:
              f"command: {results['command']}",
              "work ratio = iterations/s vs alone in the same round, median [min–max]; "
              "CPU = % of one core, median [IQR]", ""]
+    tb = results.get("table")
+    if tb:
+        a = results["args"]
+        lines += [f"### Profiler CPU around `sleep {tb['seconds']:g}` ({a['rounds']} paired rounds, events "
+                  f"{tb['events']}, default collectors; tree CPU − the tool's `-- true`, % of one core)", "",
+                  "| interval | perf stat | counterprof run | ratio (paired) | target |", "|---|---|---|---|---|"]
+        for i in TABLE_INTERVALS:
+            e = tb["intervals"][str(i)]
+            ratio = (e["ratio"] or {}).get("median")
+            cp = (e["cp_pct"] or {}).get("median")
+            if i in TABLE_TARGET_VS_PERF:
+                t = TABLE_TARGET_VS_PERF[i]
+                target = f"≤ {t:g}× perf stat: {ok(None if ratio is None else ratio <= t)}"
+            else:
+                t = TABLE_TARGET_PCT[i]
+                target = f"< {t:g}%: {ok(None if cp is None else cp < t)}"
+            r = e["ratio"]
+            lines.append(f"| -I {i:g} | {fmt_pct(e['perf_pct'])} | {fmt_pct(e['cp_pct'])} | "
+                         f"{'n/a' if not r else '%.2fx [%.2f–%.2f]' % (r['median'], r['q1'], r['q3'])} | {target} |")
+        lines += ["", "counterprof's threads, steady state (meta.json, `sleep` run − the median `true` run, % of a "
+                  "core; rest = the process beside the collectors' threads: main thread, end of run):"]
+        for i in TABLE_INTERVALS:
+            e = tb["intervals"][str(i)]
+            rest = (e.get("rest_pct") or {}).get("median")
+            hu = (e.get("host_us_per_sample") or {}).get("median")
+            lines.append(f"- -I {i:g}: {fmt_breakdown(e['threads_pct'])}, rest "
+                         f"{'n/a' if rest is None else '%.2f%%' % rest}; host collector "
+                         f"{'n/a' if hu is None else '%.0f µs' % hu} of CPU per sample (every 100 ms, wake-up included)")
+        lines.append("")
     o = results.get("overhead")
     if o:
         a = results["args"]
@@ -903,8 +1038,10 @@ def report(results: dict) -> str:
             lines.append(f"| `{e['command']}` | {fmt_s(e['wall_s'])} | "
                          f"{'n/a' if not cpu else '%.0f ms' % (cpu['median'] * 1000)} |")
         cp = (s.get("counterprof run") or {}).get("wall_s")
-        lines += ["", f"target: counterprof run start-up < {TARGET_STARTUP_S:g} s: "
-                  f"{ok(None if not cp else cp['median'] < TARGET_STARTUP_S)}", ""]
+        hp = (s.get("counterprof --help") or {}).get("wall_s")
+        lines += ["", f"targets: `counterprof --help` < {TARGET_HELP_S * 1000:g} ms: "
+                  f"{ok(None if not hp else hp['median'] < TARGET_HELP_S)}; `counterprof run -- true` < "
+                  f"{TARGET_RUN_TRUE_S * 1000:g} ms: {ok(None if not cp else cp['median'] < TARGET_RUN_TRUE_S)}", ""]
     c = results.get("cm")
     if c and "modes" in c:
         lines += [f"### `counterprof.profile()` in-process ({results['args']['rounds']} rounds × "
@@ -1025,6 +1162,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, help="paired rounds for overhead and cm (default 7)")
     p.add_argument("--seconds", type=float, help="workload duration per run (default 2)")
     p.add_argument("--startup-runs", type=int, help="runs per start-up command (default 9)")
+    p.add_argument("--table-seconds", type=float, help="the sleeping workload of the table part (default 5)")
+    p.add_argument("--table-events", default=TABLE_EVENTS,
+                   help=f"events of the table part, for both tools (default {TABLE_EVENTS})")
     p.add_argument("--rss-seconds", type=float, help="duration of the memory run (default 600)")
     p.add_argument("--rss-interval-ms", type=float, default=1.0, help="interval of the memory run (default 1)")
     p.add_argument("--live-seconds", type=float,
@@ -1041,8 +1181,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the run directories")
     p.add_argument("--cm-child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    defaults = {"rounds": 7, "seconds": 2.0, "startup_runs": 9, "rss_seconds": 600.0, "live_seconds": 8.0}
-    quick = {"rounds": 3, "seconds": 1.0, "startup_runs": 5, "rss_seconds": 30.0, "live_seconds": 4.0}
+    defaults = {"rounds": 7, "seconds": 2.0, "startup_runs": 9, "rss_seconds": 600.0, "live_seconds": 8.0,
+                "table_seconds": 5.0}
+    quick = {"rounds": 3, "seconds": 1.0, "startup_runs": 5, "rss_seconds": 30.0, "live_seconds": 4.0,
+             "table_seconds": 2.0}
     for k, v in (quick if args.quick else defaults).items():
         if getattr(args, k) is None:
             setattr(args, k, v)

@@ -319,3 +319,21 @@ def test_ctrl_c_at_the_terminal_reaches_the_workload_once(tmp_path):
     meta = json.loads((tmp_path / "r" / "meta.json").read_text())
     assert meta["workload"]["forwarded_signals"] == []
     assert meta["status"] == "complete"
+
+
+def test_the_end_of_run_summary_equals_the_one_read_back(tmp_path):
+    """The summary printed at the end is made from sums taken as the batches passed (no
+    reading back): it is the one `Run.summary()` reads from the files."""
+    run_dir = tmp_path / "r"
+    proc = run_cli("run", "--json", "-I", "5", "-e", "task-clock,page-faults", "-o", str(run_dir),
+                   "--", PYTHON, "-c", "import time\nt = time.time()\nwhile time.time() - t < 0.4: pass")
+    assert proc.returncode == 0, proc.stderr
+    printed = json.loads(next(ln for ln in proc.stderr.splitlines() if ln.startswith("{")))
+    read_back = counterprof.load(run_dir).summary().to_dict()
+    assert [(r["source"], r["metric"]) for r in printed["rows"]] == \
+        [(r["source"], r["metric"]) for r in read_back["rows"]]
+    for p, b in zip(printed["rows"], read_back["rows"]):
+        assert p["value"] == pytest.approx(b["value"], rel=1e-9), p["metric"]
+        assert (p["aggregate"], p["status"], p["unknown_intervals"]) == \
+            (b["aggregate"], b["status"], b["unknown_intervals"])
+    assert len(printed["rows"]) > 10

@@ -18,15 +18,7 @@ class Ctx:
 def collector(slot_keys, scales=None):
     c = PerfCollector({})
     c.ctx = Ctx()
-    c.slot_keys = slot_keys
-    c._metric_names = list(dict.fromkeys(k[0] for k in slot_keys))
-    c._entity_names = list(dict.fromkeys(k[1] for k in slot_keys))
-    c._source_dict = pa.array(["perf"])
-    c._metric_dict = pa.array(c._metric_names)
-    c._entity_dict = pa.array(c._entity_names)
-    c._metric_idx = pa.array([c._metric_names.index(k[0]) for k in slot_keys], pa.int32())
-    c._entity_idx = pa.array([c._entity_names.index(k[1]) for k in slot_keys], pa.int32())
-    c._scale = pa.array(scales, pa.float64()) if scales else None
+    c._set_slots(slot_keys, scales or [1.0] * len(slot_keys))
     return c
 
 

@@ -113,3 +113,74 @@ def test_open_files_are_reread_each_sample(tmp_path):
         assert reader.sample()[0] is None
     finally:
         reader.close()
+
+
+def rows(reader):
+    """The rows the reader recorded, drained as the host collector drains them."""
+    import pyarrow as pa
+    from counterprof.collectors.host import METRICS
+    batch = reader.drain(pa.array(["host"]), pa.array([m.name for m in METRICS]),
+                         pa.array(["process", "system"]))
+    if batch is None:
+        return {}
+    return {(r["metric"], r["entity"]): r for r in batch.to_pylist()}
+
+
+def test_record_turns_samples_into_rows_in_c(tmp_path):
+    """cp_procstat_record: the first sample is the baseline; then deltas (with the interval's
+    duration, never negative), gauges (no duration) and the system's shares, per sample."""
+    from counterprof.collectors.host import METRICS, ProcReader
+    fake_system(tmp_path)
+    add_proc(tmp_path, 100, utime=10, stime=5, rss=100, io=(10, 20), switches=(3, 1))
+    reader = ProcReader(100, str(tmp_path))
+    try:
+        assert reader.record() == 0 and rows(reader) == {}
+        (tmp_path / "100" / "stat").write_text(stat_line(100, "python3", utime=30, stime=2, rss=300))  # stime back
+        (tmp_path / "stat").write_text("cpu  150 5 50 830 60 3 2 0 7 0\n")     # +50 busy, +30 idle, +20 iowait
+        assert reader.record() == len(METRICS)
+        got = rows(reader)
+        assert {m for m, _ in got} == {m.name for m in METRICS}
+        assert got[("proc.cpu_user", "process")]["value"] == pytest.approx(20 / TICK)
+        assert got[("proc.cpu_system", "process")]["value"] == 0.0
+        assert got[("proc.rss", "process")]["value"] == 300 * PAGE
+        assert got[("proc.rss", "process")]["duration_ns"] is None
+        assert got[("proc.cpu_user", "process")]["duration_ns"] > 0
+        assert got[("system.cpu_util", "system")]["value"] == pytest.approx(50.0)
+        assert got[("system.cpu_iowait", "system")]["value"] == pytest.approx(20.0)
+        assert got[("system.mem_used", "system")]["value"] == 400 * 1024
+        assert rows(reader) == {}                                  # drained
+        (tmp_path / "100" / "stat").write_text(stat_line(100, "python3", state="Z"))
+        reader.record()
+        assert reader.root_gone
+        # the tree's rows stop; /proc/stat did not move, so no CPU shares either
+        assert set(rows(reader)) == {("system.mem_used", "system"), ("system.mem_available", "system")}
+    finally:
+        reader.close()
+
+
+def test_a_child_of_another_thread_counts_between_full_walks(tmp_path):
+    """Between the once-a-second full walks only main threads' children files are read, plus
+    the children the last full walk found: a child of a second thread keeps counting, and once
+    reaped (its time now in the parent's cutime) it is counted once, not twice nor lost."""
+    from counterprof.collectors.host import ProcReader
+    fake_system(tmp_path)
+    add_proc(tmp_path, 100, tids=[100, 1001], children={1001: [101]}, utime=10, threads=2)
+    add_proc(tmp_path, 101, utime=5)
+    reader = ProcReader(100, str(tmp_path))
+    try:
+        reader.record()                                            # full walk: finds 101
+        (tmp_path / "101" / "stat").write_text(stat_line(101, "python3", utime=25))
+        reader.record()
+        assert rows(reader)[("proc.cpu_user", "process")]["value"] == pytest.approx(20 / TICK)
+        assert rows(reader) == {}
+        # 101 reaped by 100: gone from /proc and from the children file, in 100's cutime
+        import shutil
+        shutil.rmtree(tmp_path / "101")
+        (tmp_path / "100" / "task" / "1001" / "children").write_text(" ")
+        (tmp_path / "100" / "stat").write_text(stat_line(100, "python3", utime=12, cutime=25, threads=2))
+        reader.record()
+        got = rows(reader)
+        assert got[("proc.cpu_user", "process")]["value"] == pytest.approx(2 / TICK)
+        assert got[("proc.processes", "process")]["value"] == 1
+    finally:
+        reader.close()

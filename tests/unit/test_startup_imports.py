@@ -1,0 +1,82 @@
+"""What `counterprof --help` (and `import counterprof`) import: the interpreter's own modules,
+the standard library and counterprof's light modules, nothing else. Start-up time is what a
+user waits for on every command; pyarrow, numpy, pandas, duckdb, rich and torch cost tens to
+hundreds of ms each, so they load only in a command that needs them. Not a timing test: the
+modules imported are the same on any machine."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import PYTHON
+
+HEAVY = {"pyarrow", "numpy", "pandas", "duckdb", "rich", "torch", "psutil", "cffi", "polars",
+         "prometheus_client", "pynvml", "isal"}
+
+
+def imported(args: list[str]) -> set[str]:
+    """Modules `python -X importtime ARGS` imported (importtime's report, on stderr)."""
+    p = subprocess.run([PYTHON, "-X", "importtime", *args], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    names = set()
+    for line in p.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            if name and name != "imported package":
+                names.add(name)
+    return names
+
+
+@pytest.fixture(scope="module")
+def interpreter_own() -> set[str]:
+    return imported(["-c", "pass"])     # site, .pth hooks (an editable install's finder)
+
+
+@pytest.mark.parametrize("args", [["-m", "counterprof", "--help"],
+                                  ["-m", "counterprof", "--version"],
+                                  ["-m", "counterprof", "run", "--help"],
+                                  ["-c", "import counterprof"]],
+                         ids=["--help", "--version", "run --help", "import counterprof"])
+def test_only_light_modules_at_start_up(args, interpreter_own):
+    extra = imported(args) - interpreter_own
+    tops = {name.split(".")[0] for name in extra}
+    assert not tops & HEAVY, f"{' '.join(args)} imports {sorted(tops & HEAVY)}"
+    # org: copy.py's probe for Jython (`from org.python.core import ...`, which fails)
+    allowed = set(sys.stdlib_module_names) | {"counterprof", "org"}
+    assert tops <= allowed, f"{' '.join(args)} imports modules outside the allow-list: {sorted(tops - allowed)}"
+
+
+def test_the_api_loads_on_first_use():
+    """The lazy attributes are the real ones (counterprof.profile is the context manager)."""
+    code = ("import sys, counterprof; assert 'pyarrow' not in sys.modules; "
+            "from counterprof.api import profile; from counterprof.regions import region; "
+            "from counterprof.store.reader import Run, load; "
+            "assert counterprof.profile is profile and counterprof.region is region; "
+            "assert counterprof.Run is Run and counterprof.load is load; "
+            "assert set(counterprof.__all__) <= set(dir(counterprof)); print('ok')")
+    p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stdout.strip() == "ok", p.stderr[-2000:]
+    p = subprocess.run([PYTHON, "-c", "import counterprof; counterprof.nope"], capture_output=True,
+                       text=True, timeout=60)
+    assert "has no attribute 'nope'" in p.stderr
+
+
+def test_a_run_keeps_pandas_and_heavy_extras_out_of_its_process(tmp_path):
+    """`counterprof run -q -- true` imports pyarrow and numpy (it writes Arrow and Parquet) but
+    not pandas (pyarrow's first array conversion would: 0.3-0.6 s), pyarrow.compute (~50 ms),
+    rich (nothing is drawn under -q), duckdb or torch."""
+    # sys.modules at the end (importtime also lists imports that failed, as pandas's must)
+    code = ("import json, sys\nfrom counterprof.cli import main\n"
+            f"rc = main(['run', '-q', '-e', 'task-clock', '-o', {str(tmp_path / 'r')!r}, '--', 'true'])\n"
+            "print(json.dumps([rc, sorted(sys.modules)]))")
+    p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rc, names = json.loads(p.stdout.strip().splitlines()[-1])
+    assert rc == 0
+    tops = {name.split(".")[0] for name in names}
+    assert {"pyarrow", "numpy"} <= tops
+    assert not tops & {"pandas", "rich", "duckdb", "torch", "polars"}, sorted(tops & HEAVY)
+    assert "pyarrow.compute" not in names
+    assert (tmp_path / "r" / "meta.json").exists()
