@@ -531,3 +531,31 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
         return None, evidence, [f"cost models for more of the ops: only {100 * share:.0f}% of op time has "
                                 f"a roofline (needs {100 * value('roofline_modelled'):.0f}%)"]
     return split, evidence, []
+
+
+# ---- for compare and history ------------------------------------------------------------------
+
+# the MFU as compare and history keep it: one value per traced step, per rank, in percent
+MFU_SERIES = (("roofline.mfu", "mfu_measured", "percent"),
+              ("roofline.mfu_datasheet", "mfu_datasheet", "percent"),
+              ("roofline.flops_per_s", "flops_per_s", "FLOP/s"))
+
+
+def mfu_series(r: Roofline, default_rank: int = 0) -> tuple[dict[str, dict[int, np.ndarray]], dict[str, str]]:
+    """({series: {rank: per-step values}}, {series: unit}) of a Roofline's MFU: against the
+    measured peak, the datasheet's, and the achieved FLOP/s. A series whose peak is unknown is
+    left out (not 0). Steps without a rank (a trace without step marks) go to default_rank."""
+    steps = (r.mfu or {}).get("steps") or []
+    values: dict[str, dict[int, np.ndarray]] = {}
+    units: dict[str, str] = {}
+    for name, field_, unit in MFU_SERIES:
+        by_rank: dict[int, list[float]] = {}
+        scale = 100.0 if unit == "percent" else 1.0
+        for s in steps:
+            v = s.get(field_)
+            if v is not None:
+                by_rank.setdefault(default_rank if s.get("rank") is None else int(s["rank"]), []).append(scale * v)
+        if by_rank:
+            values[name] = {k: np.asarray(v, np.float64) for k, v in by_rank.items()}
+            units[name] = unit
+    return values, units

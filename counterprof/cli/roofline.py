@@ -83,18 +83,38 @@ def run_roofline(run, spans, rank: int | None = None, file_docs: dict | None = N
     """The Roofline of a run's spans (RunQuery.spans()), with the ceilings chosen as the
     module docstring says (what `report` calls too)."""
     import pyarrow.compute as pc
-    from ..analysis.roofline import roofline
-    from ..calibrate import datasheet
     if rank is not None and spans.num_rows:
         spans = spans.filter(pc.equal(spans.column("rank"), rank))
+    return spans_roofline(spans, run.meta if rank is None else run.rank_meta(rank), file_docs)
+
+
+def spans_roofline(spans, meta: dict, file_docs: dict | None = None):
+    """The Roofline of spans with the ceilings chosen from meta (a run's meta.json: its copied
+    ceilings, its host) as the module docstring says (the live view's MFU calls it too)."""
+    from ..analysis.roofline import roofline
+    from ..calibrate import datasheet
     gpu, device_name = _device(spans)
-    meta = run.meta if rank is None else run.rank_meta(rank)
     ceilings, note = choose_ceilings(gpu, device_name, file_docs, meta)
     sheet = datasheet.lookup(device_name) if gpu else None
     r = roofline(spans, ceilings, device=device_name if gpu else "cpu", datasheet=sheet)
     if note:
         r.notes.append(note)
     return r
+
+
+def roofline_if_ops(run, spans):
+    """run_roofline of a run that has torch ops (None without any). Its failure is said on
+    stderr and costs nothing else: the roofline is evidence for report, compare and history."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if not spans.num_rows or not pc.any(pc.is_in(spans.column("category").cast("string"),
+                                                 value_set=pa.array(["cpu_op", "kernel"]))).as_py():
+        return None
+    try:
+        return run_roofline(run, spans)
+    except Exception as exc:
+        err(f"roofline left out: {type(exc).__name__}: {exc}")
+        return None
 
 
 def _device(spans) -> tuple[bool, str | None]:
