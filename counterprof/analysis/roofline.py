@@ -573,6 +573,15 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
     return split, evidence, []
 
 
+def scope_facts(r: Roofline | None, scope) -> dict:
+    """The classifier's roofline fact for a scope (intervals): busy_split over its span; {}
+    without a roofline. What report, compare and history pass classify, so that their verdicts
+    are decided alike."""
+    if r is None or not scope:
+        return {}
+    return {"roofline": busy_split(r, None, (scope[0][0], scope[-1][1]))}
+
+
 # ---- for compare and history ------------------------------------------------------------------
 
 # the MFU as compare and history keep it: one value per traced step, per rank, in percent

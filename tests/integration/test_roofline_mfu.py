@@ -110,6 +110,13 @@ def test_compare_gives_each_sides_mfu_and_its_change(runs, cache):
     assert flops["change"] == pytest.approx(mfu["change"], rel=1e-6)     # one peak on both sides
     # no datasheet for a CPU: that series is left out, not 0
     assert not any(r["key"] == "metric:roofline.mfu_datasheet" for r in cmp["rows"])
+    # the verdicts use the roofline as report's do: the same word for the same run's steps
+    rep = json.loads(run_cli("report", str(runs["base"]), "--json", timeout=300, env=cache).stdout)
+    step = next(g["verdict"] for g in rep["regions"] if g["kind"] == "step")
+    word = step["verdict"] + (f" ({'|'.join(step['undecided'])})" if step["verdict"] == "unknown"
+                              and step.get("undecided") else "")
+    assert _row(cmp, "step_time")["verdict"][0] == word
+    assert "compute|memory" not in word          # that much the roofline decides
     text = run_cli("compare", str(runs["base"]), str(runs["cand"]), timeout=300, env=cache)
     assert text.returncode == 0
     line = next(ln for ln in text.stdout.splitlines() if ln.startswith("roofline.mfu "))
