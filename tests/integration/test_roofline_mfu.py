@@ -169,3 +169,31 @@ def test_live_view_shows_the_trace_windows_mfu(tmp_path, cache, script):
     r = json.loads(run_cli("roofline", str(run), "--json", env=cache).stdout)
     assert shown[-1] == pytest.approx(100 * r["mfu"]["mfu_measured"], abs=0.051)
     assert statistics.median(expected_mfu(run, at_least=3)) == pytest.approx(shown[-1], abs=0.051)
+
+
+def test_imported_gpu_traces_compare_and_record_their_datasheet_mfu(tmp_path):
+    """A real A100 trace (shapes recorded, ProfilerStep marks), imported twice: compare has
+    its datasheet MFU per step on both sides, unchanged; history keeps its median, the figure
+    `counterprof roofline` gives. No measured ceilings for that machine: no measured MFU row."""
+    trace = Path(__file__).resolve().parents[2] / "shared" / "traces" / "a100_rank3of8.json.gz"
+    if not trace.exists():
+        trace = Path("/work/shared/traces/a100_rank3of8.json.gz")
+    runs = []
+    for name in ("a", "b"):
+        runs.append(tmp_path / name)
+        proc = run_cli("import", str(trace), "-o", str(runs[-1]), "-q", timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    want = json.loads(run_cli("roofline", str(runs[0]), "--json").stdout)["mfu"]
+    assert want["peak_datasheet_flops_per_s"] == 19.5e12 and want["mfu_measured"] is None
+    # (each import records its own command line: --force)
+    cmp = json.loads(run_cli("compare", *map(str, runs), "--force", "--json", timeout=300).stdout)
+    row = _row(cmp, "metric:roofline.mfu_datasheet")
+    assert row["n_base"] == row["n_cand"] == len(want["steps"]) >= 5
+    assert row["base_median"] == pytest.approx(100 * want["mfu_datasheet"], rel=1e-9)
+    assert row["change"] == 0 and row["status"] in ("unchanged", "inconclusive")
+    assert not any(r["key"] == "metric:roofline.mfu" for r in cmp["rows"])
+    db = tmp_path / "h.duckdb"
+    assert run_cli("history", "add", str(runs[0]), "--db", str(db), timeout=300).returncode == 0
+    shown = json.loads(run_cli("history", "show", "--db", str(db), "--json").stdout)
+    s = next(t for t in shown["series"] if t["series"] == "metric:roofline.mfu_datasheet")
+    assert s["points"][0]["value"] == pytest.approx(100 * want["mfu_datasheet"], rel=1e-9)
