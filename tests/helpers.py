@@ -202,3 +202,14 @@ class ClaimHeldElsewhere:
     def __exit__(self, *exc):
         self.proc.kill()
         self.proc.wait()
+
+
+def calibrated(home) -> tuple[dict, dict]:
+    """(an environment whose XDG_CACHE_HOME holds this machine's ceilings, as `counterprof
+    calibrate --quick` saves them; the CPU's ceilings document)."""
+    import json
+    env = {**os.environ, "XDG_CACHE_HOME": str(home)}
+    proc = run_cli("calibrate", "--quick", "--no-collectives", "--json", timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "saved" in proc.stderr and list((Path(home) / "counterprof" / "ceilings").glob("*-cpu.json"))
+    return env, json.loads(proc.stdout)["cpu"]

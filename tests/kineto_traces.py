@@ -161,3 +161,43 @@ def profiler_after_first_trace(run: Path, first: Path) -> str:
         time.sleep(0.05)
     col._stop.set(); col._thread.join()      # no sweeps of its own from here on
     """)
+
+
+def duplicated_trace(src: Path, copies: int, dst: Path) -> int:
+    """A real trace made `copies` times longer: its events repeated one after another in time
+    (each copy shifted past the one before), correlation, External id and flow ids offset per
+    copy so that launches still find their kernels. Returns the number of events written."""
+    import gzip
+    import json
+    opener = gzip.open if str(src).endswith(".gz") else open
+    with opener(src, "rt") as f:
+        doc = json.load(f)
+    events = doc.get("traceEvents") or []
+    ts = [float(e["ts"]) for e in events if "ts" in e]
+    span = (max(float(e["ts"]) + float(e.get("dur", 0) or 0) for e in events if "ts" in e) - min(ts)) if ts else 0
+    ids = [int(v) for e in events for v in ((e.get("args") or {}).get("correlation"),
+                                           (e.get("args") or {}).get("External id"), e.get("id"))
+           if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    id_step = (max(ids) + 1) if ids else 0
+    out = []
+    for k in range(copies):
+        for e in events:
+            if k == 0 or "ts" not in e:
+                if k == 0:
+                    out.append(e)
+                continue
+            c = dict(e)
+            c["ts"] = float(e["ts"]) + k * (span + 1000)
+            if "args" in e and isinstance(e["args"], dict):
+                a = dict(e["args"])
+                for key in ("correlation", "External id"):
+                    if isinstance(a.get(key), int) and a[key] > 0:
+                        a[key] += k * id_step
+                c["args"] = a
+            if isinstance(e.get("id"), int):
+                c["id"] = e["id"] + k * id_step
+            out.append(c)
+    doc["traceEvents"] = out
+    with open(dst, "w") as f:
+        json.dump(doc, f)
+    return len(out)

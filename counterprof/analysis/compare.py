@@ -80,6 +80,8 @@ DIRECTIONS: list[tuple[str, str, str]] = [
     ("metric:system.*", "context", "machine-wide readings: other load on the host moves them"),
     ("metric:proc.run_delay", "context", "time runnable but waiting for a CPU: other load on the host"),
     ("metric:thread.*.runnable", "context", "a thread's time runnable but waiting for a CPU: other load"),
+    ("metric:roofline.*", "either", "MFU and FLOP/s per traced step: fewer FLOPs per step (a smaller "
+     "model) moves them as much as slower kernels; the step time says which"),
     ("metric:*", "either", "rates of counters and means of gauges: a change, not a verdict"),
 ]
 

@@ -55,6 +55,7 @@ class Snapshot:
     history_ticks: int = 1
     newest: int | None = None          # newest tick seen in any series
     version: int = 0                   # changes whenever data arrives
+    mfu: tuple = ()                    # per torch trace window, newest last: {"rank", "end_ns", "mfu"}
 
     def keys(self, source: str | None = None) -> list[Key]:
         return [k for k in self.series if source is None or k[0] == source]
@@ -798,6 +799,9 @@ def live_figures(snap: Snapshot, catalog: Mapping[str, Any], statuses: Mapping[s
     if snap.keys("threads") or "threads" in statuses:
         panels.append(threads_panel(c, statuses))
     panels.extend(device_panels(c))
+    if snap.mfu:
+        from .live_mfu import mfu_panel
+        panels.append(mfu_panel(c))
     for name, st in statuses.items():      # a device collector that failed before any sample
         if name in ("perf", "host", "threads") or st.get("status") == "ok":
             continue

@@ -134,11 +134,8 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
 
     def facts_for(scope: iv.Intervals) -> dict[str, Any]:
         """The facts, with the roofline's split of busy time over the scope's span."""
-        sp = iv.span(scope)
-        if inputs.roofline is None or sp is None:
-            return base_facts
-        from .roofline import busy_split
-        return {**base_facts, "roofline": busy_split(inputs.roofline, None, sp)}
+        from .roofline import scope_facts
+        return {**base_facts, **scope_facts(inputs.roofline, scope)}
 
     whole = [(data.start_ns, data.end_ns)]
     overall = classify(signals(data, whole), "run", facts_for(whole))

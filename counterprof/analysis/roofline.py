@@ -1,7 +1,8 @@
 """The roofline of a run's torch ops: per op and unique shape, achieved FLOP/s and bytes/s
 against the machine's ceilings, the bound, the fraction of the roof, and MFU per step.
 
-    r = roofline(spans, ceilings)              # spans: the run's spans table (pyarrow)
+    r = roofline(spans, ceilings)              # spans: a spans table (pyarrow), or a run's RunQuery
+                                               # (read in slices: memory flat in the run's size)
     r.ops, r.unmodelled, r.mfu, r.to_json()
     busy_split(spans, ceilings, (start_ns, end_ns))   # for the classifier
 
@@ -24,19 +25,18 @@ bound (each tensor read or written once), so intensity is an upper bound.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import statistics
+from array import array
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .opcost import OpCost, has_model, op_cost
 from .thresholds import value
-
-GPU_WORK = ("kernel", "memcpy", "memset")
 
 
 @dataclass
@@ -108,105 +108,7 @@ def peak_for(ceilings: dict | None, cost_dtype: str | None, matrix: bool) -> tup
     return float(v), f"{key} {'matmul ' if matrix else ''}peak"
 
 
-# ---- the spans --------------------------------------------------------------------------------
-
-class _Ops:
-    """The cpu_op spans of a table with their nesting, self time and launched GPU time."""
-
-    def __init__(self, spans: pa.Table, scope: tuple[int, int] | None = None):
-        cat = spans.column("category").cast(pa.string()) if spans.num_rows else pa.array([], pa.string())
-        self.has_rank = "rank" in spans.column_names
-        op_t = spans.filter(pc.equal(cat, "cpu_op"))
-        self.n = op_t.num_rows
-        self.name = op_t.column("name").to_pylist()
-        self.attrs = op_t.column("attrs").to_pylist()
-        self.start = _ns(op_t.column("start"))
-        self.end = _ns(op_t.column("end"))
-        pid = _filled(op_t.column("pid"))
-        tid = _filled(op_t.column("tid"))
-        rank = _filled(op_t.column("rank")) if self.has_rank else np.zeros(self.n, np.int64)
-        self.rank = rank
-        self.parent = np.full(self.n, -1, np.int64)
-        self.child_ns = np.zeros(self.n, np.int64)
-        self.gpu_ns = np.zeros(self.n, np.int64)
-
-        # GPU work -> its launch (runtime span with the same correlation, same rank) -> the op
-        gpu_t = spans.filter(pc.and_(pc.is_in(cat, pa.array(GPU_WORK)),
-                                     pc.invert(pc.fill_null(pc.equal(
-                                         spans.column("kernel_class").cast(pa.string()), "communication"), False))))
-        rt_t = spans.filter(pc.equal(cat, "runtime"))
-        self.gpu_total_ns = int(pc.sum(pc.subtract(gpu_t.column("end").cast(pa.int64()),
-                                                   gpu_t.column("start").cast(pa.int64()))).as_py() or 0) \
-            if gpu_t.num_rows else 0
-        self.device_names: set[str] = set()
-        launches: dict[tuple[int, int], int] = {}     # (rank, correlation) -> GPU ns
-        links: dict[tuple[int, int], int] = {}        # the part of it copying host <-> device
-        if gpu_t.num_rows:
-            g_rank = _filled(gpu_t.column("rank")) if self.has_rank else np.zeros(gpu_t.num_rows, np.int64)
-            g_corr = _filled(gpu_t.column("correlation"))
-            g_start = _ns(gpu_t.column("start"))
-            g_dur = _ns(gpu_t.column("end")) - g_start
-            g_link = np.asarray(pc.fill_null(pc.or_(pc.match_substring(gpu_t.column("name"), "HtoD"),
-                                                    pc.match_substring(gpu_t.column("name"), "DtoH")),
-                                             False).to_numpy(zero_copy_only=False), bool)
-            keep = g_corr >= 0
-            if scope is not None:
-                keep &= (g_start >= scope[0]) & (g_start < scope[1])
-            for r, c, d, link in zip(g_rank[keep].tolist(), g_corr[keep].tolist(), g_dur[keep].tolist(),
-                                     g_link[keep].tolist()):
-                launches[(r, c)] = launches.get((r, c), 0) + d
-                if link:
-                    links[(r, c)] = links.get((r, c), 0) + d
-        self.gpu_attributed_ns = 0
-        rt_start = _ns(rt_t.column("start")) if rt_t.num_rows else np.zeros(0, np.int64)
-        rt_corr = _filled(rt_t.column("correlation")) if rt_t.num_rows else np.zeros(0, np.int64)
-        rt_rank = (_filled(rt_t.column("rank")) if self.has_rank else np.zeros(rt_t.num_rows, np.int64)) \
-            if rt_t.num_rows else np.zeros(0, np.int64)
-        rt_pid = _filled(rt_t.column("pid")) if rt_t.num_rows else np.zeros(0, np.int64)
-        rt_tid = _filled(rt_t.column("tid")) if rt_t.num_rows else np.zeros(0, np.int64)
-        rt_ns = np.array([launches.get((r, c), 0) for r, c in zip(rt_rank.tolist(), rt_corr.tolist())],
-                         np.int64) if launches else np.zeros(len(rt_start), np.int64)
-        rt_link = np.array([links.get((r, c), 0) for r, c in zip(rt_rank.tolist(), rt_corr.tolist())],
-                           np.int64) if links else np.zeros(len(rt_start), np.int64)
-        self.link_ns = np.zeros(self.n, np.int64)
-
-        # one sweep per thread: ops sorted by (start, longest first) and launches by time
-        groups: dict[tuple[int, int, int], list[tuple[int, int, int, int]]] = {}
-        for i, key in enumerate(zip(rank.tolist(), pid.tolist(), tid.tolist())):
-            groups.setdefault(key, []).append((int(self.start[i]), 0, -int(self.end[i]), i))
-        for j in np.nonzero(rt_ns)[0].tolist():
-            key = (int(rt_rank[j]), int(rt_pid[j]), int(rt_tid[j]))
-            groups.setdefault(key, []).append((int(rt_start[j]), 1, 0, j))
-        end = self.end
-        for events in groups.values():
-            events.sort()
-            stack: list[int] = []
-            for t, kind, _neg_end, i in events:
-                while stack and end[stack[-1]] <= t:
-                    stack.pop()
-                if kind == 1:
-                    if stack:
-                        self.gpu_ns[stack[-1]] += rt_ns[i]
-                        self.link_ns[stack[-1]] += rt_link[i]
-                        self.gpu_attributed_ns += int(rt_ns[i])
-                    continue
-                if stack:
-                    p = stack[-1]
-                    self.parent[i] = p
-                    self.child_ns[p] += end[i] - self.start[i]
-                stack.append(i)
-        self.self_ns = np.maximum(self.end - self.start - self.child_ns, 0)
-        self.in_scope = np.ones(self.n, bool) if scope is None else \
-            (self.start >= scope[0]) & (self.start < scope[1])
-
-
-def _ns(col) -> np.ndarray:
-    return np.asarray(col.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
-
-
-def _filled(col) -> np.ndarray:
-    return np.asarray(col.cast(pa.int64()).fill_null(-1).to_numpy(zero_copy_only=False), np.int64)
-
+# ---- the walk over the ops ----------------------------------------------------------------------
 
 def _parse_attrs(text: str | None) -> tuple[Any, Any, Any] | None:
     if not text:
@@ -220,106 +122,255 @@ def _parse_attrs(text: str | None) -> tuple[Any, Any, Any] | None:
     return a["input_dims"], a.get("input_types"), a.get("concrete_inputs")
 
 
+class _Key:
+    """One distinct (op name, attrs text): its cost, and the row it aggregates into."""
+    __slots__ = ("name", "cost", "shapes", "row_key", "why")
+
+    def __init__(self, name: str, attrs: str | None):
+        self.name = name
+        self.cost: OpCost | None = None
+        self.shapes = None
+        self.row_key = None
+        if has_model(name):
+            self.shapes = _parse_attrs(attrs)
+            if self.shapes is not None:
+                self.cost = op_cost(name, *self.shapes)
+            if self.cost is not None:
+                dims, types, _ = self.shapes
+                self.row_key = (name, json.dumps(dims), json.dumps(types))
+        # why its time is unmodelled when nothing modelled above it takes it (covered: set at close)
+        self.why = "shapes not recorded or not usable" if has_model(name) else "no cost model"
+
+
+class _Steps:
+    """The windows MFU is counted over (a step, or the whole trace) and the FLOPs of the ops
+    that started in each: per rank, steps sorted by start; an op's step found by bisection."""
+
+    def __init__(self, windows: list[tuple[str, int, int, int]]):
+        self.windows = windows
+        self.flops = [0.0] * len(windows)
+        self.by_rank: dict[int, tuple[list[int], list[int], int]] = {}
+        for r in {w[1] for w in windows}:
+            idx = sorted((j for j, w in enumerate(windows) if w[1] == r), key=lambda j: windows[j][2])
+            longest = max(windows[j][3] - windows[j][2] for j in idx)
+            self.by_rank[r] = ([windows[j][2] for j in idx], idx, longest)
+
+    def add(self, rank: int, start: int, flops: float) -> None:
+        for r in ((rank, -1) if rank != -1 else (-1,)):     # a step without a rank holds every rank's ops
+            hit = self.by_rank.get(r)
+            if hit is None:
+                continue
+            starts, idx, longest = hit
+            k = bisect.bisect_right(starts, start) - 1
+            while k >= 0 and starts[k] > start - longest - 1:
+                j = idx[k]
+                if start < self.windows[j][3]:
+                    self.flops[j] += flops
+                k -= 1
+
+
+class _Walk:
+    """One pass over the ops of each thread in time order (store/op_rows.OpRows.events): a
+    stack of open ops nests them; an op is closed when the next event starts at or after its
+    end, and its own time, its children's costs and the unowned time below it are settled then
+    (children close before their parent). State: the open ops of one thread, the rows (one per
+    op name + shapes) and the unmodelled names: nothing grows with the number of ops, except
+    the atoms kept for busy_split over windows (8 bytes x 3 per op with time, keep_atoms)."""
+
+    def __init__(self, keys: dict[int, _Key], gpu: bool, scope, steps: _Steps | None, keep_atoms: bool):
+        self.keys, self.gpu, self.scope, self.steps = keys, gpu, scope, steps
+        self.rows: dict[tuple, OpRow] = {}
+        self.unmod: dict[str, dict] = {}
+        self.gpu_attributed_ns = 0
+        self.first_start: int | None = None
+        self.last_end: int | None = None
+        self.dtype_flops: dict[str, int] = {}
+        self.mfu_ops = 0
+        self.total_flops = 0
+        self.keep_atoms = keep_atoms
+        self.atoms = (array("q"), array("q"), array("q"))    # (start, ns, row id: index into row_ids)
+        self.row_ids: list[tuple] = []
+        self._row_id: dict[tuple, int] = {}
+
+    def run(self, batches) -> None:
+        stacks: dict[tuple, list[list]] = {}     # per thread: its open ops (slices of time follow
+        stack: list[list] = []                   # one another: a thread's ops carry over)
+        thread = None
+        for b in batches:
+            cols = [b.column(i).to_pylist() for i in range(9)]
+            for rank, pid, tid, s, kind, e, kid, ns, link in zip(*cols):
+                if (rank, pid, tid) != thread:
+                    thread = (rank, pid, tid)
+                    stack = stacks.setdefault(thread, [])
+                while stack and stack[-1][0] <= s:
+                    self._close(stack)
+                if kind == 1:
+                    if stack:
+                        top = stack[-1]
+                        top[4] += ns
+                        top[5] += link
+                        self.gpu_attributed_ns += ns
+                    continue
+                if self.first_start is None or s < self.first_start:
+                    self.first_start = s
+                if self.last_end is None or e > self.last_end:
+                    self.last_end = e
+                if stack:
+                    stack[-1][3] += e - s                     # the parent's child time
+                # end, start, kid, child ns, gpu ns, link ns, FLOPs below, bytes below,
+                # unowned time below {(name, why): [calls, ns]}, its ns, its link ns, its atoms, rank
+                stack.append([e, s, kid, 0, 0, 0, 0, 0, None, 0, 0, None, rank])
+        for stack in stacks.values():
+            while stack:
+                self._close(stack)
+
+    def _close(self, stack: list[list]) -> None:
+        f = stack.pop()
+        e, s, kid, child, gpu_ns, link_ns, below_f, below_b, pending, pend_ns, pend_link, pend_atoms, rank = f
+        k = self.keys[kid]
+        c = k.cost
+        covered = False
+        if c is not None:
+            work, under = (c.flops, below_f) if c.flops else (c.bytes, below_b)
+            covered = under > 0 and under >= 0.5 * work
+            if not covered:
+                below_f += c.flops
+                below_b += c.bytes
+        parent = stack[-1] if stack else None
+        if parent is not None:
+            parent[6] += below_f
+            parent[7] += below_b
+        in_scope = self.scope is None or (self.scope[0] <= s < self.scope[1])
+        atom = (gpu_ns if self.gpu else max(e - s - child, 0)) if in_scope else 0
+        link = link_ns if self.gpu else 0
+        if c is not None and not covered:                  # effective: it owns the time below it
+            if in_scope:
+                row = self.rows.get(k.row_key)
+                if row is None:
+                    row = self.rows[k.row_key] = OpRow(k.name, k.shapes[0], k.shapes[1], dtype=c.dtype,
+                                                       family=c.family)
+                row.calls += 1
+                row.flops += c.flops
+                row.bytes += c.bytes
+                row.time_ns += atom + pend_ns
+                row.link_time_ns += (link if atom else 0) + pend_link
+                if atom > 0:
+                    self._mfu_op(rank, s, c)
+            if self.keep_atoms:
+                rid = self._rid(k.row_key)
+                if atom:
+                    self._atom(s, atom, rid)
+                for a_s, a_ns in pend_atoms or ():
+                    self._atom(a_s, a_ns, rid)
+            return
+        if atom:
+            why = "costed in its children" if covered else k.why
+            pending = pending if pending is not None else {}
+            p = pending.get((k.name, why))
+            if p is None:
+                pending[(k.name, why)] = [1, atom]
+            else:
+                p[0] += 1
+                p[1] += atom
+            pend_ns += atom
+            pend_link += link
+            if self.keep_atoms:
+                pend_atoms = (pend_atoms or []) + [(s, atom)]
+        if not pending and not pend_atoms:
+            return
+        if parent is None:                                  # no modelled op above: unmodelled
+            for (name, why), (calls, ns) in (pending or {}).items():
+                u = self.unmod.setdefault(name, {"name": name, "calls": 0, "time_ns": 0, "why": why})
+                u["calls"] += calls
+                u["time_ns"] += ns
+            for a_s, a_ns in pend_atoms or ():
+                self._atom(a_s, a_ns, -1)
+            return
+        if pending:
+            mine = parent[8]
+            if mine is None:
+                parent[8] = pending
+            else:
+                for key, (calls, ns) in pending.items():
+                    p = mine.get(key)
+                    if p is None:
+                        mine[key] = [calls, ns]
+                    else:
+                        p[0] += calls
+                        p[1] += ns
+        parent[9] += pend_ns
+        parent[10] += pend_link
+        if pend_atoms:
+            parent[11] = pend_atoms if parent[11] is None else parent[11] + pend_atoms
+
+    def _mfu_op(self, rank: int, start: int, c: OpCost) -> None:
+        self.mfu_ops += 1
+        self.total_flops += c.flops
+        if c.matrix and c.dtype:
+            self.dtype_flops[c.dtype] = self.dtype_flops.get(c.dtype, 0) + c.flops
+        if self.steps is not None:
+            self.steps.add(rank, start, c.flops)
+
+    def _rid(self, row_key) -> int:
+        rid = self._row_id.get(row_key)
+        if rid is None:
+            rid = self._row_id[row_key] = len(self.row_ids)
+            self.row_ids.append(row_key)
+        return rid
+
+    def _atom(self, s: int, ns: int, rid: int) -> None:
+        self.atoms[0].append(s)
+        self.atoms[1].append(ns)
+        self.atoms[2].append(rid)
+
+
 # ---- the analysis -----------------------------------------------------------------------------
 
-def roofline(spans: pa.Table, ceilings: dict | None, rank: int | None = None,
+def roofline(spans, ceilings: dict | None, rank: int | None = None,
              scope: tuple[int, int] | None = None, device: str | None = None,
-             datasheet: dict | None = None) -> Roofline:
+             datasheet: dict | None = None, keep_atoms: bool = True) -> Roofline:
     """Per-op roofline rows of the spans (one rank or all), against `ceilings` (one device's
     document; None: rows without bounds, and `missing` says to calibrate).
-    datasheet: the vendor's figures for the device, for MFU against the datasheet too."""
-    if rank is not None and "rank" in spans.column_names:
-        spans = spans.filter(pc.equal(spans.column("rank"), rank))
-    ops = _Ops(spans, scope)
-    gpu = ops.gpu_total_ns > 0
+    spans: a spans table (pyarrow) or a store.query.RunQuery (read in batches, memory flat in
+    the run's size). datasheet: the vendor's figures for the device, for MFU against the
+    datasheet too. keep_atoms: keep each op's time and start for busy_split over windows."""
+    from ..store.op_rows import OpRows
+    if isinstance(spans, OpRows):
+        return _roofline(spans, ceilings, scope, device, datasheet, keep_atoms)
+    src = OpRows.of(spans, rank)
+    try:
+        return _roofline(src, ceilings, scope, device, datasheet, keep_atoms)
+    finally:
+        src.close()
+
+
+def _roofline(src, ceilings, scope, device, datasheet, keep_atoms) -> Roofline:
+    n_ops, gpu_total_ns = src.counts()
+    gpu = gpu_total_ns > 0
     basis = "gpu kernel time" if gpu else "cpu self time"
     r = Roofline(device or ("gpu" if gpu else "cpu"), basis, ceilings)
-    if ops.n == 0:
+    if n_ops == 0:
         r.missing.append("torch op spans (counterprof run --torch, or import a torch profiler trace)")
         return r
     if ceilings is None:
         r.missing.append("ceilings: run `counterprof calibrate` on this machine (or pass --ceilings FILE)")
-
-    # the cost of each op (cached per distinct attrs text), then which ops carry the cost
-    cost_cache: dict[tuple[str, str | None], tuple[OpCost | None, tuple | None]] = {}
-    costs: list[OpCost | None] = [None] * ops.n
-    shapes: list[tuple | None] = [None] * ops.n
-    modelled = np.zeros(ops.n, bool)
-    any_shapes = False
-    for i, (name, attrs) in enumerate(zip(ops.name, ops.attrs)):
-        if not has_model(name):
-            continue
-        key = (name, attrs)
-        hit = cost_cache.get(key)
-        if hit is None:
-            parsed = _parse_attrs(attrs)
-            hit = (op_cost(name, *parsed) if parsed else None, parsed)
-            cost_cache[key] = hit
-        costs[i], shapes[i] = hit
-        any_shapes |= hit[1] is not None
-        modelled[i] = hit[0] is not None
-    if not any_shapes:
+    shapes = src.shapes()
+    keys = {h: _Key(n, a) for n, a, h in zip(shapes.column("name").to_pylist(), shapes.column("attrs").to_pylist(),
+                                            shapes.column("key").to_pylist())}
+    if len(keys) != shapes.num_rows:
+        raise ValueError("two distinct op shapes with one hash: cannot tell their ops apart")
+    if not any(k.shapes is not None for k in keys.values()):
         r.missing.append("op shapes: record the trace with record_shapes=True "
                          "(counterprof run --torch records them)")
-    # A modelled op is "covered" (a wrapper) when modelled ops below it account for at least
-    # half its work (FLOPs; bytes for ops without FLOPs): aten::linear over aten::addmm is,
-    # aten::convolution over its bias's aten::add_ is not.
-    parent = ops.parent
-    order = np.lexsort((-ops.end, ops.start))       # parents before children
-    below = np.zeros((ops.n, 2), np.float64)        # (FLOPs, bytes) costed below each op
-    covered = np.zeros(ops.n, bool)
-    for i in order[::-1].tolist():
-        c = costs[i]
-        if modelled[i]:
-            work, under = (c.flops, below[i, 0]) if c.flops else (c.bytes, below[i, 1])
-            covered[i] = under > 0 and under >= 0.5 * work
-            if not covered[i]:
-                below[i] += (c.flops, c.bytes)
-        p = parent[i]
-        if p >= 0:
-            below[p] += below[i]
-    effective = modelled & ~covered
-    owner = np.full(ops.n, -1, np.int64)            # the effective op an op's time belongs to
-    for i in order.tolist():
-        if effective[i]:
-            owner[i] = i
-        elif parent[i] >= 0 and owner[parent[i]] >= 0:
-            owner[i] = owner[parent[i]]
+    windows = _mfu_windows(src.marks(), scope)
+    walk = _Walk(keys, gpu, scope, _Steps(windows) if windows else None, keep_atoms)
+    walk.run(src.events(scope))
 
-    atom = ops.gpu_ns if gpu else ops.self_ns
-    atom = np.where(ops.in_scope, atom, 0)
-    time_of = np.zeros(ops.n, np.int64)
-    link_of = np.zeros(ops.n, np.int64)
-    unmod: dict[str, dict] = {}
-    for i in np.nonzero(atom)[0].tolist():
-        o = owner[i]
-        if o >= 0:
-            time_of[o] += atom[i]
-            if gpu:
-                link_of[o] += ops.link_ns[i]
-            continue
-        name = ops.name[i]
-        why = ("costed in its children" if modelled[i] and covered[i]
-               else "shapes not recorded or not usable" if has_model(name) else "no cost model")
-        u = unmod.setdefault(name, {"name": name, "calls": 0, "time_ns": 0, "why": why})
-        u["calls"] += 1
-        u["time_ns"] += int(atom[i])
-    rows: dict[tuple[str, str, str], OpRow] = {}
-    for i in np.nonzero(effective & ops.in_scope)[0].tolist():
-        dims, types, _ = shapes[i]
-        key = (ops.name[i], json.dumps(dims), json.dumps(types))
-        row = rows.get(key)
-        if row is None:
-            row = rows[key] = OpRow(ops.name[i], dims, types, dtype=costs[i].dtype, family=costs[i].family)
-        row.calls += 1
-        row.flops += costs[i].flops
-        row.bytes += costs[i].bytes
-        row.time_ns += int(time_of[i])
-        row.link_time_ns += int(link_of[i])
-    modelled_ns = sum(x.time_ns for x in rows.values())
+    unmod = walk.unmod
+    modelled_ns = sum(x.time_ns for x in walk.rows.values())
     unmod_ns = sum(u["time_ns"] for u in unmod.values())
     if gpu:
-        unlaunched = max(0, _scoped_gpu_ns(ops, scope) - ops.gpu_attributed_ns)
+        unlaunched = max(0, (gpu_total_ns if scope is None else walk.gpu_attributed_ns) - walk.gpu_attributed_ns)
         if unlaunched:
             unmod["(no torch op)"] = {"name": "(no torch op)", "calls": None, "time_ns": unlaunched,
                                       "why": "GPU work whose launch lies in no recorded op"}
@@ -329,19 +380,19 @@ def roofline(spans: pa.Table, ceilings: dict | None, rank: int | None = None,
     r.modelled_share = modelled_ns / total if total else None
     bw = _bandwidth(ceilings)
     missing_peaks: set[str] = set()
-    for row in rows.values():
+    for row in walk.rows.values():
         _finish_row(row, ceilings, bw, missing_peaks)
-    r.ops = sorted((x for x in rows.values() if x.time_ns > 0), key=lambda x: -x.time_ns)
-    # each op's time with its start and the row it went to (-1: unmodelled), for busy_split
-    # over windows without computing it all again
-    row_index = {id(x): j for j, x in enumerate(r.ops)}
-    key_of = {}
-    for i in np.nonzero(effective)[0].tolist():
-        dims, types, _ = shapes[i]
-        key_of[i] = row_index.get(id(rows[(ops.name[i], json.dumps(dims), json.dumps(types))]), -1)
-    nz = np.nonzero(atom)[0]
-    r._atoms = (ops.start[nz], atom[nz].astype(np.int64),
-                np.array([key_of.get(int(owner[i]), -1) if owner[i] >= 0 else -1 for i in nz.tolist()], np.int64))
+    r.ops = sorted((x for x in walk.rows.values() if x.time_ns > 0),
+                   key=lambda x: (-x.time_ns, x.name, json.dumps(x.input_dims), json.dumps(x.input_types)))
+    if keep_atoms:
+        # each op's time with its start and the row it went to (-1: unmodelled), for busy_split
+        # over windows without computing it all again
+        index = {(o.name, json.dumps(o.input_dims), json.dumps(o.input_types)): j for j, o in enumerate(r.ops)}
+        to_row = np.array([index.get(k, -1) for k in walk.row_ids] + [-1], np.int64)
+        rid = np.frombuffer(walk.atoms[2], np.int64) if len(walk.atoms[2]) else np.zeros(0, np.int64)
+        r._atoms = (np.frombuffer(walk.atoms[0], np.int64).copy() if len(walk.atoms[0]) else np.zeros(0, np.int64),
+                    np.frombuffer(walk.atoms[1], np.int64).copy() if len(walk.atoms[1]) else np.zeros(0, np.int64),
+                    to_row[rid])
     for u in unmod.values():
         u["share"] = u["time_ns"] / total if total else None
     r.unmodelled = {"time_ns": unmod_ns, "share": unmod_ns / total if total else None,
@@ -349,12 +400,30 @@ def roofline(spans: pa.Table, ceilings: dict | None, rank: int | None = None,
     if ceilings is not None and bw is None:
         r.missing.append("memory bandwidth in the ceilings")
     r.missing.extend(sorted(missing_peaks))
-    r.mfu = _mfu(spans, ops, effective, costs, atom, ceilings, datasheet, gpu, scope)
+    r.mfu = _mfu(walk, windows, ceilings, datasheet, gpu)
     return r
 
 
-def _scoped_gpu_ns(ops: _Ops, scope) -> int:
-    return ops.gpu_total_ns if scope is None else ops.gpu_attributed_ns
+def _mfu_windows(marks: pa.Table, scope) -> list[tuple[str, int, int, int]]:
+    """(label, rank, start, end) of the steps MFU is counted over: every step is timed, only
+    those inside a trace window have their ops (MFU of the others is unknown, not 0)."""
+    cat = marks.column("category").to_pylist()
+    rows = marks.to_pylist()
+    steps = [x for x, c in zip(rows, cat) if c == "step"]
+    traced = [x for x, c in zip(rows, cat) if c == "window"]
+    if steps and traced:
+        s_lo = np.array([x["s"] for x in steps], np.int64)
+        s_hi = np.array([x["e"] for x in steps], np.int64)
+        t_lo = np.array([x["s"] for x in traced], np.int64)
+        t_hi = np.array([x["e"] for x in traced], np.int64)
+        # a step counts when most of it was recorded (the driver's step may start a little
+        # before the window the profiler opened at that step's mark)
+        overlap = np.clip(np.minimum(s_hi[:, None], t_hi[None, :]) - np.maximum(s_lo[:, None], t_lo[None, :]),
+                          0, None).sum(axis=1)
+        inside = overlap >= 0.5 * np.maximum(s_hi - s_lo, 1)
+        steps = [x for x, keep in zip(steps, inside.tolist()) if keep]
+    return [(x["name"], int(x["rank"]), int(x["s"]), int(x["e"])) for x in steps
+            if scope is None or scope[0] <= x["s"] < scope[1]]
 
 
 def _bandwidth(ceilings: dict | None) -> float | None:
@@ -415,19 +484,13 @@ def _link_bandwidth(ceilings: dict | None) -> float | None:
     return max(rates) if rates else None
 
 
-def _mfu(spans: pa.Table, ops: _Ops, effective, costs, atom, ceilings, datasheet, gpu: bool,
-         scope) -> dict | None:
+def _mfu(walk: _Walk, windows, ceilings, datasheet, gpu: bool) -> dict | None:
     """Per step: the step's op FLOPs / step time / peak of the dominant dtype (matrix ops'
     FLOPs decide it), against the measured and the datasheet peak. Ops counted: those with
     time on the device (on a GPU, ops that launched kernels)."""
-    idx = np.nonzero(effective & ops.in_scope & (atom > 0))[0]
-    if not len(idx):
+    if not walk.mfu_ops:
         return None
-    by_dtype: dict[str, int] = {}
-    for i in idx.tolist():
-        c = costs[i]
-        if c.matrix and c.dtype:
-            by_dtype[c.dtype] = by_dtype.get(c.dtype, 0) + c.flops
+    by_dtype = walk.dtype_flops
     dtype = max(by_dtype, key=by_dtype.get) if by_dtype else "fp32"
     measured = (ceilings or {}).get("peaks", {}).get(dtype) if ceilings and ceilings.get("source") != "datasheet" else None
     sheet = (datasheet or {}).get("peaks", {}).get(dtype) or \
@@ -435,40 +498,17 @@ def _mfu(spans: pa.Table, ops: _Ops, effective, costs, atom, ceilings, datasheet
         ((ceilings or {}).get("peaks", {}).get(dtype) if ceilings and ceilings.get("source") == "datasheet" else None)
     if ceilings and ceilings.get("source") == "file":
         measured = ceilings.get("peaks", {}).get(dtype)
-    cat = spans.column("category").cast(pa.string())
-    steps = spans.filter(pc.equal(cat, "step"))
-    flops = np.array([costs[i].flops for i in idx.tolist()], np.float64)
-    start, rank = ops.start[idx], ops.rank[idx]
-    windows: list[tuple[str, int, int, int]] = []     # (label, rank, start, end)
-    # every step is timed, only those inside a trace window have their ops: MFU of the others
-    # is unknown, not 0
-    traced = spans.filter(pc.equal(cat, "window"))
-    t_lo, t_hi = _ns(traced.column("start")), _ns(traced.column("end"))
-    if steps.num_rows and traced.num_rows:
-        s_lo, s_hi = _ns(steps.column("start")), _ns(steps.column("end"))
-        # a step counts when most of it was recorded (the driver's step may start a little
-        # before the window the profiler opened at that step's mark)
-        overlap = np.clip(np.minimum(s_hi[:, None], t_hi[None, :]) - np.maximum(s_lo[:, None], t_lo[None, :]),
-                          0, None).sum(axis=1)
-        inside = overlap >= 0.5 * np.maximum(s_hi - s_lo, 1)
-        steps = steps.filter(pa.array(inside))
-    if steps.num_rows:
-        s_rank = _filled(steps.column("rank")) if "rank" in steps.column_names else np.zeros(steps.num_rows, np.int64)
-        for name, r, a, b in zip(steps.column("name").to_pylist(), s_rank.tolist(),
-                                 _ns(steps.column("start")).tolist(), _ns(steps.column("end")).tolist()):
-            if scope is None or (a >= scope[0] and a < scope[1]):
-                windows.append((name, r, a, b))
-    if not windows:
-        windows = [("(whole trace)", -1, int(ops.start.min()), int(ops.end.max()))]
+    if windows:
+        counted = list(zip(windows, walk.steps.flops))
+    else:
+        counted = [(("(whole trace)", -1, walk.first_start, walk.last_end), walk.total_flops)]
     per_step = []
-    for label, r, a, b in windows:
-        sel = (start >= a) & (start < b) & ((rank == r) if r >= 0 else True)
-        f = float(flops[sel].sum())
+    for (label, r, a, b), f in counted:
         secs = (b - a) / 1e9
         if secs <= 0:
             continue
         rate = f / secs
-        per_step.append({"step": label, "rank": None if r < 0 else r, "time_s": secs, "flops": f,
+        per_step.append({"step": label, "rank": None if r < 0 else r, "time_s": secs, "flops": float(f),
                          "flops_per_s": rate,
                          "mfu_measured": rate / measured if measured else None,
                          "mfu_datasheet": rate / sheet if sheet else None})
@@ -531,3 +571,40 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
         return None, evidence, [f"cost models for more of the ops: only {100 * share:.0f}% of op time has "
                                 f"a roofline (needs {100 * value('roofline_modelled'):.0f}%)"]
     return split, evidence, []
+
+
+def scope_facts(r: Roofline | None, scope) -> dict:
+    """The classifier's roofline fact for a scope (intervals): busy_split over its span; {}
+    without a roofline. What report, compare and history pass classify, so that their verdicts
+    are decided alike."""
+    if r is None or not scope:
+        return {}
+    return {"roofline": busy_split(r, None, (scope[0][0], scope[-1][1]))}
+
+
+# ---- for compare and history ------------------------------------------------------------------
+
+# the MFU as compare and history keep it: one value per traced step, per rank, in percent
+MFU_SERIES = (("roofline.mfu", "mfu_measured", "percent"),
+              ("roofline.mfu_datasheet", "mfu_datasheet", "percent"),
+              ("roofline.flops_per_s", "flops_per_s", "FLOP/s"))
+
+
+def mfu_series(r: Roofline, default_rank: int = 0) -> tuple[dict[str, dict[int, np.ndarray]], dict[str, str]]:
+    """({series: {rank: per-step values}}, {series: unit}) of a Roofline's MFU: against the
+    measured peak, the datasheet's, and the achieved FLOP/s. A series whose peak is unknown is
+    left out (not 0). Steps without a rank (a trace without step marks) go to default_rank."""
+    steps = (r.mfu or {}).get("steps") or []
+    values: dict[str, dict[int, np.ndarray]] = {}
+    units: dict[str, str] = {}
+    for name, field_, unit in MFU_SERIES:
+        by_rank: dict[int, list[float]] = {}
+        scale = 100.0 if unit == "percent" else 1.0
+        for s in steps:
+            v = s.get(field_)
+            if v is not None:
+                by_rank.setdefault(default_rank if s.get("rank") is None else int(s["rank"]), []).append(scale * v)
+        if by_rank:
+            values[name] = {k: np.asarray(v, np.float64) for k, v in by_rank.items()}
+            units[name] = unit
+    return values, units

@@ -356,14 +356,16 @@ def span_times(spans: pa.Table) -> dict[str, dict[int, np.ndarray]]:
     return out
 
 
-def verdicts(data: RunData) -> tuple[Verdict | None, dict[str, Verdict], dict[str, dict[str, float]]]:
+def verdicts(data: RunData, roofline=None) -> tuple[Verdict | None, dict[str, Verdict], dict[str, dict[str, float]]]:
     """The run's verdict, the step's and each region's (the MAX_VERDICT_REGIONS longest), and the
-    key signals over each of those scopes (what `history` keeps)."""
+    key signals over each of those scopes (what `history` keeps). roofline: the run's
+    analysis.roofline.Roofline, which splits busy time where no PMU or GPM does (as in report)."""
     if data.end_ns <= data.start_ns:
         return None, {}, {}
+    from .roofline import scope_facts
     whole = [(data.start_ns, data.end_ns)]
     sig = signals(data, whole)
-    overall = classify(sig, "run")
+    overall = classify(sig, "run", scope_facts(roofline, whole))
     scope_signals = {"run": _key_signals(sig)}
     scoped: dict[str, Verdict] = {}
     steps = [(n, occ) for n, occ in data.regions.items() if data.region_kind.get(n) == "step"]
@@ -372,7 +374,7 @@ def verdicts(data: RunData) -> tuple[Verdict | None, dict[str, Verdict], dict[st
     for name, occ in steps + regions[:MAX_VERDICT_REGIONS]:
         key = STEP if data.region_kind.get(name) == "step" else f"region:{name}"
         s = signals(data, occ)
-        scoped[key] = classify(s, key)
+        scoped[key] = classify(s, key, scope_facts(roofline, occ))
         scope_signals[key] = _key_signals(s)
     return overall, scoped, scope_signals
 
@@ -448,9 +450,11 @@ def _key_signals(sig) -> dict[str, float]:
 
 def run_figures(path: str, meta: dict[str, Any], catalog: dict[str, dict[str, Any]], ranks: list[int],
                 batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], spans: pa.Table,
-                window_ns: int | None = None, bounds: tuple[int, int] | None = None) -> RunFigures:
+                window_ns: int | None = None, bounds: tuple[int, int] | None = None,
+                roofline=None) -> RunFigures:
     """Everything compare and history need from one run. `batches_of_rank(r)` streams rank r's
-    samples (time, duration_ns, metric, value); `spans` is the spans table with a "rank" column."""
+    samples (time, duration_ns, metric, value); `spans` is the spans table with a "rank" column;
+    roofline: the run's analysis.roofline.Roofline, for the verdicts (None: no torch ops)."""
     ranks = ranks or [0]
     if bounds is None:
         bounds = time_bounds(meta, lambda: (b for r in ranks for b in batches_of_rank(r)))
@@ -460,7 +464,7 @@ def run_figures(path: str, meta: dict[str, Any], catalog: dict[str, dict[str, An
     per_window, totals, units, data = samples_pass(batches_of_rank, ranks, catalog, start_ns, end_ns,
                                                    window_ns, finest)
     load_spans(data, spans, value("short_kernel_us"))
-    overall, scoped, scope_signals = verdicts(data)
+    overall, scoped, scope_signals = verdicts(data, roofline)
     busy = contention(data, catalog, len(ranks), (meta.get("host") or {}).get("cpus"))
     kinds = {m: (catalog.get(m) or {}).get("kind", "delta") for m in per_window}
     return RunFigures(path=path, run_id=str(meta.get("id") or path), command=redact_argv(meta.get("command")),

@@ -107,9 +107,27 @@ def expand(patterns: list[str], p: ArgumentParser) -> list[str]:
 def figures(run, window_ns: int | None = None, bounds=None):
     """A run reduced by analysis.run_figures (one streaming pass over its samples)."""
     from ..analysis.run_figures import run_figures
-    return run_figures(str(run.path), run.meta, run.catalog, run.ranks(),
-                       lambda r: run.batches("samples", SAMPLE_COLUMNS, rank=r),
-                       run.table("spans", with_rank=True), window_ns=window_ns, bounds=bounds)
+    from .roofline import roofline_if_ops
+    spans = run.table("spans", with_rank=True)
+    roof = roofline_if_ops(run, spans)       # the verdicts' compute vs memory, and the MFU
+    f = run_figures(str(run.path), run.meta, run.catalog, run.ranks(),
+                    lambda r: run.batches("samples", SAMPLE_COLUMNS, rank=r),
+                    spans, window_ns=window_ns, bounds=bounds, roofline=roof)
+    if roof is not None:
+        add_mfu(f, roof)
+    return f
+
+
+def add_mfu(f, r) -> None:
+    """The MFU of each traced step of the Roofline r (roofline.mfu*: percent of the measured and
+    the datasheet peak; roofline.flops_per_s) as metrics of the run: compared like every metric,
+    one value per step, and kept by history as their medians."""
+    from ..analysis.roofline import mfu_series
+    values, units = mfu_series(r, default_rank=(f.ranks or [0])[0])
+    for name, by_rank in values.items():
+        f.metrics[name] = by_rank
+        f.units[name] = units[name]
+        f.kinds[name] = "gauge"
 
 
 def bounds_of(run) -> tuple[int, int]:

@@ -4,7 +4,8 @@
     counterprof history show --db perf.duckdb [--metric step_time] [--html trends.html] [--json]
 
 `add` records per run: wall time, step and region times (median) with their verdicts, each
-metric's median, the classifier's key signals, the host (meta.json) and the git revision of the
+metric's median, the MFU of the traced steps (metric:roofline.mfu, percent of the measured peak;
+metric:roofline.mfu_datasheet), the classifier's key signals, the host (meta.json) and the git revision of the
 run's working directory as the run recorded it at its start (meta.json's git_revision). Runs made
 before counterprof recorded it have it read when they are added (the checkout's HEAD now, said on
 stderr: add such a run right after it ran). `show` prints each series' trend per command with its
@@ -20,7 +21,7 @@ from pathlib import Path
 from .common import (ArgumentParser, UsageFailure, check_output_file, err, guarded, use_system_allocator,
                      write_text_file)
 
-DEFAULT_SHOWN = ("wall_time", "step_time", "region:*", "signal:*")   # --metric picks any series
+DEFAULT_SHOWN = ("wall_time", "step_time", "region:*", "metric:roofline.mfu*", "signal:*")   # --metric picks any series
 
 
 def main(argv: list[str]) -> int:
@@ -162,7 +163,7 @@ def _show(args, p) -> int:
 
 
 def _order(series: str) -> int:
-    for i, prefix in enumerate(("wall_time", "step_time", "region:", "signal:", "metric:")):
+    for i, prefix in enumerate(("wall_time", "step_time", "region:", "metric:roofline.mfu", "signal:", "metric:")):
         if series.startswith(prefix):
             return i
     return 9

@@ -33,21 +33,6 @@ def main(argv: list[str]) -> int:
     return guarded(lambda: _main(argv))
 
 
-def _roofline(run, spans):
-    """The roofline of the run's torch ops (None without ops): it splits busy time into compute
-    and memory where no PMU or GPM does, and gives the MFU."""
-    import pyarrow.compute as pc
-    if not spans.num_rows or not pc.any(pc.is_in(spans.column("category").cast("string"),
-                                                 value_set=__import__("pyarrow").array(["cpu_op", "kernel"]))).as_py():
-        return None
-    from .roofline import run_roofline
-    try:
-        return run_roofline(run, spans)
-    except Exception as exc:       # the roofline is evidence: its failure never costs the report
-        err(f"roofline left out: {type(exc).__name__}: {exc}")
-        return None
-
-
 def _main(argv: list[str]) -> int:
     p = ArgumentParser(prog="counterprof report", description=__doc__.split("\n\n")[0])
     p.add_argument("run", help="run directory")
@@ -75,11 +60,12 @@ def _main(argv: list[str]) -> int:
     ranks = [r for r in run.ranks() if r >= 0]
     totals, devices, rank_buckets = regroup(q.groups())
     spans = q.spans()
+    from .roofline import roofline_if_ops
     inputs = ReportInputs(q.buckets(bucket_ns(meta)), totals, devices, spans,
                           catalog, meta, ranks=len(ranks),
                           rank_buckets=rank_buckets if len(ranks) > 1 else None,
                           hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks},
-                          world_size=world_size(run, ranks), roofline=_roofline(run, spans))
+                          world_size=world_size(run, ranks), roofline=roofline_if_ops(run, spans))
     q.close()
     report = build_report(inputs, args.window)
     if report.overall.device == "none" and not report.windows:

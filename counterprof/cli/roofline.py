@@ -42,19 +42,21 @@ def _main(argv: list[str]) -> int:
             raise UsageFailure(f"--ceilings {args.ceilings}: {exc}", p.format_usage()) from None
 
     from ..render.roofline import roofline_html, roofline_text
+    from ..store.op_rows import OpRows
     from ..store.query import RunQuery
     run = open_run(args.run)
-    q = RunQuery(run.path)
-    for problem in q.files.skipped:
-        err(f"skipped an unreadable file: {problem}")
-    spans = roofline_spans(q)
-    q.close()
-    if args.rank is not None:
-        ranks = set(spans.column("rank").to_pylist()) if spans.num_rows else set()
-        if args.rank not in ranks:
-            raise UsageFailure(f"--rank {args.rank}: the run has rank(s) {sorted(ranks) or 'none'}",
-                               p.format_usage())
-    r = run_roofline(run, spans, args.rank, file_docs)
+    q = RunQuery(run.path)        # the roofline reads the spans through it, in batches
+    try:
+        for problem in q.files.skipped:
+            err(f"skipped an unreadable file: {problem}")
+        if args.rank is not None:
+            ranks = OpRows.of(q).ranks()
+            if args.rank not in ranks:
+                raise UsageFailure(f"--rank {args.rank}: the run has rank(s) {ranks or 'none'}",
+                                   p.format_usage())
+        r = run_roofline(run, q, args.rank, file_docs, keep_atoms=False)
+    finally:
+        q.close()
     if args.html:
         write_text_file(args.html, roofline_html(r, f"counterprof roofline: {run.path.name}"), "--html")
     if args.json:
@@ -64,48 +66,55 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-NEEDED = ("cpu_op", "runtime", "kernel", "memcpy", "memset", "step", "window")
+def run_roofline(run, spans, rank: int | None = None, file_docs: dict | None = None, keep_atoms: bool = True):
+    """The Roofline of a run's spans (a spans table, or the run's RunQuery: read in batches),
+    with the ceilings chosen as the module docstring says (what `report` calls too)."""
+    return spans_roofline(spans, run.meta if rank is None else run.rank_meta(rank), file_docs, rank, keep_atoms)
 
 
-def roofline_spans(q):
-    """The spans the roofline reads (ops, launches, GPU work, steps, windows), only the columns
-    it uses: a fraction of RunQuery.spans()'s memory."""
-    if "spans" not in q.tables:
-        return q.spans()
-    cats = ", ".join(f"'{c}'" for c in NEEDED)
-    return q.arrow(f"""SELECT start, "end", name, category::VARCHAR AS category,
-                              kernel_class::VARCHAR AS kernel_class, pid, tid, correlation,
-                              CASE WHEN category::VARCHAR IN ('cpu_op', 'window') THEN attrs END AS attrs, rank
-                       FROM spans WHERE category::VARCHAR IN ({cats})""")
-
-
-def run_roofline(run, spans, rank: int | None = None, file_docs: dict | None = None):
-    """The Roofline of a run's spans (RunQuery.spans()), with the ceilings chosen as the
-    module docstring says (what `report` calls too)."""
-    import pyarrow.compute as pc
+def spans_roofline(spans, meta: dict, file_docs: dict | None = None, rank: int | None = None,
+                   keep_atoms: bool = True):
+    """The Roofline of spans with the ceilings chosen from meta (a run's meta.json: its copied
+    ceilings, its host) as the module docstring says (the live view's MFU calls it too)."""
     from ..analysis.roofline import roofline
     from ..calibrate import datasheet
-    if rank is not None and spans.num_rows:
-        spans = spans.filter(pc.equal(spans.column("rank"), rank))
-    gpu, device_name = _device(spans)
-    meta = run.meta if rank is None else run.rank_meta(rank)
-    ceilings, note = choose_ceilings(gpu, device_name, file_docs, meta)
-    sheet = datasheet.lookup(device_name) if gpu else None
-    r = roofline(spans, ceilings, device=device_name if gpu else "cpu", datasheet=sheet)
+    from ..store.op_rows import OpRows
+    src = OpRows.of(spans, rank)
+    try:
+        gpu, device_name = _device(src)
+        ceilings, note = choose_ceilings(gpu, device_name, file_docs, meta)
+        sheet = datasheet.lookup(device_name) if gpu else None
+        r = roofline(src, ceilings, device=device_name if gpu else "cpu", datasheet=sheet, keep_atoms=keep_atoms)
+    finally:
+        src.close()
     if note:
         r.notes.append(note)
     return r
 
 
-def _device(spans) -> tuple[bool, str | None]:
-    """(GPU work in the spans?, the GPU's name as the trace's deviceProperties give it)."""
+def roofline_if_ops(run, spans):
+    """run_roofline of a run that has torch ops (None without any). Its failure is said on
+    stderr and costs nothing else: the roofline is evidence for report, compare and history."""
+    import pyarrow as pa
     import pyarrow.compute as pc
-    if not spans.num_rows:
-        return False, None
-    cat = spans.column("category").cast("string")
-    gpu = bool(pc.any(pc.equal(cat, "kernel")).as_py())
+    if not spans.num_rows or not pc.any(pc.is_in(spans.column("category").cast("string"),
+                                                 value_set=pa.array(["cpu_op", "kernel"]))).as_py():
+        return None
+    try:
+        return run_roofline(run, spans)
+    except Exception as exc:
+        err(f"roofline left out: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _device(src) -> tuple[bool, str | None]:
+    """(GPU work in the spans?, the GPU's name as the trace's deviceProperties give it)."""
+    gpu = src.has_kernels()
     name = None
-    for attrs in spans.filter(pc.equal(cat, "window")).column("attrs").to_pylist():
+    marks = src.marks()
+    for cat, attrs in zip(marks.column("category").to_pylist(), marks.column("attrs").to_pylist()):
+        if cat != "window":
+            continue
         try:
             devices = json.loads(attrs or "{}").get("devices") or []
         except ValueError:

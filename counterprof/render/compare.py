@@ -12,6 +12,7 @@ STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "change
                "context": "moved (machine)", "inconclusive": "inconclusive"}
 EXPLAINED_WORD = {"regression": "slower (machine)", "improvement": "faster (machine)"}
 # the readings compare's machine line rests on: shown by default when they moved
+MFU_PREFIX = "metric:roofline.mfu"      # the MFU rows (analysis/roofline.MFU_SERIES) are shown like steps
 CONTENTION_KEYS = ("metric:proc.run_delay", "metric:thread.main.runnable", "metric:system.cpu_util")
 UNITS_SI = (("G", 1e9), ("M", 1e6), ("k", 1e3))
 
@@ -96,12 +97,12 @@ def _multi(cmp: Comparison) -> bool:
 
 
 def shown(cmp: Comparison, all_rows: bool = False) -> list[Row]:
-    """Steps and regions over all ranks, every flagged row, and what one side lacks."""
+    """Steps, regions and MFU over all ranks, every flagged row, and what one side lacks."""
     if all_rows:
         return list(cmp.rows)
     moved = cmp.machine is not None and cmp.machine.moved
     return [r for r in cmp.rows if r.flagged or r.status.startswith("only in")
-            or (not r.key.startswith("metric:") and r.rank is None)
+            or ((not r.key.startswith("metric:") or r.key.startswith(MFU_PREFIX)) and r.rank is None)
             or (moved and r.status == "context" and r.key in CONTENTION_KEYS)]
 
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..analysis.live import Bucket, Snapshot, merge, side_by_side
+from .live_traces import TraceMFU
 
 TICK_NS = 250_000_000          # one display tick (the view refreshes 4 times a second)
 WINDOW_S = 60.0                # what the sparklines show
@@ -128,9 +129,15 @@ class LiveWindow:
         self._version = 0
         self.rows_seen = 0
         self.closed = False
+        self.traces = TraceMFU()
 
     def write(self, table: str, batch: pa.RecordBatch, rank: int = 0) -> None:
-        # spans (torch traces) have no place in the dashboard yet; ranks share one view
+        # spans: torch traces, whose windows give the MFU figure (live_traces); ranks share one view
+        if table == "spans" and batch.num_rows:
+            if self.traces.write(batch, rank):
+                with self._lock:
+                    self._version += 1
+            return
         if table != "samples" or batch.num_rows == 0:
             return
         folded = fold(batch, self.tick_ns)
@@ -163,7 +170,8 @@ class LiveWindow:
             return Snapshot(self.tick_ns, self.window_ticks,
                             {k: dict(v) for k, v in self._series.items()},
                             {k: dict(v) for k, v in self._history.items()},
-                            self.history_ticks, self._newest, self._version)
+                            self.history_ticks, self._newest, self._version,
+                            tuple(self.traces.latest()))
 
     @property
     def version(self) -> int:

@@ -1,16 +1,21 @@
 """The roofline's costs, side by side in one run: `calibrate --quick` (and full) wall time;
 `counterprof roofline RUN` against `counterprof import` of the same trace; peak RSS as the
-trace grows.
+trace grows: the largest shared trace as it is, and its events repeated 2x and 4x in time
+(kineto_traces.duplicated_trace: the same ops, shapes and kernels, so every per-op figure
+scales and nothing else changes), plus Kineto-shaped synthetic traces without shapes.
 
     python tests/bench/roofline_bench.py                  # 5 rounds, full calibrate once, 25 + 100 MB synthetic
     python tests/bench/roofline_bench.py --quick          # 3 rounds, no full calibrate, 25 MB synthetic
+    python tests/bench/roofline_bench.py --no-calibrate --rounds 3    # only roofline vs import, RSS
     python tests/bench/roofline_bench.py --json out.json
 
 Each measurement is a fresh process doing one job; import and roofline are timed inside the
 process around main() (interpreter start-up and library imports excluded), calibrate from
-outside (what a user waits for). Rounds run the traces in a random order; figures are medians
-(of per-round ratios for roofline / import). Targets: calibrate --quick < 30 s on 2 cores;
-roofline < 2x the import of the same trace. The machine may be shared: ratios are the result.
+outside (what a user waits for); peak RSS is the process's ru_maxrss. Rounds run the traces in
+a random order; figures are medians (of per-round ratios for roofline / import). Targets:
+calibrate --quick < 30 s on 2 cores; roofline < 2x the import of the same trace; roofline's
+peak RSS flat in the trace's size (4x the trace: within MAX_RSS_GROWTH_MB of 1x). The machine
+may be shared: ratios are the result.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 TARGET_QUICK_S = 30.0
 TARGET_RATIO = 2.0
+MAX_RSS_GROWTH_MB = 25.0
 
 TIMED = """
 import json, resource, sys, time
@@ -75,24 +81,38 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="3 rounds, no full calibrate, 25 MB synthetic only")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    p.add_argument("--no-calibrate", action="store_true", help="leave out the calibrate timings")
+    p.add_argument("--no-synthetic", action="store_true", help="leave out the synthetic traces")
     args = p.parse_args()
     rounds = 3 if args.quick else args.rounds
     from kineto_traces import write_big_trace
     out: dict = {"rounds": rounds}
 
-    quick = [calibrate_wall(True) for _ in range(min(rounds, 3))]
-    out["calibrate_quick_s"] = {"median": statistics.median(quick), "runs": quick}
-    print(f"calibrate --quick: median {statistics.median(quick):.1f} s of {len(quick)} "
-          f"(target < {TARGET_QUICK_S:.0f} s): {[round(x, 1) for x in quick]}")
-    if not args.quick:
+    if not args.no_calibrate:
+        quick = [calibrate_wall(True) for _ in range(min(rounds, 3))]
+        out["calibrate_quick_s"] = {"median": statistics.median(quick), "runs": quick}
+        print(f"calibrate --quick: median {statistics.median(quick):.1f} s of {len(quick)} "
+              f"(target < {TARGET_QUICK_S:.0f} s): {[round(x, 1) for x in quick]}")
+    if not args.quick and not args.no_calibrate:
         full = calibrate_wall(False)
         out["calibrate_full_s"] = full
         print(f"calibrate (full): {full:.1f} s")
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        traces = {"largest shared: " + shared_traces()[-1].name: shared_traces()[-1]}
-        for mb in ([25] if args.quick else [25, 100]):
+        largest = shared_traces()[-1]
+        name = largest.name.removesuffix(".json.gz")
+        traces = {f"{name} x1": largest}
+        for k in (2, 4):
+            path = work / f"{name}_x{k}.json"
+            # in a child: a process's ru_maxrss starts at its parent's (fork), so this process
+            # must stay small for the peaks measured below to be the children's own
+            subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
+                            "from pathlib import Path; from kineto_traces import duplicated_trace; "
+                            "duplicated_trace(Path(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))",
+                            str(REPO / "tests"), str(largest), str(k), str(path)], check=True)
+            traces[f"{name} x{k}"] = path
+        for mb in ([] if args.no_synthetic else [25] if args.quick else [25, 100]):
             path = work / f"synthetic_{mb}mb.json"
             write_big_trace(path, mb << 20)
             traces[f"synthetic {mb} MB"] = path
@@ -126,6 +146,10 @@ def main() -> int:
         worst = max(statistics.median(r["ratio"]) for r in rows.values())
         out["worst_ratio"] = worst
         print(f"\nroofline / import: worst median {worst:.2f}x (target < {TARGET_RATIO:.0f}x)")
+        rss = {k: statistics.median(rows[f"{name} x{k}"]["rss"]) for k in (1, 2, 4)}
+        out["rss_growth_4x_mb"] = rss[4] - rss[1]
+        print(f"roofline peak RSS over 1x / 2x / 4x {name}: {rss[1]:.0f} / {rss[2]:.0f} / {rss[4]:.0f} MB: "
+              f"+{rss[4] - rss[1]:.0f} MB at 4x (target: within {MAX_RSS_GROWTH_MB:.0f} MB)")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1))
     return 0

@@ -19,7 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from helpers import run_cli                                      # noqa: E402
+from helpers import calibrated, run_cli                                      # noqa: E402
 
 from counterprof.analysis.roofline import busy_split             # noqa: E402
 from counterprof.calibrate import MODES, measure                 # noqa: E402
@@ -51,13 +51,7 @@ for step in range(8):
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     """XDG_CACHE_HOME with this machine's ceilings, as `counterprof calibrate --quick` saves them."""
-    home = tmp_path_factory.mktemp("xdg")
-    env = {**os.environ, "XDG_CACHE_HOME": str(home)}
-    proc = run_cli("calibrate", "--quick", "--no-collectives", "--json", timeout=300, env=env)
-    assert proc.returncode == 0, proc.stderr
-    docs = json.loads(proc.stdout)
-    assert "saved" in proc.stderr and list((home / "counterprof" / "ceilings").glob("*-cpu.json"))
-    return env, docs["cpu"]
+    return calibrated(tmp_path_factory.mktemp("xdg"))
 
 
 def _profiled(tmp_path, env, script: str) -> Path:

@@ -275,6 +275,37 @@ def test_hand_checked_rows(name, dims, types, flops, nbytes):
     assert (cost.flops, cost.bytes) == (flops, nbytes)
 
 
+HAND_TRACES = ["a100_rank3of8.json.gz"] * 4 + ["sampled_rank0of128.json.gz"] * 3 + \
+    ["mi250_rocm62_minitoy.json.gz"] * 2 + ["tracelens/h100_vit_nsfw.json.gz"] * 2 + \
+    ["tracelens/h100_timesformer.json.gz"]
+
+
+def test_hand_checked_rows_are_the_traces_rows():
+    """Each hand-costed row is recorded in its trace with those Input Dims, and where it is a
+    row of the roofline (not a wrapper costed in its children) it has those FLOPs per call."""
+    from counterprof.analysis.roofline import roofline
+    from counterprof.collectors.torch_trace.convert import TraceConversion
+    import pyarrow as pa
+    cases = _hand_cases()
+    assert len(cases) == len(HAND_TRACES) >= 12
+    as_rows = 0
+    for trace in sorted(set(HAND_TRACES)):
+        with gzip.open(TRACES / trace, "rt") as f:
+            recorded = {(e["name"], json.dumps(e["args"]["Input Dims"])) for e in json.load(f)["traceEvents"]
+                        if e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {})}
+        spans = pa.Table.from_batches(list(TraceConversion(TRACES / trace))).unify_dictionaries()
+        rows = {(o.name, json.dumps(o.input_dims)): o for o in roofline(spans, None).ops}
+        for (name, dims, _types, flops, _nbytes), t in zip(cases, HAND_TRACES):
+            if t != trace:
+                continue
+            assert (name, json.dumps(dims)) in recorded, (trace, name, dims)
+            row = rows.get((name, json.dumps(dims)))
+            if row is not None:
+                assert row.flops_per_call == flops, (trace, name, dims)
+                as_rows += 1
+    assert as_rows >= 6
+
+
 def test_causal_flag_read_from_concrete_inputs():
     dims, types = [[1, 2, 64, 32]] * 3 + [[]] * 4, ["float"] * 3 + ["Scalar"] * 4
     full = op_cost("aten::_scaled_dot_product_flash_attention", dims, types, ["", "", "", "0.", "False", "False", ""])

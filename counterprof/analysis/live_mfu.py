@@ -1,0 +1,61 @@
+"""The live view's MFU panel: the torch trace windows' MFU (render/live_traces.py computes it
+per window with the roofline; here it becomes figures), against the measured and the datasheet
+peak."""
+from __future__ import annotations
+
+from statistics import median
+
+from .live import Figure, PanelFigures, _Ctx, _si
+
+
+def mfu_panel(c: _Ctx) -> PanelFigures:
+    """The newest trace window's MFU (median over its steps; over its ranks' newest windows in
+    a multi-rank job), against the measured and the datasheet peak; the sparkline has one point
+    per window, placed at its end."""
+    wins = [w for w in c.snap.mfu if w.get("mfu")]
+    panel = PanelFigures("torch trace")
+    if not wins:
+        panel.notes.append("no MFU: no op with a cost model and shapes in the trace windows")
+        return panel
+    newest: dict[int, dict] = {}
+    for w in wins:
+        newest[w["rank"]] = w["mfu"]
+    last = list(newest.values())
+    dtype = last[-1].get("dtype")
+    steps = sum(len(m.get("steps") or []) for m in last)
+    ranks = f" · {len(last)} ranks" if len(last) > 1 else ""
+    for field_, label, short, of in (("mfu_measured", f"MFU ({dtype}, measured)", "MFU", "measured"),
+                                     ("mfu_datasheet", f"MFU ({dtype}, datasheet)", "MFU sheet", "datasheet")):
+        vals = [m[field_] for m in last if m.get(field_) is not None]
+        if not vals:
+            continue
+        peak = last[-1].get(f"peak_{of}_flops_per_s")
+        hist = _window_points(c, wins, field_)
+        panel.figures.append(Figure(f"torch.{field_}", label, short, 100.0 * median(vals), "percent",
+                                    hist, scale=100.0, headline=field_ == "mfu_measured" or not any(
+                                        m.get("mfu_measured") is not None for m in last),
+                                    detail=f"of {_si(peak)}FLOP/s · {steps} steps{ranks}" if peak else ""))
+    rate = [m["flops_per_s"] for m in last if m.get("flops_per_s") is not None]
+    if rate:
+        panel.figures.append(Figure("torch.flops", "FLOP/s (traced steps)", "FLOP/s", median(rate), "/s",
+                                    _window_points(c, wins, "flops_per_s", 1.0)))
+    if not panel.figures[:1] or panel.figures[0].key == "torch.flops":
+        panel.notes.append("MFU: no peak for the dtype: run `counterprof calibrate`")
+    return panel
+
+
+def _window_points(c: _Ctx, wins: list[dict], field_: str, scale: float = 100.0) -> list[float | None]:
+    """One value per sparkline point: the newest window ending in it (None where none did)."""
+    if not c.points:
+        return []
+    tick = c.snap.tick_ns
+    # "now": the newest sample's tick (the other panels' right edge), else the newest window's end
+    end = (c.snap.newest + 1) * tick if c.snap.newest is not None else max(w["end_ns"] for w in wins) + 1
+    span = c.snap.window_ticks * tick
+    out: list[float | None] = [None] * c.points
+    for w in wins:
+        v = w["mfu"].get(field_)
+        at = (w["end_ns"] - (end - span)) * c.points // span
+        if v is not None and 0 <= at < c.points:
+            out[at] = scale * v
+    return out
