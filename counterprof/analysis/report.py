@@ -6,7 +6,7 @@ Report; render/ turns that into a terminal page, JSON or HTML.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
