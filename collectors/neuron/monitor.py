@@ -242,6 +242,8 @@ class Parser:
         if g is not None:
             note_error(name, g)
             total = _first(g, "neuron_runtime_used_bytes", "runtime_memory")
+            if isinstance(total, dict) and isinstance(total.get("current"), dict):
+                total = total["current"]     # the beta guide's text nests the figures in "current"
             if isinstance(total, dict):
                 host_ent = rt_entity
                 add(None, "neuron.host_mem_used", host_ent, total.get("host"))

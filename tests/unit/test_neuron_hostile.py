@@ -303,3 +303,12 @@ def test_line_reader_bounds_a_line_and_keeps_the_stderr_tail(tmp_path):
     assert len(mon._stderr) <= child.STDERR_KEEP
     mon.kill(2.0)
     mon.close()
+
+
+def test_old_runtime_memory_nested_in_current_as_the_beta_guide_text_says():
+    obj = copy.deepcopy(OLD)
+    mem = obj["runtime_data"][0]["report"]["memory_used"]
+    mem["runtime_memory"] = {"current": mem["runtime_memory"]}
+    rows = _parse(obj)
+    assert [r.value for r in rows if r.metric == "neuron.host_mem_used"] == [1000000.0]
+    assert [r.value for r in rows if r.metric == "neuron.device_mem_used"] == [2000000.0]
