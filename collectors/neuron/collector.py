@@ -100,6 +100,7 @@ class NeuronCollector(Collector):
         self._token_ns = 0
         self._last_line_ns = 0
         self._said_silent = False
+        self._monitor_out = False            # it exited, or never printed: sysfs on its own
         self._failures: list[str] = []
         self._cataloged: set[str] = set()
         self._warned: set[str] = set()
@@ -271,6 +272,7 @@ class NeuronCollector(Collector):
         rc = mon.kill(STOP_WAIT_S)     # its output ended: it is gone, or it closed stdout
         if self._stop.is_set():
             return
+        self._monitor_out = True
         how = (f"exited with status {rc}" if rc is not None and rc >= 0 else
                f"was killed by signal {-rc}" if rc is not None else "closed its output")
         tail = mon.stderr_tail()
@@ -325,6 +327,7 @@ class NeuronCollector(Collector):
         quiet = (time.monotonic_ns() - self._last_line_ns) / 1e9
         if not self._said_silent and quiet >= silent_after_s(self.period_s):
             self._said_silent = True
+            self._monitor_out = self.lines == 0
             self._fail(f"{MONITOR_COMMAND} has printed nothing for {quiet:.0f} s (its period is "
                        f"{self.period_s:g} s): no NeuronCore, memory or execution figures from it"
                        + ("; sysfs counters go on" if self.sampler is not None else ""))
@@ -363,11 +366,12 @@ class NeuronCollector(Collector):
 
     def _sysfs_cores(self) -> set[int] | None:
         """The workload's NeuronCores: those its runtimes reported, and those it was given;
-        with no monitor and no NEURON_RT_VISIBLE_CORES, every core (the counters are the device's)."""
+        with no monitor (none, or one that exited or never printed) and no
+        NEURON_RT_VISIBLE_CORES, every core (the counters are the device's)."""
         known = self.parser.cores_seen | self._env_cores
         if known:
             return known
-        return None if self._mon is None else set()
+        return None if self._mon is None or self._monitor_out else set()
 
     # -- rows ------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from counterprof.clock import Clock
 from counterprof.collector import SessionContext, Target
 from counterprof.collectors.neuron import NeuronCollector
 from counterprof.collectors.neuron import collector as neuron_collector
-from fake_neuron import DATA, HOSTILE_BIN, path_with_fakes
+from fake_neuron import DATA, HOSTILE_BIN, bump, make_sysfs, path_with_fakes
 from helpers import COUNTERPROF
 
 GUIDE_LINE = (DATA / "monitor-guide.json").read_bytes().strip()
@@ -46,9 +46,9 @@ def wait_until(pred, seconds: float) -> bool:
 class Collected:
     """A NeuronCollector started as the session starts it, with the hostile monitor on PATH."""
 
-    def __init__(self, tmp_path, monkeypatch, mode, **env):
+    def __init__(self, tmp_path, monkeypatch, mode, sysfs_root=None, **env):
         monkeypatch.setenv("PATH", path_with_fakes(bin_dir=HOSTILE_BIN)["PATH"])
-        monkeypatch.setenv("COUNTERPROF_NEURON_SYSFS", str(tmp_path / "no-tree"))
+        monkeypatch.setenv("COUNTERPROF_NEURON_SYSFS", str(sysfs_root or tmp_path / "no-tree"))
         monkeypatch.setenv("NEURON_PROCESS_TAG", "my_app_1")     # the guide's runtime is ours
         monkeypatch.setenv("FAKE_NEURON_HOSTILE", mode)
         self.record = tmp_path / "monitor.json"
@@ -155,6 +155,23 @@ def test_a_monitor_that_exits_at_once_says_why(tmp_path, monkeypatch):
     assert "exited with status 7 after 0 line(s)" in c.col.reason
     assert "cannot open the Neuron driver" in c.col.reason
     assert c.stop() < 2.0
+
+
+@pytest.mark.parametrize("mode", ["exit_now", "silent"])
+def test_sysfs_goes_on_for_every_core_when_the_monitor_gives_none(tmp_path, monkeypatch, mode):
+    root = make_sysfs(tmp_path / "nd", devices=1, cores=2)
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    c = Collected(tmp_path, monkeypatch, mode, sysfs_root=root)
+    assert wait_until(lambda: c.col.status == "failed", neuron_collector.silent_after_s(1.0) + 5)
+    assert "sysfs counters go on" in c.col.reason
+    for _ in range(5):
+        bump(root, 0, 1, flops=1000)
+        time.sleep(0.3)
+    c.stop()
+    flops = [v for b in c.batches for m, e, v in zip(b["metric"].to_pylist(), b["entity"].to_pylist(),
+                                                       b["value"].to_pylist())
+             if m == "neuron.flop_count" and e == "neuron:0/core:1"]
+    assert sum(flops) == 5000
 
 
 def test_a_line_cut_off_by_stop_is_not_a_failure(tmp_path, monkeypatch):
