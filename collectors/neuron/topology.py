@@ -125,11 +125,13 @@ def device_rows(devices: list[dict[str, Any]]) -> list[list[str]]:
         idx = d.get("neuron_device")
         mem = d.get("memory_size")
         cores = d.get("neuroncore_ids")
-        procs = d.get("neuron_processes") or []
+        procs = d.get("neuron_processes")
+        procs = procs if isinstance(procs, list) else []
+        size = mem if isinstance(mem, (int, float)) and not isinstance(mem, bool) and 0 < mem < 1 << 60 else None
         rows.append([
             f"neuron:{idx}", str(d.get("bdf", "?")), str(d.get("nc_count", "?")),
             str(d.get("logical_neuroncore_config", "-")),
-            f"{mem / 2**30:.1f} GiB" if isinstance(mem, (int, float)) and mem else "?",
+            f"{size / 2**30:.1f} GiB" if size else "?",
             ",".join(map(str, cores)) if isinstance(cores, list) else "?",
             ", ".join(f"{p.get('pid')} {p.get('command', '')}".strip() for p in procs if isinstance(p, dict)) or "-",
         ])

@@ -312,3 +312,12 @@ def test_old_runtime_memory_nested_in_current_as_the_beta_guide_text_says():
     rows = _parse(obj)
     assert [r.value for r in rows if r.metric == "neuron.host_mem_used"] == [1000000.0]
     assert [r.value for r in rows if r.metric == "neuron.device_mem_used"] == [2000000.0]
+
+
+def test_neuron_ls_devices_with_wild_fields_still_list():
+    base = json.loads((DATA / "neuron-ls.json").read_text())[0]
+    for key in base:
+        for wild in WILD + [[None, {}], [{"pid": [1]}]]:
+            rows = topology.device_rows([dict(base, **{key: wild})])
+            assert len(rows) == 1 and all(isinstance(c, str) for c in rows[0])
+    assert topology.device_rows([base])[0][4] == "96.0 GiB"
