@@ -1,4 +1,4 @@
-"""neuron-monitor as the profiler's child process, and its output read without trusting it.
+"""neuron-monitor (and neuron-ls) as the profiler's child process, its output read without trusting it.
 
 The monitor is an outside program: it may print nothing, flood, write a line that never
 ends, spam stderr, fork helpers that keep its pipes open, ignore SIGTERM, or outlive a

@@ -12,10 +12,12 @@ import math
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 NEURON_LS_TIMEOUT_S = 10.0
+NEURON_LS_MAX_BYTES = 4 << 20       # a device list; 16 devices are a few kB
 # NeuronCore numbers are machine-wide: a trn2.48xlarge has 64 logical (128 physical). Anything
 # past this is not a core number (a typo, "1e9", a fuzzed key), and would make lists unbounded.
 MAX_CORE = 4095
@@ -97,19 +99,47 @@ def _scalar(v: Any) -> bool:
 
 
 def neuron_ls(command: str = "neuron-ls") -> list[dict[str, Any]] | None:
-    """`neuron-ls -j` as a list of devices; None when neuron-ls is not on PATH or fails."""
+    """`neuron-ls -j` as a list of devices; None when neuron-ls is not on PATH or fails. Run
+    as the monitor is (child.py): a helper it forks holding its stdout, or output without end,
+    cannot hang or fill `counterprof list` (subprocess.run's timeout waits for EOF)."""
+    from .child import MonitorProcess
+
     exe = shutil.which(command)
     if exe is None:
         return None
+    ls = MonitorProcess([exe, "-j"])
     try:
-        out = subprocess.run([exe, "-j"], capture_output=True, timeout=NEURON_LS_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        ls.spawn()
+    except OSError:
         return None
-    if out.returncode != 0:
+    lines: list[bytes] = []
+    size = [0]
+
+    def take(line: bytes) -> None:
+        size[0] += len(line) + 1
+        if size[0] <= NEURON_LS_MAX_BYTES:
+            lines.append(line)
+
+    def too_long(n: int) -> None:
+        size[0] += n
+
+    deadline = time.monotonic() + NEURON_LS_TIMEOUT_S
+    try:
+        ls.pump(take, too_long, lambda: None,
+                lambda: (time.monotonic() > deadline or size[0] > NEURON_LS_MAX_BYTES
+                         or ls.proc.poll() is not None))     # exited: what it wrote is in the pipe
+        try:
+            rc = ls.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            rc = None
+    finally:
+        ls.kill(1.0)           # it, and any helper it left
+        ls.close()
+    if rc != 0 or size[0] > NEURON_LS_MAX_BYTES:
         return None
     try:
-        data = json.loads(out.stdout)
-    except ValueError:
+        data = json.loads(b"\n".join(lines))
+    except (ValueError, RecursionError):
         return None
     if isinstance(data, dict):     # a wrapper object: its first list of devices
         data = next((v for v in data.values() if isinstance(v, list)), None)

@@ -275,3 +275,25 @@ def test_a_sigkilled_profiler_config_dir_is_swept_by_the_next_run(tmp_path):
     assert os.path.isdir(left)
     assert left in neuron_collector.sweep_stale_dirs()
     assert not os.path.exists(left)
+
+
+# -- neuron-ls for `counterprof list` --------------------------------------------------------
+
+@pytest.mark.parametrize("mode,devices", [("holder", 1), ("flood", None), ("hang", None)])
+def test_a_misbehaving_neuron_ls_cannot_hang_or_fill_list(tmp_path, monkeypatch, mode, devices):
+    from counterprof.collectors.neuron import topology
+    monkeypatch.setenv("PATH", path_with_fakes(bin_dir=HOSTILE_BIN)["PATH"])
+    monkeypatch.setenv("FAKE_NEURON_LS_HOSTILE", mode)
+    monkeypatch.setenv("FAKE_NEURON_RECORD", str(tmp_path / "ls.json"))
+    monkeypatch.setattr(topology, "NEURON_LS_TIMEOUT_S", 2.0)
+    out = []
+    th = threading.Thread(target=lambda: out.append(topology.neuron_ls()), daemon=True)
+    t0 = time.monotonic()
+    th.start()
+    th.join(15)
+    assert not th.is_alive(), "neuron_ls() still running after 15 s"
+    assert time.monotonic() - t0 < (3 if mode == "holder" else 6)
+    got = out[0]
+    assert (len(got) if got is not None else None) == devices
+    rec = json.loads((tmp_path / "ls.json").read_text())
+    assert wait_until(lambda: not any(alive(p) for p in (rec["pid"], rec.get("holder")) if p), 3)
