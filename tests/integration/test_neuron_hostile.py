@@ -233,7 +233,7 @@ def test_a_monitor_that_cannot_be_started(tmp_path, monkeypatch):
 
 # -- a SIGKILLed profiler --------------------------------------------------------------------
 
-def _run_and_kill(tmp_path, mode):
+def _run_and_kill(tmp_path, mode, ready=lambda rec: True):
     env = path_with_fakes(bin_dir=HOSTILE_BIN)
     env.update(COUNTERPROF_NEURON_SYSFS=str(tmp_path / "no-tree"), FAKE_NEURON_HOSTILE=mode,
                FAKE_NEURON_RECORD=str(tmp_path / "monitor.json"))
@@ -241,9 +241,9 @@ def _run_and_kill(tmp_path, mode):
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         assert wait_until((tmp_path / "monitor.json").exists, 30), "the monitor never started"
-        time.sleep(1.5)
         rec = json.loads((tmp_path / "monitor.json").read_text())
         assert rec["ppid"] == prof.pid           # the profiler's child, not the workload's
+        assert wait_until(lambda: ready(rec), 15)
         assert alive(rec["pid"])
         prof.send_signal(signal.SIGKILL)
         prof.wait(10)
@@ -255,17 +255,17 @@ def _run_and_kill(tmp_path, mode):
 
 
 def test_a_sigkilled_profiler_takes_the_monitor_and_its_config_with_it(tmp_path):
-    rec = _run_and_kill(tmp_path, "deaf")        # prints reports, ignores SIGTERM
+    # prints reports, ignores SIGTERM; its config goes once the first report is read
+    rec = _run_and_kill(tmp_path, "deaf", ready=lambda rec: not os.path.exists(os.path.dirname(rec["config_path"])))
     try:
         assert wait_until(lambda: not alive(rec["pid"]), 5), "the monitor outlived the profiler"
     finally:
         if alive(rec["pid"]):
             os.kill(rec["pid"], signal.SIGKILL)
-    assert not os.path.exists(os.path.dirname(rec["config_path"]))   # removed once it was read
 
 
 def test_a_sigkilled_profiler_config_dir_is_swept_by_the_next_run(tmp_path):
-    rec = _run_and_kill(tmp_path, "silent")      # never prints: its config stays until swept
+    rec = _run_and_kill(tmp_path, "silent", ready=lambda rec: time.sleep(1.0) is None)   # never prints
     try:
         assert wait_until(lambda: not alive(rec["pid"]), 5), "the monitor outlived the profiler"
     finally:
