@@ -13,18 +13,19 @@ Config (config["neuron"]):
 
 neuron-monitor is started by this collector, in the profiler's process: a child of the
 profiler, never of the workload (under `counterprof run`; in-process, profile() runs it from
-the workload's own process). Its stdout is read line by line on one thread; a line that is not
-a JSON object, or the monitor's exit, marks the collector failed with the reason, rows already
-taken are kept, and the run goes on (sysfs sampling too). The workload's runtimes are those
+the workload's own process). One thread starts it and reads it (child.py: its own process
+group, a death signal tied to that thread, bounded lines and stderr). A line that is not a JSON
+object or is over child.MAX_LINE, the monitor's exit, its silence, or a flood marks the
+collector failed with the reason; rows already taken are kept, and the run goes on (sysfs
+sampling too). The workload's runtimes are those
 whose pid is in the workload's process tree, or whose tag is the workload's NEURON_PROCESS_TAG.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import threading
 import time
@@ -36,6 +37,7 @@ from counterprof.proctree import environ, rank_of, tree_order
 from counterprof.schema import samples_batch
 
 from . import monitor, sysfs
+from .child import MonitorProcess
 from .metrics import BY_NAME
 from .topology import Topology, device_rows, neuron_ls, own_cores, sysfs_root
 
@@ -43,12 +45,37 @@ MONITOR_COMMAND = "neuron-monitor"
 SCAN_EVERY_NS = 1_000_000_000        # the workload's tree, its ranks and tags: once a second
 MAX_TREE_PIDS = 256                  # environments read per scan, at most
 STOP_WAIT_S = 2.0
+SPAWN_WAIT_S = 10.0
+MAX_ERRORS_KEPT = 64                 # distinct places with an error string, in meta.json
+TMP_PREFIX = "counterprof-neuron-"     # + the profiler's pid + "-": a dead profiler's is swept
+# neuron-monitor writes one line a period; a backlog read late comes in a burst, a flood
+# (not the real monitor, or a broken one) is cut to LINES_PER_PERIOD a period
+BURST_LINES = 10
+LINES_PER_PERIOD = 2
 
 
-def _default_signals() -> None:
-    """In the monitor's child before exec: `counterprof run` blocks the signals it takes with
-    sigtimedwait, and a blocked mask is inherited across exec, so SIGTERM would not stop it."""
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+def silent_after_s(period_s: float) -> float:
+    """How long without a line before the monitor is said to be silent."""
+    return max(5.0, 3 * period_s + 2.0)
+
+
+def sweep_stale_dirs(tmp: str | None = None) -> list[str]:
+    """Config directories left by profilers that were killed (SIGKILL runs no cleanup)."""
+    removed = []
+    for d in glob.glob(os.path.join(tmp or tempfile.gettempdir(), TMP_PREFIX + "*-*")):
+        pid = os.path.basename(d)[len(TMP_PREFIX):].partition("-")[0]
+        if not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue              # its profiler is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
 
 
 def _monitor_path() -> str | None:
@@ -65,13 +92,20 @@ class NeuronCollector(Collector):
         self._lock = threading.Lock()
         self._rows: list[tuple] = []
         self._threads: list[threading.Thread] = []
-        self._proc: subprocess.Popen | None = None
+        self._mon: MonitorProcess | None = None
+        self._spawned = threading.Event()
+        self._spawn_error: BaseException | None = None
         self._tmp: str | None = None
+        self._tokens = float(BURST_LINES)
+        self._token_ns = 0
+        self._last_line_ns = 0
+        self._said_silent = False
+        self._monitor_out = False            # it exited, or never printed: sysfs on its own
         self._failures: list[str] = []
         self._cataloged: set[str] = set()
         self._warned: set[str] = set()
         self.parser = monitor.Parser(Topology())
-        self.lines = self.bad_lines = 0
+        self.lines = self.bad_lines = self.lines_dropped = 0
         self.errors: dict[str, str] = {}
         self.runtimes: dict[int, str | None] = {}
         # the workload's tree: pid -> rank, NeuronCore -> rank, tags; refreshed once a second
@@ -138,24 +172,36 @@ class NeuronCollector(Collector):
             try:
                 self._start_monitor(exe, tag)
             except OSError as exc:
+                self._remove_tmp()
                 if self.sampler is None:
                     raise
                 self._fail(f"{MONITOR_COMMAND} could not be started: {exc}; sysfs counters only")
-        if self._proc is not None:
-            self._threads.append(ctx.start_thread("counterprof-neuron-monitor", self._read_monitor))
         if self.sampler is not None:
             self._threads.append(ctx.start_thread("counterprof-neuron-sysfs", self._sample_sysfs))
 
     def _start_monitor(self, exe: str, tag: str | None) -> None:
+        """The config in a directory of our own, the monitor started by its reader thread (its
+        death signal follows that thread: see child.py); OSError when it cannot be started."""
+        sweep_stale_dirs()
+        self.period_s = max(monitor.MIN_PERIOD_S, self.interval_ns / 1e9)
         cfg = monitor.config(self.interval_ns / 1e9, tag)
-        self._tmp = tempfile.mkdtemp(prefix="counterprof-neuron-")
+        self._tmp = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
         path = os.path.join(self._tmp, "monitor.json")
         with open(path, "w") as f:
             json.dump(cfg, f)
-        self._stderr = open(os.path.join(self._tmp, "stderr"), "w+b")
-        self._proc = subprocess.Popen([exe, "-c", path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=self._stderr, close_fds=True, preexec_fn=_default_signals)
-        self.details.update({"monitor_pid": self._proc.pid, "monitor_config": cfg})
+        self._mon = MonitorProcess([exe, "-c", path])
+        self._last_line_ns = self._token_ns = time.monotonic_ns()
+        self._threads.append(self.ctx.start_thread("counterprof-neuron-monitor", self._run_monitor))
+        if not self._spawned.wait(SPAWN_WAIT_S):
+            raise OSError(f"not started within {SPAWN_WAIT_S:g} s")
+        if self._spawn_error is not None:
+            self._mon = None
+            raise self._spawn_error
+        self.details.update({"monitor_pid": self._mon.pid, "monitor_config": cfg})
+
+    def _remove_tmp(self) -> None:
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
 
     # -- the workload's tree ---------------------------------------------------------------
 
@@ -165,8 +211,8 @@ class NeuronCollector(Collector):
         if self.root is None:
             return
         pids = tree_order(self.root)[:MAX_TREE_PIDS]
-        if self._proc is not None:
-            pids = [p for p in pids if p != self._proc.pid]     # in-process: our own child
+        if self._mon is not None:
+            pids = [p for p in pids if p != self._mon.pid]     # in-process: our own child
         pid_rank, core_rank, env_cores = {}, {}, set()
         for pid in pids:
             env = environ(pid)
@@ -206,61 +252,90 @@ class NeuronCollector(Collector):
 
     # -- neuron-monitor --------------------------------------------------------------------
 
-    def _read_monitor(self) -> None:
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
+    def _run_monitor(self) -> None:
+        mon = self._mon
+        assert mon is not None
         try:
-            for line in iter(proc.stdout.readline, b""):
-                if not line.strip():
-                    continue
-                now = self.ctx.clock.now_ns()
-                self.lines += 1
-                try:
-                    obj = monitor.decode(line)
-                except ValueError as exc:
-                    self.bad_lines += 1
-                    if self.bad_lines == 1:
-                        self._fail(f"{MONITOR_COMMAND} printed a line that is not its report (line "
-                                   f"{self.lines}): {exc}")
-                    continue
-                if time.monotonic_ns() - self._scanned_ns >= SCAN_EVERY_NS:
-                    self._scan()
-                rows, errors = self.parser.rows(obj, self._wanted, self.interval_ns / 1e9)
-                self._group_errors(errors)
-                self._add(now, rows)
-                self.flush()
+            mon.spawn()
+        except BaseException as exc:       # start() raises it
+            self._spawn_error = exc
+            self._spawned.set()
+            return
+        self._spawned.set()
+        try:
+            mon.pump(self._on_line, self._on_long_line, self._on_idle, self._stop.is_set)
         except Exception as exc:      # never take the run down: say why and keep what we have
             self._fail(f"reading {MONITOR_COMMAND}: {type(exc).__name__}: {exc}")
             return
         if self._stop.is_set():
             return
-        try:
-            rc = proc.wait(timeout=STOP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            rc = None
+        rc = mon.kill(STOP_WAIT_S)     # its output ended: it is gone, or it closed stdout
         if self._stop.is_set():
             return
+        self._monitor_out = True
         how = (f"exited with status {rc}" if rc is not None and rc >= 0 else
                f"was killed by signal {-rc}" if rc is not None else "closed its output")
-        tail = self._stderr_tail()
-        self._fail(f"{MONITOR_COMMAND} {how} after {self.lines} line(s)" + (f": {tail}" if tail else "")
+        tail = mon.stderr_tail()
+        cut = (f"; its last line was cut off after {mon.partial_at_end} bytes" if mon.partial_at_end else "")
+        self._fail(f"{MONITOR_COMMAND} {how} after {self.lines} line(s){cut}" + (f": {tail}" if tail else "")
                    + ("; sysfs counters go on" if self.sampler is not None else ""))
 
-    def _stderr_tail(self) -> str:
+    def _on_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        now = self.ctx.clock.now_ns()
+        mono = time.monotonic_ns()
+        self.lines += 1
+        self._last_line_ns = mono
+        if self.lines == 1:
+            self._remove_tmp()         # it has read its config; nothing is left if we are killed
+        # a token bucket: BURST_LINES at once, LINES_PER_PERIOD a period on average
+        self._tokens = min(float(BURST_LINES), self._tokens + (mono - self._token_ns) / 1e9
+                           * LINES_PER_PERIOD / self.period_s)
+        self._token_ns = mono
+        if self._tokens < 1.0:
+            self.lines_dropped += 1
+            if self.lines_dropped == 1:
+                self._fail(f"{MONITOR_COMMAND} writes far more than one report a period ({self.period_s:g} s): "
+                           f"lines beyond {LINES_PER_PERIOD} a period are dropped (is the {MONITOR_COMMAND} "
+                           "on PATH aws-neuronx-tools' own?)")
+            return
+        self._tokens -= 1.0
         try:
-            self._stderr.flush()
-            self._stderr.seek(0, os.SEEK_END)
-            size = self._stderr.tell()
-            self._stderr.seek(max(0, size - 300))
-            text = self._stderr.read().decode("utf-8", "replace")
-        except (OSError, ValueError, AttributeError):
-            return ""
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        return lines[-1] if lines else ""
+            obj = monitor.decode(line)
+            if time.monotonic_ns() - self._scanned_ns >= SCAN_EVERY_NS:
+                self._scan()
+            rows, errors = self.parser.rows(obj, self._wanted, self.interval_ns / 1e9)
+        except Exception as exc:       # ValueError from decode; anything else is a parser bug
+            self._bad_line(str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}")
+            return
+        self._group_errors(errors)
+        self._add(now, rows)
+        self.flush()
+
+    def _bad_line(self, why: str) -> None:
+        self.bad_lines += 1
+        if self.bad_lines == 1:
+            self._fail(f"{MONITOR_COMMAND} printed a line that is not its report (line {self.lines}): {why}")
+
+    def _on_long_line(self, size: int) -> None:
+        self.lines += 1
+        self._bad_line(f"a line of {size / 2**20:.1f} MiB, over the {self._mon.max_line >> 20} MiB a "
+                       "report can be; dropped")
+
+    def _on_idle(self) -> None:
+        quiet = (time.monotonic_ns() - self._last_line_ns) / 1e9
+        if not self._said_silent and quiet >= silent_after_s(self.period_s):
+            self._said_silent = True
+            self._monitor_out = self.lines == 0
+            self._fail(f"{MONITOR_COMMAND} has printed nothing for {quiet:.0f} s (its period is "
+                       f"{self.period_s:g} s): no NeuronCore, memory or execution figures from it"
+                       + ("; sysfs counters go on" if self.sampler is not None else ""))
 
     def _group_errors(self, errors: dict[str, str]) -> None:
         for where, msg in errors.items():
-            self.errors[where] = msg
+            if where in self.errors or len(self.errors) < MAX_ERRORS_KEPT:
+                self.errors[where] = msg
             key = f"{where}: {msg}"
             if key not in self._warned and len(self._warned) < 20:
                 self._warned.add(key)
@@ -279,7 +354,7 @@ class NeuronCollector(Collector):
                 if now >= next_flush:
                     self.flush()
                     next_flush = now + SCAN_EVERY_NS
-                    if self._proc is None:
+                    if self._mon is None:
                         self._scan()
                 next_tick = max(next_tick + self.interval_ns, clock.now_ns())
                 if self._stop.wait(max(0.0, (next_tick - clock.now_ns()) / 1e9)):
@@ -291,11 +366,12 @@ class NeuronCollector(Collector):
 
     def _sysfs_cores(self) -> set[int] | None:
         """The workload's NeuronCores: those its runtimes reported, and those it was given;
-        with no monitor and no NEURON_RT_VISIBLE_CORES, every core (the counters are the device's)."""
+        with no monitor (none, or one that exited or never printed) and no
+        NEURON_RT_VISIBLE_CORES, every core (the counters are the device's)."""
         known = self.parser.cores_seen | self._env_cores
         if known:
             return known
-        return None if self._proc is None else set()
+        return None if self._mon is None or self._monitor_out else set()
 
     # -- rows ------------------------------------------------------------------------------
 
@@ -334,7 +410,8 @@ class NeuronCollector(Collector):
     def _update_details(self) -> None:
         topo = self.parser.topology
         self.details.update({
-            "lines": self.lines, "bad_lines": self.bad_lines, "errors": dict(self.errors),
+            "lines": self.lines, "bad_lines": self.bad_lines, "lines_dropped": self.lines_dropped,
+            "errors": dict(self.errors),
             "runtimes": [{"pid": p, "tag": t, **({"rank": self._pid_rank[p]} if p in self._pid_rank else {})}
                          for p, t in sorted(self.runtimes.items())],
             "cores_seen": sorted(self.parser.cores_seen),
@@ -346,31 +423,23 @@ class NeuronCollector(Collector):
         if self._stop.is_set() or not hasattr(self, "ctx"):
             return
         self._stop.set()
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        mon = self._mon
+        rc = mon.kill(STOP_WAIT_S) if mon is not None and mon.proc is not None else None
         for th in self._threads:
             th.join(timeout=5.0)
         if self.sampler is not None:       # the last partial interval
             now = self.ctx.clock.now_ns()
             self._add(now, self.sampler.tick(now, self._sysfs_cores()))
+        if mon is not None and mon.proc is not None:
+            if self.lines == 0 and not self._said_silent:
+                self._on_idle()            # a run long enough for a report, and none came
+            self.details["monitor_exit"] = rc
+            if mon.long_lines:
+                self.details["monitor_long_lines"] = mon.long_lines
+            mon.close()
         self.flush()
         self._update_details()
-        if proc is not None:
-            self.details["monitor_exit"] = proc.returncode
-            if proc.stdout is not None:
-                proc.stdout.close()
-        if self._tmp is not None:
-            try:
-                self._stderr.close()
-            except Exception:
-                pass
-            shutil.rmtree(self._tmp, ignore_errors=True)
+        self._remove_tmp()
 
 
 __all__ = ["NeuronCollector"]

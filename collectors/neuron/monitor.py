@@ -16,17 +16,21 @@ is null when no model ran in the period: there is no latency, not an unknown one
 from __future__ import annotations
 
 import json
+import math
 from collections import namedtuple
 from typing import Any, Callable, Iterable
 
 from .metrics import DEVICE_MEM_PARTS, ECC, ERROR_KINDS, HOST_MEM_PARTS, OUTCOMES
-from .topology import Topology
+from .topology import MAX_DEVICE, Topology, core_number
 
 # one reading: the caller stamps the time. pid: the runtime it came from (None: a device's);
 # core: the NeuronCore it is about (None: not one core's)
 Row = namedtuple("Row", "duration_ns metric entity value pid core")
 
 MIN_PERIOD_S = 1.0       # neuron-monitor's periods are whole seconds in every example
+MAX_PERIOD_S = 3600.0    # a group's "period" past this is not a captured period
+MAX_PID = 1 << 22        # the kernel's pid_max ceiling
+MAX_TEXT = 255           # an error string or tag kept (the guide's tags are at most 255)
 
 
 def period_text(seconds: float) -> str:
@@ -60,9 +64,29 @@ def config(period_s: float, tag: str | None = None) -> dict[str, Any]:
 
 
 def _num(v: Any) -> float | None:
+    """A figure: every neuron-monitor value is a count, bytes, a percentage, a rate or seconds,
+    so a negative, NaN, infinite or past-float one is not a reading (no row, as for null)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    return float(v)
+    try:
+        f = float(v)
+    except OverflowError:          # JSON ints have no bound
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+def _period_ns(g: dict, default_s: float) -> int:
+    """A group's captured period in ns; the default when it is missing or not a sane period."""
+    p = _num(g.get("period"))
+    return int((p if p and p <= MAX_PERIOD_S else default_s) * 1e9)
+
+
+def _text(v: Any) -> str:
+    return v[:MAX_TEXT] if isinstance(v, str) else ""
+
+
+def _pid(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_PID else None
 
 
 def _group(report: dict, *names: str) -> tuple[str, dict] | tuple[None, None]:
@@ -80,10 +104,11 @@ def _first(d: dict, *names: str) -> Any:
     return None
 
 
-def _core_keys(d: Any) -> list[int]:
+def _core_keys(d: Any) -> list[tuple[int, str]]:
+    """(core number, its key) for a dict keyed by NeuronCore index; other keys are skipped."""
     if not isinstance(d, dict):
         return []
-    return sorted(int(k) for k in d if isinstance(k, str) and k.isdigit())
+    return sorted((n, k) for n, k in ((core_number(k), k) for k in d) if n is not None)
 
 
 def decode(line: bytes | str) -> dict[str, Any]:
@@ -92,6 +117,8 @@ def decode(line: bytes | str) -> dict[str, Any]:
     text = text.strip()
     try:
         obj = json.loads(text)
+    except RecursionError:             # "[[[[..." deeper than Python's stack
+        raise ValueError(f"JSON nested too deep: {text[:40]!r}...") from None
     except ValueError as exc:
         cut = text[:80] + ("..." if len(text) > 80 else "")
         raise ValueError(f"not JSON ({exc.args[0] if exc.args else exc}): {cut!r}") from None
@@ -117,8 +144,8 @@ class Parser:
         errors: dict[str, str] = {}
         hw = obj.get("neuron_hardware_info")
         if isinstance(hw, dict):
-            if isinstance(hw.get("error"), str) and hw["error"]:
-                errors["neuron_hardware_info"] = hw["error"]
+            if _text(hw.get("error")):
+                errors["neuron_hardware_info"] = _text(hw["error"])
             topo.update(hw)
         out: list[Row] = []
         before = set(self.devices_used)
@@ -127,13 +154,15 @@ class Parser:
         for rt in runtimes if isinstance(runtimes, list) else []:
             if not isinstance(rt, dict):
                 continue
-            pid = rt.get("pid") if isinstance(rt.get("pid"), int) else None
-            tag = rt.get("neuron_runtime_tag")
-            if not wanted(pid, tag if isinstance(tag, str) else None):
+            pid = _pid(rt.get("pid"))
+            tag = _text(rt.get("neuron_runtime_tag")) or None
+            if not wanted(pid, tag):
                 continue
-            where = f"runtime pid {pid}" if pid is not None else f"runtime {rt.get('runtime_index', '?')}"
-            if isinstance(rt.get("error"), str) and rt["error"]:
-                errors[where] = rt["error"]
+            index = rt.get("runtime_index")
+            where = (f"runtime pid {pid}" if pid is not None else
+                     f"runtime {index if _pid(index) is not None else '?'}")
+            if _text(rt.get("error")):
+                errors[where] = _text(rt["error"])
             report = rt.get("report")
             if isinstance(report, dict):
                 out.extend(self._runtime(report, pid, where, errors, default_period_s))
@@ -157,21 +186,20 @@ class Parser:
         rows: list[Row] = []
 
         def period(g: dict) -> int:
-            p = _num(g.get("period"))
-            return int((p if p and p > 0 else default_period_s) * 1e9)
+            return _period_ns(g, default_period_s)
 
         def note_error(name: str, g: dict) -> None:
-            if isinstance(g.get("error"), str) and g["error"]:
-                errors[f"{where} {name}"] = g["error"]
+            if _text(g.get("error")):
+                errors[f"{where} {name}"] = _text(g["error"])
 
         # which cores and device this runtime is on (its rows that are not one core's go there)
         _, nc = _group(report, "neuroncore_counters", "nc_counters")
         _, mem = _group(report, "memory_used")
-        cores = set(_core_keys((nc or {}).get("neuroncores_in_use") or (nc or {}).get("neuron_cores")))
+        cores = {n for n, _ in _core_keys((nc or {}).get("neuroncores_in_use") or (nc or {}).get("neuron_cores"))}
         used = (mem or {}).get("neuron_runtime_used_bytes")
         breakdown = used.get("usage_breakdown") if isinstance(used, dict) else None
         per_core_mem = breakdown.get("neuroncore_memory_usage") if isinstance(breakdown, dict) else None
-        cores |= set(_core_keys(per_core_mem))
+        cores |= {n for n, _ in _core_keys(per_core_mem)}
         self.cores_seen |= cores
         if cores:
             dev = topo.device_of(min(cores))
@@ -194,8 +222,8 @@ class Parser:
             per_core = g.get("neuroncores_in_use")
             if not isinstance(per_core, dict):
                 per_core = g.get("neuron_cores") if isinstance(g.get("neuron_cores"), dict) else {}
-            for core in _core_keys(per_core):
-                c = per_core[str(core)]
+            for core, key in _core_keys(per_core):
+                c = per_core[key]
                 if not isinstance(c, dict):
                     continue
                 ent = topo.core_entity(core)
@@ -206,7 +234,7 @@ class Parser:
                         continue
                     for phys, pc in sub.items():
                         num = str(phys).rpartition(".")[2]
-                        if isinstance(pc, dict) and num.isdigit():
+                        if isinstance(pc, dict) and core_number(num) is not None:
                             add(dur, "neuron.phys_core_util", f"{ent}/phys:{num}",
                                 pc.get("neuroncore_utilization"), core)
 
@@ -214,6 +242,8 @@ class Parser:
         if g is not None:
             note_error(name, g)
             total = _first(g, "neuron_runtime_used_bytes", "runtime_memory")
+            if isinstance(total, dict) and isinstance(total.get("current"), dict):
+                total = total["current"]     # the beta guide's text nests the figures in "current"
             if isinstance(total, dict):
                 host_ent = rt_entity
                 add(None, "neuron.host_mem_used", host_ent, total.get("host"))
@@ -223,8 +253,8 @@ class Parser:
                     add(None, f"neuron.host_mem_{p}", host_ent, host.get(p))
                 ncm = bd.get("neuroncore_memory_usage")
                 if isinstance(ncm, dict) and _core_keys(ncm):
-                    for core in _core_keys(ncm):
-                        parts = ncm[str(core)]
+                    for core, key in _core_keys(ncm):
+                        parts = ncm[key]
                         if not isinstance(parts, dict):
                             continue
                         ent = topo.core_entity(core)
@@ -272,16 +302,15 @@ class Parser:
     def _ecc(self, g: dict, name: str | None, errors: dict[str, str], default_period_s: float,
              force: bool = False) -> list[Row]:
         """ECC events per device, for the devices the workload uses (force: a runtime's own)."""
-        if isinstance(g.get("error"), str) and g["error"]:
-            errors[name or "neuron_hw_counters"] = g["error"]
-        p = _num(g.get("period"))
-        dur = int((p if p and p > 0 else default_period_s) * 1e9)
+        if _text(g.get("error")):
+            errors[name or "neuron_hw_counters"] = _text(g["error"])
+        dur = _period_ns(g, default_period_s)
         rows = []
         for d in g.get("neuron_devices") if isinstance(g.get("neuron_devices"), list) else []:
             if not isinstance(d, dict):
                 continue
             idx = _first(d, "neuron_device_index", "device_index")
-            if not isinstance(idx, int) or (not force and idx not in self.devices_used):
+            if _pid(idx) is None or idx > MAX_DEVICE or (not force and idx not in self.devices_used):
                 continue
             if force:
                 self.devices_used.add(idx)

@@ -16,28 +16,48 @@ N * core_count + M, the machine-wide number neuron-monitor uses.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Iterable
 
 from .monitor import Row
+from .topology import MAX_CORE, MAX_DEVICE
 
 POWER_VALID = "POWER_STATUS_VALID"
 SLOW_EVERY_NS = 1_000_000_000      # memory (a dozen files a core) and power: gauges, once a second
+MAX_READ = 256                     # a counter or the power line is a few dozen bytes
+MAX_CATEGORIES = 64                # memory categories a core lists (the guide has 11)
 
 
-def read_number(path: str) -> float | None:
-    """A counter's value: the file's number, or a counter directory's `total`."""
-    if os.path.isdir(path):
-        path = os.path.join(path, "total")
+def read_text(path: str) -> str | None:
+    """At most MAX_READ bytes of a file, opened read only (a write would clear a counter) and
+    non-blocking: a path that is (or links to) a FIFO, /dev/zero or a huge file does not hang
+    or fill memory. None when it cannot be read."""
     try:
-        with open(path, "r") as f:          # read only: a write would clear the counter
-            text = f.read().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return float(text.split()[0]) if text else None
+        return os.read(fd, MAX_READ).decode("ascii", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def read_number(path: str) -> float | None:
+    """A counter's value: the file's number, or a counter directory's `total`. None when the
+    file is missing, empty, not a number, negative, NaN or infinite (nothing to count from)."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "total")
+    text = read_text(path)
+    if not text or not text.strip():
+        return None
+    try:
+        v = float(text.split()[0])
     except ValueError:
         return None
+    return v if math.isfinite(v) and v >= 0 else None
 
 
 def _numbered(root: str, prefix: str) -> list[tuple[int, str]]:
@@ -47,14 +67,15 @@ def _numbered(root: str, prefix: str) -> list[tuple[int, str]]:
         return []
     out = []
     for n in names:
-        if n.startswith(prefix) and n[len(prefix):].isdigit():
-            out.append((int(n[len(prefix):]), os.path.join(root, n)))
+        num = n[len(prefix):]
+        if n.startswith(prefix) and 0 < len(num) <= 4 and num.isascii() and num.isdigit():
+            out.append((int(num), os.path.join(root, n)))
     return sorted(out)
 
 
 def devices(root: str) -> list[tuple[int, str]]:
     """(device index, its directory) for each neuronN under root."""
-    return _numbered(root, "neuron")
+    return [(i, d) for i, d in _numbered(root, "neuron") if i <= MAX_DEVICE]
 
 
 def present(root: str) -> bool:
@@ -66,8 +87,11 @@ def cores(device_dir: str) -> list[tuple[int, str]]:
 
 
 def core_count(device_dir: str) -> int:
+    """The device's core_count file when it is a sane whole number, else its neuron_coreM count."""
     n = read_number(os.path.join(device_dir, "core_count"))
-    return int(n) if n else len(cores(device_dir))
+    if n is not None and n.is_integer() and 1 <= n <= MAX_CORE + 1:
+        return int(n)
+    return len(cores(device_dir))
 
 
 def parse_power(text: str) -> tuple[int, float] | None:
@@ -76,9 +100,10 @@ def parse_power(text: str) -> tuple[int, float] | None:
     if len(parts) != 5 or parts[0] != POWER_VALID:
         return None
     try:
-        return int(parts[1]), float(parts[4])
+        stamp, avg = int(parts[1]), float(parts[4])
     except ValueError:
         return None
+    return (stamp, avg) if math.isfinite(avg) and avg >= 0 else None
 
 
 def inventory_rows(root: str) -> list[list[str]]:
@@ -86,12 +111,10 @@ def inventory_rows(root: str) -> list[list[str]]:
     for idx, d in devices(root):
         name = ""
         for rel in ("info/architecture/device_name", "info/architecture/device_type"):
-            try:
-                with open(os.path.join(d, rel)) as f:
-                    name = f.read().strip()
+            text = read_text(os.path.join(d, rel))
+            if text is not None:
+                name = text.strip()[:64]
                 break
-            except OSError:
-                continue
         rows.append([f"neuron:{idx}", name or "?", str(core_count(d))])
     return rows
 
@@ -157,18 +180,16 @@ class SysfsSampler:
     @staticmethod
     def _device_mem(mem_dir: str) -> float | None:
         try:
-            names = sorted(os.listdir(mem_dir))
+            names = sorted(os.listdir(mem_dir))[:MAX_CATEGORIES]
         except OSError:
             return None
         vals = [v for v in (read_number(os.path.join(mem_dir, n)) for n in names) if v is not None]
-        return sum(vals) if vals else None
+        total = sum(vals)
+        return total if vals and math.isfinite(total) else None
 
     def _power(self, dev: int) -> Iterable[Row]:
-        try:
-            with open(os.path.join(self.device_dirs[dev], "stats", "power", "utilization")) as f:
-                got = parse_power(f.read())
-        except OSError:
-            return []
+        text = read_text(os.path.join(self.device_dirs[dev], "stats", "power", "utilization"))
+        got = parse_power(text) if text is not None else None
         if got is None:
             return []
         # the driver's figure changes once a minute; a gauge every tick like the others

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 BIN = Path(__file__).parent / "bin"
+HOSTILE_BIN = Path(__file__).parent / "hostile"     # a misbehaving neuron-monitor
 DATA = Path(__file__).parent.parent / "data" / "neuron"
 
 MEM_CATEGORIES = ("collectives", "constants", "dma_rings", "driver_memory", "model_code",
@@ -61,7 +62,7 @@ def bump(root: Path, device: int, core: int, flops: int = 0, us: int = 0) -> Non
         os.replace(tmp, p)      # whole values only, as the driver's reads are
 
 
-def path_with_fakes(env: dict | None = None) -> dict:
+def path_with_fakes(env: dict | None = None, bin_dir: Path = BIN) -> dict:
     env = dict(os.environ if env is None else env)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     return env

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
 
@@ -249,7 +250,15 @@ def test_sysfs_never_opened_for_writing(tmp_path, monkeypatch):
             modes.append(mode)
         return real_open(path, mode, *a, **k)
 
+    real_os_open = os.open
+
+    def os_spy(path, flags, *a, **k):
+        if str(path).startswith(str(root)):
+            modes.append("r" if flags & os.O_ACCMODE == os.O_RDONLY else f"flags {flags:#x}")
+        return real_os_open(path, flags, *a, **k)
+
     monkeypatch.setattr("builtins.open", spy)
+    monkeypatch.setattr(os, "open", os_spy)
     s = sysfs.SysfsSampler(str(root))
     s.tick(1, None)
     s.tick(2, None)
