@@ -205,3 +205,41 @@ def nvml_error(code: int, function: str, where: str = "") -> NvmlError:
     if code == NVML_ERROR_TIMEOUT:
         return NvmlError(f"{at}{function} timed out in the driver", code, function)
     return NvmlError(f"{at}{function} failed with NVML error {code}", code, function)
+
+
+# -- the file system -------------------------------------------------------------------------
+
+class DiskFull(RunDirectoryError):
+    """No space left (ENOSPC, EDQUOT) where counterprof writes."""
+
+
+def os_error(exc: OSError, path: str | os.PathLike | None = None, doing: str = "use",
+             kept: str = "") -> CounterprofError:
+    """The counterprof error for an OSError met while doing something to path (a run's file,
+    an output): one line that names the file, what failed and what to do. kept: what was kept
+    anyway (said on a full disk)."""
+    where = str(path if path is not None else (exc.filename or "a file"))
+    err = exc.errno
+    name = _errno.errorcode.get(err, str(err)) if err else type(exc).__name__
+    if isinstance(exc, PermissionError) or err in (_errno.EACCES, _errno.EPERM):
+        who = ""
+        try:
+            st = os.stat(where)
+            who = f", owned by uid {st.st_uid} with mode {st.st_mode & 0o777:o}"
+        except OSError:
+            pass
+        return RunDirectoryError(
+            f"{where}: permission denied ({doing}{who}); run as the user who made it, or give "
+            "yourself access to it")
+    if err in (_errno.ENOSPC, _errno.EDQUOT):
+        folder = where if os.path.isdir(where) else os.path.dirname(where) or "."
+        return DiskFull(f"{folder}: no space left on the device ({doing}, {name})"
+                        + (f"; kept {kept}" if kept else "")
+                        + "; free some space and run the command again")
+    if err == _errno.EROFS:
+        return RunDirectoryError(f"{where}: read-only file system ({doing}); copy the run "
+                                 "somewhere writable")
+    if err == _errno.EIO:
+        return RunDirectoryError(f"{where}: input/output error ({doing}): the disk or network "
+                                 "file system failed; copy what is readable elsewhere")
+    return RunDirectoryError(f"{where}: cannot {doing}: {exc.strerror or exc} ({name})")

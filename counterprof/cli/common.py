@@ -55,15 +55,28 @@ def guarded(fn: Callable[[], int]) -> int:
     except CounterprofError as exc:
         err(str(exc))
         return exc.exit_code
+    except OSError as exc:       # one a subcommand did not expect: still one line
+        from ..errors import os_error
+        if isinstance(exc, BrokenPipeError):
+            return _broken_pipe()
+        e = os_error(exc, doing="read or write it")
+        err(str(e))
+        return e.exit_code
+    except MemoryError:
+        err("out of memory: the run is larger than this machine can analyse, or holds values no "
+            "run can have (see the warnings above)")
+        return EXIT_ERROR
     except KeyboardInterrupt:
         err("interrupted")
         return 130
-    except BrokenPipeError:
-        # the reader went away (`counterprof report RUN | head`): stop quietly, like a shell
-        # tool killed by SIGPIPE, and keep Python from complaining when it flushes stdout
-        import os
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+
+
+def _broken_pipe() -> int:
+    # the reader went away (`counterprof report RUN | head`): stop quietly, like a shell
+    # tool killed by SIGPIPE, and keep Python from complaining when it flushes stdout
+    import os
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 def check_pid(pid: int, usage: str) -> None:

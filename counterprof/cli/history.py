@@ -78,6 +78,8 @@ def _record(path: str):
     f = figures(run)
     for why in run.skipped:
         err(f"skipped an unreadable file (its rows are not in the summary): {why}")
+    for why in run.left_out:
+        err(why)
     if f.verdict is None and not f.times:
         err(f"{run.path}: no samples or spans: only its wall time and command are recorded")
     host = (meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else meta.get("host")

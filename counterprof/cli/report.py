@@ -69,8 +69,6 @@ def _main(argv: list[str]) -> int:
     run = open_run(args.run)
     meta = run.meta
     q = RunQuery(run.path)
-    for problem in q.files.skipped:
-        err(f"skipped an unreadable file: {problem}")
     catalog = run.catalog
     ranks = [r for r in run.ranks() if r >= 0]
     totals, devices, rank_buckets = regroup(q.groups())
@@ -81,6 +79,10 @@ def _main(argv: list[str]) -> int:
                           hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks},
                           world_size=world_size(run, ranks), roofline=_roofline(run, spans))
     q.close()
+    for problem in q.files.skipped:
+        err(f"skipped an unreadable file: {problem}")
+    for problem in q.files.left_out + run.skipped:
+        err(problem)
     report = build_report(inputs, args.window)
     if report.overall.device == "none" and not report.windows:
         raise RunDirectoryError(

@@ -45,10 +45,12 @@ def _main(argv: list[str]) -> int:
     from ..store.query import RunQuery
     run = open_run(args.run)
     q = RunQuery(run.path)
-    for problem in q.files.skipped:
-        err(f"skipped an unreadable file: {problem}")
     spans = roofline_spans(q)
     q.close()
+    for problem in q.files.skipped:
+        err(f"skipped an unreadable file: {problem}")
+    for problem in q.files.left_out:
+        err(problem)
     if args.rank is not None:
         ranks = set(spans.column("rank").to_pylist()) if spans.num_rows else set()
         if args.rank not in ranks:

@@ -11,7 +11,6 @@ written under a temporary name and renamed, and segments are deleted only after.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import socket
@@ -24,7 +23,9 @@ import pyarrow.parquet as pq
 
 from ..proctree import pid_alive
 from .journal import JOURNAL, SegmentRead, read_segment, segments
-from .rundir import make_dirs, table_dir
+from ..errors import RunDirectoryError
+from .meta import read_meta
+from .rundir import META, make_dirs, table_dir
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
 ROW_GROUP_ROWS = 64 * 1024
@@ -36,6 +37,7 @@ class CompactionReport:
     rows: int = 0
     segments: int = 0
     truncated: list[str] = field(default_factory=list)   # "segment: what was wrong"
+    damaged: list[str] = field(default_factory=list)     # "segment: N batches left out (why)"
     live: list[str] = field(default_factory=list)        # writers still running: left alone
 
 
@@ -63,8 +65,8 @@ def written_on_another_host(rank_path: Path) -> str | None:
     profiler on another host is still writing it: its pids mean nothing here, so none of its
     writers can be judged dead from this host (a multi-node job on a shared filesystem)."""
     try:
-        meta = json.loads((Path(rank_path) / "meta.json").read_text())
-    except (OSError, ValueError):
+        meta = read_meta(Path(rank_path) / META)
+    except RunDirectoryError:
         return None
     host = (meta.get("profiler") or {}).get("host")
     if meta.get("status") == "running" and host and host != socket.gethostname():
@@ -91,6 +93,7 @@ def compact_rank(rank_path: Path, report: CompactionReport | None = None, *,
 
 
 LOCK = ".compact.lock"
+DAMAGED = ".damaged"      # a segment with damaged batches, once compacted (no reader reads it)
 
 
 def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
@@ -124,6 +127,7 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
             report.rows += table_obj.num_rows
             pending, pending_rows = [], 0
 
+        damaged: list[Path] = []
         try:
             for s in group:
                 seg_report = SegmentRead()
@@ -134,6 +138,11 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
                         flush()
                 if seg_report.truncated:
                     report.truncated.append(f"{s.path.name}: {seg_report.error}")
+                if seg_report.damaged:
+                    report.damaged.append(f"{s.path.name}: {seg_report.damaged} damaged batch(es) "
+                                          f"left out ({seg_report.damage}); the segment is kept "
+                                          f"as {s.path.name}{DAMAGED}")
+                    damaged.append(s.path)
                 report.segments += 1
             flush()
         finally:
@@ -144,7 +153,10 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
             os.replace(tmp, target)
             report.files.append(target)
         for s in group:
-            s.path.unlink(missing_ok=True)
+            if s.path in damaged:      # its good batches are in the Parquet file; kept to look at
+                os.replace(s.path, s.path.with_name(s.path.name + DAMAGED))
+            else:
+                s.path.unlink(missing_ok=True)
     journal = Path(rank_path) / JOURNAL
     try:
         journal.rmdir()

@@ -15,6 +15,7 @@ from ..errors import RunDirectoryError
 from ..proctree import pid_alive
 from . import rundir
 from .compact import CompactionReport, compact_rank
+from .meta import read_meta
 
 
 def writer_alive(meta: dict) -> bool:
@@ -43,12 +44,12 @@ class Recovery:
 
 def _metas(path: Path) -> list[tuple[Path, dict]]:
     """The run's meta.json and those of the ranks that joined it."""
-    out = [(path / rundir.META, rundir.read_json(path / rundir.META))]
+    out = [(path / rundir.META, read_meta(path / rundir.META))]
     for _rank, d in rundir.rank_dirs(path):
         own = d / rundir.META
         if own.exists():
             try:
-                out.append((own, rundir.read_json(own)))
+                out.append((own, read_meta(own)))
             except RunDirectoryError:
                 continue
     return out
@@ -60,7 +61,7 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
     interrupt: the status changes last, so an interrupted recovery is finished by the next
     reader, and a later `counterprof recover` still converts what was left pending."""
     path = Path(path)
-    meta = rundir.read_json(path / rundir.META)
+    meta = read_meta(path / rundir.META)
     if writer_alive(meta) and not force:
         prof = meta["profiler"]
         raise RunDirectoryError(

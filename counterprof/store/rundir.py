@@ -152,13 +152,14 @@ def _read_owner(path: Path) -> str | None:
 
 def _finished(path: Path) -> bool:
     """The run in path is no longer being written (its profiler finished or is gone)."""
+    from .meta import read_meta
     from .recover import writer_alive
     try:
-        meta = read_json(path / META)
+        meta = read_meta(path / META)
     except RunDirectoryError:
         return False
     return not writer_alive(meta) and all(
-        not writer_alive(read_json(d / META)) for _r, d in rank_dirs(path) if (d / META).exists())
+        not writer_alive(read_meta(d / META)) for _r, d in rank_dirs(path) if (d / META).exists())
 
 
 def _clear_run(path: Path) -> None:
@@ -257,16 +258,6 @@ def write_json(path: Path, data: Any) -> None:
         json.dump(data, f, indent=2, default=str)
         f.write("\n")
     os.replace(tmp, path)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise RunDirectoryError(f"{path.parent} is not a counterprof run (no {path.name})") from None
-    except json.JSONDecodeError as exc:
-        raise RunDirectoryError(f"{path} is corrupt: {exc}") from exc
 
 
 def is_run(path: str | os.PathLike) -> bool:
