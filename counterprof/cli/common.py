@@ -26,6 +26,8 @@ class UsageFailure(Exception):
 
 def err(message: str) -> None:
     from ..render.console import inert_lines    # names in messages print inert
+    if sys.stderr is None:       # started with stderr closed: print(file=None) would use stdout
+        return
     print(f"counterprof: {inert_lines(message)}", file=sys.stderr, flush=True)
 
 
@@ -118,7 +120,12 @@ def open_run(path: str, skip_unreadable: bool = False):
     run = Run(path, skip_unreadable=skip_unreadable)
     if run_needs_recovery(run.path):
         # the one recovery `counterprof recover` runs: the journal, then the collectors' leftovers
-        rep = recover(run.path)
+        from ..errors import DiskFull
+        try:
+            rep = recover(run.path)
+        except DiskFull as exc:     # the journal stays and reads as it is: go on without
+            err(f"{exc} (read without recovering it)")
+            return run
         err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.compaction.rows} rows from its journal")
         shown = 10
         for line in rep.lines[:shown]:
@@ -153,4 +160,30 @@ def write_text_file(path: str, text: str, option: str) -> None:
         with open(path, "w") as f:
             f.write(text)
     except OSError as exc:
+        import os
+        if os.path.isfile(path):
+            os.unlink(path)          # half a file (a full disk) is no output
         raise CounterprofError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
+
+
+def nothing_recorded(run, meta: dict, what: str, spans: int = 0, unreadable: int = 0) -> str:
+    """Why a run holds nothing to `what` (judge, export), as meta.json tells it: collectors
+    that were unavailable or failed, ones that ran but stopped before their first batch (a
+    profiler killed at once), or spans of kinds the verdict does not read (imported cpu_op)."""
+    if unreadable and not spans:
+        return (f"{run.path} holds nothing readable to {what}: its {unreadable} file(s) with "
+                "data are unreadable (named above); restore them from a copy")
+    if spans:
+        return (f"{run.path} holds {spans:,} spans but none that the verdict reads (GPU kernels, "
+                "steps, regions, collectives or DataLoader waits) and no samples: nothing to "
+                f"{what}; `counterprof export --perfetto` shows the spans")
+    cols = {n: c for n, c in (meta.get("collectors") or {}).items() if isinstance(c, dict)}
+    ran = sorted(n for n, c in cols.items() if c.get("status") == "ok")
+    if ran:
+        return (f"{run.path} holds no samples or spans to {what}: {', '.join(ran)} ran but the "
+                f"profiler stopped (status {meta.get('status')}) before any wrote its first batch "
+                "(each writes at least once a second): profile for longer")
+    if not cols:
+        return f"{run.path} holds no samples or spans to {what}"
+    return (f"{run.path} holds no samples or spans to {what}: every collector was unavailable or "
+            "failed (see `counterprof list` and meta.json's collectors)")

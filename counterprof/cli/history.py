@@ -13,6 +13,7 @@ on a last line.
 """
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -98,7 +99,13 @@ def _add(args) -> int:
     from ..runset import expand as expand_sets
     args.runs = expand_sets(args.runs)                 # a run set (`run -r N`) adds its runs in order
     records = [_record(p) for p in args.runs]          # read every run before writing anything
-    con = connect(args.db)
+    created = not Path(args.db).exists()
+    try:
+        con = connect(args.db)
+    except BaseException:
+        if created:
+            _remove_db(args.db)
+        raise
     try:
         for path, rec in zip(args.runs, records):
             seq, added = add(con, rec)
@@ -107,9 +114,24 @@ def _add(args) -> int:
                 err(f"{path}: added as run {seq} ({len(rec.figures)} series, verdict {rec.verdict}{rev})")
             else:
                 err(f"{path}: already in {args.db} as run {seq}; not added again")
-    finally:
+        con.close()           # its checkpoint writes too
+    except Exception as exc:
         con.close()
+        if created:           # a half-made file would make the next add refuse it
+            _remove_db(args.db)
+        if "No space left" in str(exc) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+            from ..errors import DiskFull
+            raise DiskFull(f"{Path(args.db).parent or '.'}: no space left on the device (adding to "
+                           f"{args.db}); " + ("the new file was removed" if created else
+                                              "the history file keeps what it had before")
+                           + "; free some space and add again") from None
+        raise
     return 0
+
+
+def _remove_db(path: str) -> None:
+    for p in (path, path + ".wal"):
+        Path(p).unlink(missing_ok=True)
 
 
 def _show(args, p) -> int:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import (ArgumentParser, check_output_file, err, guarded, open_run, use_system_allocator,
+from .common import (ArgumentParser, check_output_file, err, guarded, nothing_recorded, open_run,
+                     use_system_allocator,
                      write_text_file)
 
 
@@ -85,9 +86,8 @@ def _main(argv: list[str]) -> int:
         err(problem)
     report = build_report(inputs, args.window)
     if report.overall.device == "none" and not report.windows:
-        raise RunDirectoryError(
-            f"{run.path} holds no samples or spans to judge: every collector was unavailable or "
-            "failed (see `counterprof list` and meta.json's collectors)")
+        raise RunDirectoryError(nothing_recorded(run, meta, "judge", spans.num_rows,
+                                                 len(q.files.skipped)))
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

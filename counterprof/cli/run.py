@@ -129,6 +129,9 @@ def _run(args) -> int:
     if not command and args.pid is None and not args.all_cpus:
         raise UsageFailure("give a command after --, or --pid PID, or -a",
                            build_parser().format_usage())
+    if args.duration is not None and not args.duration > 0:
+        raise UsageFailure("--duration must be a positive number of seconds",
+                           build_parser().format_usage())
     if args.duration is not None and command:
         raise UsageFailure("--duration applies to --pid and -a without a command",
                            build_parser().format_usage())
@@ -302,7 +305,7 @@ def _report(session, args) -> None:
             print_summary(Run(session.path).summary(), args.json)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
             err(f"could not print the summary: {exc}")
-    print(f"counterprof: run directory: {session.path}", file=sys.stderr)
+    err(f"run directory: {session.path}")
 
 
 def print_summary(summary, as_json: bool) -> None:

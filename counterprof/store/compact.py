@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from ..proctree import pid_alive
 from .journal import JOURNAL, SegmentRead, read_segment, segments
-from ..errors import RunDirectoryError
+from ..errors import RunDirectoryError, os_error
 from .meta import read_meta
 from .rundir import META, make_dirs, table_dir
 
@@ -145,9 +145,21 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
                     damaged.append(s.path)
                 report.segments += 1
             flush()
-        finally:
             if writer_obj is not None:
                 writer_obj.close()
+        except BaseException as exc:
+            # a full disk mid-file: the segments stay (nothing is lost), the part-file goes
+            if writer_obj is not None:
+                try:
+                    writer_obj.close()
+                except Exception:
+                    pass
+            tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise os_error(exc, folder, "compacting the journal into Parquet",
+                               kept=f"every journal segment in {Path(rank_path) / JOURNAL} (`counterprof "
+                                    "recover` compacts them once there is space)") from None
+            raise
         if writer_obj is not None:
             os.chmod(tmp, 0o600)
             os.replace(tmp, target)

@@ -107,6 +107,11 @@ class RunQuery:
             where = f" WHERE {self.span.sql(table)}" if self.span is not None else ""
             self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_all{where}")
             self.tables.add(table)
+        else:        # none (left): an empty view, for a query retried without a damaged file
+            from ..schema import TABLES
+            empty = TABLES[table].empty_table()
+            self.con.register(f"{table}_none", empty.append_column("rank", pa.array([], pa.int64())))
+            self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_none")
 
     def _note_out_of_span(self) -> None:
         if self.span is None:

@@ -17,6 +17,8 @@ from . import rundir
 from .compact import CompactionReport, compact_rank
 from .meta import read_meta
 
+RESERVE = ".reserve"      # Session.RESERVE: space kept for the final meta.json
+
 
 def writer_alive(meta: dict) -> bool:
     """Is the profiler that writes this run (or rank) still running? One on another host (a
@@ -89,11 +91,16 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
             rundir.write_json(own, rank_meta)
     if meta.get("status") == "running":
         meta["status"] = "recovered"
+        lost = meta.get("journal_failed")
+        missing = (f"samples after {lost.get('after_s')} s are missing: the journal could not be "
+                   f"written ({lost.get('reason')})" if isinstance(lost, dict)
+                   else "at most the last second before it died is missing")
         meta.setdefault("warnings", []).append(
             "the profiler stopped without finishing; the run was recovered afterwards (journal "
-            "compacted, unconverted torch traces converted; at most the last second before it "
-            "died is missing)")
+            f"compacted, unconverted torch traces converted; {missing})")
         rundir.write_json(path / rundir.META, meta)
+        for own in [path] + [d for _r, d in rundir.rank_dirs(path)]:
+            (own / RESERVE).unlink(missing_ok=True)     # the space a killed profiler kept
     return result
 
 
