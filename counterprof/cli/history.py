@@ -74,8 +74,14 @@ def _record(path: str):
     from ..store.history import RunRecord, command_text
     from .common import open_run
     from .compare import figures
+    from ..store.recover import writer_alive
     run = open_run(path, skip_unreadable=True)
     meta = run.meta
+    if writer_alive(meta):    # its figures would be partial, and the finished run refused later
+        from ..errors import UsageError
+        prof = meta.get("profiler") or {}
+        raise UsageError(f"{run.path} is still being written (counterprof pid {prof.get('pid')} on "
+                         f"{prof.get('host')}): add it once that run has finished")
     f = figures(run)
     for why in run.skipped:
         err(f"skipped an unreadable file (its rows are not in the summary): {why}")
