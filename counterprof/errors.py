@@ -62,6 +62,23 @@ def perf_event_paranoid(proc: str = "/proc") -> int | None:
         return None
 
 
+def _owner_if_not_ours(pid: int | None, proc: str) -> str | None:
+    """The user owning process pid when it is not us (and we are not root), else None."""
+    if pid is None or os.geteuid() == 0:
+        return None
+    try:
+        uid = os.stat(os.path.join(proc, str(pid))).st_uid
+    except OSError:
+        return None
+    if uid == os.geteuid():
+        return None
+    try:
+        import pwd
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
 def perf_error(err: int, event: str, *, system_wide: bool = False, kernel: bool = False,
                pid: int | None = None, proc: str = "/proc") -> PerfEventError:
     """The counterprof error for a perf_event_open failure with errno `err` (positive).
@@ -72,6 +89,12 @@ def perf_error(err: int, event: str, *, system_wide: bool = False, kernel: bool 
             f"{event}: the kernel exposes no PMU that counts it ({name}; usual in virtual "
             "machines and containers without PMU passthrough)", err, event)
     if err in (_errno.EACCES, _errno.EPERM):
+        owner = _owner_if_not_ours(pid, proc)
+        if owner is not None:
+            return PerfPermissionError(
+                f"{event}: process {pid} belongs to {owner}, not to you ({name}): only its owner "
+                "or root (CAP_PERFMON with ptrace rights) may count it; run counterprof as that "
+                "user or as root", err, event)
         paranoid = perf_event_paranoid(proc)
         if paranoid is None:
             return PerfPermissionError(
