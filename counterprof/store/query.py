@@ -55,6 +55,18 @@ def run_files(run_path: str | os.PathLike) -> RunFiles:
     return out
 
 
+def _ns(v) -> int:
+    """A Parquet statistic of a timestamp or int64 column as ns."""
+    if isinstance(v, int):
+        return v
+    if hasattr(v, "value"):          # pandas.Timestamp
+        return int(v.value)
+    import datetime as _dt
+    if isinstance(v, _dt.datetime):
+        return int(v.timestamp() * 1e9)
+    raise TypeError(type(v).__name__)
+
+
 def _sql_string(text: str) -> str:
     """A SQL string literal (a run directory may be named "bob's run")."""
     return "'" + text.replace("'", "''") + "'"
@@ -74,7 +86,7 @@ class RunQuery:
         self.con.execute(f"SET threads={threads or os.cpu_count() or 1}")
         self.con.execute("SET enable_progress_bar = false")
         self.tables: set[str] = set()
-        self._journal_done: set[str] = set()
+        self._journal: dict[str, pa.Table] = {}     # table -> the journal's rows, registered
         for table in ("samples", "spans"):
             self._view(table)
         self._note_out_of_span()
@@ -90,17 +102,17 @@ class RunQuery:
             parts.append(f"SELECT * FROM read_parquet([{paths}], hive_partitioning = true, "
                          f"union_by_name = true)")
         journal = self.files.journal.get(table, [])
-        if journal and table in self._journal_done:
+        if table in self._journal:         # a rebuilt view: the segments were read already
             parts.append(f"SELECT * FROM {table}_journal")
         elif journal:
-            self._journal_done.add(table)
             batches = []
             for rank, path in journal:
                 for b in read_segment(path):
                     batches.append(b.append_column("rank", pa.array([rank] * b.num_rows, pa.int64())))
             if batches:
                 name = f"{table}_journal"
-                self.con.register(name, pa.Table.from_batches(batches).unify_dictionaries())
+                self._journal[table] = pa.Table.from_batches(batches).unify_dictionaries()
+                self.con.register(name, self._journal[table])
                 parts.append(f"SELECT * FROM {name}")
         if parts:
             self.con.execute(f"CREATE VIEW {table}_all AS " + " UNION ALL BY NAME ".join(parts))
@@ -117,11 +129,39 @@ class RunQuery:
         if self.span is None:
             return
         for table in sorted(self.tables):
+            if self._inside_by_statistics(table):
+                continue          # the footers say every row is inside: no scan
             n = self._run(lambda: self.con.sql(
                 f"SELECT count(*) FROM {table}_all WHERE NOT coalesce({self.span.sql(table)}, false)"
             ).fetchall()[0][0])
             if n:
                 self.files.left_out.append(left_out(f"{table} of the run", n, self.span))
+
+    def _inside_by_statistics(self, table: str) -> bool:
+        """Do the Parquet files' row-group statistics (and the journal's rows) put every time
+        of table inside the run's span? False when any cannot say."""
+        cols = ("time", "duration_ns") if table == "samples" else ("start", "end")
+        for _rank, path in self.files.parquet.get(table, []):
+            try:
+                md = pq.read_metadata(path)
+                for g in range(md.num_row_groups):
+                    rg = md.row_group(g)
+                    stats = {rg.column(i).path_in_schema: rg.column(i).statistics
+                             for i in range(rg.num_columns)}
+                    for name in cols:
+                        st = stats.get(name)
+                        if st is None or not st.has_min_max:
+                            return False
+                        lo, hi = _ns(st.min), _ns(st.max)
+                        inside = (0 <= lo and hi <= self.span.hi - self.span.lo) if name == "duration_ns" \
+                            else (self.span.lo <= lo and hi <= self.span.hi)
+                        if not inside:
+                            return False
+            except (pa.ArrowException, OSError, ValueError, TypeError):
+                return False
+        if table in self._journal and self.span.mask(table, self._journal[table]) is not None:
+            return False
+        return True
 
     def _run(self, query):
         """query(), again without each Parquet file that a DuckDB error shows is damaged (its
