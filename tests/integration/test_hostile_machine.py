@@ -113,3 +113,22 @@ def test_import_export_report_history_on_a_full_disk_leave_no_temporaries(runs, 
     (small_disk / "filler").unlink()
     again = run_cli("import", str(trace), "-o", str(small_disk / "imp"))
     assert again.returncode == 0, again.stderr
+
+
+def test_recover_and_report_of_a_killed_run_on_a_full_disk(tmp_path, small_disk):
+    from hostile.cases import killed_run
+    src = killed_run(tmp_path / "killed")
+    run = small_disk / "k"
+    shutil.copytree(src, run)
+    _fill(small_disk)
+    rec = run_cli("recover", str(run))
+    assert rec.returncode == 1 and "Traceback" not in rec.stderr, rec.stderr
+    assert "no space left on the device" in rec.stderr and "kept every journal segment" in rec.stderr
+    assert not [f for f in run.rglob("*.tmp")]
+    rep = run_cli("report", str(run))
+    assert rep.returncode == 0, rep.stderr
+    assert "read without recovering it" in rep.stderr
+    (small_disk / "filler").unlink()
+    rec = run_cli("recover", str(run))
+    assert rec.returncode == 0, rec.stderr
+    assert json.loads((run / "meta.json").read_text())["status"] == "recovered"
