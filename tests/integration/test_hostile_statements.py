@@ -74,3 +74,13 @@ def test_counting_another_users_process_names_its_owner(tmp_path):
                         "-c", code, "1"], capture_output=True, text=True, timeout=60, cwd="/")
     assert "process 1 belongs to user root (uid 0), not to you" in p.stdout, p.stdout + p.stderr
     assert "seccomp" not in p.stdout
+
+
+def test_a_tiny_workloads_peak_rss_is_not_the_profilers_copy(tmp_path):
+    run_cli("run", "-q", "-o", str(tmp_path / "small"), "--", "sh", "-c", "exit 0", check=True)
+    w = json.loads((tmp_path / "small" / "meta.json").read_text())["workload"]
+    assert w["max_rss_bytes"] is None and "before exec" in w["max_rss_note"]
+    run_cli("run", "-q", "-o", str(tmp_path / "big"), "--", PYTHON, "-c", "x = bytearray(300 * 2**20)",
+            check=True)
+    w = json.loads((tmp_path / "big" / "meta.json").read_text())["workload"]
+    assert w["max_rss_bytes"] >= 300 * 2**20 and w["max_rss_note"] == ""
