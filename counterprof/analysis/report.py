@@ -133,6 +133,17 @@ def window_starts(data: RunData, step: int) -> tuple[int, list[int]]:
         step *= 2
 
 
+def workload_span(meta: dict[str, Any], data: RunData) -> tuple[int, int]:
+    """The whole run's scope: the launched workload's life (exec to exit, from meta.json) when
+    known, so a 1 ms workload is judged over its 1 ms, not the profiler's start-up and stop
+    around it; else the data's extent."""
+    w = meta.get("workload") if isinstance(meta.get("workload"), dict) else {}
+    a, b = w.get("started_ns"), w.get("ended_ns")
+    if isinstance(a, int) and isinstance(b, int) and data.start_ns <= a < b:
+        return a, min(b, data.end_ns) if b > data.start_ns else b
+    return data.start_ns, data.end_ns
+
+
 def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     meta, catalog = inputs.meta, inputs.catalog
     data = RunData(ranks=max(1, inputs.ranks or 1))
@@ -159,7 +170,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         from .roofline import busy_split
         return {**base_facts, "roofline": busy_split(inputs.roofline, None, sp)}
 
-    whole = [(data.start_ns, data.end_ns)]
+    whole = [workload_span(meta, data)]
     overall = classify(signals(data, whole), "run", facts_for(whole))
     overall.start_ns, overall.end_ns = data.start_ns, data.end_ns
     report = Report(run_info, overall, window_s, summary=summary, collectors=collectors)

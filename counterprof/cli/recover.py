@@ -43,4 +43,6 @@ def _main(argv: list[str]) -> int:
     if not args.quiet:
         from ..render.console import console
         console(stderr=True).print(run.summary())
+        for why in run.left_out:
+            err(why)
     return EXIT_ERROR if report.failed else 0

@@ -216,6 +216,7 @@ def _run(args) -> int:
         raise
     from ..workload import WorkloadStartError
     view = _start_view(session, window, warnings, shlex.join(command)) if window is not None else None
+    started_ns = session.clock.now_ns()        # the workload's life on the run's axis
     try:
         try:
             workload.release()
@@ -241,7 +242,8 @@ def _run(args) -> int:
         result = workload.wait()
         session.update_meta(workload_exit={"status": "exited", **result.to_json()})
     else:
-        session.stop(workload={"status": "exited", **result.to_json()})
+        session.stop(workload={"status": "exited", **result.to_json(),
+                               "started_ns": started_ns, "ended_ns": session.clock.now_ns()})
     _report(session, args)
     return result.exit_status
 

@@ -36,7 +36,8 @@ NESTED: dict[str, dict[str, tuple[type, ...]]] = {
     "target": {"kind": _STR, "pid": _INT, "system_wide": (bool,)},
     "workload": {"status": _STR, "pid": _INT, "exit_status": _INT, "exit_code": _INT,
                  "signal": (int, str), "elapsed_s": _NUM, "user_s": _NUM, "system_s": _NUM,
-                 "max_rss_bytes": _INT, "forwarded_signals": (list,)},
+                 "max_rss_bytes": _INT, "forwarded_signals": (list,), "started_ns": _INT,
+                 "ended_ns": _INT},
 }
 COLLECTOR_FIELDS: dict[str, tuple[type, ...]] = {"status": _STR, "reason": _STR, "config": (dict,)}
 CATALOG_FIELDS: dict[str, tuple[type, ...]] = {"name": _STR, "unit": _STR, "kind": _STR,

@@ -20,7 +20,7 @@ from ..schema import TABLES
 from .journal import read_segment, segments
 from . import rundir
 from .meta import read_catalog, read_meta
-from .span import Span, left_out, run_span
+from .span import TIME_COLUMNS, Span, left_out, run_span
 from .rundir import CATALOG, META, is_run, rank_dirs
 
 
@@ -143,12 +143,15 @@ class Run:
                 batch_rows: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
         """A table's rows in bounded pieces (file order, not time order): for aggregates over
         runs too big to hold in memory."""
+        # the columns the span is checked on are read too, then dropped
+        read = columns and list(dict.fromkeys(columns + list(TIME_COLUMNS.get(name, ()))))
         for _r, files, journal in self._parts(name, rank):
             for f in files:
                 try:
                     for b in pq.ParquetFile(f, pre_buffer=False).iter_batches(
-                            batch_size=batch_rows, columns=columns):
-                        yield self._in_span(name, f, b)
+                            batch_size=batch_rows, columns=read):
+                        b = self._in_span(name, f, b)
+                        yield b.select(columns) if read != columns else b
                 except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
                     self._unreadable(f, exc)
             for s in journal:

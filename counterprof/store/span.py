@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 # A rank on another host (clock skew), a trace's ops before the profiler's start, a workload
 # still writing when the profiler stopped: rows this far outside the recorded span are real.
 SLACK_NS = 3600 * 1_000_000_000
+TIME_COLUMNS = {"samples": ("time", "duration_ns"), "spans": ("start", "end")}   # what mask() reads
 
 
 @dataclass(frozen=True)
