@@ -276,7 +276,64 @@ def unreadable_cases(p: Pristine) -> list[Case]:
     return out
 
 
+def _event(name="aten::mm", ts=1000, dur=5) -> dict:
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+
+TRACES = {   # name: (the trace document, what stderr must say)
+    "base-1e40": ({"baseTimeNanoseconds": 1e40, "traceEvents": [_event()]}, "is not a time"),
+    "rank-1e30": ({"distributedInfo": {"rank": 10**30}, "traceEvents": [_event()]}, "is not a rank"),
+    "ts-not-numbers": ({"traceEvents": [_event(ts="abc"), _event(ts=float("nan")), _event(ts=1e300),
+                                        _event(dur="x"), _event(ts=3000)]}, "4 complete event(s)"),
+    "name-50MB": ({"traceEvents": [_event("n" * 50_000_000), _event(ts=2000)]}, "1 event(s) left out"),
+    "deviceProperties-25MB": ({"deviceProperties": [{"name": "x" * 25_000_000}],
+                               "traceEvents": [_event()]}, "'deviceProperties' is"),
+}
+
+
+def import_cases() -> list[Case]:
+    out = []
+    for name, (doc, says) in TRACES.items():
+        def setup(work, doc=doc):
+            (work / "t.json").write_text(json.dumps(doc, allow_nan=True))
+            return ["import", str(work / "t.json"), "-o", str(work / "imported")]
+        out.append(Case("import", name, setup, codes=(0,), says=says))
+    return out
+
+
+def fill_disk(disk: Path) -> None:
+    """Write disk/filler until the file system says it is full."""
+    with open(disk / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+
+
+def disk_full_cases(p: Pristine) -> list[Case]:
+    """A 2 MB tmpfs filled up before the command (mounted in setup; needs root): one line that
+    says so, no traceback. Left out where mounting is not allowed."""
+    if os.geteuid() != 0:
+        return []
+    out = []
+    for name, argv in [("report-html", lambda d: ["report", str(d / "ok"), "--html", str(d / "x.html")]),
+                       ("export", lambda d: ["export", str(d / "ok"), "--perfetto", str(d / "x.json")]),
+                       ("history", lambda d: ["history", "add", "--db", str(d / "h.duckdb"), str(d / "ok")]),
+                       ("recover", lambda d: ["recover", str(d / "ok")])]:
+        def setup(work, argv=argv, name=name):
+            disk = work / "disk"
+            disk.mkdir()
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True,
+                           capture_output=True)
+            shutil.copytree(p.killed if name == "recover" else p.finished, disk / "ok")
+            fill_disk(disk)
+            return argv(disk)
+        out.append(Case("disk-full", name, setup))
+    return out
+
+
 def all_cases(p: Pristine, quick: bool = False) -> list[Case]:
     n = 6 if quick else 40
     return (journal_cases(p, n) + parquet_cases(p, n) + span_cases(p) + meta_cases(p)
-            + unreadable_cases(p))
+            + unreadable_cases(p) + import_cases() + disk_full_cases(p))

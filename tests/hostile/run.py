@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections import Counter
@@ -21,7 +22,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a few byte flips per class, not 40")
     ap.add_argument("--only", action="append", help="run only this class (journal, parquet, span, "
-                    "meta, catalog, unreadable); repeatable")
+                    "meta, catalog, unreadable, import, disk-full); repeatable")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="cases at once (default 2)")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temporary one)")
     args = ap.parse_args()
@@ -37,6 +38,9 @@ def main() -> int:
                            enumerate(cases))
         for i, res in results:
             _tally(res, total, failed)
+            disk = root / "cases" / f"{i:04d}" / "disk"       # a disk-full case's tmpfs
+            if disk.is_dir():
+                subprocess.run(["umount", "-l", str(disk)], capture_output=True)
             if not args.keep:
                 shutil.rmtree(root / "cases" / f"{i:04d}", ignore_errors=True)
     for klass in total:

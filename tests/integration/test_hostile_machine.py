@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import COUNTERPROF, PYTHON, run_cli
-from hostile.cases import BURN, Pristine, finished_run, run_case, unreadable_cases
+from hostile.cases import BURN, Pristine, fill_disk, finished_run, run_case, unreadable_cases
 
 pytestmark = pytest.mark.slow
 
@@ -83,22 +83,13 @@ def test_a_disk_that_fills_during_a_run_keeps_the_workloads_exit_status(small_di
         assert "at most the last second" not in said or rec["status"] == "complete"
 
 
-def _fill(disk: Path) -> None:
-    with open(disk / "filler", "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-        except OSError:
-            pass
-
-
 def test_import_export_report_history_on_a_full_disk_leave_no_temporaries(runs, small_disk):
     from kineto_traces import X, write_trace
     trace = write_trace(small_disk.parent / "t.json",
                         [X("cpu_op", f"aten::op{i}", 1000 + i * 10, 5) for i in range(3000)],
                         {"distributedInfo": {"rank": 0}})
     shutil.copytree(runs.finished, small_disk / "ok")
-    _fill(small_disk)
+    fill_disk(small_disk)
     for argv in (["import", str(trace), "-o", str(small_disk / "imp")],
                  ["export", str(small_disk / "ok"), "--perfetto", str(small_disk / "x.json")],
                  ["report", str(small_disk / "ok"), "--html", str(small_disk / "x.html")],
@@ -120,7 +111,7 @@ def test_recover_and_report_of_a_killed_run_on_a_full_disk(tmp_path, small_disk)
     src = killed_run(tmp_path / "killed")
     run = small_disk / "k"
     shutil.copytree(src, run)
-    _fill(small_disk)
+    fill_disk(small_disk)
     rec = run_cli("recover", str(run))
     assert rec.returncode == 1 and "Traceback" not in rec.stderr, rec.stderr
     assert "no space left on the device" in rec.stderr and "kept every journal segment" in rec.stderr
