@@ -62,6 +62,23 @@ def perf_event_paranoid(proc: str = "/proc") -> int | None:
         return None
 
 
+def _owner_if_not_ours(pid: int | None, proc: str) -> str | None:
+    """The user owning process pid when it is not us (and we are not root), else None."""
+    if pid is None or os.geteuid() == 0:
+        return None
+    try:
+        uid = os.stat(os.path.join(proc, str(pid))).st_uid
+    except OSError:
+        return None
+    if uid == os.geteuid():
+        return None
+    try:
+        import pwd
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (KeyError, ImportError):
+        return f"uid {uid}"
+
+
 def perf_error(err: int, event: str, *, system_wide: bool = False, kernel: bool = False,
                pid: int | None = None, proc: str = "/proc") -> PerfEventError:
     """The counterprof error for a perf_event_open failure with errno `err` (positive).
@@ -72,6 +89,12 @@ def perf_error(err: int, event: str, *, system_wide: bool = False, kernel: bool 
             f"{event}: the kernel exposes no PMU that counts it ({name}; usual in virtual "
             "machines and containers without PMU passthrough)", err, event)
     if err in (_errno.EACCES, _errno.EPERM):
+        owner = _owner_if_not_ours(pid, proc)
+        if owner is not None:
+            return PerfPermissionError(
+                f"{event}: process {pid} belongs to {owner}, not to you ({name}): only its owner "
+                "or root (CAP_PERFMON with ptrace rights) may count it; run counterprof as that "
+                "user or as root", err, event)
         paranoid = perf_event_paranoid(proc)
         if paranoid is None:
             return PerfPermissionError(
@@ -205,3 +228,41 @@ def nvml_error(code: int, function: str, where: str = "") -> NvmlError:
     if code == NVML_ERROR_TIMEOUT:
         return NvmlError(f"{at}{function} timed out in the driver", code, function)
     return NvmlError(f"{at}{function} failed with NVML error {code}", code, function)
+
+
+# -- the file system -------------------------------------------------------------------------
+
+class DiskFull(RunDirectoryError):
+    """No space left (ENOSPC, EDQUOT) where counterprof writes."""
+
+
+def os_error(exc: OSError, path: str | os.PathLike | None = None, doing: str = "use",
+             kept: str = "") -> CounterprofError:
+    """The counterprof error for an OSError met while doing something to path (a run's file,
+    an output): one line that names the file, what failed and what to do. kept: what was kept
+    anyway (said on a full disk)."""
+    where = str(path if path is not None else (exc.filename or "a file"))
+    err = exc.errno
+    name = _errno.errorcode.get(err, str(err)) if err else type(exc).__name__
+    if isinstance(exc, PermissionError) or err in (_errno.EACCES, _errno.EPERM):
+        who = ""
+        try:
+            st = os.stat(where)
+            who = f", owned by uid {st.st_uid} with mode {st.st_mode & 0o777:o}"
+        except OSError:
+            pass
+        return RunDirectoryError(
+            f"{where}: permission denied ({doing}{who}); run as the user who made it, or give "
+            "yourself access to it")
+    if err in (_errno.ENOSPC, _errno.EDQUOT):
+        folder = where if os.path.isdir(where) else os.path.dirname(where) or "."
+        return DiskFull(f"{folder}: no space left on the device ({doing}, {name})"
+                        + (f"; kept {kept}" if kept else "")
+                        + "; free some space and run the command again")
+    if err == _errno.EROFS:
+        return RunDirectoryError(f"{where}: read-only file system ({doing}); copy the run "
+                                 "somewhere writable")
+    if err == _errno.EIO:
+        return RunDirectoryError(f"{where}: input/output error ({doing}): the disk or network "
+                                 "file system failed; copy what is readable elsewhere")
+    return RunDirectoryError(f"{where}: cannot {doing}: {exc.strerror or exc} ({name})")

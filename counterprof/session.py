@@ -23,12 +23,13 @@ import pyarrow as pa
 from . import __version__, regions
 from .clock import Clock
 from .collector import Availability, Collector, SessionContext, Target, resolve, start_order, stop_order
-from .errors import CounterprofError, RunDirectoryError, perf_event_paranoid
+from .errors import CounterprofError, RunDirectoryError, os_error, perf_event_paranoid
 from .gitrev import git_revision
 from .proctree import rank_of
 from .schema import Metric
-from .store import rundir
+from .store import rundir, safepath
 from .store.compact import CompactionReport, compact_rank
+from .store.rundir import RESERVE
 from .store.journal import JournalSet
 
 # meta.json records these environment variables and no others: command lines and
@@ -219,6 +220,7 @@ class Session:
         self.sinks = [self.journals, *self.extra_sinks]
         self.meta = self._initial_meta()
         self._write_meta()
+        self._reserve_space()
 
         if self.target.kind == "self":
             regions.recorder.attach(self.emit, self.clock.offset_ns)
@@ -283,26 +285,67 @@ class Session:
             try:
                 sink.close()
             except Exception as exc:
-                self.warn(f"closing {type(sink).__name__} failed: {exc}")
+                if not (sink is self.journals and "journal_failed" in self.meta):  # said once
+                    self.warn(f"closing {type(sink).__name__} failed: {exc}")
         self.end_ns = self.clock.now_ns()
+        # the workload's exit first, into the space kept for it: a full disk costs samples, never
+        # the exit status (a reader finds the run still "running" and recovers it)
+        self._release_reserve()
+        self.meta["workload"] = workload or self.meta.get("workload")
+        self._write_meta_or_warn()
+        complete = True
         if compact:
             # every partition: ours, and those the workload's processes wrote (regions, traces)
             self.compaction = CompactionReport()
             for _rank, rank_path in rundir.rank_dirs(self.path):
-                compact_rank(rank_path, self.compaction)
+                try:
+                    compact_rank(rank_path, self.compaction)
+                except CounterprofError as exc:       # a full disk: the journal stays whole
+                    self.warn(str(exc))
+                    complete = False
             for problem in self.compaction.truncated:
+                self.warn(f"journal damaged: {problem}")
+            for problem in self.compaction.damaged:
                 self.warn(f"journal damaged: {problem}")
         self._refresh_statuses()
         self.meta.update({
-            "status": "complete",
+            "status": "complete" if complete else "running",
             "end_ns": self.end_ns,
             "duration_ns": self.end_ns - self.start_ns,
             "workload": workload or self.meta.get("workload"),
             "profiler": self._profiler_usage(),
             "warnings": self.warnings,
         })
-        self._write_catalog()
-        self._write_meta()
+        try:
+            self._write_catalog()
+        except OSError as exc:
+            self.warn(str(os_error(exc, self.path, "writing catalog.json")))
+        self._write_meta_or_warn()
+
+    RESERVE = RESERVE             # space kept for the last meta.json (a full disk)
+    RESERVE_BYTES = 256 * 1024
+
+    def _reserve_space(self) -> None:
+        try:
+            fd = safepath.create_new(self._own(self.RESERVE))   # never fallocate through a link
+            try:
+                os.posix_fallocate(fd, 0, self.RESERVE_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass          # no space even now, or a file system without fallocate: no reserve
+
+    def _release_reserve(self) -> None:
+        try:
+            self._own(self.RESERVE).unlink()
+        except OSError:
+            pass
+
+    def _write_meta_or_warn(self) -> None:
+        try:
+            self._write_meta()
+        except OSError as exc:
+            self.warn(str(os_error(exc, self.path, "writing meta.json")))
 
     def update_meta(self, **fields: Any) -> None:
         """Add facts to meta.json after stop (the exit of a workload that outlived profiling)."""
@@ -353,7 +396,14 @@ class Session:
             try:
                 sink.write(table, batch, rank)
             except Exception as exc:   # e.g. disk full: say so once per sink, keep going
-                key = f"sink {type(sink).__name__} failed: {exc}"
+                if sink is self.journals and "journal_failed" not in self.meta:
+                    # what recovery says of the run: samples after this are not on disk
+                    self.meta["journal_failed"] = {
+                        "after_s": round((self.clock.now_ns() - self.start_ns) / 1e9, 3),
+                        "reason": str(exc).splitlines()[0] if str(exc) else type(exc).__name__}
+                key = (str(os_error(exc, self.path, "writing the journal",
+                                    kept="what was written before; later samples are lost"))
+                       if isinstance(exc, OSError) else f"sink {type(sink).__name__} failed: {exc}")
                 if key not in self.warnings:
                     self.warn(key)
 

@@ -234,6 +234,8 @@ struct cp_kineto_scan {
     int need_comma;            /* in/out: an event was just read */
     int64_t rows_in_array;     /* in/out: elements seen so far */
     int64_t skipped;           /* in/out: elements that are not complete events */
+    int64_t bad_time;          /* in/out: of those, "X" events whose ts or dur is not a number */
+    int64_t too_long;          /* in/out: of those, events whose name or cat outgrew the buffers */
     int64_t min_headroom;      /* in: stop (FULL) when less name space than this is left */
     int status;                /* out: CP_KINETO_* */
     const char *error;         /* out, for CP_KINETO_ERROR */

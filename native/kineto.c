@@ -506,7 +506,7 @@ static int parse_event(cur_t *c, int eof, struct cp_kineto_cols *cols, int row, 
     int64_t cat0 = cols->cat_off[row], name0 = cols->name_off[row];
     sink_t cat = {cols->cat_data, cat0, cols->cat_cap, 0};
     sink_t name = {cols->name_data, name0, cols->name_cap, 0};
-    int have_cat = 0, have_name = 0;
+    int have_cat = 0, have_name = 0, too_long = 0;
     unsigned char ph = 0;
     cols->ts_ns[row] = cols->dur_ns[row] = CP_KINETO_NONE;
     cols->pid[row] = cols->tid[row] = CP_KINETO_NONE;
@@ -543,7 +543,10 @@ static int parse_event(cur_t *c, int eof, struct cp_kineto_cols *cols, int row, 
             s->overflow = 0;
             if (v0 == '"') {
                 if ((r = parse_string(c, s)) != OK) return r;
-                if (s->overflow) return fail(c, "a name longer than the output buffer");
+                /* with rows before it, the caller retries it on empty buffers; alone, it is
+                 * longer than any buffer: that event is skipped (counted), the next ones read */
+                if (s->overflow && row > 0) return fail(c, "a name longer than the output buffer");
+                if (s->overflow) too_long = 1;
                 if (is_cat) have_cat = 1; else have_name = 1;
             } else {
                 if ((r = skip_value(c, eof, 1)) != OK) return r;
@@ -582,7 +585,15 @@ static int parse_event(cur_t *c, int eof, struct cp_kineto_cols *cols, int row, 
         if (c->b[c->i] == '}') { c->i++; break; }
         return fail(c, "expected ',' or '}'");
     }
-    if (ph != 'X' || cols->ts_ns[row] == CP_KINETO_NONE || cols->dur_ns[row] == CP_KINETO_NONE)
+    if (too_long) {
+        *kept = -1;
+        return OK;
+    }
+    if (ph == 'X' && (cols->ts_ns[row] == CP_KINETO_NONE || cols->dur_ns[row] == CP_KINETO_NONE)) {
+        *kept = -2;
+        return OK;
+    }
+    if (ph != 'X')
         return OK;
     cols->ph[row] = ph;
     cols->cat_valid[row] = (uint8_t)have_cat;
@@ -641,10 +652,13 @@ int cp_kineto_events(const char *buf, int64_t len, int eof, struct cp_kineto_col
         }
         scan->rows_in_array++;
         scan->need_comma = 1;
-        if (kept)
+        if (kept == 1) {
             cols->rows++;
-        else
+        } else {
             scan->skipped++;
+            if (kept == -1) scan->too_long++;
+            if (kept == -2) scan->bad_time++;
+        }
     }
     scan->pos = c.i;
     return scan->status;

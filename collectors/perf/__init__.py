@@ -136,7 +136,8 @@ class PerfCollector(Collector):
             if all(st.status == "not supported" for st in cs.status.values()):
                 raise PerfEventError("none of the events can be counted here (all <not supported>); "
                                      "`counterprof list` shows the ones that can")
-            reasons = "; ".join(f"{n}: {_short_reason(st.reason)}" for n, st in cs.status.items())
+            reasons = "; ".join(f"{n}: {_short_reason(st.reason) or 'no thread of the target was left to open it on (it exited, or is a zombie)'}"
+                                for n, st in cs.status.items())
             raise PerfEventError(f"no event could be counted ({reasons})")
 
         # One output series (slot) per (event, entity); threads or CPUs summed unless asked.

@@ -122,7 +122,7 @@ _COSTED = None
 
 def rank_from_name(path: str | os.PathLike) -> int | None:
     m = _RANK_IN_NAME.search(os.path.basename(os.fspath(path)))
-    return int(m.group(1)) if m else None
+    return _int(m.group(1), 0, MAX_RANK) if m else None
 
 
 def dtype_bytes(dtype: Any) -> int | None:
@@ -174,7 +174,7 @@ class TraceConversion:
                 meta = self.scanner.meta
                 if base is None and spill is None:
                     if "baseTimeNanoseconds" in meta:
-                        base = _int(meta["baseTimeNanoseconds"]) or 0
+                        base = _base_time(meta, self.problems) or 0
                     else:
                         first = raw.columns["ts_ns"]
                         first_ts = pc.min(first).as_py()
@@ -192,7 +192,7 @@ class TraceConversion:
                 else:
                     yield batch
             meta = self.scanner.meta
-            late_base = _int(meta.get("baseTimeNanoseconds"))
+            late_base = _base_time(meta, self.problems)
             if spill_writer is not None:
                 spill_writer.close()
                 spill.seek(0)
@@ -216,8 +216,12 @@ class TraceConversion:
         self.problems = [*sc.problems, *self.problems]
         meta = sc.meta
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
-        rank = _int(dist.get("rank"))
-        if rank is not None and rank >= 0:
+        rank = _int(dist.get("rank"), 0, MAX_RANK)
+        if dist.get("rank") is not None and rank is None:
+            self.problems.append(f"distributedInfo.rank {str(dist.get('rank'))[:40]} is not a rank "
+                                 f"(0 to {MAX_RANK:,}): left out, the rank comes from the file "
+                                 "name or --rank")
+        if rank is not None:
             self.rank, self.rank_source = rank, "distributedInfo"
         elif rank_from_name(self.path) is not None:
             self.rank, self.rank_source = rank_from_name(self.path), "file name"
@@ -466,16 +470,31 @@ def _np_bool(arr: pa.Array) -> np.ndarray:
     return pc.fill_null(arr, False).to_numpy(zero_copy_only=False)
 
 
-def _int(v: Any) -> int | None:
+_INT64 = (-2**63, 2**63 - 1)
+MAX_RANK = 2**20 - 1          # a million ranks: beyond, a rank is a damaged or hostile number
+
+
+def _int(v: Any, lo: int = _INT64[0], hi: int = _INT64[1]) -> int | None:
+    """v as an int when it is one in [lo, hi] (a JSON 1e40 is not a time: it would overflow)."""
     if isinstance(v, bool):
         return None
-    if isinstance(v, int):
-        return v
     if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
-    return None
+        v = int(v)
+    elif isinstance(v, str) and v.strip().lstrip("-").isdigit() and len(v) < 40:
+        v = int(v)
+    return v if isinstance(v, int) and lo <= v <= hi else None
+
+
+def _base_time(meta: dict, problems: list[str]) -> int | None:
+    """baseTimeNanoseconds, when it is a time; else said once in problems."""
+    raw = meta.get("baseTimeNanoseconds")
+    base = _int(raw, 0)
+    if raw is not None and base is None:
+        note = (f"baseTimeNanoseconds {str(raw)[:40]!r} is not a time (ns since the epoch, "
+                "below 2^63): the events' times are kept as they are")
+        if note not in problems:
+            problems.append(note)
+    return base
 
 
 def _shift(batch: pa.RecordBatch, ns: int) -> pa.RecordBatch:

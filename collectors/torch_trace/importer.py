@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from counterprof import __version__
-from counterprof.errors import CounterprofError, RunDirectoryError, UsageError
+from counterprof.errors import CounterprofError, RunDirectoryError, UsageError, os_error
 from counterprof.schema import SPANS_SCHEMA
 from counterprof.store import rundir, safepath
 
@@ -89,8 +89,17 @@ class _ParquetSink:
         """True when a file was written."""
         if self.writer is None:
             return False
-        self.writer.close()
+        writer, self.writer = self.writer, None
+        writer.close()
         return True
+
+    def discard(self) -> None:
+        """After a failure (a full disk): no part-file stays behind to block a rerun."""
+        try:
+            self.close()
+        except Exception:
+            pass
+        self.target.unlink(missing_ok=True)
 
 
 def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,
@@ -105,20 +114,23 @@ def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,
     rows = 0
     window = None
     try:
-        for batch in conv:
-            if batch.num_rows == 1 and batch.column(3)[0].as_py() == "window":
-                window = (batch.column(0)[0].value, batch.column(1)[0].value)
-            pending.append(batch)
-            rows += batch.num_rows
-            if rows >= ROW_GROUP_ROWS:
+        try:
+            for batch in conv:
+                if batch.num_rows == 1 and batch.column(3)[0].as_py() == "window":
+                    window = (batch.column(0)[0].value, batch.column(1)[0].value)
+                pending.append(batch)
+                rows += batch.num_rows
+                if rows >= ROW_GROUP_ROWS:
+                    sink.write(pending)
+                    pending, rows = [], 0
+            if pending:
                 sink.write(pending)
-                pending, rows = [], 0
-        if pending:
-            sink.write(pending)
-    except TraceFileError as exc:
-        trace.failed = str(exc)
-    finally:
+        except TraceFileError as exc:
+            trace.failed = str(exc)
         written = sink.close()
+    except BaseException:
+        sink.discard()
+        raise
     trace.rank, trace.rank_source = conv.rank, conv.rank_source
     trace.spans, trace.gpu_spans, trace.events = conv.spans, conv.gpu_spans, conv.scanner.events
     trace.problems = list(conv.problems)
@@ -149,21 +161,30 @@ def import_traces(paths: list[str | os.PathLike], run: str | os.PathLike, *, rep
                 on_trace(trace)
         _check_ranks(traces)
         if not any(t.tmp for t in traces):
-            raise CounterprofError("nothing could be imported: " + "; ".join(
-                f"{t.path}: {t.failed}" for t in traces))
+            # each file's reason was said as it was read (on_trace); without that, say them here
+            raise CounterprofError("nothing could be imported" + ("" if on_trace is not None else ": " + "; ".join(
+                f"{t.path}: {t.failed}" for t in traces)))
         for i, trace in enumerate(traces):
             if trace.tmp is not None:
                 target = rundir.dataset_dir(run_path, "spans", trace.rank) / f"spans-import-{i}.parquet"
                 os.replace(trace.tmp, target)
                 trace.tmp = None
-    except BaseException:
+    except BaseException as exc:
         for trace in traces:
             if trace.tmp is not None:
                 trace.tmp.unlink(missing_ok=True)
         if not existed:
             rundir.abandon(run_path)
+        if isinstance(exc, OSError):
+            raise os_error(exc, run_path, "importing the traces",
+                           kept="nothing (the part-files were removed)") from None
         raise
-    _write_meta(run_path, traces, command)
+    try:
+        _write_meta(run_path, traces, command)
+    except OSError as exc:
+        raise os_error(exc, run_path, "writing meta.json",
+                       kept="the converted spans (`counterprof import --force` again once there "
+                            "is space)") from None
     return traces
 
 

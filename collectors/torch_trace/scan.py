@@ -42,6 +42,8 @@ ARG_INTS = {"stream": "stream", "device": "device", "correlation": "correlation"
             "External id": "external_id", "bytes": "bytes"}
 CHUNK_BYTES = 1 << 20         # bigger chunks cost memory and gain no speed
 BATCH_ROWS = 16 * 1024
+MAX_META_CHARS = 1 << 20      # a top-level value (deviceProperties...) longer is left out, named
+TOO_BIG = object()
 MAX_VALUE_CHARS = 64 << 20   # a longer event or top-level value means damaged text (an open quote)
 NAME_BYTES = 8 << 20          # name text per batch (kernel names run to kilobytes; a full buffer ends the batch)
 CAT_BYTES = 1 << 20
@@ -170,6 +172,8 @@ class KinetoScanner:
         self.found_events = False         # a traceEvents array was found
         self.events = 0                   # complete events kept
         self.skipped = 0                  # other elements of traceEvents
+        self.bad_time = 0                 # of those: "X" events whose ts or dur is not a number
+        self.too_long = 0                 # of those: events whose name outgrew the buffers
         self.bytes_read = 0
         self.compressed = False
 
@@ -218,14 +222,18 @@ class KinetoScanner:
                 return ""
             self._fill()
 
-    def _value(self, decoder: json.JSONDecoder | None = None) -> Any:
+    def _value(self, decoder: json.JSONDecoder | None = None, max_chars: int | None = None) -> Any:
         """Decode one JSON value at self.pos (refilling as needed). The reference decoder reads
-        events with exact numbers (Decimal); top-level values read as json.loads would."""
+        events with exact numbers (Decimal); top-level values read as json.loads would.
+        max_chars: a longer value is stepped over, not decoded (TOO_BIG, its length in .big)."""
         self._peek()
         while True:
             try:
                 if self.native:
                     end = _native_skip(self.buf, self.pos, self.eof)
+                    if max_chars is not None and end - self.pos > max_chars:
+                        self.big, self.pos = end - self.pos, end
+                        return TOO_BIG
                     value = json.loads(self.buf[self.pos:end].decode("utf-8", "replace"))
                 else:
                     value, end = _decode_one(self.buf, self.pos, self.eof, decoder or _META_DECODER)
@@ -324,7 +332,12 @@ class KinetoScanner:
                 self.found_events = True
                 yield from self._events()
             else:
-                value = self._value()
+                value = self._value(max_chars=MAX_META_CHARS)
+                if value is TOO_BIG:       # a 50 MB deviceProperties would cost 10x in objects
+                    self.problems.append(f"the trace's {key!r} is {self.big / 2**20:.1f} MB: left "
+                                         f"out (over {MAX_META_CHARS >> 20} MB is not metadata)")
+                    expect_key = False
+                    continue
                 self.meta[key] = value
                 if self.on_meta is not None:
                     self.on_meta(key, value)
@@ -340,10 +353,24 @@ class KinetoScanner:
 
     def _events(self) -> Iterator[RawEvents]:
         self.found_events = True
-        if self.native:
-            yield from self._events_native()
-        else:
-            yield from self._events_python()
+        try:
+            if self.native:
+                yield from self._events_native()
+            else:
+                yield from self._events_python()
+        finally:
+            self._say_left_out()
+
+    def _say_left_out(self) -> None:
+        """Events left out for their values are counted and said, never dropped silently."""
+        if self.bad_time:
+            self.problems.append(
+                f"{self.bad_time:,} complete event(s) (ph X) left out: their ts or dur is not a "
+                "number of µs (a string, NaN, or too large for a time)")
+        if self.too_long:
+            self.problems.append(
+                f"{self.too_long:,} event(s) left out: a name or category longer than "
+                f"{NAME_BYTES:,} bytes")
 
     def _events_python(self) -> Iterator[RawEvents]:
         rows: list[tuple] = []
@@ -380,6 +407,8 @@ class KinetoScanner:
             row = _python_row(ev)
             if row is None:
                 self.skipped += 1
+                self.bad_time += (isinstance(ev, dict) and isinstance(ev.get("ph"), str)
+                                  and ev["ph"][:1] == "X")
                 continue
             if want and isinstance(ev.get("args"), dict):
                 args[len(rows)] = ev["args"]
@@ -422,6 +451,7 @@ class KinetoScanner:
                 batch.take_args(buf, r0, self.wants_args)
             self.pos = scan.pos
             self.skipped = int(scan.skipped)
+            self.bad_time, self.too_long = int(scan.bad_time), int(scan.too_long)
             if status == lib.CP_KINETO_END:
                 break
             if status == lib.CP_KINETO_FULL:

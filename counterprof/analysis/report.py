@@ -113,6 +113,40 @@ def inputs_from_samples(samples: pa.Table, spans: pa.Table, catalog: dict[str, d
                         device_stats([samples]), spans, catalog, meta, ranks)
 
 
+MAX_WINDOWS = 10_000       # verdict windows: each is a classify(); a run's span must not size them
+
+
+def window_starts(data: RunData, step: int) -> tuple[int, list[int]]:
+    """(window length, the start of each window to judge). Every window of the run while they
+    are few; else only those holding samples or span edges (a run merged with a trace recorded
+    years earlier spans years, nearly all empty), and longer windows if those are still too many."""
+    lo, hi = data.start_ns, data.end_ns
+    if -(-(hi - lo) // step) <= MAX_WINDOWS:
+        return step, list(range(lo, hi, step))
+    import numpy as np
+    times = [s.ends for s in data.series.values()] + [s.starts for s in data.series.values()]
+    sets = [data.gpu_busy, data.cpu_collectives, data.windows, *data.regions.values(),
+            *data.input_waits.values(), *data.main_ops.values(), *data.rank_steps.values()]
+    times += [np.asarray([t for a, b in ivs for t in (a, b)], np.int64) for ivs in sets if ivs]
+    t = np.clip(np.concatenate(times) if times else np.zeros(0, np.int64), lo, hi - 1)
+    while True:
+        occupied = np.unique((t - lo) // step)
+        if len(occupied) <= MAX_WINDOWS:
+            return step, [int(lo + i * step) for i in occupied]
+        step *= 2
+
+
+def workload_span(meta: dict[str, Any], data: RunData) -> tuple[int, int]:
+    """The whole run's scope: the launched workload's life (exec to exit, from meta.json) when
+    known, so a 1 ms workload is judged over its 1 ms, not the profiler's start-up and stop
+    around it; else the data's extent."""
+    w = meta.get("workload") if isinstance(meta.get("workload"), dict) else {}
+    a, b = w.get("started_ns"), w.get("ended_ns")
+    if isinstance(a, int) and isinstance(b, int) and data.start_ns <= a < b:
+        return a, min(b, data.end_ns) if b > data.start_ns else b
+    return data.start_ns, data.end_ns
+
+
 def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     meta, catalog = inputs.meta, inputs.catalog
     data = RunData(ranks=max(1, inputs.ranks or 1))
@@ -137,7 +171,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         from .roofline import scope_facts
         return {**base_facts, **scope_facts(inputs.roofline, scope)}
 
-    whole = [(data.start_ns, data.end_ns)]
+    whole = [workload_span(meta, data)]
     overall = classify(signals(data, whole), "run", facts_for(whole))
     overall.start_ns, overall.end_ns = data.start_ns, data.end_ns
     report = Report(run_info, overall, window_s, summary=summary, collectors=collectors)
@@ -145,17 +179,17 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     def point(t: int, sig) -> dict[str, float]:
         return {"t_s": (t - data.start_ns) / 1e9, **{k: round(sig[k].value, 6) for k in PLOT_SIGNALS if k in sig}}
 
-    step = int(window_s * 1e9)
+    step, starts = window_starts(data, int(window_s * 1e9))
+    if step != int(window_s * 1e9):
+        report.window_s = window_s = step / 1e9
     window_points = []
-    t = data.start_ns
-    while t < data.end_ns:
+    for t in starts:
         hi = min(t + step, data.end_ns)
         sig = signals(data, [(t, hi)])
         w = classify(sig, f"{(t - data.start_ns) / 1e9:.1f}s", facts_for([(t, hi)]))
         w.start_ns, w.end_ns = t, hi
         report.windows.append(w)
         window_points.append(point(t, sig))
-        t = hi
 
     if len(report.windows) >= PLOT_POINTS:   # the windows are fine enough to plot
         report.plot_step_s, report.plot = window_s, window_points

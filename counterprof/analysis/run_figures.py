@@ -28,6 +28,7 @@ from .signals import RunData, Series, load_spans, signals
 from .thresholds import value
 
 MAX_CELLS = 4000           # verdict resolution: buckets per metric (bounds memory and time)
+MAX_WINDOW_CELLS = 100_000  # cells per metric however short compare's shared window
 WINDOWS = 200              # default: aim for this many metric windows per run (enough values
 #                            for a bootstrap interval) ...
 MIN_SAMPLES_PER_WINDOW = 2  # ... but never fewer than 2 sampling intervals per window
@@ -221,20 +222,17 @@ def _rate_unit(unit: str) -> tuple[float, str]:
 
 def window_values(cells: _Cells, k: int, kinds: dict[str, str]) -> dict[str, np.ndarray]:
     """Each metric's value per window of k cells (NaN-free: empty and unknown windows left out)."""
-    m, n = cells.sum.shape
-    nw = -(-n // k)
-    pad = nw * k - n
+    n = cells.sum.shape[1]
+    edges = np.arange(0, n, k)     # no padding: a window may be far longer than the run
 
-    def fold(a, fill, how):
-        if pad:
-            a = np.concatenate([a, np.full((m, pad), fill, a.dtype)], axis=1)
-        return how(a.reshape(m, nw, k), axis=2)
+    def fold(a, how):
+        return how.reduceat(a, edges, axis=1) if n else a
 
-    s = fold(cells.sum, 0.0, np.sum)
-    c = fold(cells.count, 0, np.sum)
-    u = fold(cells.nulls, 0, np.sum)
-    first = fold(cells.first, _Cells._NONE_FIRST, np.min)
-    last = fold(cells.last, _Cells._NONE_LAST, np.max)
+    s = fold(cells.sum, np.add)
+    c = fold(cells.count, np.add)
+    u = fold(cells.nulls, np.add)
+    first = fold(cells.first, np.minimum)
+    last = fold(cells.last, np.maximum)
     out = {}
     for i, name in enumerate(cells.names):
         if kinds.get(name, "delta") == "delta":
@@ -254,6 +252,9 @@ def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ran
     """One pass over every rank's samples. Returns (per-window values: metric -> rank -> array,
     totals: delta metric -> rank -> sum, units, RunData for the classifier)."""
     bucket = max(finest_ns, -(-(end_ns - start_ns) // MAX_CELLS), 1_000_000)
+    # windows shorter than a cell (compare's shared window on a run that spans years: merged
+    # with an old trace) are one cell each; their number, not the span, bounds the arrays
+    window_ns = max(window_ns, -(-(end_ns - start_ns) // MAX_WINDOW_CELLS))
     k = max(1, window_ns // bucket)
     bucket = window_ns // k                       # windows are whole numbers of cells
     ncells = max(1, -(-(end_ns - start_ns) // bucket))

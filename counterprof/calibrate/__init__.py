@@ -65,9 +65,13 @@ def cached(host: str | None = None) -> dict[str, dict]:
     prefix = _slug(host or socket.gethostname()) + "-"
     out: dict[str, dict] = {}
     d = cache_dir()
-    if not d.is_dir():
+    try:
+        if not d.is_dir():
+            return out
+        found = sorted(d.glob(f"{prefix}*.json"))
+    except OSError:          # another user's cache (HOME kept across setpriv/sudo): none
         return out
-    for path in sorted(d.glob(f"{prefix}*.json")):
+    for path in found:
         try:
             doc = json.loads(path.read_text())
         except (OSError, ValueError):

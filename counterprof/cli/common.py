@@ -26,6 +26,8 @@ class UsageFailure(Exception):
 
 def err(message: str) -> None:
     from ..render.inert import inert_lines    # names in messages print inert
+    if sys.stderr is None:       # started with stderr closed: print(file=None) would use stdout
+        return
     print(f"counterprof: {inert_lines(message)}", file=sys.stderr, flush=True)
 
 
@@ -57,15 +59,28 @@ def guarded(fn: Callable[[], int]) -> int:
     except CounterprofError as exc:
         err(str(exc))
         return exc.exit_code
+    except OSError as exc:       # one a subcommand did not expect: still one line
+        from ..errors import os_error
+        if isinstance(exc, BrokenPipeError):
+            return _broken_pipe()
+        e = os_error(exc, doing="read or write it")
+        err(str(e))
+        return e.exit_code
+    except MemoryError:
+        err("out of memory: the run is larger than this machine can analyse, or holds values no "
+            "run can have (see the warnings above)")
+        return EXIT_ERROR
     except KeyboardInterrupt:
         err("interrupted")
         return 130
-    except BrokenPipeError:
-        # the reader went away (`counterprof report RUN | head`): stop quietly, like a shell
-        # tool killed by SIGPIPE, and keep Python from complaining when it flushes stdout
-        import os
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
+
+
+def _broken_pipe() -> int:
+    # the reader went away (`counterprof report RUN | head`): stop quietly, like a shell
+    # tool killed by SIGPIPE, and keep Python from complaining when it flushes stdout
+    import os
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 141
 
 
 def check_pid(pid: int, usage: str) -> None:
@@ -126,7 +141,12 @@ def open_run(path: str, skip_unreadable: bool = False):
     run = Run(path, skip_unreadable=skip_unreadable)
     if run_needs_recovery(run.path):
         # the one recovery `counterprof recover` runs: the journal, then the collectors' leftovers
-        rep = recover(run.path)
+        from ..errors import DiskFull
+        try:
+            rep = recover(run.path)
+        except DiskFull as exc:     # the journal stays and reads as it is: go on without
+            err(f"{exc} (read without recovering it)")
+            return run
         err(f"{run.path}: the profiler that wrote it is gone; recovered {rep.compaction.rows} rows from its journal")
         shown = 10
         for line in rep.lines[:shown]:
@@ -161,6 +181,9 @@ def write_text_file(path: str, text: str, option: str) -> None:
         with open(path, "w", opener=private_opener) as f:
             f.write(text)
     except OSError as exc:
+        import os
+        if os.path.isfile(path):
+            os.unlink(path)          # half a file (a full disk) is no output
         raise CounterprofError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
 
 
@@ -178,3 +201,26 @@ def private_umask() -> None:
     inherit the mask."""
     import os
     os.umask(os.umask(0) | 0o077)
+
+
+def nothing_recorded(run, meta: dict, what: str, spans: int = 0, unreadable: int = 0) -> str:
+    """Why a run holds nothing to `what` (judge, export), as meta.json tells it: collectors
+    that were unavailable or failed, ones that ran but stopped before their first batch (a
+    profiler killed at once), or spans of kinds the verdict does not read (imported cpu_op)."""
+    if unreadable and not spans:
+        return (f"{run.path} holds nothing readable to {what}: its {unreadable} file(s) with "
+                "data are unreadable (named above); restore them from a copy")
+    if spans:
+        return (f"{run.path} holds {spans:,} spans but none that the verdict reads (GPU kernels, "
+                "steps, regions, collectives or DataLoader waits) and no samples: nothing to "
+                f"{what}; `counterprof export --perfetto` shows the spans")
+    cols = {n: c for n, c in (meta.get("collectors") or {}).items() if isinstance(c, dict)}
+    ran = sorted(n for n, c in cols.items() if c.get("status") == "ok")
+    if ran:
+        return (f"{run.path} holds no samples or spans to {what}: {', '.join(ran)} ran but the "
+                f"profiler stopped (status {meta.get('status')}) before any wrote its first batch "
+                "(each writes at least once a second): profile for longer")
+    if not cols:
+        return f"{run.path} holds no samples or spans to {what}"
+    return (f"{run.path} holds no samples or spans to {what}: every collector was unavailable or "
+            "failed (see `counterprof list` and meta.json's collectors)")

@@ -187,6 +187,9 @@ def _main(argv: list[str]) -> int:
         for why in r.skipped:
             err(f"skipped an unreadable file: {why}")
             cmp.notes.append(f"left out, unreadable: {why}")
+        for why in r.left_out:
+            err(why)
+            cmp.notes.append(why)
     if len(commands) > 1:
         cmp.notes.insert(0, "--force: the runs ran different commands (" + " | ".join(sorted(commands)) + ")")
 

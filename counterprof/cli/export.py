@@ -19,9 +19,10 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
-from .common import ArgumentParser, UsageFailure, err, guarded, open_run, use_system_allocator
+from .common import (ArgumentParser, UsageFailure, err, guarded, nothing_recorded, open_run,
+                     use_system_allocator)
 from ..analysis.ranks import rank_ranges
 
 BATCH_ROWS = 64 * 1024
@@ -157,9 +158,11 @@ class Part:
     table: str
     path: Path
     journal: bool = False
+    span: Any = None             # store.span.Span: rows outside it are left out
 
     def __post_init__(self):
         self.problems: list[str] = []
+        self.out_of_span = 0
         self.unreadable = False              # not even its footer
         self.bad_groups: set[int] = set()
 
@@ -199,6 +202,14 @@ class Part:
         need = columns + [c for c in (first, last) if c not in columns]
 
         def shaped(b):
+            if self.span is not None:
+                b, dropped = self.span.keep(self.table, b)
+                if dropped:
+                    self.out_of_span += dropped
+                    from ..store.span import left_out
+                    note = left_out(str(self.path), self.out_of_span, self.span)
+                    self.problems = [p for p in self.problems if "outside the run's span" not in p]
+                    self.problems.append(note)
             b = window.filter(b, first, last)
             return pa.RecordBatch.from_arrays(
                 [b.column(c) if c in b.schema.names else pa.nulls(b.num_rows, schema.field(c).type)
@@ -234,9 +245,10 @@ def list_parts(run) -> dict[int, list[Part]]:
     journals = dict(rank_dirs(run.path))
     for table in ("spans", "samples"):
         for rank, f in table_files(run.path, table):
-            out[rank].append(Part(rank, table, f))
+            out[rank].append(Part(rank, table, f, span=run.span))
         for rank, d in journals.items():
-            out[rank] += [Part(rank, table, s.path, journal=True) for s in segments(d) if s.table == table]
+            out[rank] += [Part(rank, table, s.path, journal=True, span=run.span)
+                          for s in segments(d) if s.table == table]
     return out
 
 
@@ -343,9 +355,7 @@ def _main(argv: list[str]) -> int:
     meta = run.meta
     parts = list_parts(run)
     if not any(parts.values()):
-        raise RunDirectoryError(
-            f"{run.path} holds no samples or spans to export: every collector was unavailable or "
-            "failed (see `counterprof list` and meta.json's collectors)")
+        raise RunDirectoryError(nothing_recorded(run, meta, "export"))
     ranks = sorted(parts)
     if wanted is not None:
         missing = not_in_run(wanted, ranks)
@@ -413,8 +423,12 @@ def _main(argv: list[str]) -> int:
             if span_cut.kept + sample_cut.kept == 0:
                 raise RunDirectoryError(_nothing_message(run, ranks, args.window, start_ns,
                                                          span_cut, sample_cut, problems))
-    except BaseException:
+    except BaseException as exc:
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            from ..errors import os_error
+            raise os_error(exc, out, "writing the Perfetto timeline",
+                           kept="nothing (the part-file was removed)") from None
         raise
     os.replace(tmp, out)
     _summary(out, writer.counts, ranks, parts, wanted, args.window, start_ns, span_cut, sample_cut,

@@ -14,6 +14,7 @@ on a last line.
 """
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -74,11 +75,19 @@ def _record(path: str):
     from ..store.history import RunRecord, command_text
     from .common import open_run
     from .compare import figures
+    from ..store.recover import writer_alive
     run = open_run(path, skip_unreadable=True)
     meta = run.meta
+    if writer_alive(meta):    # its figures would be partial, and the finished run refused later
+        from ..errors import UsageError
+        prof = meta.get("profiler") or {}
+        raise UsageError(f"{run.path} is still being written (counterprof pid {prof.get('pid')} on "
+                         f"{prof.get('host')}): add it once that run has finished")
     f = figures(run)
     for why in run.skipped:
         err(f"skipped an unreadable file (its rows are not in the summary): {why}")
+    for why in run.left_out:
+        err(why)
     if f.verdict is None and not f.times:
         err(f"{run.path}: no samples or spans: only its wall time and command are recorded")
     host = (meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else meta.get("host")
@@ -97,7 +106,13 @@ def _add(args) -> int:
     from ..runset import expand as expand_sets
     args.runs = expand_sets(args.runs)                 # a run set (`run -r N`) adds its runs in order
     records = [_record(p) for p in args.runs]          # read every run before writing anything
-    con = connect(args.db)
+    created = not Path(args.db).exists()
+    try:
+        con = connect(args.db)
+    except BaseException:
+        if created:
+            _remove_db(args.db)
+        raise
     try:
         for path, rec in zip(args.runs, records):
             seq, added = add(con, rec)
@@ -106,9 +121,24 @@ def _add(args) -> int:
                 err(f"{path}: added as run {seq} ({len(rec.figures)} series, verdict {rec.verdict}{rev})")
             else:
                 err(f"{path}: already in {args.db} as run {seq}; not added again")
-    finally:
+        con.close()           # its checkpoint writes too
+    except Exception as exc:
         con.close()
+        if created:           # a half-made file would make the next add refuse it
+            _remove_db(args.db)
+        if "No space left" in str(exc) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+            from ..errors import DiskFull
+            raise DiskFull(f"{Path(args.db).parent or '.'}: no space left on the device (adding to "
+                           f"{args.db}); " + ("the new file was removed" if created else
+                                              "the history file keeps what it had before")
+                           + "; free some space and add again") from None
+        raise
     return 0
+
+
+def _remove_db(path: str) -> None:
+    for p in (path, path + ".wal"):
+        Path(p).unlink(missing_ok=True)
 
 
 def _show(args, p) -> int:

@@ -35,6 +35,8 @@ def _main(argv: list[str]) -> int:
         f"{len(c.files)} Parquet file(s) in {run.path}")
     for problem in c.truncated:
         err(f"cut-off segment (kept what was readable): {problem}")
+    for problem in c.damaged:
+        err(f"damaged segment (kept what was readable): {problem}")
     for line in report.lines:      # e.g. torch traces not converted yet
         err(line)
     for line in report.failed:
@@ -42,4 +44,6 @@ def _main(argv: list[str]) -> int:
     if not args.quiet:
         from ..render.console import console
         console(stderr=True).print(run.summary())
+        for why in run.left_out:
+            err(why)
     return EXIT_ERROR if report.failed else 0

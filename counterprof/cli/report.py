@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import (ArgumentParser, check_output_file, err, guarded, open_run, use_system_allocator,
+from .common import (ArgumentParser, check_output_file, err, guarded, nothing_recorded, open_run,
+                     use_system_allocator,
                      write_text_file)
 
 
@@ -54,8 +55,6 @@ def _main(argv: list[str]) -> int:
     run = open_run(args.run)
     meta = run.meta
     q = RunQuery(run.path)
-    for problem in q.files.skipped:
-        err(f"skipped an unreadable file: {problem}")
     catalog = run.catalog
     ranks = [r for r in run.ranks() if r >= 0]
     totals, devices, rank_buckets = regroup(q.groups())
@@ -67,11 +66,14 @@ def _main(argv: list[str]) -> int:
                           hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks},
                           world_size=world_size(run, ranks), roofline=roofline_if_ops(run, spans))
     q.close()
+    for problem in q.files.skipped:
+        err(f"skipped an unreadable file: {problem}")
+    for problem in q.files.left_out + run.skipped:
+        err(problem)
     report = build_report(inputs, args.window)
     if report.overall.device == "none" and not report.windows:
-        raise RunDirectoryError(
-            f"{run.path} holds no samples or spans to judge: every collector was unavailable or "
-            "failed (see `counterprof list` and meta.json's collectors)")
+        raise RunDirectoryError(nothing_recorded(run, meta, "judge", spans.num_rows,
+                                                 len(q.files.skipped)))
     if args.json:
         json.dump(report.to_json(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")

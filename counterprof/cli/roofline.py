@@ -57,6 +57,8 @@ def _main(argv: list[str]) -> int:
         r = run_roofline(run, q, args.rank, file_docs, keep_atoms=False)
     finally:
         q.close()
+    for problem in q.files.left_out:     # rows outside the run's span, left out
+        err(problem)
     if args.html:
         write_text_file(args.html, roofline_html(r, f"counterprof roofline: {run.path.name}"), "--html")
     if args.json:

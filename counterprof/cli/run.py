@@ -155,6 +155,9 @@ def _run(args) -> int:
     if not command and args.pid is None and not args.all_cpus:
         raise UsageFailure("give a command after --, or --pid PID, or -a",
                            build_parser().format_usage())
+    if args.duration is not None and not args.duration > 0:
+        raise UsageFailure("--duration must be a positive number of seconds",
+                           build_parser().format_usage())
     if args.duration is not None and command:
         raise UsageFailure("--duration applies to --pid and -a without a command",
                            build_parser().format_usage())
@@ -244,6 +247,7 @@ def _run(args) -> int:
         raise
     from ..workload import WorkloadStartError
     view = _start_view(session, window, warnings, command_line(command)) if window is not None else None
+    started_ns = session.clock.now_ns()        # the workload's life on the run's axis
     try:
         try:
             workload.release()
@@ -269,7 +273,8 @@ def _run(args) -> int:
         result = workload.wait()
         session.update_meta(workload_exit={"status": "exited", **result.to_json()})
     else:
-        session.stop(workload={"status": "exited", **result.to_json()})
+        session.stop(workload={"status": "exited", **result.to_json(),
+                               "started_ns": started_ns, "ended_ns": session.clock.now_ns()})
     _report(session, args, totals)
     return result.exit_status
 
@@ -338,7 +343,7 @@ def _report(session, args, totals=None) -> None:
             print_summary(summary, args.json)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
             err(f"could not print the summary: {exc}")
-    print(f"counterprof: run directory: {session.path}", file=sys.stderr)
+    err(f"run directory: {session.path}")
 
 
 def print_summary(summary, as_json: bool) -> None:

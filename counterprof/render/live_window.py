@@ -11,6 +11,7 @@ has said nothing for a whole window (a thread that ended) is dropped.
 from __future__ import annotations
 
 import threading
+import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -128,8 +129,26 @@ class LiveWindow:
         self._newest: int | None = None
         self._version = 0
         self.rows_seen = 0
+        self.rows_ahead = 0        # rows stamped far ahead of the rest: left out (a damaged time)
         self.closed = False
         self.traces = TraceMFU()
+
+    MAX_AHEAD_NS = 60_000_000_000
+
+    def _plausible(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """batch without rows stamped more than a minute ahead of now (the wall clock, or the
+        newest tick when the times are not epoch times): one such row would make "now" jump
+        and every real series drop out of the window."""
+        t = batch.column("time").cast(pa.int64())
+        newest = self._newest
+        ref = newest * self.tick_ns if newest is not None else pc.approximate_median(t).as_py()
+        ref = max(int(ref), time.time_ns())     # a stopped workload's pause is no jump
+        ok = pc.less_equal(t, int(ref) + self.MAX_AHEAD_NS)
+        if pc.all(ok).as_py():
+            return batch
+        kept = batch.filter(ok)
+        self.rows_ahead += batch.num_rows - kept.num_rows
+        return kept
 
     def write(self, table: str, batch: pa.RecordBatch, rank: int = 0) -> None:
         # spans: torch traces, whose windows give the MFU figure (live_traces); ranks share one view
@@ -139,6 +158,9 @@ class LiveWindow:
                     self._version += 1
             return
         if table != "samples" or batch.num_rows == 0:
+            return
+        batch = self._plausible(batch)
+        if batch.num_rows == 0:
             return
         folded = fold(batch, self.tick_ns)
         h = self.history_ticks

@@ -11,7 +11,6 @@ written under a temporary name and renamed, and segments are deleted only after.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import socket
@@ -24,8 +23,10 @@ import pyarrow.parquet as pq
 
 from ..proctree import pid_alive
 from .journal import JOURNAL, SegmentRead, read_segment, segments
+from ..errors import RunDirectoryError, os_error
 from . import safepath
-from .rundir import make_dirs, run_of_rank, table_dir
+from .meta import read_meta
+from .rundir import META, make_dirs, run_of_rank, table_dir
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
 ROW_GROUP_ROWS = 64 * 1024
@@ -37,6 +38,7 @@ class CompactionReport:
     rows: int = 0
     segments: int = 0
     truncated: list[str] = field(default_factory=list)   # "segment: what was wrong"
+    damaged: list[str] = field(default_factory=list)     # "segment: N batches left out (why)"
     live: list[str] = field(default_factory=list)        # writers still running: left alone
 
 
@@ -64,9 +66,8 @@ def written_on_another_host(rank_path: Path) -> str | None:
     profiler on another host is still writing it: its pids mean nothing here, so none of its
     writers can be judged dead from this host (a multi-node job on a shared filesystem)."""
     try:
-        with os.fdopen(safepath.open_read(Path(rank_path) / "meta.json"), "rb") as f:
-            meta = json.loads(f.read())
-    except (OSError, ValueError):
+        meta = read_meta(Path(rank_path) / META)
+    except RunDirectoryError:
         return None
     host = (meta.get("profiler") or {}).get("host")
     if meta.get("status") == "running" and host and host != socket.gethostname():
@@ -93,6 +94,7 @@ def compact_rank(rank_path: Path, report: CompactionReport | None = None, *,
 
 
 LOCK = ".compact.lock"
+DAMAGED = ".damaged"      # a segment with damaged batches, once compacted (no reader reads it)
 
 
 def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
@@ -128,6 +130,7 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
             report.rows += table_obj.num_rows
             pending, pending_rows = [], 0
 
+        damaged: list[Path] = []
         try:
             for s in group:
                 seg_report = SegmentRead()
@@ -138,17 +141,37 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
                         flush()
                 if seg_report.truncated:
                     report.truncated.append(f"{s.path.name}: {seg_report.error}")
+                if seg_report.damaged:
+                    report.damaged.append(f"{s.path.name}: {seg_report.damaged} damaged batch(es) "
+                                          f"left out ({seg_report.damage}); the segment is kept "
+                                          f"as {s.path.name}{DAMAGED}")
+                    damaged.append(s.path)
                 report.segments += 1
             flush()
-        finally:
             if writer_obj is not None:
                 writer_obj.close()
+        except BaseException as exc:
+            # a full disk mid-file: the segments stay (nothing is lost), the part-file goes
+            if writer_obj is not None:
+                try:
+                    writer_obj.close()
+                except Exception:
+                    pass
+            tmp.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise os_error(exc, folder, "compacting the journal into Parquet",
+                               kept=f"every journal segment in {Path(rank_path) / JOURNAL} (`counterprof "
+                                    "recover` compacts them once there is space)") from None
+            raise
         if writer_obj is not None:
             os.chmod(tmp, 0o600)
             os.replace(tmp, target)
             report.files.append(target)
         for s in group:
-            s.path.unlink(missing_ok=True)
+            if s.path in damaged:      # its good batches are in the Parquet file; kept to look at
+                os.replace(s.path, s.path.with_name(s.path.name + DAMAGED))
+            else:
+                s.path.unlink(missing_ok=True)
     journal = Path(rank_path) / JOURNAL
     try:
         journal.rmdir()

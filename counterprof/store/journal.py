@@ -16,6 +16,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from ..schema import TABLES
 from . import safepath
 from .rundir import JOURNAL, rank_dir
 
@@ -134,17 +135,52 @@ def segments(rank_path: Path) -> list[Segment]:
 
 @dataclass
 class SegmentRead:
-    """What reading one segment found: a clean end, or where a killed writer stopped."""
+    """What reading one segment found: a clean end, where a killed writer stopped, or batches
+    left out because their bytes are damaged (a flipped bit: Arrow would crash on them)."""
 
     batches: int = 0
     rows: int = 0
     truncated: bool = False
     error: str = ""
+    damaged: int = 0          # batches left out
+    damage: str = ""          # why the first of them was
+
+
+def _schema_problem(schema: pa.Schema, table: str | None) -> str:
+    """Why a segment's schema is not the one counterprof writes for its table ("" if it is)."""
+    expected = TABLES.get(table) if table else None
+    if expected is None:
+        return ""
+    got = [(f.name, f.type) for f in schema]
+    want = [(f.name, f.type) for f in expected]
+    if got != want:
+        return f"its schema is not counterprof's {table} schema ({schema.names})"
+    return ""
+
+
+def batch_problem(batch: pa.RecordBatch, schema: pa.Schema | None = None) -> str:
+    """Why a batch read from disk must not be used ("" if it may): Arrow's full validation
+    (offsets, dictionary indices, UTF-8), nulls where the schema has none, null dictionary
+    entries. Arrow's kernels and the Parquet writer trust these and crash on them."""
+    try:
+        batch.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowException) as exc:
+        return str(exc).splitlines()[0]
+    fields = schema if schema is not None else batch.schema
+    for f, col in zip(fields, batch.columns):
+        if not f.nullable and col.null_count:
+            return f"column {f.name} holds nulls"
+        if pa.types.is_dictionary(col.type) and col.dictionary.null_count:
+            return f"column {f.name}'s dictionary holds nulls"
+    return ""
 
 
 def read_segment(path: Path, report: SegmentRead | None = None) -> Iterator[pa.RecordBatch]:
-    """Batches of one segment, tolerating a tail cut off by a killed writer."""
+    """Batches of one segment, tolerating a tail cut off by a killed writer and leaving out
+    (and counting in report) batches whose bytes are damaged; a segment whose schema is not its
+    table's yields nothing."""
     report = report if report is not None else SegmentRead()
+    seg = Segment.parse(Path(path))
     try:
         if os.path.getsize(path) == 0:
             report.truncated = True
@@ -156,6 +192,11 @@ def read_segment(path: Path, report: SegmentRead | None = None) -> Iterator[pa.R
         report.truncated = True
         report.error = str(exc)
         return
+    problem = _schema_problem(reader.schema, seg.table if seg else None)
+    if problem:
+        report.truncated = True
+        report.error = f"damaged: {problem}"
+        return
     while True:
         try:
             batch = reader.read_next_batch()
@@ -165,6 +206,11 @@ def read_segment(path: Path, report: SegmentRead | None = None) -> Iterator[pa.R
             report.truncated = True
             report.error = str(exc)
             return
+        problem = batch_problem(batch, reader.schema)
+        if problem:                 # framing holds (each message has its length): go on
+            report.damaged += 1
+            report.damage = report.damage or problem
+            continue
         report.batches += 1
         report.rows += batch.num_rows
         yield batch

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from .journal import read_segment, segments
 from .rundir import TABLE_NAMES, rank_dirs, table_files
+from .span import left_out, run_span
 
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
 _TOTALS = """
@@ -35,6 +36,7 @@ class RunFiles:
     parquet: dict[str, list[tuple[int, str]]] = field(default_factory=dict)   # table -> (rank, path)
     journal: dict[str, list[tuple[int, Path]]] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)                           # "path: why"
+    left_out: list[str] = field(default_factory=list)      # rows outside the run's span, per table
 
 
 def run_files(run_path: str | os.PathLike) -> RunFiles:
@@ -43,7 +45,7 @@ def run_files(run_path: str | os.PathLike) -> RunFiles:
         for rank, f in table_files(Path(run_path), table):
             try:
                 pq.read_metadata(f)
-            except (pa.ArrowInvalid, OSError) as exc:
+            except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
                 out.skipped.append(f"{f}: {exc}")
                 continue
             out.parquet.setdefault(table, []).append((rank, str(f)))
@@ -53,25 +55,46 @@ def run_files(run_path: str | os.PathLike) -> RunFiles:
     return out
 
 
+def _ns(v) -> int:
+    """A Parquet statistic of a timestamp or int64 column as ns."""
+    if isinstance(v, int):
+        return v
+    if hasattr(v, "value"):          # pandas.Timestamp
+        return int(v.value)
+    import datetime as _dt
+    if isinstance(v, _dt.datetime):
+        return int(v.timestamp() * 1e9)
+    raise TypeError(type(v).__name__)
+
+
 def _sql_string(text: str) -> str:
     """A SQL string literal (a run directory may be named "bob's run")."""
     return "'" + text.replace("'", "''") + "'"
 
 
 class RunQuery:
-    """One DuckDB connection with a view per table (samples, spans), rank included."""
+    """One DuckDB connection with a view per table (samples, spans), rank included. Rows
+    outside the run's span (store/span.py) are not in the views; a file that turns out damaged
+    while a query reads it is left out and the query run again. Both are named in
+    files.skipped."""
 
     def __init__(self, run_path: str | os.PathLike, threads: int | None = None):
         import duckdb
         self.files = run_files(run_path)
+        self.span = run_span(run_path)
         self.con = duckdb.connect()
         self.con.execute(f"SET threads={threads or os.cpu_count() or 1}")
         self.con.execute("SET enable_progress_bar = false")
         self.tables: set[str] = set()
+        self._journal: dict[str, pa.Table] = {}     # table -> the journal's rows, registered
         for table in ("samples", "spans"):
             self._view(table)
+        self._note_out_of_span()
 
     def _view(self, table: str) -> None:
+        self.con.execute(f"DROP VIEW IF EXISTS {table}")
+        self.con.execute(f"DROP VIEW IF EXISTS {table}_all")
+        self.tables.discard(table)
         parts = []
         files = self.files.parquet.get(table, [])
         if files:
@@ -79,21 +102,97 @@ class RunQuery:
             parts.append(f"SELECT * FROM read_parquet([{paths}], hive_partitioning = true, "
                          f"union_by_name = true)")
         journal = self.files.journal.get(table, [])
-        if journal:
+        if table in self._journal:         # a rebuilt view: the segments were read already
+            parts.append(f"SELECT * FROM {table}_journal")
+        elif journal:
             batches = []
             for rank, path in journal:
                 for b in read_segment(path):
                     batches.append(b.append_column("rank", pa.array([rank] * b.num_rows, pa.int64())))
             if batches:
                 name = f"{table}_journal"
-                self.con.register(name, pa.Table.from_batches(batches).unify_dictionaries())
+                self._journal[table] = pa.Table.from_batches(batches).unify_dictionaries()
+                self.con.register(name, self._journal[table])
                 parts.append(f"SELECT * FROM {name}")
         if parts:
-            self.con.execute(f"CREATE VIEW {table} AS " + " UNION ALL BY NAME ".join(parts))
+            self.con.execute(f"CREATE VIEW {table}_all AS " + " UNION ALL BY NAME ".join(parts))
+            where = f" WHERE {self.span.sql(table)}" if self.span is not None else ""
+            self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_all{where}")
             self.tables.add(table)
+        else:        # none (left): an empty view, for a query retried without a damaged file
+            from ..schema import TABLES
+            empty = TABLES[table].empty_table()
+            self.con.register(f"{table}_none", empty.append_column("rank", pa.array([], pa.int64())))
+            self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_none")
+
+    def _note_out_of_span(self) -> None:
+        if self.span is None:
+            return
+        for table in sorted(self.tables):
+            if self._inside_by_statistics(table):
+                continue          # the footers say every row is inside: no scan
+            n = self._run(lambda: self.con.sql(
+                f"SELECT count(*) FROM {table}_all WHERE NOT coalesce({self.span.sql(table)}, false)"
+            ).fetchall()[0][0])
+            if n:
+                self.files.left_out.append(left_out(f"{table} of the run", n, self.span))
+
+    def _inside_by_statistics(self, table: str) -> bool:
+        """Do the Parquet files' row-group statistics (and the journal's rows) put every time
+        of table inside the run's span? False when any cannot say."""
+        cols = ("time", "duration_ns") if table == "samples" else ("start", "end")
+        for _rank, path in self.files.parquet.get(table, []):
+            try:
+                md = pq.read_metadata(path)
+                for g in range(md.num_row_groups):
+                    rg = md.row_group(g)
+                    stats = {rg.column(i).path_in_schema: rg.column(i).statistics
+                             for i in range(rg.num_columns)}
+                    for name in cols:
+                        st = stats.get(name)
+                        if st is None or not st.has_min_max:
+                            return False
+                        lo, hi = _ns(st.min), _ns(st.max)
+                        inside = (0 <= lo and hi <= self.span.hi - self.span.lo) if name == "duration_ns" \
+                            else (self.span.lo <= lo and hi <= self.span.hi)
+                        if not inside:
+                            return False
+            except (pa.ArrowException, OSError, ValueError, TypeError):
+                return False
+        if table in self._journal and self.span.mask(table, self._journal[table]) is not None:
+            return False
+        return True
+
+    def _run(self, query):
+        """query(), again without each Parquet file that a DuckDB error shows is damaged (its
+        footer read, a page inside did not: "dictionary offset out of range")."""
+        import duckdb
+        while True:
+            try:
+                return query()
+            except duckdb.Error as exc:
+                if not self._drop_damaged(exc):
+                    raise
+
+    def _drop_damaged(self, exc: Exception) -> bool:
+        """Find the files that fail to decode, leave them out (named); False if none does."""
+        import duckdb
+        found = False
+        for table, files in self.files.parquet.items():
+            for rank, path in list(files):
+                try:
+                    self.con.sql(f"SELECT max(hash(COLUMNS(*))) FROM read_parquet({_sql_string(path)})"
+                                 ).fetchall()
+                except duckdb.Error as bad:
+                    files.remove((rank, path))
+                    why = (str(bad).splitlines() or [type(bad).__name__])[0]
+                    self.files.skipped.append(f"{path}: {why}")
+                    self._view(table)
+                    found = True
+        return found
 
     def arrow(self, sql: str) -> pa.Table:
-        return self.con.sql(sql).to_arrow_table()
+        return self._run(lambda: self.con.sql(sql).to_arrow_table())
 
     def groups(self) -> pa.Table:
         """One scan of every sample: per (rank, source, metric, entity), the summary's sums, the
@@ -130,7 +229,8 @@ class RunQuery:
     def extent(self) -> tuple[int | None, int | None]:
         if "samples" not in self.tables:
             return None, None
-        row = self.con.sql("SELECT min(epoch_ns(time)), max(epoch_ns(time)) FROM samples").fetchone()
+        row = self._run(lambda: self.con.sql(
+            "SELECT min(epoch_ns(time)), max(epoch_ns(time)) FROM samples").fetchall()[0])
         return row[0], row[1]
 
     def close(self) -> None:

@@ -19,7 +19,9 @@ from ..errors import RunDirectoryError
 from ..schema import TABLES
 from .journal import read_segment, segments
 from . import rundir, safepath
-from .rundir import CATALOG, META, is_run, rank_dirs, read_json
+from .meta import read_catalog, read_meta
+from .span import TIME_COLUMNS, Span, left_out, run_span
+from .rundir import CATALOG, META, is_run, rank_dirs
 
 
 class Run:
@@ -34,6 +36,8 @@ class Run:
         self.path = Path(path)
         self.skip_unreadable = skip_unreadable
         self.skipped: list[str] = []          # "path: why", once each
+        self.left_out: list[str] = []         # rows outside the run's span: "path: how many"
+        self._span: Span | None | bool = False      # not read yet
         if not self.path.is_dir():
             raise RunDirectoryError(f"{self.path}: no such run directory")
         if not is_run(self.path):
@@ -46,14 +50,14 @@ class Run:
 
     @property
     def meta(self) -> dict[str, Any]:
-        return read_json(self.path / META)
+        return read_meta(self.path / META)
 
     def rank_meta(self, rank: int) -> dict[str, Any]:
         """The meta.json of the process that wrote this rank: its own when it joined another
         process's run (_ranks/rank=<r>/meta.json), else the run's."""
         own = dict(rank_dirs(self.path)).get(rank)
         if own is not None and safepath.plain_file(own / META):
-            return read_json(own / META)
+            return read_meta(own / META)
         return self.meta
 
     @property
@@ -64,8 +68,10 @@ class Run:
             if not safepath.plain_file(path):       # missing, or a link (named)
                 continue
             try:
-                entries = read_json(path)
-            except RunDirectoryError:
+                entries = read_catalog(path)
+            except RunDirectoryError as exc:     # the run reads without it: units unknown
+                if str(exc) not in self.skipped:
+                    self.skipped.append(str(exc))
                 continue
             for m in entries:
                 out.setdefault(m["name"], m)
@@ -80,6 +86,25 @@ class Run:
                                     "the rest of the run") from exc
         if not any(w.startswith(f"{f}: ") for w in self.skipped):
             self.skipped.append(f"{f}: {exc}")
+
+    @property
+    def span(self) -> Span | None:
+        """The times the run's rows can hold (store/span.py); rows outside are left out."""
+        if self._span is False:
+            self._span = run_span(self.path)
+        return self._span
+
+    def _in_span(self, name: str, where: Path, batch):
+        """batch without its rows outside the run's span, which are named in `skipped`."""
+        span = self.span
+        if span is None:
+            return batch
+        kept, dropped = span.keep(name, batch)
+        if dropped:
+            note = left_out(str(where), dropped, span)
+            if note not in self.left_out:
+                self.left_out.append(note)
+        return kept
 
     def _rank_column(self, with_rank: bool | None) -> bool:
         return len(self.ranks()) > 1 if with_rank is None else with_rank
@@ -104,11 +129,11 @@ class Run:
             for f in files:
                 try:
                     t = pq.read_table(f)
-                except (pa.ArrowInvalid, OSError) as exc:
+                except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
                     self._unreadable(f, exc)
                     continue
-                parts.append(_with_rank(t, r, add))
-            batches = [b for s in journal for b in read_segment(s)]
+                parts.append(_with_rank(self._in_span(name, f, t), r, add))
+            batches = [self._in_span(name, s, b) for s in journal for b in read_segment(s)]
             if batches:
                 parts.append(_with_rank(pa.Table.from_batches(batches), r, add))
         if not parts:
@@ -122,15 +147,20 @@ class Run:
                 batch_rows: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
         """A table's rows in bounded pieces (file order, not time order): for aggregates over
         runs too big to hold in memory."""
+        # the columns the span is checked on are read too, then dropped
+        read = columns and list(dict.fromkeys(columns + list(TIME_COLUMNS.get(name, ()))))
         for _r, files, journal in self._parts(name, rank):
             for f in files:
                 try:
-                    yield from pq.ParquetFile(f, pre_buffer=False).iter_batches(
-                        batch_size=batch_rows, columns=columns)
-                except (pa.ArrowInvalid, OSError) as exc:
+                    for b in pq.ParquetFile(f, pre_buffer=False).iter_batches(
+                            batch_size=batch_rows, columns=read):
+                        b = self._in_span(name, f, b)
+                        yield b.select(columns) if read != columns else b
+                except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
                     self._unreadable(f, exc)
             for s in journal:
                 for b in read_segment(s):
+                    b = self._in_span(name, s, b)
                     yield b.select(columns) if columns else b
 
     def samples(self, rank: int | None = None, with_rank: bool | None = None) -> pa.Table:

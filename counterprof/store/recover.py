@@ -15,6 +15,8 @@ from ..errors import RunDirectoryError
 from ..proctree import pid_alive
 from . import rundir, safepath
 from .compact import CompactionReport, compact_rank
+from .meta import read_meta
+
 
 
 def writer_alive(meta: dict) -> bool:
@@ -43,12 +45,12 @@ class Recovery:
 
 def _metas(path: Path) -> list[tuple[Path, dict]]:
     """The run's meta.json and those of the ranks that joined it."""
-    out = [(path / rundir.META, rundir.read_json(path / rundir.META))]
+    out = [(path / rundir.META, read_meta(path / rundir.META))]
     for _rank, d in rundir.rank_dirs(path):
         own = d / rundir.META
         if safepath.plain_file(own):
             try:
-                out.append((own, rundir.read_json(own)))
+                out.append((own, read_meta(own)))
             except RunDirectoryError:
                 continue
     return out
@@ -60,7 +62,7 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
     interrupt: the status changes last, so an interrupted recovery is finished by the next
     reader, and a later `counterprof recover` still converts what was left pending."""
     path = Path(path)
-    meta = rundir.read_json(path / rundir.META)
+    meta = read_meta(path / rundir.META)
     if writer_alive(meta) and not force:
         prof = meta["profiler"]
         raise RunDirectoryError(
@@ -88,11 +90,16 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
             rundir.write_json(own, rank_meta)
     if meta.get("status") == "running":
         meta["status"] = "recovered"
+        lost = meta.get("journal_failed")
+        missing = (f"samples after {lost.get('after_s')} s are missing: the journal could not be "
+                   f"written ({lost.get('reason')})" if isinstance(lost, dict)
+                   else "at most the last second before it died is missing")
         meta.setdefault("warnings", []).append(
             "the profiler stopped without finishing; the run was recovered afterwards (journal "
-            "compacted, unconverted torch traces converted; at most the last second before it "
-            "died is missing)")
+            f"compacted, unconverted torch traces converted; {missing})")
         rundir.write_json(path / rundir.META, meta)
+        for own in [path] + [d for _r, d in rundir.rank_dirs(path)]:
+            (own / rundir.RESERVE).unlink(missing_ok=True)     # the space a killed profiler kept
     return result
 
 

@@ -33,6 +33,7 @@ from typing import Any, Callable, NamedTuple
 
 from ..errors import RunDirectoryError
 from . import safepath
+from .meta import load_json
 
 META = "meta.json"
 CATALOG = "catalog.json"
@@ -98,6 +99,7 @@ def create(path: str | os.PathLike, *, replace: bool = False, allow: tuple[str, 
 
 JOB = ".job"           # the job that owns the run: its other processes join instead of refusing
 MARKER = ".counterprof"   # written at claim time: what makes a directory a counterprof run
+RESERVE = ".reserve"      # space a session keeps for its last meta.json (a full disk)
 MARKER_FORMAT = "counterprof-run/1"
 
 
@@ -226,7 +228,7 @@ def _kind(path: Path, names: set[str], allow: tuple[str, ...]) -> str:
         return "run" if _marker_ok(path) else "foreign"
     if META in names:
         try:
-            meta = read_json(path / META)
+            meta = load_json(path / META)
         except RunDirectoryError:
             return "foreign meta"
         return "older run" if isinstance(meta, dict) and "counterprof_version" in meta else "foreign meta"
@@ -272,15 +274,16 @@ def _read_owner(path: Path) -> str | None:
 
 def _finished(path: Path) -> bool:
     """The run in path is no longer being written (its profiler finished or is gone)."""
+    from .meta import read_meta
     from .recover import writer_alive
     if not (path / META).exists():
         return not _marker_creator_alive(path)    # claimed, first meta never written
     try:
-        meta = read_json(path / META)
+        meta = read_meta(path / META)
     except RunDirectoryError:
         return False
     return not writer_alive(meta) and all(
-        not writer_alive(read_json(d / META)) for _r, d in rank_dirs(path)
+        not writer_alive(read_meta(d / META)) for _r, d in rank_dirs(path)
         if safepath.plain_file(d / META))
 
 
@@ -305,7 +308,7 @@ def _clear_run(path: Path, names: set[str]) -> None:
     """Remove what an earlier run left: only names counterprof writes, and nothing at all when
     any of them is or holds a symbolic link (counterprof never writes one: what it points at is
     not ours, and deleting the link would hide that from the user)."""
-    doomed = sorted(n for n in names if n in (META, CATALOG, JOB, MARKER)
+    doomed = sorted(n for n in names if n in (META, CATALOG, JOB, MARKER, RESERVE)
                     or (n.endswith(".tmp") and not os.path.isdir(path / n))
                     or ((_RANK_DIR.match(n) or n in _CLEARED_DIRS) and os.path.isdir(path / n)))
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -427,16 +430,6 @@ def write_json(path: Path, data: Any) -> None:
         json.dump(data, f, indent=2, default=str)
         f.write("\n")
     os.replace(tmp, path)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        with os.fdopen(safepath.open_read(path)) as f:      # never through a link
-            return json.load(f)
-    except FileNotFoundError:
-        raise RunDirectoryError(f"{path.parent} is not a counterprof run (no {path.name})") from None
-    except json.JSONDecodeError as exc:
-        raise RunDirectoryError(f"{path} is corrupt: {exc}") from exc
 
 
 def is_run(path: str | os.PathLike) -> bool:

@@ -160,10 +160,15 @@ def test_both_scanners_give_exactly_the_oracles_rows(tmp_path, evs, extra, meta,
     path.write_bytes(gzip.compress(data) if gz else data)
 
     expected = [r for r in map(expected_row, elements) if r is not None]
+    # complete events (ph X) whose ts or dur is not a time: left out, and counted in one line
+    bad = sum(1 for ev in elements if isinstance(ev, dict) and isinstance(ev.get("ph"), str)
+              and ev["ph"][:1] == "X" and expected_row(ev) is None)
     for native, chunk in ((True, chunks[0]), (False, chunks[1])):
         scanner = KinetoScanner(path, native=native, chunk_bytes=chunk, batch_rows=7)
         batches = list(scanner)
-        assert not scanner.problems, scanner.problems
+        said = [f"{bad:,} complete event(s) (ph X) left out"] if bad else []
+        assert [p[:len(said[0])] for p in scanner.problems] == said if bad else not scanner.problems, \
+            (bad, scanner.problems)
         rows = []
         for b in batches:
             cols = [b.columns[c].to_pylist() for c in ("cat", "name", "ts_ns", "dur_ns", "pid", "tid",

@@ -125,3 +125,16 @@ def test_snapshot_is_a_copy():
     snap = w.snapshot()
     w.write("samples", perf_batch(T0 + 2 * MS, MS, {"task-clock": 1.0}), 0)
     assert snap.series[("perf", "task-clock", "process")][T0 // TICK_NS].vsum == 1.0
+
+
+def test_a_row_stamped_far_ahead_is_left_out_not_made_now():
+    """A damaged time (the year 2200) would make every real series fall out of the window."""
+    import time as _time
+    from counterprof.render.live_window import LiveWindow
+    from counterprof.schema import samples_batch
+    w = LiveWindow()
+    now = _time.time_ns()
+    w.write("samples", samples_batch([now - 10**9, now, 7_258_000_000 * 10**9], [10**8] * 3, "perf",
+                                     ["task-clock"] * 3, ["process"] * 3, [1.0, 2.0, 3.0]))
+    assert w.rows_ahead == 1
+    assert w._newest == now // w.tick_ns

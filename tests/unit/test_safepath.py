@@ -6,7 +6,7 @@ import os
 import pytest
 
 from counterprof.errors import RunDirectoryError
-from counterprof.store import rundir, safepath
+from counterprof.store import meta, rundir, safepath
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ def test_files_are_opened_and_created_without_following(tmp_path):
         safepath.create_new(tmp_path / "new")
     assert victim.read_text() == "keep"
     with pytest.raises(RunDirectoryError, match="is a symbolic link"):
-        rundir.read_json(link)
+        meta.load_json(link)
 
 
 def test_force_deletes_nothing_when_anything_it_would_delete_is_a_link(tmp_path):
