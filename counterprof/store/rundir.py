@@ -258,9 +258,14 @@ def _write_marker(path: Path, words: Words) -> None:
         fd = safepath.create_new(path / MARKER)
     except FileExistsError:
         raise RunDirectoryError(already_holds_a_run(path, words)) from None
-    with os.fdopen(fd, "w") as f:
-        json.dump({"format": MARKER_FORMAT, "created_by": {"pid": os.getpid(), "host": gethostname()}}, f)
-        f.write("\n")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"format": MARKER_FORMAT, "created_by": {"pid": os.getpid(), "host": gethostname()}}, f)
+            f.write("\n")
+    except OSError as exc:         # a full disk: no half-written marker makes the directory a run
+        safepath.unlink_in_run(path / MARKER)
+        from ..errors import os_error
+        raise os_error(exc, path, "creating the run directory") from None
 
 
 def _read_owner(path: Path) -> str | None:
