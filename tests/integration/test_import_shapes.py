@@ -99,3 +99,28 @@ def test_tricky_args_give_what_python_decodes(tmp_path):
     got = imported_ops(tmp_path, trace)
     assert got == expected
     assert sum(n for (name, a), n in got.items() if a) >= 12     # the test holds real shapes
+
+
+def test_the_reference_scanner_gives_the_same_shapes(tmp_path):
+    """scan.py's Python decoder (native=False) against kineto.c, chunk boundaries anywhere.
+    (The tab inside a string is left out: the reference decoder reads strings leniently.)"""
+    from counterprof.collectors.torch_trace.scan import KinetoScanner
+    import pyarrow as pa
+    texts = [a.encode("utf-8") if "\xff" not in a else a.encode("latin-1")
+             for a in TRICKY_ARGS if "\t" not in a]
+    events = [b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": %d, "dur": 1, '
+              b'"args": %s}' % (i, text) for i, text in enumerate(texts)]
+    trace = tmp_path / "t.json"
+    trace.write_bytes(b'{"traceEvents": [' + b",".join(events) + b"]}")
+
+    def every_row(cat, name):
+        return pa.array([True] * len(name))
+
+    def shapes(**kw):
+        return sum((b.shapes.to_pylist() for b in KinetoScanner(trace, wants_shapes=every_row, **kw)), [])
+
+    native = shapes(native=True)
+    assert sum(s is not None for s in native) == len(texts) - 2     # two without Input Dims
+    for chunk in (7, 64, 1 << 20):
+        assert shapes(native=True, chunk_bytes=chunk) == native
+        assert shapes(native=False, chunk_bytes=chunk) == native
