@@ -5,7 +5,12 @@ side in one run, and a check that both write the same spans.
     python tests/bench/import_speed.py --baseline /path/to/.venv/bin/python --rounds 7
     python tests/bench/import_speed.py --pythonpath /tmp/isal            # both with ISA-L
     python tests/bench/import_speed.py --baseline .venv/bin/python --baseline-pythonpath /tmp/base
-                                       # a checkout of main's commit as a package folder
+                                       # main's commit as a package folder, made with
+        git archive COMMIT | tar -x -C /tmp/src && cd /tmp/src &&
+        python -c "import sys; sys.path.insert(0, 'native'); from build_native import ffibuilder; ffibuilder.compile(tmpdir='.')" &&
+        mkdir /tmp/base && cp -r counterprof /tmp/base/ && cp -r collectors /tmp/base/counterprof/ &&
+        cp counterprof/_native*.so /tmp/base/counterprof/
+      (needed while the checkout itself cannot be imported from: /work/main in the middle of a merge)
     python tests/bench/import_speed.py --hta /path/to/hta-venv/bin/python  # and HTA 0.5.0 beside them
 
 Each measurement is a fresh process (`python -P`, so neither checkout's working directory
