@@ -228,6 +228,13 @@ struct cp_kineto_cols {
     char *name_data;
     int64_t cat_cap;
     int64_t name_cap;
+    /* an op's recorded shapes as the importer's attrs JSON, made from the args' own text:
+     * 0 none (no "Input Dims"), 1 shapes_data[shapes_off[row]:shapes_off[row+1]], 2 text the
+     * scanner does not re-serialize exactly (escapes, floats, objects): decode it in Python */
+    uint8_t *shapes_state;
+    int32_t *shapes_off;
+    char *shapes_data;
+    int64_t shapes_cap;
 };
 struct cp_kineto_scan {
     int64_t pos;               /* in/out: where the next event (or separator) starts */

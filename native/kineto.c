@@ -436,6 +436,125 @@ int cp_json_skip(const char *buf, int64_t len, int64_t pos, int eof, int64_t *en
     return r;
 }
 
+/* ---- an op's recorded shapes, re-serialized from the args' own text -------------------- */
+
+/* The importer keeps an op's "Input Dims", "Input type" and "Concrete Inputs" as
+ * json.dumps({...}, separators=(",", ":")) of the decoded values. The text of ints, plain
+ * ASCII strings, true/false/null and lists of those comes out of json.dumps unchanged but
+ * for whitespace, so it is copied here without it; anything else (escapes, non-ASCII, floats,
+ * objects, NaN, long ints) is left to Python (CP_SHAPES_PYTHON), so the result is the same. */
+#define SHAPES_NONE 0
+#define SHAPES_TEXT 1
+#define SHAPES_PYTHON 2
+
+/* The validated value at c->i into s; 0 when json.dumps would not give the same bytes.
+ * *truthy: Python's truth of the value; *any: any() of a list's elements. */
+static int canon_value(cur_t *c, sink_t *s, int depth, int *truthy, int *any)
+{
+    skip_ws(c);
+    unsigned char ch = c->b[c->i];
+    *any = 0;
+    if (ch == '"') {
+        int64_t a = c->i++;
+        for (; c->b[c->i] != '"'; c->i++) {
+            unsigned char x = c->b[c->i];
+            if (x < 0x20 || x >= 0x7f || x == '\\') return 0;
+        }
+        c->i++;
+        put(s, (const char *)c->b + a, c->i - a);
+        *truthy = c->i - a > 2;
+        return 1;
+    }
+    if (ch == '[') {
+        if (depth > 64) return 0;
+        c->i++;
+        put(s, "[", 1);
+        skip_ws(c);
+        *truthy = c->b[c->i] != ']';
+        while (c->b[c->i] != ']') {
+            int t, a;
+            if (!canon_value(c, s, depth + 1, &t, &a)) return 0;
+            *any |= t;
+            skip_ws(c);
+            if (c->b[c->i] == ',') { c->i++; put(s, ",", 1); }
+        }
+        c->i++;
+        put(s, "]", 1);
+        return 1;
+    }
+    if (ch == 't') { c->i += 4; put(s, "true", 4); *truthy = 1; return 1; }
+    if (ch == 'f') { c->i += 5; put(s, "false", 5); *truthy = 0; return 1; }
+    if (ch == 'n') { c->i += 4; put(s, "null", 4); *truthy = 0; return 1; }
+    if (ch == '-' || (ch >= '0' && ch <= '9')) {
+        int64_t a = c->i;
+        if (ch == '-') c->i++;
+        int64_t d = c->i;
+        while (c->b[c->i] >= '0' && c->b[c->i] <= '9') c->i++;
+        unsigned char x = c->b[c->i];
+        if (x == '.' || x == 'e' || x == 'E' || c->i - d > 18 || (ch == '-' && c->b[d] == '0'))
+            return 0;          /* floats (repr's digits), long ints, -0 */
+        put(s, (const char *)c->b + a, c->i - a);
+        *truthy = !(c->i - a == 1 && ch == '0');
+        return 1;
+    }
+    return 0;                  /* objects (repeated keys), NaN, Infinity */
+}
+
+/* Whether Python's json.loads (strict) takes the args text as the scanner did: no control
+ * character inside a string, no integer past Python's digit limit. */
+static int python_reads_args(const unsigned char *b, int64_t a0, int64_t a1)
+{
+    int in_str = 0;
+    int64_t digits = 0;
+    for (int64_t i = a0; i < a1; i++) {
+        unsigned char x = b[i];
+        if (in_str) {
+            if (x == '\\') i++;
+            else if (x == '"') in_str = 0;
+            else if (x < 0x20) return 0;
+        } else if (x == '"') {
+            in_str = 1;
+            digits = 0;
+        } else if (x >= '0' && x <= '9') {
+            if (++digits > 4000) return 0;
+        } else {
+            digits = 0;
+        }
+    }
+    return 1;
+}
+
+/* vpos: where the values of "Input Dims", "Input type", "Concrete Inputs" start (-1: absent). */
+static int make_shapes(const unsigned char *b, int64_t n, int64_t a0, int64_t a1,
+                       const int64_t vpos[3], sink_t *s)
+{
+    int t, any;
+    if (vpos[0] < 0)
+        return SHAPES_NONE;
+    if (!python_reads_args(b, a0, a1))
+        return SHAPES_PYTHON;
+    cur_t c = {b, n, vpos[0], NULL, 0};
+    put(s, "{\"input_dims\":", 14);
+    if (!canon_value(&c, s, 0, &t, &any)) return SHAPES_PYTHON;
+    put(s, ",\"input_types\":", 15);
+    if (vpos[1] < 0) {
+        put(s, "null", 4);
+    } else {
+        c.i = vpos[1];
+        if (!canon_value(&c, s, 0, &t, &any)) return SHAPES_PYTHON;
+    }
+    if (vpos[2] >= 0 && b[vpos[2]] == '[') {
+        int64_t mark = s->len;
+        put(s, ",\"concrete_inputs\":", 19);
+        c.i = vpos[2];
+        if (!canon_value(&c, s, 0, &t, &any)) return SHAPES_PYTHON;
+        if (!any)
+            s->len = mark;     /* recorded only when some input has a value */
+    }
+    put(s, "}", 1);
+    return s->overflow ? SHAPES_PYTHON : SHAPES_TEXT;
+}
+
 /* ---- events ------------------------------------------------------------------------- */
 
 static int key_is(const char *k, int64_t klen, const char *word)
@@ -465,9 +584,10 @@ static int value_number(cur_t *c, int eof, int64_t *out, int times_1000)
     return skip_value(c, eof, 1);
 }
 
-static int parse_args(cur_t *c, int eof, struct cp_kineto_cols *cols, int row)
+static int parse_args(cur_t *c, int eof, struct cp_kineto_cols *cols, int row, int64_t vpos[3])
 {
     int r;
+    vpos[0] = vpos[1] = vpos[2] = -1;
     c->i++;   /* '{' */
     skip_ws(c);
     if (c->i >= c->n) return INCOMPLETE;
@@ -483,6 +603,16 @@ static int parse_args(cur_t *c, int eof, struct cp_kineto_cols *cols, int row)
             else if (key_is(key, ks.len, "correlation")) slot = &cols->correlation[row];
             else if (key_is(key, ks.len, "External id")) slot = &cols->external_id[row];
             else if (key_is(key, ks.len, "bytes")) slot = &cols->bytes[row];
+        }
+        int shape = -1;
+        if (!ks.overflow) {
+            if (key_is(key, ks.len, "Input Dims")) shape = 0;
+            else if (key_is(key, ks.len, "Input type")) shape = 1;
+            else if (key_is(key, ks.len, "Concrete Inputs")) shape = 2;
+        }
+        if (shape >= 0) {
+            skip_ws(c);
+            vpos[shape] = c->i;    /* the last occurrence wins, as in Python */
         }
         if (slot) {
             *slot = CP_KINETO_NONE;    /* the last occurrence of a key wins, as in Python */
@@ -508,6 +638,8 @@ static int parse_event(cur_t *c, int eof, struct cp_kineto_cols *cols, int row, 
     sink_t name = {cols->name_data, name0, cols->name_cap, 0};
     int have_cat = 0, have_name = 0, too_long = 0;
     unsigned char ph = 0;
+    int shapes = SHAPES_NONE;
+    sink_t sh = {cols->shapes_data, cols->shapes_off[row], cols->shapes_cap, 0};
     cols->ts_ns[row] = cols->dur_ns[row] = CP_KINETO_NONE;
     cols->pid[row] = cols->tid[row] = CP_KINETO_NONE;
     cols->stream[row] = cols->device[row] = cols->correlation[row] = CP_KINETO_NONE;
@@ -567,15 +699,19 @@ static int parse_event(cur_t *c, int eof, struct cp_kineto_cols *cols, int row, 
         } else if (key_is(k, kl, "args") && v0 == '{') {
             cols->stream[row] = cols->device[row] = cols->correlation[row] = CP_KINETO_NONE;
             cols->external_id[row] = cols->bytes[row] = CP_KINETO_NONE;
-            int64_t a0 = c->i;
-            if ((r = parse_args(c, eof, cols, row)) != OK) return r;
+            int64_t a0 = c->i, vpos[3];
+            if ((r = parse_args(c, eof, cols, row, vpos)) != OK) return r;
             cols->args_start[row] = a0;
             cols->args_end[row] = c->i;
+            sh.len = cols->shapes_off[row];
+            sh.overflow = 0;
+            shapes = make_shapes(c->b, c->n, a0, c->i, vpos, &sh);
         } else {
             if (key_is(k, kl, "args")) {   /* args that are not an object: as if absent */
                 cols->stream[row] = cols->device[row] = cols->correlation[row] = CP_KINETO_NONE;
                 cols->external_id[row] = cols->bytes[row] = CP_KINETO_NONE;
                 cols->args_start[row] = cols->args_end[row] = -1;
+                shapes = SHAPES_NONE;
             }
             if ((r = skip_value(c, eof, 1)) != OK) return r;
         }
@@ -600,6 +736,8 @@ static int parse_event(cur_t *c, int eof, struct cp_kineto_cols *cols, int row, 
     cols->name_valid[row] = (uint8_t)have_name;
     cols->cat_off[row + 1] = have_cat ? cat.len : cat0;
     cols->name_off[row + 1] = have_name ? name.len : name0;
+    cols->shapes_state[row] = (uint8_t)shapes;
+    cols->shapes_off[row + 1] = shapes == SHAPES_TEXT ? (int32_t)sh.len : cols->shapes_off[row];
     *kept = 1;
     return OK;
 }
@@ -627,7 +765,8 @@ int cp_kineto_events(const char *buf, int64_t len, int eof, struct cp_kineto_col
         if (cols->rows >= cols->capacity) { scan->status = CP_KINETO_FULL; break; }
         /* names may need the rest of the data buffers: stop while there is headroom */
         if (cols->name_cap - cols->name_off[cols->rows] < scan->min_headroom ||
-            cols->cat_cap - cols->cat_off[cols->rows] < 4096) {
+            cols->cat_cap - cols->cat_off[cols->rows] < 4096 ||
+            cols->shapes_cap - cols->shapes_off[cols->rows] < 65536) {
             if (cols->rows > 0) { scan->status = CP_KINETO_FULL; break; }
         }
         event_start = c.i;

@@ -53,7 +53,7 @@ from counterprof.analysis.kernels import (COMMUNICATION, collective_in_kernel_na
                                           kernel_class)
 from counterprof.schema import SPANS_SCHEMA
 
-from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner
+from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner, op_shapes
 
 CATEGORIES = ("kernel", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation",
               "step", "collective", "window", "input")
@@ -101,12 +101,17 @@ def kind_of_category(cat: str | None) -> int:
 
 
 def wants_args(cat: pa.Array, name: pa.Array) -> pa.Array:
-    """Rows whose args the converter reads: collectives, the Trace span, and the torch ops
-    that have a cost model (their recorded shapes: the roofline's input; decoding every op's
-    args would cost the import several times its time)."""
-    return pc.or_(pc.or_(pc.or_(pc.equal(name, "record_param_comms"), pc.equal(cat, "Trace")),
-                         pc.or_(pc.starts_with(name, "gloo:"), pc.starts_with(name, "c10d::"))),
-                  pc.and_(pc.is_in(name, _costed_ops()), pc.is_in(cat, _OP_CATS)))
+    """Rows whose args the converter decodes: collectives and the Trace span (a few rows)."""
+    return pc.or_(pc.or_(pc.equal(name, "record_param_comms"), pc.equal(cat, "Trace")),
+                  pc.or_(pc.starts_with(name, "gloo:"), pc.starts_with(name, "c10d::")))
+
+
+def wants_shapes(cat: pa.Array, name: pa.Array) -> pa.Array:
+    """The torch ops that have a cost model, but for those wants_args takes: their recorded
+    shapes (the roofline's input) as attrs, which the native scanner writes from the args'
+    text (decoding every op's args in Python cost the import half its time)."""
+    return pc.and_(pc.and_(pc.is_in(name, _costed_ops()), pc.is_in(cat, _OP_CATS)),
+                   pc.invert(wants_args(cat, name)))
 
 
 def _costed_ops() -> pa.Array:
@@ -149,7 +154,8 @@ class TraceConversion:
         self.spill_dir = spill_dir
         self.native = native
         self.scanner = KinetoScanner(self.path, native=native, chunk_bytes=chunk_bytes,
-                                     batch_rows=batch_rows, wants_args=wants_args)
+                                     batch_rows=batch_rows, wants_args=wants_args,
+                                     wants_shapes=wants_shapes)
         self.problems: list[str] = []
         self.rank: int | None = None
         self.rank_source = ""
@@ -359,7 +365,7 @@ class TraceConversion:
                     info = _shaped_collective(name[6:].rstrip("_"), args, None)
                 else:
                     if kind[i] == CPU_OP:
-                        attrs[i] = _op_shapes(args)
+                        attrs[i] = op_shapes(args)
                     continue
                 collective[i], bytes_list[i], group[i], attrs[i] = info
             if comm_rows:
@@ -386,7 +392,7 @@ class TraceConversion:
             pa.array(collective, pa.string()),
             pa.array(bytes_list, pa.int64()) if bytes_list is not None else bytes_col,
             pa.array(group, pa.int32()),
-            pa.array(attrs, pa.string()),
+            _with_shapes(pa.array(attrs, pa.string()), raw.shapes, take),
         ], schema=SPANS_SCHEMA)
 
     # -- the window span ----------------------------------------------------------------------
@@ -607,16 +613,12 @@ def _shaped_collective(coll: str, args: dict, group: int | None) -> tuple:
     return (coll or None, total, group, attrs)
 
 
-def _op_shapes(args: dict) -> str | None:
-    """attrs of a torch op: its recorded Input Dims and Input type exactly as the trace has
-    them, and Concrete Inputs (stride, padding, groups, is_causal) when any is recorded."""
-    if "Input Dims" not in args:
-        return None
-    shapes = {"input_dims": args["Input Dims"], "input_types": args.get("Input type")}
-    concrete = args.get("Concrete Inputs")
-    if isinstance(concrete, list) and any(concrete):
-        shapes["concrete_inputs"] = concrete
-    return json.dumps(shapes, separators=(",", ":"))
+def _with_shapes(attrs: pa.Array, shapes: pa.Array | None, take: pa.Array) -> pa.Array:
+    """attrs, with the scanner's op shapes on the rows that have them (never a row whose attrs
+    the collectives set: wants_shapes leaves those out)."""
+    if shapes is None or shapes.null_count == len(shapes):
+        return attrs
+    return pc.coalesce(attrs, pc.take(shapes, take))
 
 
 def _shapes(d: Any) -> list[list]:

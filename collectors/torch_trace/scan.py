@@ -47,6 +47,8 @@ TOO_BIG = object()
 MAX_VALUE_CHARS = 64 << 20   # a longer event or top-level value means damaged text (an open quote)
 NAME_BYTES = 8 << 20          # name text per batch (kernel names run to kilobytes; a full buffer ends the batch)
 CAT_BYTES = 1 << 20
+SHAPES_BYTES = 4 << 20        # op shapes text per batch (a full buffer ends the batch)
+SHAPES_NONE, SHAPES_TEXT, SHAPES_PYTHON = 0, 1, 2   # kineto.c's shapes_state
 
 
 class TraceFileError(Exception):
@@ -60,6 +62,8 @@ class RawEvents:
 
     columns: dict[str, pa.Array]
     args: dict[int, dict] = field(default_factory=dict)
+    # per row, op_shapes() of the rows the scanner was asked for shapes (null elsewhere)
+    shapes: pa.Array | None = None
 
     @property
     def num_rows(self) -> int:
@@ -68,6 +72,20 @@ class RawEvents:
 
 def wants_nothing(cat: pa.Array, name: pa.Array) -> pa.Array | None:
     return None
+
+
+def op_shapes(args: dict) -> str | None:
+    """attrs of a torch op: its recorded Input Dims and Input type exactly as the trace has
+    them, and Concrete Inputs (stride, padding, groups, is_causal) when any is recorded.
+    native/kineto.c makes the same text from the args' own bytes (make_shapes); this is the
+    reference, and the fallback for the text it leaves to Python."""
+    if "Input Dims" not in args:
+        return None
+    shapes = {"input_dims": args["Input Dims"], "input_types": args.get("Input type")}
+    concrete = args.get("Concrete Inputs")
+    if isinstance(concrete, list) and any(concrete):
+        shapes["concrete_inputs"] = concrete
+    return json.dumps(shapes, separators=(",", ":"), default=float)   # float: the reference decoder's Decimals
 
 
 # ---- the file ---------------------------------------------------------------------------
@@ -136,6 +154,64 @@ class _Source:
         self.raw.close()
 
 
+class _ReadAhead:
+    """A _Source inflated by a thread a few chunks ahead of the scanner: inflate and the C
+    scanner both run without the GIL, so on two cores the gzip costs the import next to
+    nothing. `problem` is the source's as of the last chunk handed out, as if read in line."""
+
+    AHEAD = 3
+
+    def __init__(self, src: _Source, n: int):
+        import queue
+        import threading
+        self.src = src
+        self.compressed = src.compressed
+        self.problem = ""
+        self._n = n
+        self._chunks: queue.Queue = queue.Queue(self.AHEAD)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._run, name="counterprof-inflate", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import queue
+        while not self._stop.is_set():
+            try:
+                item = (self.src.read(self._n), self.src.problem, None)
+            except BaseException as exc:      # handed to the reader, raised there
+                item = (b"", self.src.problem, exc)
+            while not self._stop.is_set():
+                try:
+                    self._chunks.put(item, timeout=0.1)
+                    break
+                except queue.Full:
+                    continue
+            if not item[0]:
+                return
+
+    def read(self, n: int) -> bytes:
+        if self._done:
+            return b""
+        data, self.problem, exc = self._chunks.get()
+        if exc is not None:
+            self._done = True
+            raise exc
+        self._done = not data
+        return data
+
+    def close(self) -> None:
+        import queue
+        self._stop.set()
+        try:
+            while True:
+                self._chunks.get_nowait()
+        except queue.Empty:
+            pass
+        self._thread.join()
+        self.src.close()
+
+
 # ---- the top-level walk, shared by both decoders ------------------------------------------
 
 class _Incomplete(Exception):
@@ -154,17 +230,21 @@ class KinetoScanner:
 
     wants_args(cat, name) -> boolean mask (or None): rows whose args are decoded into
     RawEvents.args (collectives, the Trace span): a few rows, not every event.
+    wants_shapes(cat, name) -> boolean mask (or None): rows whose op_shapes() text goes into
+    RawEvents.shapes (the costed torch ops), made without decoding their args in Python.
     """
 
     def __init__(self, path: str | os.PathLike, *, native: bool = True,
                  chunk_bytes: int = CHUNK_BYTES, batch_rows: int = BATCH_ROWS,
                  wants_args: Callable[[pa.Array, pa.Array], Any] = wants_nothing,
+                 wants_shapes: Callable[[pa.Array, pa.Array], Any] = wants_nothing,
                  on_meta: Callable[[str, Any], None] | None = None):
         self.path = os.fspath(path)
         self.native = native
         self.chunk_bytes = max(16, int(chunk_bytes))
         self.batch_rows = max(1, int(batch_rows))
         self.wants_args = wants_args
+        self.wants_shapes = wants_shapes
         self.on_meta = on_meta
         self.meta: dict[str, Any] = {}
         self.problems: list[str] = []
@@ -181,6 +261,8 @@ class KinetoScanner:
 
     def _open(self) -> None:
         self.src = _Source(self.path)
+        if self.src.compressed:
+            self.src = _ReadAhead(self.src, self.chunk_bytes)
         self.compressed = self.src.compressed
         if self.native:
             self.buf: Any = b""
@@ -375,7 +457,7 @@ class KinetoScanner:
     def _events_python(self) -> Iterator[RawEvents]:
         rows: list[tuple] = []
         args: dict[int, dict] = {}
-        want = self.wants_args is not wants_nothing
+        want = self.wants_args is not wants_nothing or self.wants_shapes is not wants_nothing
         need_comma = False
         while True:
             ch = self._peek()
@@ -431,10 +513,18 @@ class KinetoScanner:
                 for i in _true_indices(mask):
                     if i in args:
                         kept_args[i] = args[i]
+        shapes = None
+        mask = self.wants_shapes(columns["cat"], columns["name"])
+        if mask is not None:
+            texts: list[str | None] = [None] * len(rows)
+            for i in _true_indices(mask):
+                if i in args:
+                    texts[i] = op_shapes(args[i])
+            shapes = pa.array(texts, pa.string())
         self.events += len(rows)
         rows.clear()
         args.clear()
-        yield RawEvents(columns, kept_args)
+        yield RawEvents(columns, kept_args, shapes)
 
     def _events_native(self) -> Iterator[RawEvents]:
         from counterprof._native import ffi, lib
@@ -448,7 +538,7 @@ class KinetoScanner:
             r0 = batch.cols.rows
             status = lib.cp_kineto_events(cbuf, len(buf), 1 if self.eof else 0, batch.cols, scan)
             if batch.cols.rows > r0:
-                batch.take_args(buf, r0, self.wants_args)
+                batch.take_args(buf, r0, self.wants_args, self.wants_shapes)
             self.pos = scan.pos
             self.skipped = int(scan.skipped)
             self.bad_time, self.too_long = int(scan.bad_time), int(scan.too_long)
@@ -496,6 +586,11 @@ class _NativeBatch:
         self.name_off = np.zeros(capacity + 1, np.int32)
         self.cat_data = np.empty(CAT_BYTES, np.uint8)
         self.name_data = np.empty(NAME_BYTES, np.uint8)
+        self.shapes_state = np.zeros(capacity, np.uint8)
+        self.shapes_off = np.zeros(capacity + 1, np.int32)
+        self.shapes_data = np.empty(SHAPES_BYTES, np.uint8)
+        self.shapes_wanted: np.ndarray | None = None    # rows wants_shapes selected
+        self.shapes_python: dict[int, str | None] = {}   # rows whose text kineto.c left to Python
         c = self.cols = ffi.new("struct cp_kineto_cols *")
         self._keep = []
 
@@ -514,8 +609,12 @@ class _NativeBatch:
         c.name_off = ptr(self.name_off, "int32_t *")
         c.cat_data = ptr(self.cat_data, "char *")
         c.name_data = ptr(self.name_data, "char *")
+        c.shapes_state = ptr(self.shapes_state, "uint8_t *")
+        c.shapes_off = ptr(self.shapes_off, "int32_t *")
+        c.shapes_data = ptr(self.shapes_data, "char *")
         c.cat_cap = CAT_BYTES
         c.name_cap = NAME_BYTES
+        c.shapes_cap = SHAPES_BYTES
         self.args: dict[int, dict] = {}
 
     def _strings(self, which: str, r0: int, r1: int) -> pa.Array:
@@ -527,23 +626,54 @@ class _NativeBatch:
         return pa.StringArray.from_buffers(n, pa.py_buffer(off[r0:r1 + 1]),
                                            pa.py_buffer(data[:off[r1]]), mask)
 
-    def take_args(self, buf, r0: int, wants) -> None:
-        """Decode the args of the new rows [r0, rows) that `wants` selects, while their text
-        is still in the buffer."""
-        if wants is wants_nothing:
+    def take_args(self, buf, r0: int, wants, wants_shapes) -> None:
+        """Decode the args of the new rows [r0, rows) that `wants` selects, and the shapes
+        kineto.c left to Python of those `wants_shapes` selects, while their text is still
+        in the buffer."""
+        if wants is wants_nothing and wants_shapes is wants_nothing:
             return
         r1 = self.cols.rows
-        mask = wants(self._strings("cat", r0, r1), self._strings("name", r0, r1))
+        cat, name = self._strings("cat", r0, r1), self._strings("name", r0, r1)
+        mask = wants(cat, name)
+        if mask is not None:
+            for i in _true_indices(mask):
+                args = self._args(buf, r0 + i)
+                if args is not None:
+                    self.args[r0 + i] = args
+        mask = wants_shapes(cat, name)
         if mask is None:
             return
-        starts, ends = self.ints["args_start"], self.ints["args_end"]
-        for i in _true_indices(mask):
-            row = r0 + i
-            if starts[row] >= 0:
-                try:
-                    self.args[row] = json.loads(buf[starts[row]:ends[row]].decode("utf-8", "replace"))
-                except ValueError:
-                    pass
+        if self.shapes_wanted is None:
+            self.shapes_wanted = np.zeros(self.capacity, bool)
+        rows = r0 + np.asarray(_true_indices(mask), np.int64)
+        self.shapes_wanted[rows] = True
+        for row in rows[self.shapes_state[rows] == SHAPES_PYTHON].tolist():
+            args = self._args(buf, row)
+            self.shapes_python[row] = None if args is None else op_shapes(args)
+
+    def _args(self, buf, row: int) -> dict | None:
+        start = self.ints["args_start"][row]
+        if start < 0:
+            return None
+        try:
+            return json.loads(buf[start:self.ints["args_end"][row]].decode("utf-8", "replace"))
+        except ValueError:
+            return None
+
+    def _shapes(self, n: int) -> pa.Array | None:
+        if self.shapes_wanted is None:
+            return None
+        valid = self.shapes_wanted[:n] & (self.shapes_state[:n] == SHAPES_TEXT)
+        shapes = pa.StringArray.from_buffers(
+            n, pa.py_buffer(self.shapes_off[:n + 1]),
+            pa.py_buffer(self.shapes_data[:self.shapes_off[n]]),
+            pa.py_buffer(np.packbits(valid, bitorder="little")))
+        if self.shapes_python:    # rare: escapes, floats, objects in the shapes
+            texts = shapes.to_pylist()
+            for row, text in self.shapes_python.items():
+                texts[row] = text
+            shapes = pa.array(texts, pa.string())
+        return shapes
 
     def finish(self) -> RawEvents:
         n = self.cols.rows
@@ -553,7 +683,7 @@ class _NativeBatch:
             missing = values == NONE
             validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing.any() else None
             columns[name] = pa.Array.from_buffers(pa.int64(), n, [validity, pa.py_buffer(values)])
-        return RawEvents(columns, self.args)
+        return RawEvents(columns, self.args, self._shapes(n))
 
 
 def _true_indices(mask) -> list[int]:

@@ -1,0 +1,176 @@
+"""`counterprof import`: this checkout against another checkout's importer (main's), side by
+side in one run, and a check that both write the same spans.
+
+    python tests/bench/import_speed.py                                   # vs /work/main
+    python tests/bench/import_speed.py --baseline /path/to/.venv/bin/python --rounds 7
+    python tests/bench/import_speed.py --pythonpath /tmp/isal            # both with ISA-L
+    python tests/bench/import_speed.py --baseline .venv/bin/python --baseline-pythonpath /tmp/base
+                                       # main's commit as a package folder, made with
+        git archive COMMIT | tar -x -C /tmp/src && cd /tmp/src &&
+        python -c "import sys; sys.path.insert(0, 'native'); from build_native import ffibuilder; ffibuilder.compile(tmpdir='.')" &&
+        mkdir /tmp/base && cp -r counterprof /tmp/base/ && cp -r collectors /tmp/base/counterprof/ &&
+        cp counterprof/_native*.so /tmp/base/counterprof/
+      (needed while the checkout itself cannot be imported from: /work/main in the middle of a merge)
+    python tests/bench/import_speed.py --hta /path/to/hta-venv/bin/python  # and HTA 0.5.0 beside them
+
+Each measurement is a fresh process (`python -P`, so neither checkout's working directory
+shadows the installed counterprof) doing `counterprof import TRACE -o RUN -q`: its wall time
+from outside (what a user waits for: start-up included) and the import call's time inside it.
+With --hta, HTA 0.5.0's TraceAnalysis(trace_files=...) runs in the same rounds (as in
+trace_import.py: parse, correlate, filter; --hta-pythonpath where HTA is a folder of packages).
+Each round runs every tool on every trace in a random order; figures are medians over the
+rounds, and the speed-up is the median of per-round ratios. Before timing, both importers'
+spans of every trace are compared, every column and every attrs value: the script stops when
+they differ (a faster import that writes other spans is no result).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from kineto_traces import SHARED  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+from trace_import import HTA  # noqa: E402
+
+IMPORT = """
+import json, sys, time
+t0 = time.perf_counter()
+from counterprof.cli import main
+import counterprof.cli.import_trace, counterprof.collectors.torch_trace.importer
+t1 = time.perf_counter()
+rc = main(["import", sys.argv[1], "-o", sys.argv[2], "-q"])
+t2 = time.perf_counter()
+print(json.dumps({"rc": rc, "import_s": t1 - t0, "seconds": t2 - t1}))
+"""
+
+
+def measure(python: str, trace: str, run: Path, env: dict, code: str = IMPORT) -> dict:
+    shutil.rmtree(run, ignore_errors=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run([python, "-P", "-c", code, trace, str(run)], capture_output=True,
+                          text=True, env=env, cwd=run.parent, timeout=600)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"{python} import {trace}: {proc.stderr.strip()[-500:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["wall_s"] = wall
+    return out
+
+
+def spans(run: Path):
+    import pyarrow.parquet as pq
+    return [pq.read_table(f) for f in sorted(glob.glob(str(run / "spans" / "*" / "*.parquet")))]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("traces", nargs="*", help="default: the shared traces of 1 MB and more (gzipped), tracelens/ included")
+    p.add_argument("--baseline", default="/work/main/.venv/bin/python", help="the other checkout's python")
+    p.add_argument("--baseline-pythonpath", help="put first on the baseline's PYTHONPATH (a folder "
+                   "holding another checkout's counterprof package, built)")
+    p.add_argument("--ours", default=sys.executable)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--pythonpath", help="prepended to both importers' PYTHONPATH (e.g. a folder with isal)")
+    p.add_argument("--hta", help="a python that has HTA 0.5.0 (holistictraceanalysis)")
+    p.add_argument("--hta-pythonpath", help="HTA's PYTHONPATH")
+    p.add_argument("--json", help="write the figures here")
+    args = p.parse_args()
+    args.baseline, args.ours = os.path.abspath(args.baseline), os.path.abspath(args.ours)
+    args.hta = args.hta and os.path.abspath(args.hta)
+    traces = args.traces or sorted(str(t) for t in [*SHARED.glob("*.json.gz"), *SHARED.glob("tracelens/*.json.gz")]
+                                   if t.stat().st_size >= 1_000_000)
+    env = dict(os.environ)
+    if args.pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.pythonpath, env.get("PYTHONPATH")]))
+    tools = {"baseline": args.baseline, "ours": args.ours}
+    envs = {"ours": env, "baseline": dict(env)}
+    if args.baseline_pythonpath:
+        envs["baseline"]["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [args.baseline_pythonpath, env.get("PYTHONPATH")]))
+    hta_failed: dict[str, str] = {}
+    hta_env = dict(os.environ)
+    if args.hta_pythonpath:
+        hta_env["PYTHONPATH"] = args.hta_pythonpath
+    work = Path(tempfile.mkdtemp(prefix="import_speed_"))
+    try:
+        for trace in traces:                   # the same spans, or no figures
+            got = {}
+            for tool, python in tools.items():
+                measure(python, trace, work / tool, envs[tool])
+                got[tool] = spans(work / tool)
+            a, b = got["baseline"], got["ours"]
+            if len(a) != len(b) or not all(x.equals(y) for x, y in zip(a, b)):
+                print(f"{trace}: the spans differ from the baseline's", file=sys.stderr)
+                return 1
+        print(f"spans identical to the baseline's on {len(traces)} trace(s)", file=sys.stderr)
+        res: dict = {(tool, t): [] for tool in tools for t in traces}
+        for r in range(args.rounds):
+            jobs = [(tool, t) for tool in tools for t in traces]
+            random.shuffle(jobs)
+            if args.hta:
+                jobs += [("hta", t) for t in traces]
+                random.shuffle(jobs)
+            for tool, t in jobs:
+                if tool == "hta":
+                    try:
+                        res.setdefault((tool, t), []).append(measure(args.hta, t, work / "run", hta_env, HTA))
+                    except SystemExit as exc:      # HTA 0.5.0 fails on some traces (the MI300X ones)
+                        hta_failed[t] = str(exc).splitlines()[-1]
+                else:
+                    res[(tool, t)].append(measure(tools[tool], t, work / "run", envs[tool]))
+            print(f"round {r + 1}/{args.rounds}", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def med(tool, t, key):
+        return statistics.median(m[key] for m in res[(tool, t)])
+
+    def ratio(t, key, other="baseline"):
+        return statistics.median(b[key] / o[key] for b, o in zip(res[(other, t)], res[("ours", t)]))
+
+    rows = []
+    print("| trace | gzipped | whole process: baseline | ours | faster | import call: baseline | ours | faster |")
+    print("|---|---|---|---|---|---|---|---|")
+    for t in traces:
+        row = {"trace": os.path.basename(t), "gz_mb": os.path.getsize(t) / 1e6,
+               **{f"{tool}_{k}": med(tool, t, k) for tool in tools for k in ("wall_s", "seconds", "import_s")},
+               "wall_ratio": ratio(t, "wall_s"), "call_ratio": ratio(t, "seconds")}
+        rows.append(row)
+        print(f"| {row['trace']} | {row['gz_mb']:.1f} MB | {row['baseline_wall_s']:.3f} s | {row['ours_wall_s']:.3f} s "
+              f"| {row['wall_ratio']:.2f}x | {row['baseline_seconds']:.3f} s | {row['ours_seconds']:.3f} s "
+              f"| {row['call_ratio']:.2f}x |")
+    if args.hta:
+        print()
+        print("| trace | whole process: HTA 0.5.0 | baseline | ours | ours faster than HTA | HTA's TraceAnalysis call | ours: import call |")
+        print("|---|---|---|---|---|---|---|")
+        for t, row in zip(traces, rows):
+            if t in hta_failed:
+                print(f"| {row['trace']} | HTA fails: {hta_failed[t][:80]} | | | | | |")
+                continue
+            row.update(hta_wall_s=med("hta", t, "wall_s"), hta_seconds=med("hta", t, "seconds"),
+                       hta_wall_ratio=ratio(t, "wall_s", "hta"), hta_call_ratio=ratio(t, "seconds", "hta"),
+                       hta_baseline_wall_ratio=statistics.median(
+                           h["wall_s"] / b["wall_s"] for h, b in zip(res[("hta", t)], res[("baseline", t)])))
+            print(f"| {row['trace']} | {row['hta_wall_s']:.2f} s | {row['baseline_wall_s']:.3f} s "
+                  f"({row['hta_baseline_wall_ratio']:.1f}x) | {row['ours_wall_s']:.3f} s | {row['hta_wall_ratio']:.1f}x "
+                  f"| {row['hta_seconds']:.2f} s | {row['ours_seconds']:.3f} s ({row['hta_call_ratio']:.1f}x) |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
