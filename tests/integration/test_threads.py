@@ -84,6 +84,20 @@ def test_main_blocked_is_its_sleep_and_helper_cpu_is_intraop_through_a_shell(run
     assert run.catalog["thread.loader.workers"]["kind"] == "gauge"
 
 
+@pytest.mark.parametrize("extra,perf_status", [
+    (("-I", "10", "-e", "cycles"), "failed"),                                  # nothing perf can count here
+    (("-I", "100", "--threads-interval-ms", "20", "-e", "task-clock"), "ok"),  # perf ticks coarser
+], ids=["perf-failed", "perf-coarser"])
+def test_without_a_fine_perf_tick_the_collector_reads_on_its_own_thread(run_dir, extra, perf_status):
+    run, w = profile_cli(run_dir, PYTHON, WORKLOADS, "sleepy", "1.5", "30", "20", "0",
+                         extra=extra, collectors="threads,perf")
+    assert run.meta["collectors"]["perf"]["status"] == perf_status
+    t = frame(run)
+    check_main_reads(run, t, "own thread", 10 if "cycles" in extra else 20)
+    _, sums, covered = in_window(t, w)
+    assert covered > 1.0 and sums["thread.main.running"] > 0.2 * covered
+
+
 @pytest.mark.parametrize("collectors,extra,reads", MAIN_READS)
 def test_main_runnable_is_the_run_delay_of_a_thread_sharing_its_cpu(run_dir, collectors, extra, reads):
     hog = subprocess.Popen(["taskset", "-c", "0", PYTHON, "-c", "while True: pass"])
