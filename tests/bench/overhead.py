@@ -442,8 +442,9 @@ class Bench:
                 baseline = {}
             out["intervals"][str(i)] = {**baseline,
                 "perf_pct": summary(list(perf.values())), "cp_pct": summary(list(cp.values())),
-                "ratio": summary(ratios), "threads_pct": {k: summary(v) for k, v in threads.items() if k != "rest"},
-                "rest_pct": summary(threads["rest"]),
+                "ratio": summary(ratios),
+                "threads_pct": {k: summary(v) for k, v in threads.items() if k not in ("rest", "sum")},
+                "rest_pct": summary(threads["rest"]), "sum_pct": summary(threads["sum"]),
                 # the host collector samples every 100 ms: its steady CPU per sample
                 "host_us_per_sample": summary([1e6 * v / (secs * 10) for v in host]),
                 "true_cpu_s": {"perf": true_cpu[("perf", i)], "cp": true_cpu[("cp", i)]}}
@@ -461,10 +462,11 @@ class Bench:
                                                        "threads_thread_cpu_s"))
             return {"sampler": sampler, "drain": None if perf is None or sampler is None else perf - sampler,
                     "host": x.get("host_thread_cpu_s"), "threads": x.get("threads_thread_cpu_s"),
-                    "rest": None if x.get("profiler_cpu_s") is None else x["profiler_cpu_s"] - threads_sum}
+                    "rest": None if x.get("profiler_cpu_s") is None else x["profiler_cpu_s"] - threads_sum,
+                    "sum": x.get("profiler_cpu_s")}
         cp = [x for x in runs if x["tool"] == tool and x["interval_ms"] == interval]
         base = {}
-        for k in ("sampler", "drain", "host", "threads", "rest"):
+        for k in ("sampler", "drain", "host", "threads", "rest", "sum"):
             v = [parts(x)[k] for x in cp if x["kind"] == "true" and parts(x)[k] is not None]
             base[k] = statistics.median(v) if v else 0.0
         out: dict[str, list[float]] = {k: [] for k in base}
@@ -995,13 +997,16 @@ def report(results: dict) -> str:
             lines.append(f"| -I {i:g} | {fmt_pct(e['perf_pct'])} | {fmt_pct(e['cp_pct'])} | "
                          f"{'n/a' if not r else '%.2fx [%.2f–%.2f]' % (r['median'], r['q1'], r['q3'])} | {target} |")
         lines += ["", "counterprof's threads, steady state (meta.json, `sleep` run − the median `true` run, % of a "
-                  "core; rest = the process beside the collectors' threads: main thread, end of run):"]
+                  "core; rest = the process beside the collectors' threads: main thread, end of run; sum = the "
+                  "process's CPU, less noisy than the tree's):"]
         for i in TABLE_INTERVALS:
             e = tb["intervals"][str(i)]
             rest = (e.get("rest_pct") or {}).get("median")
             hu = (e.get("host_us_per_sample") or {}).get("median")
+            total = (e.get("sum_pct") or {}).get("median")
             lines.append(f"- -I {i:g}: {fmt_breakdown(e['threads_pct'])}, rest "
-                         f"{'n/a' if rest is None else '%.2f%%' % rest}; host collector "
+                         f"{'n/a' if rest is None else '%.2f%%' % rest}, sum "
+                         f"{'n/a' if total is None else '%.2f%%' % total}; host collector "
                          f"{'n/a' if hu is None else '%.0f µs' % hu} of CPU per sample (every 100 ms, wake-up included)")
         if a.get("baseline"):
             lines += ["", f"Before/after: the baseline `{a['baseline']}` in the same rounds (ratio = counterprof / "
@@ -1011,7 +1016,7 @@ def report(results: dict) -> str:
             for i in TABLE_INTERVALS:
                 e = tb["intervals"][str(i)]
                 r = e.get("vs_base")
-                bt = {k: v for k, v in (e.get("base_threads_pct") or {}).items() if k != "rest"}
+                bt = e.get("base_threads_pct") or {}
                 lines.append(f"| -I {i:g} | {fmt_pct(e.get('base_pct'))} | {fmt_pct(e['cp_pct'])} | "
                              f"{'n/a' if not r else '%.2fx [%.2f–%.2f]' % (r['median'], r['q1'], r['q3'])} | "
                              f"{fmt_breakdown(bt)} |")
