@@ -18,6 +18,12 @@ The profiler's own threads (ctx.profiler_tids) are never counted. One call into
 native/procstat.c per sample walks the tree with each thread's schedstat kept open (pread);
 Python only sums by role, with numpy, and works out roles again when threads come, go or are
 renamed. Rows are emitted once a second, as host's are.
+
+The critical thread's schedstat is read every interval; the walk of the tree at most every 100 ms
+(WALK_NS). When the perf collector runs, the first is read on its C sampler's tick (it wakes every
+interval anyway: ctx.tick_riders) and drained at each walk, so below 100 ms no Python thread
+wakes per interval; without perf (absent, failed, or ticking coarser) this collector's own thread
+reads it.
 """
 from __future__ import annotations
 
@@ -270,6 +276,10 @@ class ThreadsCollector(Collector):
         self.reader: ThreadReader | None = None
         self.critical: Critical | None = None
         self.root_gone = False
+        # riding the perf sampler's tick: (sampler, read every N of its ticks); under _lock
+        self._ride: tuple[Any, int] | None = None
+        self._epoch = 0
+        self._lock = threading.Lock()
 
     @classmethod
     def availability(cls, config=None) -> Availability:
@@ -332,6 +342,9 @@ class ThreadsCollector(Collector):
         interval_s = float(self.config["interval_ms"]) / 1000
         # (Arrow's first conversion, seconds on a loaded machine, was done by the session before
         # any collector started: session._warm_arrow)
+        self.details["main_reads"] = "own thread"
+        if self._interval_ns < WALK_NS:       # at the walk's cadence riding saves no wake-up
+            ctx.tick_riders.append(self)
         self._thread = ctx.start_thread("counterprof-threads", lambda: self._loop(interval_s))
 
     def _read_contenders(self) -> None:
@@ -342,7 +355,7 @@ class ThreadsCollector(Collector):
 
     def _loop(self, period: float) -> None:
         try:
-            while not self._stop.wait(period):
+            while not self._stop.wait(self._period(period)):
                 self.sample()
                 if time.monotonic() - self._last_contenders >= CONTENDERS_EVERY_S:
                     self._read_contenders()
@@ -352,6 +365,63 @@ class ThreadsCollector(Collector):
             self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
         finally:
             self._thread_cpu_s = time.thread_time()
+
+    def _period(self, interval_s: float) -> float:
+        """Riding the perf sampler's tick, the thread wakes only to walk (and drain)."""
+        if self._ride is None:
+            return interval_s
+        return (WALK_NS if len(self._roles) <= WALK_SMALL_UP_TO else WALK_BIG_NS) / 1e9
+
+    # -- the perf sampler's tick -----------------------------------------------------------
+
+    def ride(self, sampler: Any, interval_ns: int) -> None:
+        """perf's sampler runs, ticking every interval_ns: read the critical thread's schedstat on
+        its tick (every N ticks, N = our interval / its, never coarser than ours)."""
+        if interval_ns > self._interval_ns:
+            return
+        with self._lock:
+            if self._stop.is_set() or self.reader is None:
+                return
+            from counterprof._native import ffi, lib
+            n = lib.CP_SCHED_RING
+            self._ring = (ffi.new("int64_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n),
+                          ffi.new("int32_t[]", n))
+            self._ride = (sampler, max(1, self._interval_ns // interval_ns))
+            self.details["main_reads"] = "perf sampler tick"
+            self._watch(-1 if self._main_fd is None else self._main_fd)
+
+    def unride(self) -> None:
+        """perf stops its sampler: take the readings left, read on our own thread again."""
+        with self._lock:
+            if self._ride is None:
+                return
+            self._drain_main(self._rows)
+            self._unwatch()
+
+    def _watch(self, fd: int) -> None:
+        """Point the sampler at the critical thread's schedstat (fd -1: at none): a new epoch.
+        Once this returns the sampler no longer reads the previous fd."""
+        from counterprof._native import lib
+        sampler, every = self._ride
+        self._epoch = lib.cp_sampler_watch_schedstat(sampler, fd, every)
+
+    def _unwatch(self) -> None:
+        from counterprof._native import lib
+        lib.cp_sampler_watch_schedstat(self._ride[0], -1, 1)
+        self._ride = None
+
+    def _drain_main(self, rows: list) -> None:
+        """The critical thread's readings taken on the sampler's tick, into rows."""
+        from counterprof._native import lib
+        t, run, wait, epoch = self._ring
+        n = lib.cp_sampler_drain_schedstat(self._ride[0], lib.CP_SCHED_RING, t, run, wait, epoch)
+        for i in range(n):
+            if epoch[i] != self._epoch:
+                continue                   # the previous critical thread's, read before the switch
+            if run[i] < 0:
+                self._main_gone()
+                return
+            self._main_reading(t[i], run[i], wait[i], rows)
 
     # -- roles ---------------------------------------------------------------------------
 
@@ -417,19 +487,24 @@ class ThreadsCollector(Collector):
         thread's schedstat is read every sample (one pread); the walk of the whole tree every WALK_NS
         (WALK_BIG_NS above WALK_SMALL_UP_TO threads): the helpers' CPU is evidence, so its
         resolution may be coarser (deltas are cumulative: nothing is lost, only resolution)."""
-        if self.reader is None or self.root_gone:
-            return
-        now = self.ctx.clock.now_ns()
-        rows = self._rows
-        walk_ns = WALK_NS if len(self._roles) <= WALK_SMALL_UP_TO else WALK_BIG_NS
-        # half an interval early: at -I 100 every sample walks despite the timer's jitter
-        due = now - self._prev_time >= walk_ns - self._interval_ns // 2
-        if walk or self._main_fd is None or due or self._children_moved():
-            if not self._walk(now, rows):
+        with self._lock:
+            if self.reader is None or self.root_gone:
                 return
-        self._sample_main(now, rows)
-        if now - self._last_emit >= EMIT_EVERY_NS:
-            self.flush()
+            rows = self._rows
+            riding = self._ride is not None
+            if riding:                     # every wake-up walks: its period is the walk's
+                self._drain_main(rows)
+            now = self.ctx.clock.now_ns()
+            walk_ns = WALK_NS if len(self._roles) <= WALK_SMALL_UP_TO else WALK_BIG_NS
+            # half an interval early: at -I 100 every sample walks despite the timer's jitter
+            due = now - self._prev_time >= walk_ns - self._interval_ns // 2
+            if walk or riding or self._main_fd is None or due or self._children_moved():
+                if not self._walk(now, rows):
+                    return
+            if not riding or walk:
+                self._sample_main(now, rows)
+            if now - self._last_emit >= EMIT_EVERY_NS:
+                self.flush()
 
     def _walk(self, now: int, rows: list) -> bool:
         """The whole tree: helpers' rows over the time since the last walk; False once the
@@ -489,8 +564,12 @@ class ThreadsCollector(Collector):
             self._children_fd = os.open(path.rsplit("/", 1)[0] + "/children", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             self._children_fd = None
+        if self._ride is not None and self._main_fd is not None:
+            self._watch(self._main_fd)
 
     def _close_main(self) -> None:
+        if self._ride is not None:
+            self._watch(-1)                # the sampler lets go of the fd before it is closed
         for fd in (self._main_fd, self._children_fd):
             if fd is not None:
                 os.close(fd)
@@ -511,11 +590,21 @@ class ThreadsCollector(Collector):
             return
         try:
             run_ns, wait_ns = map(int, os.pread(self._main_fd, 128, 0).split()[:2])
-        except (OSError, ValueError):      # the thread is gone: the next walk says what now
-            self._close_main()
-            self._main_key = None
+        except (OSError, ValueError):
+            self._main_gone()
             return
-        prev, self._main_prev = self._main_prev, (now, run_ns, wait_ns)
+        self._main_reading(now, run_ns, wait_ns, rows)
+
+    def _main_gone(self) -> None:
+        """The critical thread is gone: the next walk says what now."""
+        self._close_main()
+        self._main_key = None
+
+    def _main_reading(self, now: int, run_ns: int, wait_ns: int, rows: list) -> None:
+        prev = self._main_prev
+        if prev is not None and now <= prev[0]:
+            return                         # the sampler's last tick and our own read crossed
+        self._main_prev = (now, run_ns, wait_ns)
         if prev is None:
             return                         # a new critical thread: this read is its baseline
         duration = now - prev[0]
@@ -542,7 +631,10 @@ class ThreadsCollector(Collector):
         except Exception as exc:
             self.ctx.warn(f"threads: final sample failed: {exc}")
         self.flush()
-        self._close_main()
+        with self._lock:
+            self._close_main()
+            if self._ride is not None:
+                self._unwatch()
         self.reader.close()
         self._read_contenders()
         self.details["contenders"] = self.contenders.top()

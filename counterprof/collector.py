@@ -67,6 +67,11 @@ class SessionContext:
     # thread adds it here before the counting collectors start, so they can leave it out.
     profiler_tids: set[int] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Collectors that would rather have a file read on the perf sampler's native tick than wake
+    # a thread of their own every interval (threads: the critical thread's schedstat). Once its
+    # sampler runs, perf calls rider.ride(sampler, interval_ns); rider.unride() before it frees
+    # it. A rider keeps its own thread for when no perf collector runs (or it failed).
+    tick_riders: list[Any] = field(default_factory=list)
 
     def start_thread(self, name: str, target: Callable[[], None]) -> threading.Thread:
         """Start a collector's daemon thread and register it as the profiler's, before

@@ -167,6 +167,13 @@ struct cp_sampler {
     uint8_t *r_valid;
 
     struct cp_sampler_stats stats;
+
+    /* a schedstat file read every sched_every ticks (cp_sampler_watch_schedstat) */
+    int sched_fd, sched_every, sched_left;
+    int32_t sched_epoch;
+    int sched_head, sched_count;
+    int64_t sched_time[CP_SCHED_RING], sched_run[CP_SCHED_RING], sched_wait[CP_SCHED_RING];
+    int32_t sched_tag[CP_SCHED_RING];
 };
 
 static int64_t mono_ns(void) {
@@ -184,6 +191,42 @@ static int64_t thread_cpu_ns(void) {
 static struct timespec to_timespec(int64_t ns) {
     struct timespec ts = {.tv_sec = ns / 1000000000LL, .tv_nsec = ns % 1000000000LL};
     return ts;
+}
+
+/* The watched schedstat, into its ring; under the lock (the fd may change between ticks).
+ * `force`: read now whatever the countdown says (the last tick before a stop). */
+static void sched_tick(cp_sampler *s, int64_t now, int force) {
+    if (s->sched_fd < 0) return;
+    if (--s->sched_left > 0 && !force) return;
+    s->sched_left = s->sched_every;
+    char buf[128];
+    int64_t run = -1, wait = 0;
+    ssize_t n = pread(s->sched_fd, buf, sizeof(buf) - 1, 0);
+    if (n > 0) {
+        buf[n] = 0;
+        char *end;
+        long long r = strtoll(buf, &end, 10);
+        if (end != buf) {
+            char *end2;
+            long long w = strtoll(end, &end2, 10);
+            if (end2 != end && r >= 0 && w >= 0) {
+                run = r;
+                wait = w;
+            }
+        }
+    }
+    if (run < 0) s->sched_fd = -1;   /* the thread is gone: the caller watches the next one */
+    int idx;
+    if (s->sched_count < CP_SCHED_RING) {
+        idx = (s->sched_head + s->sched_count) % CP_SCHED_RING;
+        s->sched_count++;
+    } else {
+        idx = (s->sched_head + CP_SCHED_RING - 1) % CP_SCHED_RING;   /* full: the newest merges */
+    }
+    s->sched_time[idx] = now;
+    s->sched_run[idx] = run;
+    s->sched_wait[idx] = wait;
+    s->sched_tag[idx] = s->sched_epoch;
 }
 
 /* Read every group; with `store`, turn the change since the last stored tick into
@@ -218,6 +261,7 @@ static int sampler_tick(cp_sampler *s, int store) {
 
     int stored = 0;
     pthread_mutex_lock(&s->mu);
+    if (store) sched_tick(s, now, s->stop_requested);
     if (!store) {
         stored = 0;
     } else if (s->count < s->ring_ticks) {
@@ -318,6 +362,7 @@ cp_sampler *cp_sampler_new(int *err) {
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->done, NULL);
     pthread_mutex_init(&s->mu, NULL);
+    s->sched_fd = -1;
 
     int rc = pthread_create(&s->thread, NULL, sampler_main, s);
     if (rc != 0) {
@@ -470,6 +515,33 @@ int cp_sampler_drain(cp_sampler *s, int max_records, int64_t *time_ns, int64_t *
     s->count -= ticks;
     pthread_mutex_unlock(&s->mu);
     return out;
+}
+
+int cp_sampler_watch_schedstat(cp_sampler *s, int fd, int every_ticks) {
+    if (every_ticks < 1) return -EINVAL;
+    pthread_mutex_lock(&s->mu);
+    s->sched_fd = fd < 0 ? -1 : fd;
+    s->sched_every = s->sched_left = every_ticks;
+    int32_t epoch = ++s->sched_epoch;
+    pthread_mutex_unlock(&s->mu);
+    return epoch;
+}
+
+int cp_sampler_drain_schedstat(cp_sampler *s, int max, int64_t *time_ns, int64_t *run_ns,
+                               int64_t *wait_ns, int32_t *epoch) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->sched_count < max ? s->sched_count : max;
+    for (int i = 0; i < n; i++) {
+        int idx = (s->sched_head + i) % CP_SCHED_RING;
+        time_ns[i] = s->sched_time[idx] + s->time_offset_ns;
+        run_ns[i] = s->sched_run[idx];
+        wait_ns[i] = s->sched_wait[idx];
+        epoch[i] = s->sched_tag[idx];
+    }
+    s->sched_head = (s->sched_head + n) % CP_SCHED_RING;
+    s->sched_count -= n;
+    pthread_mutex_unlock(&s->mu);
+    return n < 0 ? 0 : n;
 }
 
 void cp_sampler_set_time_offset(cp_sampler *s, int64_t offset_ns) {

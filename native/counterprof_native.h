@@ -105,6 +105,19 @@ void cp_sampler_get_stats(cp_sampler *s, struct cp_sampler_stats *out);
 int cp_sampler_slot_stats(cp_sampler *s, int slot, struct cp_slot_stats *out);
 /* Drained times are monotonic ns plus this offset (the session clock's epoch offset). */
 void cp_sampler_set_time_offset(cp_sampler *s, int64_t offset_ns);
+/* A schedstat file (/proc/PID/task/TID/schedstat) read on the sampler's own tick: the threads
+ * collector's critical thread, every every_ticks ticks, so no second thread wakes per interval.
+ * The fd stays the caller's (it is only read under the sampler's lock: once this returns, the
+ * previous fd is no longer touched and may be closed); fd < 0 stops the reads. Returns the new
+ * watch's epoch (> 0): readings carry it, so a drain tells the previous thread's from this one's. */
+int cp_sampler_watch_schedstat(cp_sampler *s, int fd, int every_ticks);
+/* Up to max readings, oldest first: tick time (monotonic + offset), the first two schedstat
+ * fields (run ns, run-queue wait ns), the watch's epoch. run_ns < 0: the read failed (the thread
+ * is gone; the watch is off). The ring holds CP_SCHED_RING readings; beyond it the newest one is
+ * overwritten (they are cumulative: only resolution is lost). Returns the count. */
+enum { CP_SCHED_RING = 4096 };
+int cp_sampler_drain_schedstat(cp_sampler *s, int max, int64_t *time_ns, int64_t *run_ns,
+                               int64_t *wait_ns, int32_t *epoch);
 /* Stops and joins the thread; does not close the counter fds. */
 void cp_sampler_free(cp_sampler *s);
 

@@ -51,6 +51,7 @@ class PerfCollector(Collector):
         self._stopped = False
         self._lock = threading.Lock()
         self._drain_cpu_s = 0.0
+        self._riders: list = []
 
     # -- availability ------------------------------------------------------------------
 
@@ -172,6 +173,12 @@ class PerfCollector(Collector):
         self.details.update({"units": len(units), "units_gone": cs.units_gone,
                              "entity": aggregate or ("cpu:N" if target.system_wide else "tid:N")})
         self._go.set()
+        self._riders = list(ctx.tick_riders)
+        for rider in self._riders:
+            try:
+                rider.ride(self.sampler, int(interval_ms * 1e6))
+            except Exception as exc:      # the rider keeps its own thread: not perf's failure
+                ctx.warn(f"perf: {rider.name} could not read on the sampler's tick: {exc}")
 
     def _set_slots(self, slot_keys: list[tuple[str, str]], scales: list[float]) -> None:
         """The output series: their dictionaries, and per slot its metric's and entity's index
@@ -279,6 +286,11 @@ class PerfCollector(Collector):
         lib = native.lib
         if self.sampler is not None:
             lib.cp_sampler_stop(self.sampler)     # one last tick: totals up to now
+            for rider in self._riders:            # before the sampler is freed
+                try:
+                    rider.unride()
+                except Exception as exc:
+                    self.ctx.warn(f"perf: {rider.name} left the sampler's tick badly: {exc}")
         self._stop.set()
         self._go.set()
         if self._thread is not None:

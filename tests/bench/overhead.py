@@ -25,6 +25,8 @@ Parts (--only):
             `TOOL -- true`) / S, for perf stat and counterprof run (default collectors) at
             -I 1, 10, 100 with the same events (--table-events); paired per round, the
             ratio counterprof / perf stat; and counterprof's threads from meta.json.
+            --baseline EXE adds another counterprof (e.g. main's, for before/after) to the
+            same rounds: its CPU, its threads, and the paired ratio counterprof / baseline.
   startup   wall time of `true`, `perf stat -- true`, `counterprof --help`,
             `counterprof run -q -- true` (and with its summary).
   cm        counterprof.profile() in one Python process: the workload function alone vs
@@ -386,7 +388,8 @@ class Bench:
         a = self.args
         ev = a.table_events
         secs = a.table_seconds
-        modes = [(tool, i) for tool in ("perf", "cp") for i in TABLE_INTERVALS]
+        tools = ("perf", "cp") + (("base",) if a.baseline else ())
+        modes = [(tool, i) for tool in tools for i in TABLE_INTERVALS]
         print(f"[table] {a.rounds} rounds x {len(modes)} modes x (sleep {secs:g} + true), events {ev}",
               file=sys.stderr, flush=True)
         runs = []
@@ -395,11 +398,12 @@ class Bench:
             self.rng.shuffle(jobs)
             for tool, interval, kind in jobs:
                 tail = ["sleep", f"{secs:g}"] if kind == "sleep" else ["true"]
-                run_dir = self.new_run_dir() if tool == "cp" else None
+                run_dir = self.new_run_dir() if tool != "perf" else None
                 if tool == "perf":
                     cmd = [self.perf, "stat", "-I", f"{interval:g}", "-e", ev, "-x", ",", "-o", "/dev/null", "--"]
                 else:
-                    cmd = [self.cp, "run", "-q", "-e", ev, "-I", f"{interval:g}", "-o", str(run_dir), "--"]
+                    exe = self.cp if tool == "cp" else a.baseline
+                    cmd = [exe, "run", "-q", "-e", ev, "-I", f"{interval:g}", "-o", str(run_dir), "--"]
                 res = run_tree(cmd + tail, secs + 120)
                 rec = {"tool": tool, "interval_ms": interval, "kind": kind, "round": r,
                        "rc": res["rc"], "wall_s": res["wall_s"], "tree_cpu_s": res["tree_cpu_s"]}
@@ -427,17 +431,27 @@ class Bench:
             ratios = [cp[r] / perf[r] for r in cp if r in perf and perf[r] > 0]
             threads = self._steady_threads(ok_runs, i, secs)
             host = threads.pop("host_s")
-            out["intervals"][str(i)] = {
+            if a.baseline:
+                base = pct.get(("base", i), {})
+                base_threads = self._steady_threads(ok_runs, i, secs, tool="base")
+                base_threads.pop("host_s")
+                baseline = {"base_pct": summary(list(base.values())),
+                            "vs_base": summary([cp[r] / base[r] for r in cp if r in base and base[r] > 0]),
+                            "base_threads_pct": {k: summary(v) for k, v in base_threads.items()}}
+            else:
+                baseline = {}
+            out["intervals"][str(i)] = {**baseline,
                 "perf_pct": summary(list(perf.values())), "cp_pct": summary(list(cp.values())),
-                "ratio": summary(ratios), "threads_pct": {k: summary(v) for k, v in threads.items() if k != "rest"},
-                "rest_pct": summary(threads["rest"]),
+                "ratio": summary(ratios),
+                "threads_pct": {k: summary(v) for k, v in threads.items() if k not in ("rest", "sum")},
+                "rest_pct": summary(threads["rest"]), "sum_pct": summary(threads["sum"]),
                 # the host collector samples every 100 ms: its steady CPU per sample
                 "host_us_per_sample": summary([1e6 * v / (secs * 10) for v in host]),
                 "true_cpu_s": {"perf": true_cpu[("perf", i)], "cp": true_cpu[("cp", i)]}}
         return out
 
     @staticmethod
-    def _steady_threads(runs: list[dict], interval: float, secs: float) -> dict[str, list[float]]:
+    def _steady_threads(runs: list[dict], interval: float, secs: float, tool: str = "cp") -> dict[str, list[float]]:
         """Each profiler thread's CPU (meta.json) in a `sleep` run minus its median in the `true`
         runs (thread start, first writes, stop: what does not grow with the run), % of a core;
         rest: the process's CPU beside the collectors' threads (main thread, compaction)."""
@@ -448,10 +462,11 @@ class Bench:
                                                        "threads_thread_cpu_s"))
             return {"sampler": sampler, "drain": None if perf is None or sampler is None else perf - sampler,
                     "host": x.get("host_thread_cpu_s"), "threads": x.get("threads_thread_cpu_s"),
-                    "rest": None if x.get("profiler_cpu_s") is None else x["profiler_cpu_s"] - threads_sum}
-        cp = [x for x in runs if x["tool"] == "cp" and x["interval_ms"] == interval]
+                    "rest": None if x.get("profiler_cpu_s") is None else x["profiler_cpu_s"] - threads_sum,
+                    "sum": x.get("profiler_cpu_s")}
+        cp = [x for x in runs if x["tool"] == tool and x["interval_ms"] == interval]
         base = {}
-        for k in ("sampler", "drain", "host", "threads", "rest"):
+        for k in ("sampler", "drain", "host", "threads", "rest", "sum"):
             v = [parts(x)[k] for x in cp if x["kind"] == "true" and parts(x)[k] is not None]
             base[k] = statistics.median(v) if v else 0.0
         out: dict[str, list[float]] = {k: [] for k in base}
@@ -982,14 +997,29 @@ def report(results: dict) -> str:
             lines.append(f"| -I {i:g} | {fmt_pct(e['perf_pct'])} | {fmt_pct(e['cp_pct'])} | "
                          f"{'n/a' if not r else '%.2fx [%.2f–%.2f]' % (r['median'], r['q1'], r['q3'])} | {target} |")
         lines += ["", "counterprof's threads, steady state (meta.json, `sleep` run − the median `true` run, % of a "
-                  "core; rest = the process beside the collectors' threads: main thread, end of run):"]
+                  "core; rest = the process beside the collectors' threads: main thread, end of run; sum = the "
+                  "process's CPU, less noisy than the tree's):"]
         for i in TABLE_INTERVALS:
             e = tb["intervals"][str(i)]
             rest = (e.get("rest_pct") or {}).get("median")
             hu = (e.get("host_us_per_sample") or {}).get("median")
+            total = (e.get("sum_pct") or {}).get("median")
             lines.append(f"- -I {i:g}: {fmt_breakdown(e['threads_pct'])}, rest "
-                         f"{'n/a' if rest is None else '%.2f%%' % rest}; host collector "
+                         f"{'n/a' if rest is None else '%.2f%%' % rest}, sum "
+                         f"{'n/a' if total is None else '%.2f%%' % total}; host collector "
                          f"{'n/a' if hu is None else '%.0f µs' % hu} of CPU per sample (every 100 ms, wake-up included)")
+        if a.get("baseline"):
+            lines += ["", f"Before/after: the baseline `{a['baseline']}` in the same rounds (ratio = counterprof / "
+                      "baseline, paired per round):", "",
+                      "| interval | baseline | counterprof run | ratio (paired) | baseline's threads |",
+                      "|---|---|---|---|---|"]
+            for i in TABLE_INTERVALS:
+                e = tb["intervals"][str(i)]
+                r = e.get("vs_base")
+                bt = e.get("base_threads_pct") or {}
+                lines.append(f"| -I {i:g} | {fmt_pct(e.get('base_pct'))} | {fmt_pct(e['cp_pct'])} | "
+                             f"{'n/a' if not r else '%.2fx [%.2f–%.2f]' % (r['median'], r['q1'], r['q3'])} | "
+                             f"{fmt_breakdown(bt)} |")
         lines.append("")
     o = results.get("overhead")
     if o:
@@ -1176,6 +1206,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=None, help="seed for the per-round order (default: random, recorded)")
     p.add_argument("--json", metavar="PATH", help="write every figure and raw run to PATH")
     p.add_argument("--counterprof", default=None, help="the counterprof executable (default: next to this Python, else PATH)")
+    p.add_argument("--baseline", default=None, metavar="EXE",
+                   help="table: another counterprof executable in the same rounds, for before/after (e.g. "
+                        "an older checkout's venv's bin/counterprof)")
     p.add_argument("--perf", default=shutil.which("perf") or "/usr/bin/perf", help="the perf executable")
     p.add_argument("--tmp", default=None, help="where run directories go (default: the system's temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the run directories")

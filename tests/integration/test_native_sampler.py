@@ -1,5 +1,6 @@
 """The C sampling thread on real software counters: ticks, drains, no lost counts."""
 import mmap
+import os
 import threading
 import time
 
@@ -156,3 +157,98 @@ def test_per_series_stats_and_time_offset():
         native.close_fd(fd)
     assert st.known == len(rows) and st.unknown == 0 and st.min_quality == 1.0
     assert all(r[0] > 10**18 for r in rows)
+
+
+def drain_schedstat(s):
+    n = lib.CP_SCHED_RING
+    t, run, wait, epoch = (ffi.new("int64_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n),
+                           ffi.new("int32_t[]", n))
+    got = lib.cp_sampler_drain_schedstat(s, n, t, run, wait, epoch)
+    return [(t[i], run[i], wait[i], epoch[i]) for i in range(got)]
+
+
+def read_schedstat(tid):
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        return [int(x) for x in f.read().split()[:2]]
+
+
+def test_schedstat_read_on_the_tick_every_n_ticks_and_its_epochs():
+    """The threads collector's critical thread, read on the sampler's own tick: readings are
+    the thread's own schedstat (cumulative, in order), every 3rd tick, tagged by watch."""
+    fd = open_self("page-faults")
+    s = new_sampler()
+    spinning = threading.Event()
+    done = threading.Event()
+    tids = []
+
+    def spin():
+        tids.append(threading.get_native_id())
+        spinning.set()
+        while not done.is_set():
+            pass
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    spinning.wait()
+    stat = os.open(f"/proc/self/task/{tids[0]}/schedstat", os.O_RDONLY)
+    try:
+        assert lib.cp_sampler_add_group(s, fd, 1, ffi.new("int32_t[]", [0])) == 0
+        assert lib.cp_sampler_watch_schedstat(s, stat, 0) < 0           # every 0 ticks: refused
+        assert lib.cp_sampler_start(s, 1, 4096, 2_000_000) == 0
+        before = read_schedstat(tids[0])
+        epoch = lib.cp_sampler_watch_schedstat(s, stat, 3)
+        time.sleep(0.3)
+        ticks_before = len(drain(s, 1 << 16))
+        got = drain_schedstat(s)
+        after = read_schedstat(tids[0])
+        assert got and all(e == epoch for *_, e in got)
+        # every 3rd tick (the two drains are not atomic: one tick of slack)
+        assert abs(len(got) - ticks_before / 3) <= 2, (len(got), ticks_before)
+        times = [g[0] for g in got]
+        runs = [g[1] for g in got]
+        assert times == sorted(times) and runs == sorted(runs)
+        assert before[0] <= runs[0] and runs[-1] <= after[0]
+        assert all(w >= 0 for _, _, w, _ in got)
+        # a new watch: a new epoch, the old fd no longer read (it may be closed now)
+        epoch2 = lib.cp_sampler_watch_schedstat(s, -1, 1)
+        assert epoch2 > epoch
+        time.sleep(0.02)
+        assert all(e == epoch for *_, e in drain_schedstat(s))
+        time.sleep(0.02)
+        assert drain_schedstat(s) == []
+    finally:
+        done.set()
+        worker.join()
+        lib.cp_sampler_free(s)
+        os.close(stat)
+        native.close_fd(fd)
+
+
+def test_schedstat_of_a_thread_that_exits_reads_once_as_gone_then_stops():
+    fd = open_self("page-faults")
+    s = new_sampler()
+    tids = []
+    go = threading.Event()
+    worker = threading.Thread(target=lambda: (tids.append(threading.get_native_id()), go.wait()))
+    worker.start()
+    while not tids:
+        time.sleep(0.001)
+    stat = os.open(f"/proc/self/task/{tids[0]}/schedstat", os.O_RDONLY)
+    try:
+        assert lib.cp_sampler_add_group(s, fd, 1, ffi.new("int32_t[]", [0])) == 0
+        assert lib.cp_sampler_start(s, 1, 4096, 2_000_000) == 0
+        lib.cp_sampler_watch_schedstat(s, stat, 1)
+        time.sleep(0.05)
+        go.set()
+        worker.join()
+        time.sleep(0.05)
+        got = drain_schedstat(s)
+        gone = [g for g in got if g[1] < 0]
+        assert len(gone) == 1 and got[-1] == gone[0]      # the last reading: the thread is gone
+        assert got[0][1] >= 0
+        time.sleep(0.02)
+        assert drain_schedstat(s) == []                     # and the watch is off
+    finally:
+        lib.cp_sampler_free(s)
+        os.close(stat)
+        native.close_fd(fd)

@@ -35,16 +35,40 @@ def in_window(t, w):
     return inside, sums, covered
 
 
-def profile_cli(run_dir, *cmd, extra=()):
-    proc = run_cli("run", "-q", "--collectors", "threads", *extra, "-o", str(run_dir), "--", *cmd, timeout=240)
+def profile_cli(run_dir, *cmd, extra=(), collectors="threads"):
+    proc = run_cli("run", "-q", "--collectors", collectors, *extra, "-o", str(run_dir), "--", *cmd, timeout=240)
     assert proc.returncode == 0, proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     return counterprof.load(run_dir), json.loads(lines[-1]) if lines else None
 
 
-def test_main_blocked_is_its_sleep_and_helper_cpu_is_intraop_through_a_shell(run_dir):
-    run, w = profile_cli(run_dir, "sh", "-c", f"{PYTHON} {WORKLOADS} sleepy 2.5 60 40; true")
+# Alone, the threads collector reads the critical thread on its own thread; with perf ticking
+# finer than its walk, on the perf sampler's tick (here every 5th, drained at each 100 ms walk):
+# the same figures either way. (Not 10 ms rows: under load schedstat adds a wait when the thread
+# next runs, so short rows overstate blocked, whoever reads them.)
+MAIN_READS = [pytest.param("threads", (), "own thread", id="own-thread"),
+              pytest.param("threads,perf", ("-I", "10", "--threads-interval-ms", "50", "-e", "task-clock"),
+                           "perf sampler tick", id="perf-tick")]
+
+
+def check_main_reads(run, t, reads, interval_ms):
+    assert run.meta["collectors"]["threads"]["main_reads"] == reads
+    main = t[t["metric"] == "thread.main.running"]
+    # one row per interval, not per walk: the resolution asked for
+    assert abs(main["duration_ns"].median() / 1e6 - interval_ms) < interval_ms / 2
+    # running + runnable + blocked cover each row's interval (blocked is the rest, never negative:
+    # schedstat adds a wait when the thread gets the CPU, so one row can hold more)
+    per_row = t[t["metric"].str.startswith("thread.main.")].groupby("time")["value"].sum()
+    spans = main.set_index("time")["duration_ns"] / 1e9
+    assert len(per_row) == len(spans) and (per_row >= spans - 1e-6).all()
+
+
+@pytest.mark.parametrize("collectors,extra,reads", MAIN_READS)
+def test_main_blocked_is_its_sleep_and_helper_cpu_is_intraop_through_a_shell(run_dir, collectors, extra, reads):
+    run, w = profile_cli(run_dir, "sh", "-c", f"{PYTHON} {WORKLOADS} sleepy 2.5 60 40; true",
+                         extra=extra, collectors=collectors)
     t = frame(run)
+    check_main_reads(run, t, reads, 50 if extra else 100)
     inside, sums, covered = in_window(t, w)
     assert covered > 1.5
     blocked = sums["thread.main.blocked"] / covered
@@ -60,17 +84,35 @@ def test_main_blocked_is_its_sleep_and_helper_cpu_is_intraop_through_a_shell(run
     assert run.catalog["thread.loader.workers"]["kind"] == "gauge"
 
 
-def test_main_runnable_is_the_run_delay_of_a_thread_sharing_its_cpu(run_dir):
+@pytest.mark.parametrize("extra,perf_status", [
+    (("-I", "10", "-e", "cycles"), "failed"),                                  # nothing perf can count here
+    (("-I", "100", "--threads-interval-ms", "20", "-e", "task-clock"), "ok"),  # perf ticks coarser
+], ids=["perf-failed", "perf-coarser"])
+def test_without_a_fine_perf_tick_the_collector_reads_on_its_own_thread(run_dir, extra, perf_status):
+    run, w = profile_cli(run_dir, PYTHON, WORKLOADS, "sleepy", "1.5", "30", "20", "0",
+                         extra=extra, collectors="threads,perf")
+    assert run.meta["collectors"]["perf"]["status"] == perf_status
+    t = frame(run)
+    check_main_reads(run, t, "own thread", 10 if "cycles" in extra else 20)
+    _, sums, covered = in_window(t, w)
+    assert covered > 1.0 and sums["thread.main.running"] > 0.2 * covered
+
+
+@pytest.mark.parametrize("collectors,extra,reads", MAIN_READS)
+def test_main_runnable_is_the_run_delay_of_a_thread_sharing_its_cpu(run_dir, collectors, extra, reads):
     hog = subprocess.Popen(["taskset", "-c", "0", PYTHON, "-c", "while True: pass"])
     try:
         time.sleep(0.2)
-        run, w = profile_cli(run_dir, "taskset", "-c", "0", PYTHON, WORKLOADS, "contended", "2")
+        run, w = profile_cli(run_dir, "taskset", "-c", "0", PYTHON, WORKLOADS, "contended", "2",
+                             extra=extra, collectors=collectors)
         hog_cpu = sum(psutil.Process(hog.pid).cpu_times()[:2])
     finally:
         hog.kill()
         hog.wait()
     assert w["wait_share"] > 0.2               # it did share CPU 0
-    _, sums, covered = in_window(frame(run), w)
+    t = frame(run)
+    check_main_reads(run, t, reads, 50 if extra else 100)
+    _, sums, covered = in_window(t, w)
     assert covered > 1.2
     runnable = sums["thread.main.runnable"] / covered
     assert abs(runnable - w["wait_share"]) <= 0.10, (runnable, w["wait_share"])
