@@ -28,7 +28,8 @@ META_FIELDS: dict[str, tuple[type, ...]] = {
     "cwd": _STR, "host": (dict,), "gpus": (list,), "start_time": _STR, "start_ns": _INT,
     "clock_offset_ns": _INT, "end_ns": _INT, "duration_ns": _INT, "rank": _INT, "job": _STR,
     "env": (dict,), "target": (dict,), "profiler": (dict,), "collectors": (dict,),
-    "ceilings": (dict,), "workload": (dict,), "warnings": (list,), "merged_from": _STR,
+    "ceilings": (dict,), "workload": (dict,), "warnings": (list,),
+    "merged_from": (str, list),        # a merged run: its sources; a rank copied in: its source
     "git_revision": (str, dict),
 }
 # fields of the nested objects the code reads
