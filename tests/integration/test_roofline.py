@@ -267,10 +267,10 @@ def test_two_calibrations_agree():
     """One calibration's medians against the next one's: within 10%. On a machine shared with
     other jobs the machine itself moves more than that (seen at load 1.4 on 2 CPUs: 69 to 172
     GFLOP/s between consecutive calibrations, while the reference loop moved with them); a
-    batch that misses is measured again (up to 3 batches)."""
+    batch that misses is measured again (up to 5 batches)."""
     _idle_enough()
     seen = []
-    for _attempt in range(3):
+    for _attempt in range(5):
         mm = [measure.cpu_matmul("fp32", [2048], 5, MODES[True]["min_s"])["flops_per_s"] for _ in range(3)]
         bw = [measure.cpu_stream(5, MODES[True]["stream_min_s"])["copy"]["bytes_per_s"] for _ in range(3)]
         moves = [statistics.median(abs(b / a - 1) for a, b in zip(runs, runs[1:])) for runs in (mm, bw)]

@@ -19,6 +19,7 @@ import counterprof
 from helpers import PYTHON, free_port, run_cli, traces_dir
 from kineto_traces import X, profiler_after_first_trace, write_trace
 
+
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
 
@@ -206,7 +207,7 @@ def test_recover_converts_traces_a_killed_profiler_left(tmp_path):
     run = tmp_path / "run"
     def trace(name, pid, t0):
         evs = [X("cpu_op", f"op{i}", t0 + i, 1, pid=pid) for i in range(3000)]
-        return write_trace(tmp_path / name, evs, {"baseTimeNanoseconds": 1_700_000_000_000_000_000})
+        return write_trace(tmp_path / name, evs, {"baseTimeNanoseconds": time.time_ns()})  # recorded now: on the run's clock
     a, b, c = trace("a.pt.trace.json", 11, 0), trace("b.pt.trace.json", 22, 10_000), \
         trace("c.pt.trace.json", 33, 20_000)
     code = profiler_after_first_trace(run, a) + textwrap.dedent(f"""
