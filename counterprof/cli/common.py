@@ -210,6 +210,10 @@ def nothing_recorded(run, meta: dict, what: str, spans: int = 0, unreadable: int
     if unreadable and not spans:
         return (f"{run.path} holds nothing readable to {what}: its {unreadable} file(s) with "
                 "data are unreadable (named above); restore them from a copy")
+    if unreadable:       # the spans alone (steps, regions) have no samples to judge them by
+        return (f"{run.path} holds {spans:,} spans but no readable samples to {what} them by: "
+                f"{unreadable} file(s) are unreadable (named above); restore them from a copy "
+                "(`counterprof export --perfetto` shows the spans)")
     if spans:
         return (f"{run.path} holds {spans:,} spans but none that the verdict reads (GPU kernels, "
                 "steps, regions, collectives or DataLoader waits) and no samples: nothing to "

@@ -47,6 +47,26 @@ def test_a_run_of_cpu_ops_only_is_not_blamed_on_the_collectors(tmp_path):
         assert "spans but none that the verdict reads" in p.stderr, p.stderr
 
 
+def test_steps_whose_samples_are_unreadable_are_not_called_unjudgeable_spans(tmp_path):
+    """A run's only samples file cut in half: its regions are spans the verdict reads, and what is
+    missing is the samples (the report once said the spans were of kinds it does not read)."""
+    run = tmp_path / "r"
+    code = ("import time, counterprof\n"
+            "for _ in range(5):\n"
+            "    with counterprof.region('train step'):\n"
+            "        time.sleep(0.05)\n")
+    run_cli("run", "-q", "-o", str(run), "--", PYTHON, "-c", code, check=True)
+    samples = sorted((run / "samples").rglob("*.parquet"))
+    assert samples
+    for f in samples:
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    p = run_cli("report", str(run))
+    assert "Traceback" not in p.stderr
+    if p.returncode:
+        assert "none that the verdict reads" not in p.stderr, p.stderr
+        assert "no readable samples" in p.stderr and "unreadable" in p.stderr, p.stderr
+
+
 def test_history_refuses_a_run_still_being_written(tmp_path):
     run = tmp_path / "live"
     proc = subprocess.Popen([*COUNTERPROF, "run", "-o", str(run), "--", PYTHON, "-c",
