@@ -17,8 +17,8 @@ import tempfile
 import threading
 import time
 
-from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
-                     keep_pandas_out, use_system_allocator)
+from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err,
+                     guarded, keep_pandas_out, use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -153,35 +153,33 @@ def _main(argv: list[str]) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class _TopView(LiveViewSlot):
+    """The view, with the machine's busiest processes polled while it is drawn."""
+
+    def __init__(self, procs: ProcessPoller | None, *args, **kw):
+        super().__init__(*args, processes=procs.rows if procs is not None else None, **kw)
+        self.procs = procs
+
+    def open(self, session):
+        if self.procs is not None:
+            self.procs.start()
+        return super().open(session)
+
+    def close(self):
+        facts = super().close()
+        if self.procs is not None:
+            self.procs.stop()
+        return facts
+
+
 def _watch(session, window, warnings: WarningRoute, args, machine: bool, keep: bool) -> int:
-    from ..render.live_view import for_session
-    from ..workload import wait_for_stop, wake_main_thread
+    from ..profile_run import observe
     session.prepare()
     procs = ProcessPoller(args.processes) if machine and args.processes else None
-    session.start()
-    view = None
-    why = "profiler error"
-    try:
-        if procs is not None:
-            procs.start()
-        title = "this machine" if machine else f"pid {args.pid} {_name(args.pid)}".rstrip()
-        view = for_session(session, window, title, on_quit=wake_main_thread, keys_hint="q quits",
-                           scope="machine" if machine else "process", cpus=os.cpu_count(),
-                           processes=procs.rows if procs is not None else None)
-        if not keep:
-            view.run_path = None
-        view.start()
-        warnings.view = view
-        why = wait_for_stop(args.pid, args.duration, stop=view.quit_requested)
-    finally:
-        warnings.view = None
-        if view is not None:
-            view.close()
-            session.meta["live_view"] = view.facts()
-        if procs is not None:
-            procs.stop()
-        session.meta["stopped_because"] = why
-        session.stop(workload=None, compact=keep)
+    title = "this machine" if machine else f"pid {args.pid} {_name(args.pid)}".rstrip()
+    view = _TopView(procs, window, warnings, title, show_run_path=keep, keys_hint="q quits",
+                    scope="machine" if machine else "process", cpus=os.cpu_count())
+    why = observe(session, args.pid, args.duration, view, compact=keep)
     if why == "target exited":
         err(f"pid {args.pid} exited")
     if keep:
