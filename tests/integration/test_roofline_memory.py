@@ -6,7 +6,6 @@ job runs in a fresh process, and the peak is that process's own ru_maxrss (a chi
 its parent's, so the trace is built in a child too and this process stays small)."""
 import json
 import subprocess
-import sys
 
 import pytest
 
