@@ -7,6 +7,7 @@ from typing import Any, Mapping
 from .buckets import Snapshot
 from .devices import device_panels
 from .figures import LiveFigures, PanelContext, PanelFigures
+from .mfu import mfu_panel
 from .panels import host_panel, perf_panel, threads_panel
 from .verdict import verdict
 
@@ -27,7 +28,6 @@ def live_figures(snap: Snapshot, catalog: Mapping[str, Any], statuses: Mapping[s
         panels.append(threads_panel(c, statuses))
     panels.extend(device_panels(c))
     if snap.mfu:
-        from .mfu import mfu_panel
         panels.append(mfu_panel(c))
     for name, st in statuses.items():      # a device collector that failed before any sample
         if name in ("perf", "host", "threads") or st.get("status") == "ok":

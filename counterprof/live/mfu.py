@@ -34,8 +34,8 @@ def mfu_panel(c: PanelContext) -> PanelFigures:
         panel.figures.append(Figure(f"torch.{field_}", label, short, 100.0 * median(vals), "percent",
                                     hist, scale=100.0, headline=field_ == "mfu_measured" or not any(
                                         m.get("mfu_measured") is not None for m in last),
-                                    detail_parts=("of ", (peak, "short FLOP/s"), " · ", (steps, "whole"), " steps", *ranks)
-                                    if peak else ()))
+                                    detail_parts=("of ", (peak, "short FLOP/s"), " · ", (steps, "whole"), " steps",
+                                                  *ranks) if peak else ()))
     rate = [m["flops_per_s"] for m in last if m.get("flops_per_s") is not None]
     if rate:
         panel.figures.append(Figure("torch.flops", "FLOP/s (traced steps)", "FLOP/s", median(rate), "/s",

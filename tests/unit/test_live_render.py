@@ -11,10 +11,10 @@ from live_batches import MS, T0, catalog, gpu_batch, in_arrival_order, perf_batc
 from rich.cells import cell_len
 from rich.console import Console
 
+from counterprof.live import render as R
 from counterprof.live.figures import LiveFigures, LiveVerdict, PanelFigures
 from counterprof.live.frame import live_figures
 from counterprof.live.processes import ProcessRow
-from counterprof.live import render as R
 from counterprof.live.window import TICK_NS, LiveWindow
 
 
