@@ -124,14 +124,13 @@ def host_panel(c: PanelContext, statuses: Mapping[str, Any]) -> PanelFigures:
     user, sys_ = s("proc.cpu_user", "process"), s("proc.cpu_system", "process")
     if user is not None or sys_ is not None:
         busy, hist = _cpu_percent(c, cpu_seconds(user, sys_))
-        sys_cpus = cpus_from_seconds(c.now(sys_)) if sys_ else None
+        sys_cpus = cpus_from_seconds(c.now(sys_))
         figs.append(Figure("host.cpu", "CPU (tree)", "CPU", busy, "percent", hist, scale=100.0,
                            detail_parts=() if sys_cpus is None else ("sys ", (100.0 * sys_cpus, "percent")),
                            headline=True))
     rss = s("proc.rss", "process")
     if rss is not None:
-        figs.append(Figure("host.rss", "RSS", "RSS", gauge_last(c.now(rss)), "bytes",
-                           [gauge_mean(x) for x in c.bins(rss)], headline=True))
+        figs.append(_gauge_figure(c, rss, "host.rss", "RSS", "RSS", "bytes", headline=True))
     for metric, label, short in (("proc.read_bytes", "disk read", "read"),
                                  ("proc.write_bytes", "disk write", "write")):
         b = s(metric, "process")
@@ -148,22 +147,20 @@ def host_panel(c: PanelContext, statuses: Mapping[str, Any]) -> PanelFigures:
                            detail_parts=("vol ", (rv or 0, "short"), " · inv ", (ri or 0, "short"))))
     thr, procs = s("proc.threads", "process"), s("proc.processes", "process")
     if thr is not None:
-        np_ = gauge_last(c.now(procs)) if procs is not None else None
-        figs.append(Figure("host.threads", "threads", "threads", gauge_last(c.now(thr)), "count",
-                           [gauge_mean(x) for x in c.bins(thr)],
-                           detail_parts=() if np_ is None else ((np_, "processes"),)))
+        np_ = gauge_last(c.now(procs))
+        figs.append(_gauge_figure(c, thr, "host.threads", "threads", "threads", "count",
+                                  detail_parts=() if np_ is None else ((np_, "processes"),)))
     util, iow = s("system.cpu_util", "system"), s("system.cpu_iowait", "system")
     if util is not None:
-        w = weighted(c.now(iow)) if iow is not None else None
+        w = weighted(c.now(iow))
         figs.append(Figure("host.system_cpu", "system CPU", "sys-CPU", weighted(c.now(util)), "percent",
                            [weighted(x) for x in c.bins(util)], scale=100.0,
                            detail_parts=() if w is None else ("iowait ", (w, "percent")), headline=True))
     used, avail = s("system.mem_used", "system"), s("system.mem_available", "system")
     if used is not None:
-        a = gauge_last(c.now(avail)) if avail is not None else None
-        figs.append(Figure("host.mem", "memory used", "mem", gauge_last(c.now(used)), "bytes",
-                           [gauge_mean(x) for x in c.bins(used)],
-                           detail_parts=() if a is None else ((a, "bytes"), " avail")))
+        a = gauge_last(c.now(avail))
+        figs.append(_gauge_figure(c, used, "host.mem", "memory used", "mem", "bytes",
+                                  detail_parts=() if a is None else ((a, "bytes"), " avail")))
     panel_status(panel, statuses.get("host") or {})
     return panel
 
@@ -204,3 +201,9 @@ def _cpu_percent(c: PanelContext, cpu_s: LiveSeries) -> tuple[float | None, list
     now = cpus_from_seconds(c.now(cpu_s))
     return (None if now is None else 100.0 * now,
             [None if v is None else 100.0 * v for v in map(cpus_from_seconds, c.bins(cpu_s))])
+
+
+def _gauge_figure(c: PanelContext, ser: LiveSeries, key: str, label: str, short: str, unit: str,
+                  **kw: Any) -> Figure:
+    """A gauge (RSS, threads, memory used): its newest value now, its mean per sparkline point."""
+    return Figure(key, label, short, gauge_last(c.now(ser)), unit, [gauge_mean(x) for x in c.bins(ser)], **kw)
