@@ -213,8 +213,8 @@ def _run(args) -> int:
 
     window = None
     if args.live:
-        from ..render import live_view  # noqa: F401  (imported now: start-up, not run time)
-        from ..render.live_window import LiveWindow
+        from ..live import view as live_view  # noqa: F401  (imported now: start-up, not run time)
+        from ..live.window import LiveWindow
         window = LiveWindow()
     warnings = WarningRoute()
     from .serve import exporter_for
@@ -294,7 +294,7 @@ def _per_rank_mode(args, command: list[str]) -> bool | str:
 
 def _start_view(session, window, warnings: WarningRoute, title: str, **kw):
     """The live view over the session's window, drawn until _close_view."""
-    from ..render.live_view import for_session
+    from ..live.view import for_session
     from ..workload import wake_main_thread
     view = for_session(session, window, title, on_quit=wake_main_thread, **kw)
     view.start()
