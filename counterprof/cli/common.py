@@ -55,10 +55,10 @@ class LiveViewSlot:
                  **options):
         self.window, self.warnings, self.title = window, warnings, title
         self.show_run_path = show_run_path
-        self.options = options          # for render.live_view.LiveView: scope, cpus, keys_hint...
+        self.options = options          # for live.view.LiveView: scope, cpus, keys_hint...
         self.view = None
-        from ..render import live_view     # imported now, at start-up: not in the run's time
-        self._for_session = live_view.for_session
+        from ..live.view import for_session    # imported now, at start-up: not in the run's time
+        self._for_session = for_session
 
     def open(self, session):
         from ..workload import wake_main_thread

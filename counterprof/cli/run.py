@@ -170,7 +170,7 @@ def _run(args) -> int:
     window = view = None
     warnings = WarningRoute()
     if args.live:
-        from ..render.live_window import LiveWindow
+        from ..live.window import LiveWindow
         window = LiveWindow()
         if command:
             view = LiveViewSlot(window, warnings, command_line(command))

@@ -14,8 +14,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
-import time
 
 from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err,
                      guarded, keep_pandas_out, use_system_allocator)
@@ -59,61 +57,6 @@ def main(argv: list[str]) -> int:
     return guarded(lambda: _main(argv))
 
 
-class ProcessPoller:
-    """The busiest processes of the machine, polled with psutil once a second on a thread.
-    rows() is the latest list (a new list object per poll)."""
-
-    def __init__(self, n: int, period_s: float = 1.0):
-        self.n, self.period_s = n, period_s
-        self._rows: list = []
-        self._prev: dict[int, tuple[str, float, float]] = {}
-        self._prev_t = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def rows(self) -> list:
-        return self._rows
-
-    def poll(self) -> None:
-        import psutil
-
-        from ..analysis.live import top_processes
-        cur = {}
-        for p in psutil.process_iter(["name", "cpu_times", "memory_info"], ad_value=None):
-            ct, mem = p.info["cpu_times"], p.info["memory_info"]
-            if ct is None:
-                continue
-            cur[p.pid] = (p.info["name"] or "?", ct.user + ct.system, mem.rss if mem else None)
-        now = time.monotonic()
-        rows = top_processes(self._prev, cur, now - self._prev_t, self.n)
-        self._prev, self._prev_t = cur, now
-        for r in rows:               # the command line says more than the name, for the few shown
-            try:
-                cmd = psutil.Process(r.pid).cmdline()
-                if cmd:
-                    r.name = " ".join(cmd)
-            except psutil.Error:
-                pass
-        self._rows = rows
-
-    def start(self) -> None:
-        self.poll()
-        self._thread = threading.Thread(target=self._loop, name="counterprof-top-procs", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
-            try:
-                self.poll()
-            except Exception:       # a vanished process or /proc hiccup: try again next second
-                pass
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(2.0)
-
-
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.pid is not None:
@@ -122,7 +65,7 @@ def _main(argv: list[str]) -> int:
         raise UsageFailure("-n must be 0 or more", build_parser().format_usage())
 
     from ..collector import Target
-    from ..render.live_window import LiveWindow
+    from ..live.window import LiveWindow
     from ..session import Session
 
     perf_cfg: dict = {"interval_ms": args.interval_ms}
@@ -156,7 +99,7 @@ def _main(argv: list[str]) -> int:
 class _TopView(LiveViewSlot):
     """The view, with the machine's busiest processes polled while it is drawn."""
 
-    def __init__(self, procs: ProcessPoller | None, *args, **kw):
+    def __init__(self, procs, *args, **kw):     # procs: a live.processes.ProcessPoller, or None
         super().__init__(*args, processes=procs.rows if procs is not None else None, **kw)
         self.procs = procs
 
@@ -173,6 +116,7 @@ class _TopView(LiveViewSlot):
 
 
 def _watch(session, window, warnings: WarningRoute, args, machine: bool, keep: bool) -> int:
+    from ..live.processes import ProcessPoller
     from ..profile_run import observe
     session.prepare()
     procs = ProcessPoller(args.processes) if machine and args.processes else None
