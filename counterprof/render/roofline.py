@@ -10,22 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.roofline import Roofline
-from .breakdown import duration  # one formatter of durations
+from . import svg
+from .units import duration, share, si
 
 BOUND_COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", None: "#9a9a9a"}
 
 
-def si(x: float | None, unit: str = "") -> str:
-    if x is None:
-        return "-"
-    for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.3g} {p}{unit}"
-    return f"{x:.3g} {unit}".rstrip()
-
-
 def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+    return share(x, 1)       # roofline shares and fractions of a peak: one decimal
 
 
 def dims_text(dims: Any, width: int = 44) -> str:
@@ -178,16 +170,11 @@ def roofline_svg(r: Roofline) -> str:
         return "<p class='dim'>nothing to draw: no op with FLOPs and time</p>"
     x0, x1 = 10 ** math.floor(math.log10(min(xs)) - 0.3), 10 ** math.ceil(math.log10(max(xs)) + 0.3)
     y0, y1 = 10 ** math.floor(math.log10(min(ys)) - 0.3), 10 ** math.ceil(math.log10(max(ys)) + 0.2)
-    lx0, lx1, ly0, ly1 = (math.log10(v) for v in (x0, x1, y0, y1))
-    X = lambda v: PADL + (W - PADL - PADR) * (math.log10(v) - lx0) / (lx1 - lx0)      # noqa: E731
-    Y = lambda v: PADT + (H - PADT - PADB) * (1 - (math.log10(v) - ly0) / (ly1 - ly0))  # noqa: E731
-    out = [f'<rect x="{PADL}" y="{PADT}" width="{W - PADL - PADR}" height="{H - PADT - PADB}" fill="none" stroke="#ccc"/>']
-    for e in range(int(lx0), int(lx1) + 1):
-        out.append(f'<line x1="{X(10 ** e):.1f}" y1="{PADT}" x2="{X(10 ** e):.1f}" y2="{H - PADB}" stroke="#eee"/>'
-                   f'<text x="{X(10 ** e):.1f}" y="{H - PADB + 14}" font-size="10" text-anchor="middle">{10 ** e:g}</text>')
-    for e in range(int(ly0), int(ly1) + 1):
-        out.append(f'<line x1="{PADL}" y1="{Y(10 ** e):.1f}" x2="{W - PADR}" y2="{Y(10 ** e):.1f}" stroke="#eee"/>'
-                   f'<text x="{PADL - 4}" y="{Y(10 ** e) + 3:.1f}" font-size="10" text-anchor="end">{si(10 ** e)}</text>')
+    X = svg.scale(x0, x1, PADL, W - PADR, log=True)
+    Y = svg.scale(y0, y1, PADT, H - PADB, flip=True, log=True)
+    out = [svg.frame(PADL, PADT, W - PADR, H - PADB),
+           *svg.log_grid(math.log10(x0), math.log10(x1), X, (PADT, H - PADB), lambda v: f"{v:g}", vertical=True),
+           *svg.log_grid(math.log10(y0), math.log10(y1), Y, (PADL, W - PADR), si, vertical=False)]
     out.append(f'<text x="{(PADL + W - PADR) / 2}" y="{H - 6}" font-size="11" text-anchor="middle">'
                f'arithmetic intensity (FLOP/byte, bytes a lower bound)</text>'
                f'<text x="14" y="{(PADT + H - PADB) / 2}" font-size="11" text-anchor="middle" '
