@@ -98,7 +98,7 @@ def report_html(r: Report, roofline=None) -> str:
         body.extend(plots)
     if r.regions:
         rows = "".join(f"<tr><td>{_e(rv.name)}</td><td>{_e(rv.kind)}</td><td>{rv.count}</td>"
-                       f"<td>{rv.total_s:.3f} s</td><td>{_bar(rv.verdict, 240)}</td><td>{_e(describe(rv.verdict))}</td></tr>"
+                       f"<td>{units.secs(rv.total_s)}</td><td>{_bar(rv.verdict, 240)}</td><td>{_e(describe(rv.verdict))}</td></tr>"
                        for rv in r.regions)
         body.append("<h2>regions</h2><table><tr><th>region</th><th>kind</th><th>count</th><th>time</th>"
                     f"<th>breakdown</th><th>verdict</th></tr>{rows}</table>")

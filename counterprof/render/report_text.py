@@ -124,7 +124,7 @@ def report_renderable(r: Report):
             t.add_column(col, overflow="fold")
         for rv in r.regions:
             first = inert(rv.verdict.evidence[0].text) if rv.verdict.evidence else ""
-            t.add_row(inert(rv.name), rv.kind, str(rv.count), f"{rv.total_s:.3f} s",
+            t.add_row(inert(rv.name), rv.kind, str(rv.count), units.secs(rv.total_s),
                       Text(describe(rv.verdict), style=COLORS.get(rv.verdict.verdict, "white")), first)
         parts.extend([Text(""), t])
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ..analysis.roofline import Roofline
 from . import svg
-from .units import duration, share, si
+from .units import duration, ratio, seconds, share, si
 
 BOUND_COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", None: "#9a9a9a"}
 
@@ -77,7 +77,7 @@ def ceilings_table(docs: dict[str, dict], out: IO[str]) -> None:
                           si(m["busbw_bytes_per_s"], "B/s"), pct(m.get("spread")), str(m.get("repeats", "")),
                           "-", "-")
                 t.add_row(f"{coll} latency", f"{backend}, {m['latency_bytes']} B message",
-                          f"{m['latency_s'] * 1e6:.1f} µs", "", "", "-", "-")
+                          seconds(m['latency_s']), "", "", "-", "-")
         console.print(t)
         for what, why in (doc.get("skipped") or {}).items():
             console.print(f"  skipped {what}: {why}", style="dim")
@@ -123,8 +123,7 @@ def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
             t.add_row(o.name, dims_text(o.input_dims), o.dtype or "-", str(o.calls), duration(o.time_ns),
                       pct(o.time_ns / r.total_time_ns if r.total_time_ns else None),
                       si(o.achieved_flops_per_s), si(o.achieved_bytes_per_s),
-                      "-" if o.intensity is None else f"{o.intensity:.3g}",
-                      "-" if o.ridge is None else f"{o.ridge:.3g}", o.bound or "-", pct(o.roof_fraction))
+                      ratio(o.intensity), ratio(o.ridge), o.bound or "-", pct(o.roof_fraction))
         console.print(t)
     u = r.unmodelled
     if u.get("ops"):
@@ -216,7 +215,7 @@ def roofline_section(r: Roofline, top: int = 25) -> str:
         f"<td class=n>{o.calls}</td><td class=n>{duration(o.time_ns)}</td>"
         f"<td class=n>{pct(o.time_ns / r.total_time_ns if r.total_time_ns else None)}</td>"
         f"<td class=n>{si(o.achieved_flops_per_s, 'FLOP/s')}</td><td class=n>{si(o.achieved_bytes_per_s, 'B/s')}</td>"
-        f"<td class=n>{'-' if o.intensity is None else f'{o.intensity:.3g}'}</td>"
+        f"<td class=n>{ratio(o.intensity)}</td>"
         f"<td style='color:{BOUND_COLORS.get(o.bound)}'>{_e(o.bound or '-')}</td><td class=n>{pct(o.roof_fraction)}</td></tr>"
         for o in r.ops[:top])
     parts = [f"<h2>roofline ({_e(r.device)}, op time = {_e(r.basis)})</h2>",

@@ -70,6 +70,11 @@ def seconds(v: float) -> str:
     return f"{v * 1e6:.1f} µs"
 
 
+def secs(s: float) -> str:
+    """Seconds, always in s with three decimals: region totals, which line up in a column."""
+    return f"{s:.3f} s"
+
+
 def ms(s: float | None) -> str:
     """Seconds in milliseconds, one decimal: per-step figures."""
     return "-" if s is None else f"{s * 1e3:.1f} ms"
@@ -140,6 +145,11 @@ def stat_number(v: float, unit: str) -> tuple[str, str]:
     if float(v).is_integer() or abs(v) >= 100:
         return f"{v:,.0f}", ""
     return f"{v:,.2f}", unit if unit != "count" else ""
+
+
+def ratio(x: float | None) -> str:
+    """A ratio without a unit prefix (FLOP per byte, a ridge point): three significant digits."""
+    return "-" if x is None else f"{x:.3g}"
 
 
 def number(x: float | None) -> str:
