@@ -43,8 +43,8 @@ def _plot(t: Trend, cps: list[ChangePoint]) -> str:
         tip = (f"run {r['seq']} {r.get('run_id') or ''} · {r.get('start_time') or ''} · "
                f"rev {(r.get('git_rev') or '-')[:12]} · {r.get('host') or ''} · {units.value(v, t.unit)}"
                + (f" · {t.verdicts[i]}" if t.verdicts[i] else ""))
-        dots.append(f'<circle class="pt" cx="{x(i):.1f}" cy="{y(v):.1f}" r="3.5" fill="{_color(t.verdicts[i])}">'
-                    f'<title>{_e(tip)}</title></circle>')
+        dots.append(svg.element("circle", f"<title>{_e(tip)}</title>", cls="pt", cx=x(i), cy=y(v), r=3.5,
+                                fill=_color(t.verdicts[i])))
     marks = []
     cuts = [0] + [c.index for c in cps] + [n]
     for k, c in enumerate(cps):

@@ -34,8 +34,8 @@ def _bar(v: Verdict, width: int = W) -> str:
     for cls, share in sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True):
         w = share * width
         if w >= 0.5:
-            out.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="18" fill="{COLORS.get(cls, "#999")}">'
-                       f'<title>{_e(cls)} {units.share(share, 1)}</title></rect>')
+            out.append(svg.element("rect", f"<title>{_e(cls)} {units.share(share, 1)}</title>", x=x, y=0, width=w,
+                                   height=18, fill=COLORS.get(cls, "#999")))
         x += w
     return f'<svg class="bar" width="{width}" height="18" role="img">{"".join(out)}</svg>'
 
@@ -52,15 +52,15 @@ def _plot(r: Report, key: str, title: str, ymax: float | None) -> str:
     band = []
     for w in r.windows:   # the verdict band under the plot
         x0, x1 = x((w.start_ns - r.overall.start_ns) / 1e9), x((w.end_ns - r.overall.start_ns) / 1e9)
-        band.append(f'<rect x="{x0:.1f}" y="{H}" width="{max(x1 - x0, 0.5):.1f}" height="8" '
-                    f'fill="{COLORS.get(w.verdict, "#999")}"><title>{_e(describe(w))}</title></rect>')
+        band.append(svg.element("rect", f"<title>{_e(describe(w))}</title>", x=x0, y=H, width=max(x1 - x0, 0.5),
+                                height=8, fill=COLORS.get(w.verdict, "#999")))
     marks = []
     for i, rv in enumerate(r.regions[:5]):   # region markers: where each of the top regions ran
         yy = H + 12 + 6 * i
         for a, b in rv.occurrences_s:
-            marks.append(f'<rect x="{x(a):.1f}" y="{yy}" width="{max(x(b) - x(a), 1):.1f}" height="4" '
-                         f'fill="#555"><title>{_e(rv.name)}</title></rect>')
-        marks.append(f'<text x="{W - PAD + 4}" y="{yy + 4}" font-size="9">{_e(rv.name[:18])}</text>')
+            marks.append(svg.element("rect", f"<title>{_e(rv.name)}</title>", x=x(a), y=yy,
+                                     width=max(x(b) - x(a), 1.0), height=4, fill="#555"))
+        marks.append(svg.text(W - PAD + 4, yy + 4, rv.name[:18], font_size=9))
     axis = (svg.baseline(PAD, W - PAD, H - 8) + svg.text(2, 14, f"{top:.2g}") + svg.text(2, H - 8, "0")
             + svg.text(W - PAD, H + 48, f"{t_end:.1f} s", text_anchor="end"))
     return (f'<h3 class="dim">{_e(title)}</h3><svg class="plot" data-signal="{_e(key)}" width="{W + 60}" '

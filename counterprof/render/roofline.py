@@ -174,37 +174,36 @@ def roofline_svg(r: Roofline) -> str:
     out = [svg.frame(PADL, PADT, W - PADR, H - PADB),
            *svg.log_grid(math.log10(x0), math.log10(x1), X, (PADT, H - PADB), lambda v: f"{v:g}", vertical=True),
            *svg.log_grid(math.log10(y0), math.log10(y1), Y, (PADL, W - PADR), si, vertical=False)]
-    out.append(f'<text x="{(PADL + W - PADR) / 2}" y="{H - 6}" font-size="11" text-anchor="middle">'
-               f'arithmetic intensity (FLOP/byte, bytes a lower bound)</text>'
-               f'<text x="14" y="{(PADT + H - PADB) / 2}" font-size="11" text-anchor="middle" '
-               f'transform="rotate(-90 14 {(PADT + H - PADB) / 2})">FLOP/s</text>')
+    mid = (PADT + H - PADB) / 2
+    out.append(svg.text((PADL + W - PADR) / 2, H - 6, "arithmetic intensity (FLOP/byte, bytes a lower bound)",
+                        font_size=11, text_anchor="middle")
+               + svg.text(14, mid, "FLOP/s", font_size=11, text_anchor="middle", transform=f"rotate(-90 14 {mid})"))
     if bw:
         top = max(peaks.values()) if peaks else y1
         xr = min(top / bw, x1)
-        out.append(f'<line class="roof memory" x1="{X(x0):.1f}" y1="{Y(max(bw * x0, y0)):.1f}" x2="{X(xr):.1f}" '
-                   f'y2="{Y(min(bw * xr, y1)):.1f}" stroke="#b23ab2" stroke-width="2"><title>memory '
-                   f'{si(bw, "B/s")}</title></line>')
-        out.append(f'<text x="{X(x0) + 6:.1f}" y="{Y(max(bw * x0, y0)) - 6:.1f}" font-size="10" fill="#b23ab2">'
-                   f'memory {si(bw, "B/s")}</text>')
+        out.append(svg.line(X(x0), Y(max(bw * x0, y0)), X(xr), Y(min(bw * xr, y1)),
+                            f'<title>memory {si(bw, "B/s")}</title>', cls="roof memory", stroke="#b23ab2",
+                            stroke_width=2))
+        out.append(svg.text(X(x0) + 6, Y(max(bw * x0, y0)) - 6, f'memory {si(bw, "B/s")}', fill="#b23ab2"))
         same: dict[float, list[str]] = {}       # dtypes with one peak share a line and a label
         for k, p in peaks.items():
             same.setdefault(p, []).append(k)
         for p, names in sorted(same.items()):
             k = ", ".join(names)
             ridge = p / bw
-            out.append(f'<line class="roof compute" data-dtype="{_e(" ".join(names))}" x1="{X(max(ridge, x0)):.1f}" y1="{Y(p):.1f}" '
-                       f'x2="{X(x1):.1f}" y2="{Y(p):.1f}" stroke="#2e9e44" stroke-width="2"><title>{_e(k)} peak '
-                       f'{si(p, "FLOP/s")}, ridge {ridge:.3g} FLOP/B</title></line>'
-                       f'<text x="{W - PADR + 4}" y="{Y(p) + 3:.1f}" font-size="10" fill="#2e9e44">'
-                       f'{_e(k)} {si(p, "FLOP/s")}</text>')
+            out.append(svg.element("line", f'<title>{_e(k)} peak {si(p, "FLOP/s")}, ridge {ratio(ridge)} FLOP/B</title>',
+                                   cls="roof compute", data_dtype=_e(" ".join(names)), x1=X(max(ridge, x0)),
+                                   y1=Y(p), x2=X(x1), y2=Y(p), stroke="#2e9e44", stroke_width=2)
+                       + svg.text(W - PADR + 4, Y(p) + 3, f'{k} {si(p, "FLOP/s")}', fill="#2e9e44"))
     total = r.total_time_ns or 1
     for o in sorted(pts, key=lambda o: -o.time_ns):
         rad = 3 + 22 * math.sqrt(o.time_ns / total)
-        out.append(f'<circle class="op" cx="{X(o.intensity):.1f}" cy="{Y(o.achieved_flops_per_s):.1f}" r="{rad:.1f}" '
-                   f'fill="{BOUND_COLORS.get(o.bound)}" fill-opacity="0.55" stroke="#333" stroke-width="0.5">'
-                   f'<title>{_e(o.name)} {_e(dims_text(o.input_dims, 80))} {o.dtype or ""}: {o.calls} calls, '
-                   f'{duration(o.time_ns)} ({pct(o.time_ns / total)}), {si(o.achieved_flops_per_s, "FLOP/s")}, '
-                   f'{o.intensity:.3g} FLOP/B, {o.bound or "no bound"}, {pct(o.roof_fraction)} of roof</title></circle>')
+        tip = (f'{o.name} {dims_text(o.input_dims, 80)} {o.dtype or ""}: {o.calls} calls, {duration(o.time_ns)} '
+               f'({pct(o.time_ns / total)}), {si(o.achieved_flops_per_s, "FLOP/s")}, {ratio(o.intensity)} FLOP/B, '
+               f'{o.bound or "no bound"}, {pct(o.roof_fraction)} of roof')
+        out.append(svg.element("circle", f"<title>{_e(tip)}</title>", cls="op", cx=X(o.intensity),
+                               cy=Y(o.achieved_flops_per_s), r=rad, fill=BOUND_COLORS.get(o.bound),
+                               fill_opacity="0.55", stroke="#333", stroke_width="0.5"))
     return f'<svg class="roofline" width="{W}" height="{H}" role="img" xmlns="http://www.w3.org/2000/svg">{"".join(out)}</svg>'
 
 
