@@ -1,5 +1,5 @@
 """What one frame of the live view shows, as numbers: panels of `Figure`s (a current value, a
-history for the sparkline, a unit key; live/format.py writes them as text) and the
+history for the sparkline, a unit key; render/units.py writes them as text) and the
 `LiveVerdict` line; and `PanelContext`, what every panel builder reads."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .buckets import CURRENT_S, Bucket, LiveSeries, Snapshot, binned, common_end, recent
-from .format import DetailPart, fmt_detail
+from ..render.units import DetailPart, live_detail
 
 
 @dataclass
@@ -27,7 +27,7 @@ class Figure:
     @property
     def detail(self) -> str:
         """The detail as text: "sys 0.2%", "of 700 W"."""
-        return fmt_detail(self.detail_parts)
+        return live_detail(self.detail_parts)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The live view's renderables: the dashboard, its compact forms, and the plain line.
 
 Lays out what live/frame.py computed (numbers, units, sparklines), in the words of
-live/format.py; computes no metric.
+render/units.py; computes no metric.
 Three sizes, chosen by the rows and columns the terminal gives:
   full     header, verdict, one panel per collector/device (two side by side when wide)
   compact  three lines: header, the headline figures, the verdict
@@ -22,11 +22,10 @@ from rich.text import Text
 
 from ..render.console import SafeConsole, inert
 from .figures import LiveFigures, PanelFigures
-from .format import fmt_elapsed, fmt_value
+from ..render import units
+from ..render.units import elapsed as fmt_elapsed, live_value as fmt_value
 from .processes import ProcessRow
 
-BLOCKS = " ▁▂▃▄▅▆▇█"
-ASCII_LEVELS = " .:-=+*#%@"
 LABEL_W = 16
 VALUE_W = 11
 DETAIL_W = 16           # the words after the sparkline ("sys 0.2%", "of 700 W")
@@ -47,21 +46,8 @@ class Header:
 
 def sparkline(history: list[float | None], scale: float | None = None, ascii_only: bool = False) -> str:
     """One glyph per point, from empty to full; ' ' where a point is unknown. The top of the
-    scale is the larger of `scale` and the history's maximum."""
-    levels = ASCII_LEVELS if ascii_only else BLOCKS
-    known = [v for v in history if v is not None]
-    top = max([*known, scale or 0.0], default=0.0)
-    if top <= 0:
-        return "".join(" " if v is None else levels[1] for v in history)
-    n = len(levels) - 1
-    out = []
-    for v in history:
-        if v is None:
-            out.append(" ")
-        else:
-            # every known point shows at least the lowest glyph: zero is not "unknown"
-            out.append(levels[max(1, min(n, round(n * max(0.0, v) / top)))])
-    return "".join(out)
+    scale is the larger of `scale` and the history's maximum (units.sparkline, from zero)."""
+    return units.sparkline(history, hi=scale, ascii_only=ascii_only)
 
 
 # -- the full dashboard ----------------------------------------------------------------
