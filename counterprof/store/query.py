@@ -15,8 +15,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .journal import read_segment, segments
-from .rundir import TABLE_NAMES, rank_dirs, table_files
+from .journal import read_segment
+from .run_files import list_files
 from .span import left_out, run_span
 
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
@@ -40,18 +40,17 @@ class RunFiles:
 
 
 def run_files(run_path: str | os.PathLike) -> RunFiles:
+    """The run's files (store/run_files.py lists them), each Parquet file's footer checked:
+    one that cannot be read is left out and named."""
     out = RunFiles()
-    for table in TABLE_NAMES:
-        for rank, f in table_files(Path(run_path), table):
-            try:
-                pq.read_metadata(f)
-            except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
-                out.skipped.append(f"{f}: {exc}")
-                continue
-            out.parquet.setdefault(table, []).append((rank, str(f)))
-    for rank, d in rank_dirs(Path(run_path)):
-        for s in segments(d):
-            out.journal.setdefault(s.table, []).append((rank, s.path))
+    for _rank, files in sorted(list_files(run_path).items()):
+        for f in files:
+            if f.journal:
+                out.journal.setdefault(f.table, []).append((f.rank, f.path))
+            elif f.footer() is None:
+                out.skipped += [str(d) for d in f.damage]
+            else:
+                out.parquet.setdefault(f.table, []).append((f.rank, str(f.path)))
     return out
 
 
