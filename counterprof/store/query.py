@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .journal import read_segment
-from .run_files import list_files
+from .run_files import RunFile, list_files
 from .span import left_out, run_span
 
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
@@ -86,6 +86,7 @@ class RunQuery:
         self.con.execute("SET enable_progress_bar = false")
         self.tables: set[str] = set()
         self._journal: dict[str, pa.Table] = {}     # table -> the journal's rows, registered
+        self._rescued: dict[str, list[str]] = {}    # table -> registered rows of damaged files
         for table in ("samples", "spans"):
             self._view(table)
         self._note_out_of_span()
@@ -113,6 +114,7 @@ class RunQuery:
                 self._journal[table] = pa.Table.from_batches(batches).unify_dictionaries()
                 self.con.register(name, self._journal[table])
                 parts.append(f"SELECT * FROM {name}")
+        parts += [f"SELECT * FROM {name}" for name in self._rescued.get(table, [])]
         if parts:
             self.con.execute(f"CREATE VIEW {table}_all AS " + " UNION ALL BY NAME ".join(parts))
             where = f" WHERE {self.span.sql(table)}" if self.span is not None else ""
@@ -174,7 +176,9 @@ class RunQuery:
                     raise
 
     def _drop_damaged(self, exc: Exception) -> bool:
-        """Find the files that fail to decode, leave them out (named); False if none does."""
+        """Find the files that fail to decode and read them row group by row group instead
+        (the run's one damage policy, store/run_files.py: only what is damaged is left out, and
+        named); False if none fails."""
         import duckdb
         found = False
         for table, files in self.files.parquet.items():
@@ -184,11 +188,26 @@ class RunQuery:
                                  ).fetchall()
                 except duckdb.Error as bad:
                     files.remove((rank, path))
-                    why = (str(bad).splitlines() or [type(bad).__name__])[0]
-                    self.files.skipped.append(f"{path}: {why}")
+                    self._rescue(table, rank, path, (str(bad).splitlines() or [type(bad).__name__])[0])
                     self._view(table)
                     found = True
         return found
+
+    def _rescue(self, table: str, rank: int, path: str, why: str) -> None:
+        """The row groups of a file DuckDB cannot decode that Arrow reads (checked), registered
+        as rows of the view; the damaged ones named in files.skipped. Where Arrow finds no
+        row group to blame, the whole file is left out (named with DuckDB's reason)."""
+        part = RunFile(rank, table, Path(path))
+        batches = [b.append_column("rank", pa.array([rank] * b.num_rows, pa.int64()))
+                   for _g, b in part.batches(validate=True)]
+        if not part.damage:
+            self.files.skipped.append(f"{path}: {why}")
+            return
+        self.files.skipped += [str(d) for d in part.damage]
+        if batches:
+            name = f"{table}_rescued_{sum(len(v) for v in self._rescued.values())}"
+            self.con.register(name, pa.Table.from_batches(batches).unify_dictionaries())
+            self._rescued.setdefault(table, []).append(name)
 
     def arrow(self, sql: str) -> pa.Table:
         return self._run(lambda: self.con.sql(sql).to_arrow_table())

@@ -116,15 +116,17 @@ class RunFile:
             return None
 
     def batches(self, columns: list[str] | None = None, window: "Window | None" = None,
-                batch_rows: int = BATCH_ROWS) -> Iterator[tuple[int, Any]]:
+                batch_rows: int = BATCH_ROWS, validate: bool = False) -> Iterator[tuple[int, Any]]:
         """(row group, batch) for the file's rows inside the run's span (and the window), by
         the damage policy above. columns: exactly these, missing ones as nulls (None: the
-        file's own). Row groups whose statistics put them outside the window are not read."""
+        file's own). Row groups whose statistics put them outside the window are not read.
+        validate: also leave out a row group that decodes into batches Arrow's kernels would
+        crash on (a file another reader found damaged)."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         from ..schema import TABLES
-        from .journal import read_segment
+        from .journal import batch_problem, read_segment
         from .span import TIME_COLUMNS
         if self.unreadable:
             return
@@ -164,6 +166,9 @@ class RunFile:
                 continue
             try:     # one row group at a time: a damaged one costs only its own rows
                 for b in f.iter_batches(batch_size=batch_rows, row_groups=[g], columns=read):
+                    problem = batch_problem(b) if validate else ""
+                    if problem:
+                        raise ValueError(problem)
                     yield g, shaped(b)
             except errors as exc:
                 self._bad(exc, g, f.metadata.num_row_groups)
