@@ -22,6 +22,7 @@ from .common import (ArgumentParser, UsageFailure, err, guarded, nothing_recorde
                      use_system_allocator)
 from ..analysis.ranks import rank_ranges
 
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="counterprof export", description=__doc__.split("\n\n")[0],
                        formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -87,8 +88,8 @@ class RunQuery:
         self.tables: set[str] = set()
         self._journal: dict[str, pa.Table] = {}     # table -> the journal's rows, registered
         self._rescued: dict[str, list[str]] = {}    # table -> registered rows of damaged files
-        for table in ("samples", "spans"):
-            self._view(table)
+        for table in ("samples", "spans"):     # DuckDB reads the footers here: one may fail
+            self._run(partial(self._view, table))
         self._note_out_of_span()
 
     def _view(self, table: str) -> None:
@@ -166,7 +167,8 @@ class RunQuery:
 
     def _run(self, query):
         """query(), again without each Parquet file that a DuckDB error shows is damaged (its
-        footer read, a page inside did not: "dictionary offset out of range")."""
+        footer read by Arrow, not by DuckDB; a page inside did not: "dictionary offset out of
+        range")."""
         import duckdb
         while True:
             try:
@@ -180,7 +182,7 @@ class RunQuery:
         (the run's one damage policy, store/run_files.py: only what is damaged is left out, and
         named); False if none fails."""
         import duckdb
-        found = False
+        damaged = set()
         for table, files in self.files.parquet.items():
             for rank, path in list(files):
                 try:
@@ -189,9 +191,10 @@ class RunQuery:
                 except duckdb.Error as bad:
                     files.remove((rank, path))
                     self._rescue(table, rank, path, (str(bad).splitlines() or [type(bad).__name__])[0])
-                    self._view(table)
-                    found = True
-        return found
+                    damaged.add(table)
+        for table in sorted(damaged):      # once every damaged file is out of its list
+            self._view(table)
+        return bool(damaged)
 
     def _rescue(self, table: str, rank: int, path: str, why: str) -> None:
         """The row groups of a file DuckDB cannot decode that Arrow reads (checked), registered
