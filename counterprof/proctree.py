@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
+from collections.abc import Mapping
 
 
 # where a process's rank is: COUNTERPROF_RANK (set it yourself, for a job without
@@ -92,9 +93,15 @@ def multiprocessing_helper(pid: int, proc: str = "/proc") -> bool:
     return any(h in cmdline for h in _MP_HELPERS)
 
 
-def rank_of(env: dict[str, str]) -> int | None:
+def rank_of(env: Mapping[str, str]) -> int | None:
     for var in RANK_VARIABLES:
         value = env.get(var)
         if value is not None and value.strip().isdigit():
             return int(value)
     return None
+
+
+def rank_from_env(environ: Mapping[str, str] = os.environ) -> int:
+    """This process's rank as the launcher set it (RANK, or MPI's and Slurm's own), else 0:
+    the same reading as the rank watcher's, so counters and regions land in one partition."""
+    return rank_of(environ) or 0

@@ -61,7 +61,7 @@ class _Recorder:
         run_dir = os.environ.get(ENV_RUN_DIR)
         if not run_dir or not os.path.isdir(run_dir):
             return
-        from .session import rank_from_env
+        from .proctree import rank_from_env
         from .store.journal import JournalWriter
         from .store.rundir import rank_dir
         try:

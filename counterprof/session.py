@@ -26,7 +26,7 @@ from .clock import Clock
 from .collector import Availability, Collector, SessionContext, Target, resolve, start_order, stop_order
 from .errors import CounterprofError, RunDirectoryError, os_error, perf_event_paranoid
 from .gitrev import git_revision
-from .proctree import rank_of
+from .proctree import rank_from_env
 from .schema import Metric
 from .store import rundir, safepath
 from .store.compact import CompactionReport, compact_rank
@@ -61,12 +61,6 @@ def job_from_env(environ=os.environ) -> str | None:
     if world > 1:
         return f"{socket.gethostname()}:{os.getppid()}"
     return None
-
-
-def rank_from_env(environ=os.environ) -> int:
-    """This process's rank as the launcher set it (RANK, or MPI's and Slurm's own), else 0:
-    the same reading as the rank watcher's, so counters and regions land in one partition."""
-    return rank_of(environ) or 0
 
 
 def _cpu_model() -> str:

@@ -3,14 +3,17 @@ from __future__ import annotations
 
 import io
 import shlex
+from typing import TYPE_CHECKING
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..analysis.summary import Summary, SummaryRow
 from . import units
 from .console import console, inert
+
+if TYPE_CHECKING:     # types only: the Summary calls this module to print itself
+    from ..analysis.summary import Summary, SummaryRow
 
 
 def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
