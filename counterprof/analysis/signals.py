@@ -281,7 +281,7 @@ class Signal:
 class MetricView:
     """Metric totals over one scope, as the signal table reads them. The report's view sums a
     run's buckets over any interval set (RunDataView); the live view's sums the last seconds of
-    the live window (analysis/live.py). One table of signals (counter_signals) reads both, so
+    the live window (live/window.py, through live/verdict.py). One table of signals (counter_signals) reads both, so
     the report and the live line can never compute a signal two ways."""
 
     wall_ns: float = 0.0
