@@ -157,9 +157,9 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     bucket = bucket_ns(meta)
     spans = inputs.spans
 
-    run_info = {"id": meta.id, "command": meta.command, "status": meta.status, "start_time": meta.start_time,
+    run_info = {"id": meta.id, "command": redact_argv(meta.command) if meta.command else None,
+                "status": meta.status, "start_time": meta.start_time,
                 "host": meta.raw.get("host"), "rank": meta.rank}       # host: shown as recorded
-    run_info["command"] = redact_argv(run_info["command"]) if run_info["command"] else None
     collectors = {k: {"status": c.status, "reason": c.reason} for k, c in meta.collectors.items()}
     if data.end_ns <= data.start_ns:
         overall = Verdict("run", "unknown", "none", missing=["samples or spans: the run holds none"])

@@ -136,6 +136,7 @@ def time_bounds(meta: RunMeta | dict[str, Any], batches: Callable[[], Iterable[p
     if lo is None:
         s = m.start_ns or 0
         return s, s
+    assert hi is not None           # set with lo
     return (min(lo, m.start_ns) if isinstance(m.start_ns, int) else lo), hi
 
 

@@ -18,7 +18,7 @@ import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Callable, Literal, TypeVar, cast, get_args
 
 from ..errors import RunDirectoryError, os_error
 from . import safepath
@@ -67,7 +67,7 @@ def _ok(value: Any, types: tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
-def _fields(obj: dict, spec: dict[str, tuple[type, ...]], where: str) -> str:
+def _fields(obj: dict[str, Any], spec: dict[str, tuple[type, ...]], where: str) -> str:
     for name, types in spec.items():
         if name in obj and not _ok(obj[name], types):
             return f"{where}{name} is {_type_name(obj[name])}"
@@ -122,20 +122,27 @@ def load_json(path: Path) -> Any:
         raise RunDirectoryError(f"{path} is corrupt: {str(exc)[:200]}") from None
 
 
-def _checked(path: str | Path, problem_of, what: str, todo: str) -> Any:
+META_WHAT = "a counterprof run's metadata"
+META_TODO = "restore it from a copy, or move the directory aside"
+
+
+def _wrong(where: str | Path, name: str, what: str, problem: str, todo: str) -> RunDirectoryError:
+    return RunDirectoryError(f"{where}: {name} is not {what} ({problem}); {todo}")
+
+
+def _checked(path: str | Path, problem_of: Callable[[Any], str], what: str, todo: str) -> Any:
     path = Path(path)
     doc = load_json(path)
     problem = problem_of(doc)
     if problem:
-        raise RunDirectoryError(f"{path}: {path.name} is not {what} ({problem}); {todo}")
+        raise _wrong(path, path.name, what, problem, todo)
     return doc
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
     """A meta.json, checked: a RunDirectoryError naming the file and the field when it is not
     a counterprof run's metadata."""
-    return _checked(path, meta_problem, "a counterprof run's metadata",
-                    "restore it from a copy, or move the directory aside")
+    return cast("dict[str, Any]", _checked(path, meta_problem, META_WHAT, META_TODO))
 
 
 def read_run_meta(path: str | Path) -> RunMeta:
@@ -147,9 +154,9 @@ def read_run_meta(path: str | Path) -> RunMeta:
 
 def read_catalog(path: str | Path) -> list[dict[str, Any]]:
     """A catalog.json, checked like read_meta."""
-    return _checked(path, catalog_problem, "a counterprof metric catalog",
-                    "restore it from a copy, or move it aside (the run reads without it, its "
-                    "units unknown)")
+    return cast("list[dict[str, Any]]", _checked(
+        path, catalog_problem, "a counterprof metric catalog",
+        "restore it from a copy, or move it aside (the run reads without it, its units unknown)"))
 
 
 # -- the typed reading side ----------------------------------------------------------------
@@ -197,8 +204,8 @@ def _str(v: Any) -> str | None:
 @dataclass(frozen=True)
 class PerfEventStatus:
     """One perf event's entry: counted, or why not."""
-    status: EventState | None = "counted"   # an entry without one: counted (what summaries assume)
-    reason: str | None = ""
+    status: EventState = "counted"      # an entry without one: counted (what summaries assume)
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -206,14 +213,14 @@ class CollectorStatus:
     """One collector's entry under meta.json's "collectors": whether it ran, and why not."""
     name: str
     status: CollectorState | None       # None: an older entry that says nothing
-    reason: str | None = ""             # None: an entry that says null
+    reason: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)    # the entry: the collector's own facts too
 
     @classmethod
     def from_entry(cls, name: str, entry: dict[str, Any]) -> CollectorStatus:
         config = entry.get("config")
-        return cls(name, entry.get("status"), entry.get("reason", ""),
+        return cls(name, entry.get("status"), entry.get("reason") or "",
                    config if isinstance(config, dict) else {}, entry)
 
     @property
@@ -234,7 +241,7 @@ class CollectorStatus:
     @property
     def events(self) -> dict[str, PerfEventStatus]:
         """perf's events in the order they were asked for ({} for other collectors)."""
-        return {name: PerfEventStatus(st.get("status", "counted"), st.get("reason", ""))
+        return {name: PerfEventStatus(st.get("status") or "counted", st.get("reason") or "")
                 for name, st in (self.raw.get("events") or {}).items()}
 
     def detail(self, key: str) -> Any:
@@ -277,7 +284,10 @@ class WorkloadFacts:
     ended_ns: int | None = None
 
 
-def _facts(cls, doc: Any):
+_Facts = TypeVar("_Facts", "HostFacts", "ProfilerFacts", "WorkloadFacts")
+
+
+def _facts(cls: type[_Facts], doc: Any) -> _Facts:
     """A facts dataclass from a nested object already checked by meta_problem (its own
     fields only; missing or absent: None)."""
     if not isinstance(doc, dict):
@@ -316,8 +326,7 @@ class RunMeta:
         """doc checked: a RunDirectoryError naming `where` and the wrong field (or status)."""
         problem = meta_problem(doc) or status_problem(doc)
         if problem:
-            raise RunDirectoryError(f"{where}: meta.json is not a counterprof run's metadata "
-                                    f"({problem}); restore it from a copy, or move the directory aside")
+            raise _wrong(where, "meta.json", META_WHAT, problem, META_TODO)
         ranks, env = doc.get("ranks"), doc.get("env")
         return cls(
             raw=doc, id=doc.get("id"), status=doc.get("status"), command=doc.get("command"),
@@ -339,6 +348,12 @@ class RunMeta:
 
     def collector(self, name: str) -> CollectorStatus | None:
         return self.collectors.get(name)
+
+    @property
+    def records_git_revision(self) -> bool:
+        """The run recorded its git revision (None there: not a checkout); runs from before
+        counterprof recorded it lack the key."""
+        return "git_revision" in self.raw
 
     @property
     def path(self) -> str:

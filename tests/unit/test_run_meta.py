@@ -39,6 +39,9 @@ def test_an_older_meta_reads_with_what_it_lacks_empty():
     assert m.collectors == {} and m.ranks == {} and m.env == {} and m.warnings == []
     assert m.workload.elapsed_s is None and m.host.cpus is None and m.path == ""
     assert RunMeta.of({"collectors": {"host": {"config": {"interval_ms": 100}}}}).collectors["host"].ran
+    assert not m.records_git_revision and RunMeta.of({"git_revision": None}).records_git_revision
+    assert [RunMeta.of({"status": s}).status for s in ("running", "recovered", "merged")] == \
+        ["running", "recovered", "merged"]
 
 
 def test_the_recorded_run_in_tests_data_reads():
