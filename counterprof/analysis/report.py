@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..redact import redact_argv
+from ..store.meta import RunMeta
 from . import intervals as iv
 from .classify import NEXT_STEPS, Evidence, Verdict, classify
 from .signals import BUCKET_NS, MAX_BUCKETS, RunData, bucket_table, load_buckets, load_spans, signals
@@ -71,7 +72,7 @@ class ReportInputs:
     devices: pa.Table           # per (entity, metric) of nvml/gpm: mean, peak
     spans: pa.Table             # the spans, with a "rank" column when the run has several ranks
     catalog: dict[str, dict[str, Any]]
-    meta: dict[str, Any]
+    meta: RunMeta | dict[str, Any]
     ranks: int | None = None    # rank partitions (the processes doing the work); None: from meta
     rank_buckets: pa.Table | None = None   # per rank and metric, one bucket over the whole run
     hosts: dict[int, str] | None = None    # rank -> host that recorded it (clock skew across hosts)
@@ -106,7 +107,7 @@ def regroup(groups: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
 
 
 def inputs_from_samples(samples: pa.Table, spans: pa.Table, catalog: dict[str, dict[str, Any]],
-                        meta: dict[str, Any], ranks: int | None = None) -> ReportInputs:
+                        meta: RunMeta | dict[str, Any], ranks: int | None = None) -> ReportInputs:
     """ReportInputs from an in-memory samples table (small runs, tests)."""
     from .summary import metric_totals
     return ReportInputs(bucket_table([samples], bucket_ns(meta)), metric_totals([samples]),
@@ -136,19 +137,19 @@ def window_starts(data: RunData, step: int) -> tuple[int, list[int]]:
         step *= 2
 
 
-def workload_span(meta: dict[str, Any], data: RunData) -> tuple[int, int]:
+def workload_span(meta: RunMeta | dict[str, Any], data: RunData) -> tuple[int, int]:
     """The whole run's scope: the launched workload's life (exec to exit, from meta.json) when
     known, so a 1 ms workload is judged over its 1 ms, not the profiler's start-up and stop
     around it; else the data's extent."""
-    w = meta.get("workload") if isinstance(meta.get("workload"), dict) else {}
-    a, b = w.get("started_ns"), w.get("ended_ns")
+    w = RunMeta.of(meta).workload
+    a, b = w.started_ns, w.ended_ns
     if isinstance(a, int) and isinstance(b, int) and data.start_ns <= a < b:
         return a, min(b, data.end_ns) if b > data.start_ns else b
     return data.start_ns, data.end_ns
 
 
 def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
-    meta, catalog = inputs.meta, inputs.catalog
+    meta, catalog = RunMeta.of(inputs.meta), inputs.catalog
     data = RunData(ranks=max(1, inputs.ranks or 1))
     load_buckets(data, inputs.buckets, catalog)
     load_spans(data, inputs.spans, value("short_kernel_us"))
@@ -156,10 +157,10 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     bucket = bucket_ns(meta)
     spans = inputs.spans
 
-    run_info = {k: meta.get(k) for k in ("id", "command", "status", "start_time", "host", "rank")}
-    run_info["command"] = redact_argv(run_info["command"]) if run_info["command"] else None
-    collectors = {k: {"status": c.get("status"), "reason": c.get("reason", "")}
-                  for k, c in (meta.get("collectors") or {}).items()}
+    run_info = {"id": meta.id, "command": redact_argv(meta.command) if meta.command else None,
+                "status": meta.status, "start_time": meta.start_time,
+                "host": meta.raw.get("host"), "rank": meta.rank}       # host: shown as recorded
+    collectors = {k: {"status": c.status, "reason": c.reason} for k, c in meta.collectors.items()}
     if data.end_ns <= data.start_ns:
         overall = Verdict("run", "unknown", "none", missing=["samples or spans: the run holds none"])
         return Report(run_info, overall, window_s, summary=summary, collectors=collectors)
@@ -243,24 +244,24 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     return report
 
 
-def verdict_facts(meta: dict[str, Any]) -> dict[str, Any]:
+def verdict_facts(meta: RunMeta | dict[str, Any]) -> dict[str, Any]:
     """What the verdict's evidence may name, from the threads collector's entry in meta.json:
     the main threads it followed and the other processes that used the CPUs."""
-    entry = (meta.get("collectors") or {}).get("threads")
-    if not isinstance(entry, dict):
+    entry = RunMeta.of(meta).collector("threads")
+    if entry is None:
         return {}
-    main, others = entry.get("main"), entry.get("contenders")
+    main, others = entry.detail("main"), entry.detail("contenders")
     return {"main_threads": main if isinstance(main, list) else [],
             "contenders": others if isinstance(others, list) else []}
 
 
-def bucket_ns(meta: dict[str, Any]) -> int:
+def bucket_ns(meta: RunMeta | dict[str, Any]) -> int:
     """Resolution for the run's samples: its finest sampling interval (regions shorter than
     that cannot be resolved anyway), coarser only when the run is very long."""
-    intervals = [float(c["config"]["interval_ms"]) for c in (meta.get("collectors") or {}).values()
-                 if isinstance((c or {}).get("config"), dict) and c["config"].get("interval_ms")]
+    m = RunMeta.of(meta)
+    intervals = [c.interval_ms for c in m.collectors.values() if c.interval_ms]
     finest = int(min(intervals) * 1e6) if intervals else BUCKET_NS
-    length = max(0, (meta.get("end_ns") or 0) - (meta.get("start_ns") or 0))
+    length = max(0, (m.end_ns or 0) - (m.start_ns or 0))
     return max(finest, length // MAX_BUCKETS, 1_000_000)
 
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..redact import redact_argv
+from ..store.meta import RunMeta, WorkloadFacts
 from . import intervals as iv
 from .classify import Verdict, classify
 from .signals import RunData, Series, load_spans, signals
@@ -88,13 +89,14 @@ class RunFigures:
     verdict: Verdict | None = None                             # the whole run
     scope_verdicts: dict[str, Verdict] = field(default_factory=dict)    # "step_time", "region:NAME"
     scope_signals: dict[str, dict[str, float]] = field(default_factory=dict)  # "run" and the scopes
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)         # meta.json as read (RunMeta.raw)
     contention: Contention = field(default_factory=Contention)
+    workload: WorkloadFacts = field(default_factory=WorkloadFacts)
 
     @property
     def workload_wall_s(self) -> float | None:
         """The launched workload's wall time (meta.json's workload.elapsed_s), None without one."""
-        w = (self.meta.get("workload") or {}).get("elapsed_s")
+        w = self.workload.elapsed_s
         return float(w) if isinstance(w, (int, float)) and w > 0 else None
 
     @property
@@ -104,17 +106,13 @@ class RunFigures:
         return self.workload_wall_s or (self.end_ns - self.start_ns) / 1e9
 
 
-def collector_intervals_ns(meta: dict[str, Any]) -> list[int]:
+def collector_intervals_ns(meta: RunMeta | dict[str, Any]) -> list[int]:
     """Sampling intervals of the collectors that ran (config interval_ms), in ns."""
-    out = []
-    for c in (meta.get("collectors") or {}).values():
-        cfg = (c or {}).get("config")
-        if (c or {}).get("status", "ok") == "ok" and isinstance(cfg, dict) and cfg.get("interval_ms"):
-            out.append(int(float(cfg["interval_ms"]) * 1e6))
-    return out
+    return [int(c.interval_ms * 1e6) for c in RunMeta.of(meta).collectors.values()
+            if c.ran and c.interval_ms]
 
 
-def default_window_ns(meta: dict[str, Any], start_ns: int, end_ns: int) -> int:
+def default_window_ns(meta: RunMeta | dict[str, Any], start_ns: int, end_ns: int) -> int:
     """Metric windows for one run: about WINDOWS of them, each at least MIN_SAMPLES_PER_WINDOW of
     the slowest collector's intervals (and at least 100 ms). compare takes the largest over the
     runs it compares, so that every run's rates average over the same length of time."""
@@ -122,9 +120,10 @@ def default_window_ns(meta: dict[str, Any], start_ns: int, end_ns: int) -> int:
     return int(max(MIN_SAMPLES_PER_WINDOW * slowest, (end_ns - start_ns) / WINDOWS, 100_000_000))
 
 
-def time_bounds(meta: dict[str, Any], batches: Callable[[], Iterable[pa.RecordBatch]]) -> tuple[int, int]:
+def time_bounds(meta: RunMeta | dict[str, Any], batches: Callable[[], Iterable[pa.RecordBatch]]) -> tuple[int, int]:
     """The run's first and last ns: from meta.json, or (a recovered run has no end) the samples."""
-    lo, hi = meta.get("start_ns"), meta.get("end_ns")
+    m = RunMeta.of(meta)
+    lo, hi = m.start_ns, m.end_ns
     if isinstance(lo, int) and isinstance(hi, int) and hi > lo:
         return lo, hi
     lo = hi = None
@@ -135,9 +134,10 @@ def time_bounds(meta: dict[str, Any], batches: Callable[[], Iterable[pa.RecordBa
         lo = mm["min"] if lo is None else min(lo, mm["min"])
         hi = mm["max"] if hi is None else max(hi, mm["max"])
     if lo is None:
-        s = meta.get("start_ns") or 0
+        s = m.start_ns or 0
         return s, s
-    return (min(lo, meta["start_ns"]) if isinstance(meta.get("start_ns"), int) else lo), hi
+    assert hi is not None           # set with lo
+    return (min(lo, m.start_ns) if isinstance(m.start_ns, int) else lo), hi
 
 
 class _Cells:
@@ -449,7 +449,7 @@ def _key_signals(sig) -> dict[str, float]:
     return {k: round(sig[k].value, 6) for k in KEY_SIGNALS if k in sig}
 
 
-def run_figures(path: str, meta: dict[str, Any], catalog: dict[str, dict[str, Any]], ranks: list[int],
+def run_figures(path: str, meta: RunMeta | dict[str, Any], catalog: dict[str, dict[str, Any]], ranks: list[int],
                 batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], spans: pa.Table,
                 window_ns: int | None = None, bounds: tuple[int, int] | None = None,
                 roofline=None) -> RunFigures:
@@ -457,6 +457,7 @@ def run_figures(path: str, meta: dict[str, Any], catalog: dict[str, dict[str, An
     samples (time, duration_ns, metric, value); `spans` is the spans table with a "rank" column;
     roofline: the run's analysis.roofline.Roofline, for the verdicts (None: no torch ops)."""
     ranks = ranks or [0]
+    meta = RunMeta.of(meta)
     if bounds is None:
         bounds = time_bounds(meta, lambda: (b for r in ranks for b in batches_of_rank(r)))
     start_ns, end_ns = bounds
@@ -466,13 +467,13 @@ def run_figures(path: str, meta: dict[str, Any], catalog: dict[str, dict[str, An
                                                    window_ns, finest)
     load_spans(data, spans, value("short_kernel_us"))
     overall, scoped, scope_signals = verdicts(data, roofline)
-    busy = contention(data, catalog, len(ranks), (meta.get("host") or {}).get("cpus"))
+    busy = contention(data, catalog, len(ranks), meta.host.cpus)
     kinds = {m: (catalog.get(m) or {}).get("kind", "delta") for m in per_window}
-    return RunFigures(path=path, run_id=str(meta.get("id") or path), command=redact_argv(meta.get("command")),
+    return RunFigures(path=path, run_id=str(meta.id or path), command=redact_argv(meta.command),
                       ranks=list(ranks), window_s=window_ns / 1e9, start_ns=start_ns, end_ns=end_ns,
                       times=span_times(spans), metrics=per_window, units=units, kinds=kinds, totals=totals,
-                      verdict=overall, scope_verdicts=scoped, scope_signals=scope_signals, meta=meta,
-                      contention=busy)
+                      verdict=overall, scope_verdicts=scoped, scope_signals=scope_signals, meta=meta.raw,
+                      contention=busy, workload=meta.workload)
 
 
 def verdict_word(v: Verdict | None) -> str | None:

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from ..redact import redact_argv
 from ..render import units       # perf stat's words for the notes
+from ..store.meta import PerfEventStatus, RunMeta
 
 
 @dataclass
@@ -167,7 +168,7 @@ class Totals:
         with self._lock:
             self._fold()
 
-    def summary(self, catalog: dict[str, dict[str, Any]], meta: dict[str, Any],
+    def summary(self, catalog: dict[str, dict[str, Any]], meta: RunMeta | dict[str, Any],
                 ranks: int | None = None) -> Summary:
         self.close()
         return _summary(self.stats, catalog, meta, ranks)
@@ -182,31 +183,31 @@ def metric_totals(chunks: Iterable) -> pa.Table:
 
 
 def summary_from_totals(totals: pa.Table, catalog: dict[str, dict[str, Any]],
-                        meta: dict[str, Any], ranks: int | None = None) -> Summary:
+                        meta: RunMeta | dict[str, Any], ranks: int | None = None) -> Summary:
     """ranks: the run's rank partitions, when the caller knows them (else read from meta)."""
     stats = {(r["source"], r["metric"]): r for r in (totals.to_pylist() if totals.num_rows else [])}
     return _summary(stats, catalog, meta, ranks)
 
 
 def summarize(samples: pa.Table | Iterable, catalog: dict[str, dict[str, Any]],
-              meta: dict[str, Any], ranks: int | None = None) -> Summary:
+              meta: RunMeta | dict[str, Any], ranks: int | None = None) -> Summary:
     """samples: the samples table, or an iterable of its batches (COLUMNS suffice).
     ranks: the run's rank partitions, when the caller knows them (else read from meta)."""
     stats = _per_metric([samples] if isinstance(samples, (pa.Table, pa.RecordBatch)) else samples)
     return _summary(stats, catalog, meta, ranks)
 
 
-def ranks_in(meta: dict[str, Any]) -> int:
+def ranks_in(meta: RunMeta | dict[str, Any]) -> int:
     """How many ranks (process trees) wrote the run, as far as its meta.json says:
     `counterprof run --per-rank` and `counterprof merge` list them under "ranks"; a rank of a
     job whose ranks each ran counterprof.profile() into one run records its job and its
     WORLD_SIZE."""
-    listed = meta.get("ranks")
-    if isinstance(listed, dict) and listed:
-        return len(listed)
-    if meta.get("job"):
+    m = RunMeta.of(meta)
+    if m.ranks:
+        return len(m.ranks)
+    if m.job:
         from .ranks import parse_world_size
-        return parse_world_size((meta.get("env") or {}).get("WORLD_SIZE")) or 1
+        return parse_world_size(m.env.get("WORLD_SIZE")) or 1
     return 1
 
 
@@ -215,21 +216,22 @@ def _per_rank_gauge(source: str, metric: str) -> bool:
     return source == "host" and metric.startswith("proc.")
 
 
-def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: dict[str, Any],
+def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: RunMeta | dict[str, Any],
              ranks: int | None = None) -> Summary:
-    workload = meta.get("workload") or {}
-    elapsed = workload.get("elapsed_s")
-    if elapsed is None and meta.get("duration_ns"):
-        elapsed = meta["duration_ns"] / 1e9
+    meta = RunMeta.of(meta)
+    workload = meta.workload
+    elapsed = workload.elapsed_s
+    if elapsed is None and meta.duration_ns:
+        elapsed = meta.duration_ns / 1e9
     summary = Summary(
-        command=redact_argv(meta.get("command")) or None, elapsed_s=elapsed, user_s=workload.get("user_s"),
-        system_s=workload.get("system_s"), exit_status=workload.get("exit_status"),
-        collectors={k: {"status": v.get("status"), "reason": v.get("reason", "")}
-                    for k, v in (meta.get("collectors") or {}).items()},
-        path=meta.get("path", ""), ranks=max(1, ranks if ranks is not None else ranks_in(meta)))
+        command=redact_argv(meta.command) or None, elapsed_s=elapsed, user_s=workload.user_s,
+        system_s=workload.system_s, exit_status=workload.exit_status,
+        collectors={k: {"status": v.status, "reason": v.reason} for k, v in meta.collectors.items()},
+        path=meta.path, ranks=max(1, ranks if ranks is not None else ranks_in(meta)))
 
     # perf events first, in the order they were asked for, unsupported ones included
-    perf_events = ((meta.get("collectors") or {}).get("perf") or {}).get("events") or {}
+    perf = meta.collector("perf")
+    perf_events = perf.events if perf is not None else {}
     listed = set()
     for name, st in perf_events.items():
         listed.add(name)
@@ -248,12 +250,12 @@ def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: dict[str, An
 
 
 def _row(source: str, metric: str, cat: dict[str, Any], s: dict[str, Any] | None,
-         status: dict[str, Any] | None) -> SummaryRow:
+         status: PerfEventStatus | None) -> SummaryRow:
     kind = cat.get("kind", "delta")
     row = SummaryRow(source, metric, cat.get("unit", ""), kind, None)
     if status is not None:
-        row.status = status.get("status", "counted")
-        row.reason = status.get("reason", "")
+        row.status = status.status
+        row.reason = status.reason
     if s is None or s["value_count"] == 0:
         if row.status == "counted":
             row.status = "not counted" if s is not None else row.status

@@ -5,14 +5,20 @@ the wrong type, written by hand or by another tool) must be one clear error, not
 wherever the field is first used. Every reader of a run's metadata (Run.meta, Run.rank_meta,
 Run.catalog, recovery, compaction) goes through read_meta / read_catalog, which check what the
 rest of counterprof relies on and hand back the plain dict (list) it already uses.
+
+RunMeta is the typed reading side: read_run_meta (or RunMeta.of over a dict already read) checks
+the shape and the statuses once, and the code after it reads attributes. meta.json itself is
+still written as a dict (Session builds it up over the run), and RunMeta.raw hands that dict back
+to code that copies it through (merge, a rank copied in).
 """
 from __future__ import annotations
 
 import json
 import numbers
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Literal, TypeVar, cast, get_args
 
 from ..errors import RunDirectoryError, os_error
 from . import safepath
@@ -61,7 +67,7 @@ def _ok(value: Any, types: tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
-def _fields(obj: dict, spec: dict[str, tuple[type, ...]], where: str) -> str:
+def _fields(obj: dict[str, Any], spec: dict[str, tuple[type, ...]], where: str) -> str:
     for name, types in spec.items():
         if name in obj and not _ok(obj[name], types):
             return f"{where}{name} is {_type_name(obj[name])}"
@@ -116,24 +122,240 @@ def load_json(path: Path) -> Any:
         raise RunDirectoryError(f"{path} is corrupt: {str(exc)[:200]}") from None
 
 
-def _checked(path: str | Path, problem_of, what: str, todo: str) -> Any:
+META_WHAT = "a counterprof run's metadata"
+META_TODO = "restore it from a copy, or move the directory aside"
+
+
+def _wrong(where: str | Path, name: str, what: str, problem: str, todo: str) -> RunDirectoryError:
+    return RunDirectoryError(f"{where}: {name} is not {what} ({problem}); {todo}")
+
+
+def _checked(path: str | Path, problem_of: Callable[[Any], str], what: str, todo: str) -> Any:
     path = Path(path)
     doc = load_json(path)
     problem = problem_of(doc)
     if problem:
-        raise RunDirectoryError(f"{path}: {path.name} is not {what} ({problem}); {todo}")
+        raise _wrong(path, path.name, what, problem, todo)
     return doc
 
 
 def read_meta(path: str | Path) -> dict[str, Any]:
     """A meta.json, checked: a RunDirectoryError naming the file and the field when it is not
     a counterprof run's metadata."""
-    return _checked(path, meta_problem, "a counterprof run's metadata",
-                    "restore it from a copy, or move the directory aside")
+    return cast("dict[str, Any]", _checked(path, meta_problem, META_WHAT, META_TODO))
+
+
+def read_run_meta(path: str | Path) -> RunMeta:
+    """A meta.json as a RunMeta: a RunDirectoryError naming the file and the field (or the
+    status) when it is not a counterprof run's metadata."""
+    path = Path(path)
+    return RunMeta.from_dict(load_json(path), where=path)
 
 
 def read_catalog(path: str | Path) -> list[dict[str, Any]]:
     """A catalog.json, checked like read_meta."""
-    return _checked(path, catalog_problem, "a counterprof metric catalog",
-                    "restore it from a copy, or move it aside (the run reads without it, its "
-                    "units unknown)")
+    return cast("list[dict[str, Any]]", _checked(
+        path, catalog_problem, "a counterprof metric catalog",
+        "restore it from a copy, or move it aside (the run reads without it, its units unknown)"))
+
+
+# -- the typed reading side ----------------------------------------------------------------
+
+# the words meta.json's statuses may hold: a word outside them is a run this version cannot read
+RunStatus = Literal["running", "complete", "recovered", "merged"]
+CollectorState = Literal["ok", "failed", "unavailable"]
+EventState = Literal["counted", "not supported", "not counted", "failed"]    # perf's events
+RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+COLLECTOR_STATES: tuple[str, ...] = get_args(CollectorState)
+EVENT_STATES: tuple[str, ...] = get_args(EventState)
+
+
+def _word(value: Any, allowed: tuple[str, ...], where: str) -> str:
+    if value is None or value in allowed:
+        return ""
+    return f"{where} is {value!r}, not one of {', '.join(allowed)}"
+
+
+def status_problem(meta: dict[str, Any]) -> str:
+    """Why meta's statuses are not words counterprof writes ("" when they are); meta has
+    passed meta_problem."""
+    problem = _word(meta.get("status"), RUN_STATUSES, "status")
+    for name, entry in (meta.get("collectors") or {}).items():
+        if problem:
+            break
+        problem = _word(entry.get("status"), COLLECTOR_STATES, f"collectors.{name}.status")
+        events = entry.get("events")
+        if events is None or problem:
+            continue
+        if not isinstance(events, dict):
+            return f"collectors.{name}.events is {_type_name(events)}"
+        for event, st in events.items():
+            if not isinstance(st, dict):
+                return f"collectors.{name}.events.{event} is {_type_name(st)}"
+            if problem := _word(st.get("status"), EVENT_STATES, f"collectors.{name}.events.{event}.status"):
+                break
+    return problem
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+@dataclass(frozen=True)
+class PerfEventStatus:
+    """One perf event's entry: counted, or why not."""
+    status: EventState = "counted"      # an entry without one: counted (what summaries assume)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CollectorStatus:
+    """One collector's entry under meta.json's "collectors": whether it ran, and why not."""
+    name: str
+    status: CollectorState | None       # None: an older entry that says nothing
+    reason: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)    # the entry: the collector's own facts too
+
+    @classmethod
+    def from_entry(cls, name: str, entry: dict[str, Any]) -> CollectorStatus:
+        config = entry.get("config")
+        return cls(name, entry.get("status"), entry.get("reason") or "",
+                   config if isinstance(config, dict) else {}, entry)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def ran(self) -> bool:
+        """It ran: ok, or an older entry that does not say."""
+        return self.status in (None, "ok")
+
+    @property
+    def interval_ms(self) -> float | None:
+        """Its sampling interval as configured (None: not a sampling collector, or unset)."""
+        v = self.config.get("interval_ms")
+        return float(v) if v else None
+
+    @property
+    def events(self) -> dict[str, PerfEventStatus]:
+        """perf's events in the order they were asked for ({} for other collectors)."""
+        return {name: PerfEventStatus(st.get("status") or "counted", st.get("reason") or "")
+                for name, st in (self.raw.get("events") or {}).items()}
+
+    def detail(self, key: str) -> Any:
+        """A fact the collector itself recorded (threads: "main", "contenders")."""
+        return self.raw.get(key)
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """meta.json's "host": the machine the run was recorded on."""
+    hostname: str | None = None
+    cpus: int | None = None
+    kernel: str | None = None
+    machine: str | None = None
+    cpu_model: str | None = None
+
+
+@dataclass(frozen=True)
+class ProfilerFacts:
+    """meta.json's "profiler": the process that wrote the run, and its cost."""
+    pid: int | None = None
+    host: str | None = None
+    cpu_s: float | None = None
+    max_rss_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """meta.json's "workload": the launched workload's life (absent for profile() runs)."""
+    status: str | None = None           # "exited", "not started", "exec failed", ...: words for people
+    pid: int | None = None
+    exit_status: int | None = None
+    exit_code: int | None = None
+    signal: int | str | None = None
+    elapsed_s: float | None = None
+    user_s: float | None = None
+    system_s: float | None = None
+    max_rss_bytes: int | None = None
+    started_ns: int | None = None
+    ended_ns: int | None = None
+
+
+_Facts = TypeVar("_Facts", "HostFacts", "ProfilerFacts", "WorkloadFacts")
+
+
+def _facts(cls: type[_Facts], doc: Any) -> _Facts:
+    """A facts dataclass from a nested object already checked by meta_problem (its own
+    fields only; missing or absent: None)."""
+    if not isinstance(doc, dict):
+        return cls()
+    return cls(**{k: doc.get(k) for k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """A run's meta.json, checked once: the fields counterprof reads, typed. Build it with
+    read_run_meta(path) or RunMeta.of(dict); `raw` is the document itself."""
+    raw: dict[str, Any]
+    id: str | None
+    status: RunStatus | None
+    command: list[str] | None
+    start_time: str | None
+    start_ns: int | None
+    end_ns: int | None
+    duration_ns: int | None
+    rank: int | None
+    job: str | None
+    counterprof_version: str | None
+    cwd: str | None
+    env: dict[str, Any]
+    host: HostFacts
+    profiler: ProfilerFacts
+    workload: WorkloadFacts
+    collectors: dict[str, CollectorStatus]
+    ranks: dict[str, Any]               # per-rank runs and merges: rank -> its entry
+    ceilings: dict[str, Any] | None
+    git_revision: str | dict[str, Any] | None
+    warnings: list[str]
+
+    @classmethod
+    def from_dict(cls, doc: Any, where: str | Path = "meta.json") -> RunMeta:
+        """doc checked: a RunDirectoryError naming `where` and the wrong field (or status)."""
+        problem = meta_problem(doc) or status_problem(doc)
+        if problem:
+            raise _wrong(where, "meta.json", META_WHAT, problem, META_TODO)
+        ranks, env = doc.get("ranks"), doc.get("env")
+        return cls(
+            raw=doc, id=doc.get("id"), status=doc.get("status"), command=doc.get("command"),
+            start_time=doc.get("start_time"), start_ns=doc.get("start_ns"), end_ns=doc.get("end_ns"),
+            duration_ns=doc.get("duration_ns"), rank=doc.get("rank"), job=doc.get("job"),
+            counterprof_version=doc.get("counterprof_version"), cwd=doc.get("cwd"),
+            env=env or {}, host=_facts(HostFacts, doc.get("host")),
+            profiler=_facts(ProfilerFacts, doc.get("profiler")),
+            workload=_facts(WorkloadFacts, doc.get("workload")),
+            collectors={name: CollectorStatus.from_entry(name, entry)
+                        for name, entry in (doc.get("collectors") or {}).items()},
+            ranks=ranks if isinstance(ranks, dict) else {}, ceilings=doc.get("ceilings"),
+            git_revision=doc.get("git_revision"), warnings=list(doc.get("warnings") or []))
+
+    @classmethod
+    def of(cls, meta: RunMeta | dict[str, Any]) -> RunMeta:
+        """meta as a RunMeta: itself, or a dict checked (callers still holding Run.meta's dict)."""
+        return meta if isinstance(meta, RunMeta) else cls.from_dict(meta)
+
+    def collector(self, name: str) -> CollectorStatus | None:
+        return self.collectors.get(name)
+
+    @property
+    def records_git_revision(self) -> bool:
+        """The run recorded its git revision (None there: not a checkout); runs from before
+        counterprof recorded it lack the key."""
+        return "git_revision" in self.raw
+
+    @property
+    def path(self) -> str:
+        """The run's path, where an older meta.json recorded it ("" otherwise)."""
+        return _str(self.raw.get("path")) or ""
