@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from .signals import Signal
-from .thresholds import T, value
+from .thresholds import value
 
 CLASSES = ("compute", "memory", "collectives", "host")
 NEXT_STEPS = {
