@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Any
 
-from counterprof.collector import Availability, Collector, SessionContext
+from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.errors import UsageError
 from counterprof.schema import SAMPLES_SCHEMA, Metric
 
@@ -133,26 +132,20 @@ def system_stats(proc: str = "/proc") -> dict[str, float]:
         reader.close()
 
 
-class HostCollector(Collector):
+class HostCollector(PollingCollector):
     name = "host"
     per_rank = True
     DEFAULTS = {"interval_ms": 100.0, "proc": "/proc"}
 
     def __init__(self, config: dict[str, Any] | None = None):
-        super().__init__({**self.DEFAULTS, **(config or {})})
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._thread_cpu_s = 0.0
+        super().__init__(config)
         self._flush_lock = threading.Lock()
 
     @classmethod
     def availability(cls, config=None) -> Availability:
-        proc = {**cls.DEFAULTS, **(config or {})}["proc"]
-        try:
-            import counterprof._native  # noqa: F401
-        except ImportError as exc:
-            return Availability(False, f"counterprof's compiled part is missing ({exc}); "
-                                       "reinstall with `pip install .`")
+        proc = cls.with_defaults(config)["proc"]
+        if not (native := native_available()):
+            return native
         try:
             system_stats(proc)
         except OSError as exc:
@@ -162,7 +155,7 @@ class HostCollector(Collector):
 
     @classmethod
     def validate(cls, config: dict[str, Any]) -> None:
-        interval = float({**cls.DEFAULTS, **config}["interval_ms"])
+        interval = float(cls.with_defaults(config)["interval_ms"])
         if not 1 <= interval <= 3_600_000:
             raise UsageError(f"host interval {interval:g} ms is out of range (1 ms to 1 h)")
 
@@ -170,7 +163,7 @@ class HostCollector(Collector):
         import pyarrow as pa
         self.ctx = ctx
         self.proc = self.config["proc"]
-        interval_ms = float(self.config["interval_ms"])
+        self.period_s = float(self.config["interval_ms"]) / 1000
         t = ctx.target
         self.root = os.getpid() if t.kind == "self" else t.pid
         ctx.add_metrics(METRICS if self.root is not None else
@@ -180,30 +173,28 @@ class HostCollector(Collector):
         self.reader = ProcReader(self.root, self.proc)
         self.reader.lib.cp_procstat_set_time_offset(self.reader.handle, ctx.clock.offset_ns)
         self.reader.record()          # the baseline
-        self._thread = ctx.start_thread("counterprof-host", lambda: self._loop(interval_ms / 1000))
+        self.start_polling(ctx)
 
     @property
     def root_gone(self) -> bool:
         return self.reader.root_gone
 
-    def _loop(self, period: float) -> None:
+    def poll(self) -> None:
+        period = self.period_s
         flush_every = max(1, round(EMIT_EVERY_S / period))
         n = 0
-        try:
-            while not self._stop.wait(period):
-                self.reader.record()
-                n += 1
-                if n % flush_every == 0:
-                    self.flush()
-        except Exception as exc:
-            self.flush()
-            self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
-        finally:
-            self._thread_cpu_s = time.thread_time()
+        while not self._stop.wait(period):
+            self.reader.record()
+            n += 1
+            if n % flush_every == 0:
+                self.flush()
 
     def sample(self) -> None:
         """One sample into the pending rows (kept in C until the next flush)."""
         self.reader.record()
+
+    def last_sample(self) -> None:
+        self.sample()             # short regions would otherwise have no sample
 
     def flush(self) -> None:
         with self._flush_lock:
@@ -211,15 +202,5 @@ class HostCollector(Collector):
         if batch is not None:
             self.ctx.emit("samples", batch)
 
-    def stop(self) -> None:
-        if self._thread is None or self._stop.is_set():
-            return
-        self._stop.set()
-        self._thread.join()
-        try:   # the last partial interval: short regions would otherwise have no sample
-            self.sample()
-        except Exception as exc:
-            self.ctx.warn(f"host: final sample failed: {exc}")
-        self.flush()
+    def release(self) -> None:
         self.reader.close()
-        self.details["thread_cpu_s"] = self._thread_cpu_s

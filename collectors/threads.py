@@ -36,7 +36,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from counterprof.collector import Availability, Collector, SessionContext
+from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.errors import UsageError
 from counterprof.schema import Metric, samples_batch
 
@@ -261,18 +261,15 @@ class Contenders:
         return [{"pid": pid, "comm": comm, "cpu_s": round(cpu, 3)} for cpu, pid, comm in used[:n] if cpu > 0]
 
 
-class ThreadsCollector(Collector):
+class ThreadsCollector(PollingCollector):
     name = "threads"
     per_rank = True
     start_late = True   # the profiler's threads registered before the first sample
     DEFAULTS = {"interval_ms": 100.0, "proc": "/proc"}
 
     def __init__(self, config: dict[str, Any] | None = None):
-        super().__init__({**self.DEFAULTS, **(config or {})})
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(config)
         self._rows: list[tuple] = []
-        self._thread_cpu_s = 0.0
         self.reader: ThreadReader | None = None
         self.critical: Critical | None = None
         self.root_gone = False
@@ -283,12 +280,9 @@ class ThreadsCollector(Collector):
 
     @classmethod
     def availability(cls, config=None) -> Availability:
-        proc = {**cls.DEFAULTS, **(config or {})}["proc"]
-        try:
-            import counterprof._native  # noqa: F401
-        except ImportError as exc:
-            return Availability(False, f"counterprof's compiled part is missing ({exc}); "
-                                       "reinstall with `pip install .`")
+        if not (native := native_available()):
+            return native
+        proc = cls.with_defaults(config)["proc"]
         if not os.path.exists(f"{proc}/self/task/{threading.get_native_id()}/schedstat"):
             return Availability(False, f"{proc}/PID/task/TID/schedstat is missing: is /proc mounted, "
                                        "with a kernel built with CONFIG_SCHED_INFO?")
@@ -297,7 +291,7 @@ class ThreadsCollector(Collector):
     @classmethod
     def validate(cls, config: dict[str, Any]) -> None:
         try:
-            interval = float({**cls.DEFAULTS, **config}["interval_ms"])
+            interval = float(cls.with_defaults(config)["interval_ms"])
         except (TypeError, ValueError):
             raise UsageError(f"threads interval {config.get('interval_ms')!r} is not a number of ms") from None
         if not 1 <= interval <= 3_600_000:
@@ -339,13 +333,13 @@ class ThreadsCollector(Collector):
         self.contenders = Contenders([self.root] if self.in_process else [self.root, os.getpid()], self.proc)
         self._read_contenders()
         self._last_contenders = time.monotonic()
-        interval_s = float(self.config["interval_ms"]) / 1000
+        self.period_s = float(self.config["interval_ms"]) / 1000
         # (Arrow's first conversion, seconds on a loaded machine, was done by the session before
         # any collector started: session._warm_arrow)
         self.details["main_reads"] = "own thread"
         if self._interval_ns < WALK_NS:       # at the walk's cadence riding saves no wake-up
             ctx.tick_riders.append(self)
-        self._thread = ctx.start_thread("counterprof-threads", lambda: self._loop(interval_s))
+        self.start_polling(ctx)
 
     def _read_contenders(self) -> None:
         try:
@@ -353,18 +347,13 @@ class ThreadsCollector(Collector):
         except OSError as exc:       # evidence only: never a reason to stop sampling
             self.details["contenders_error"] = str(exc)
 
-    def _loop(self, period: float) -> None:
-        try:
-            while not self._stop.wait(self._period(period)):
-                self.sample()
-                if time.monotonic() - self._last_contenders >= CONTENDERS_EVERY_S:
-                    self._read_contenders()
-                    self._last_contenders = time.monotonic()
-        except Exception as exc:
-            self.flush()
-            self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
-        finally:
-            self._thread_cpu_s = time.thread_time()
+    def poll(self) -> None:
+        period = self.period_s
+        while not self._stop.wait(self._period(period)):
+            self.sample()
+            if time.monotonic() - self._last_contenders >= CONTENDERS_EVERY_S:
+                self._read_contenders()
+                self._last_contenders = time.monotonic()
 
     def _period(self, interval_s: float) -> float:
         """Riding the perf sampler's tick, the thread wakes only to walk (and drain)."""
@@ -621,16 +610,10 @@ class ThreadsCollector(Collector):
             t, d, m, e, v = zip(*rows)
             self.ctx.emit("samples", samples_batch(list(t), list(d), self.name, list(m), list(e), list(v)))
 
-    def stop(self) -> None:
-        if self._thread is None or self._stop.is_set():
-            return
-        self._stop.set()
-        self._thread.join()
-        try:   # the last partial interval, with a walk: the helpers' last time too
-            self.sample(walk=True)
-        except Exception as exc:
-            self.ctx.warn(f"threads: final sample failed: {exc}")
-        self.flush()
+    def last_sample(self) -> None:
+        self.sample(walk=True)         # with a walk: the helpers' last time too
+
+    def release(self) -> None:
         with self._lock:
             self._close_main()
             if self._ride is not None:
@@ -638,4 +621,3 @@ class ThreadsCollector(Collector):
         self.reader.close()
         self._read_contenders()
         self.details["contenders"] = self.contenders.top()
-        self.details["thread_cpu_s"] = self._thread_cpu_s

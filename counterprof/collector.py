@@ -9,14 +9,16 @@ cadence, and reports trouble through `ctx.fail` / `ctx.warn`.
 """
 from __future__ import annotations
 
+import importlib
 import threading
+import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 from .clock import Clock
-from .errors import CounterprofError, UsageError
+from .errors import CounterprofError, UsageError, native_missing
 from .schema import Metric
 
 ENTRY_POINT_GROUP = "counterprof.collectors"
@@ -122,15 +124,22 @@ class Collector:
     default_on: ClassVar[bool] = True
     # can attach to a running process (Target "pid"): started on each rank of a multi-rank job
     per_rank: ClassVar[bool] = False
+    # the configuration keys it knows and their values when not given
+    DEFAULTS: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, config: dict[str, Any] | None = None):
-        self.config = dict(config or {})
+        self.config = self.with_defaults(config)
         self.status = "ok"
         self.reason = ""
         # Extra facts for meta.json: under this collector (events opened, fallbacks...) ...
         self.details: dict[str, Any] = {}
         # ... and at the top level of meta.json (e.g. "gpus": the devices seen).
         self.run_facts: dict[str, Any] = {}
+
+    @classmethod
+    def with_defaults(cls, config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """config over DEFAULTS: what availability/validate/inventory read before an instance."""
+        return {**cls.DEFAULTS, **(config or {})}
 
     @classmethod
     def availability(cls, config: dict[str, Any] | None = None) -> Availability:
@@ -169,6 +178,88 @@ class Collector:
     def summary_config(self) -> dict[str, Any]:
         """The configuration as recorded in meta.json."""
         return dict(self.config)
+
+
+class PollingCollector(Collector):
+    """A collector whose own thread wakes every interval to sample (host, threads, nvml, torch).
+
+    The subclass writes poll(), its loop (`while not self._stop.wait(period): ...`): the timing,
+    the work per sample and the wake-ups are all its own, the base adds none. start() calls
+    start_polling(ctx) last. The base runs the loop on a profiler thread, fails the collector
+    with the reason when it raises (the rows taken so far flushed first), and stops it: the
+    thread is told and joined, then the last partial interval is sampled (short runs would
+    otherwise have no sample; a failure there is a warning only), flushed, and released.
+    """
+
+    # what a failed last sample may raise and only be warned about
+    last_sample_errors: ClassVar[tuple[type[Exception], ...]] = (Exception,)
+
+    def __init__(self, config: dict[str, Any] | None = None):
+        super().__init__(config)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._thread_cpu_s = 0.0          # the sampling thread's CPU time, once it has ended
+
+    def start_polling(self, ctx: SessionContext) -> None:
+        self._thread = ctx.start_thread(f"counterprof-{self.name}", self._run)
+
+    def _run(self) -> None:
+        try:
+            self.poll()
+        except Exception as exc:
+            self.poll_failed(exc)
+        finally:
+            self._thread_cpu_s = time.thread_time()
+
+    def poll(self) -> None:
+        """The sampling loop, on the collector's thread, until self._stop is set."""
+        raise NotImplementedError
+
+    def poll_failed(self, exc: Exception) -> None:
+        """poll() raised: what was taken goes out, and the collector fails with the reason."""
+        self.flush()
+        self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
+
+    def flush(self) -> None:
+        """Emit the rows kept since the last flush."""
+
+    def last_sample(self) -> None:
+        """The last partial interval, once the thread has ended."""
+
+    def release(self) -> None:
+        """Close what start() opened, after the last flush."""
+
+    @property
+    def polling(self) -> bool:
+        """The thread was started and has not been told to stop."""
+        return self._thread is not None and not self._stop.is_set()
+
+    def halt(self) -> None:
+        """Tell the thread to stop, and wait until it has."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def stop(self) -> None:
+        if not self.polling:
+            return
+        self.halt()
+        try:
+            self.last_sample()
+        except self.last_sample_errors as exc:
+            self.ctx.warn(f"{self.name}: final sample failed: {exc}")
+        self.flush()
+        self.release()
+        self.details["thread_cpu_s"] = self._thread_cpu_s
+
+
+def native_available() -> Availability:
+    """For collectors that sample through the compiled part: unavailable where it is missing."""
+    try:
+        importlib.import_module("counterprof._native")
+    except ImportError as exc:
+        return Availability(False, str(native_missing(exc)))
+    return Availability(True)
 
 
 def _entry_points():

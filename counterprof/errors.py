@@ -30,7 +30,14 @@ class RunDirectoryError(CounterprofError):
 
 
 class NativeUnavailable(CounterprofError):
-    """The compiled part (counterprof._native) is missing."""
+    """The compiled part (counterprof._native) is missing: an uncompiled source tree."""
+
+
+def native_missing(cause: object) -> NativeUnavailable:
+    """The error for an import of counterprof._native that failed (cause: the ImportError);
+    collectors that need it say str() of it as the reason they are unavailable."""
+    return NativeUnavailable(
+        f"counterprof's compiled part is missing ({cause}); reinstall with `pip install .`")
 
 
 class PerfEventError(CounterprofError):
@@ -77,6 +84,23 @@ def _owner_if_not_ours(pid: int | None, proc: str) -> str | None:
         return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
     except (KeyError, ImportError):
         return f"uid {uid}"
+
+
+# errno values whose message needs nothing but the event's name: the error and what it means
+_PERF_ERRNO: dict[int, tuple[type[PerfEventError], str]] = {
+    _errno.EINVAL: (EventNotSupported,
+                    "the kernel rejected the event's settings (EINVAL): an unknown config value or "
+                    "modifier for this PMU, or an event that cannot join this group"),
+    _errno.EBUSY: (PerfEventError,
+                   "the PMU is busy (EBUSY): another tool holds it exclusively (a pinned or "
+                   "exclusive event, or the NMI watchdog)"),
+    _errno.E2BIG: (PerfEventError,
+                   "this kernel is older than the perf_event_attr counterprof was built with "
+                   "(E2BIG); rebuild counterprof on this machine"),
+    _errno.ENOSYS: (PerfPermissionError,
+                    "perf_event_open is not available (ENOSYS): the kernel lacks "
+                    "CONFIG_PERF_EVENTS or a sandbox hides the syscall"),
+}
 
 
 def perf_error(err: int, event: str, *, system_wide: bool = False, kernel: bool = False,
@@ -126,22 +150,9 @@ def perf_error(err: int, event: str, *, system_wide: bool = False, kernel: bool 
         return PerfEventError(
             f"{event}: out of file descriptors ({name}): each counter needs one per thread or "
             "CPU; raise the limit (`ulimit -n 65536`) or count fewer events", err, event)
-    if err == _errno.EINVAL:
-        return EventNotSupported(
-            f"{event}: the kernel rejected the event's settings (EINVAL): an unknown config "
-            "value or modifier for this PMU, or an event that cannot join this group", err, event)
-    if err == _errno.EBUSY:
-        return PerfEventError(
-            f"{event}: the PMU is busy (EBUSY): another tool holds it exclusively "
-            "(a pinned or exclusive event, or the NMI watchdog)", err, event)
-    if err == _errno.E2BIG:
-        return PerfEventError(
-            f"{event}: this kernel is older than the perf_event_attr counterprof was built "
-            "with (E2BIG); rebuild counterprof on this machine", err, event)
-    if err == _errno.ENOSYS:
-        return PerfPermissionError(
-            f"{event}: perf_event_open is not available (ENOSYS): the kernel lacks "
-            "CONFIG_PERF_EVENTS or a sandbox hides the syscall", err, event)
+    if err in _PERF_ERRNO:
+        cls, what = _PERF_ERRNO[err]
+        return cls(f"{event}: {what}", err, event)
     return PerfEventError(f"{event}: perf_event_open failed: {os.strerror(err)} ({name})",
                           err, event)
 
@@ -184,8 +195,6 @@ class GpuLost(NvmlError):
 
 
 _NVML_LOST = (NVML_ERROR_GPU_IS_LOST, NVML_ERROR_RESET_REQUIRED, NVML_ERROR_GPU_NOT_FOUND)
-_NVML_FATAL = (NVML_ERROR_UNINITIALIZED, NVML_ERROR_DRIVER_NOT_LOADED,
-               NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_LIB_RM_VERSION_MISMATCH)
 
 
 def nvml_error(code: int, function: str, where: str = "") -> NvmlError:

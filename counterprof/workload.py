@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from .errors import CounterprofError, NativeUnavailable
+from .errors import CounterprofError, native_missing
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 WATCHED = set(FORWARDED) | {signal.SIGCHLD}
@@ -106,8 +106,7 @@ class Workload:
         try:
             from ._native import ffi, lib
         except ImportError as exc:
-            raise NativeUnavailable(
-                f"counterprof's compiled part is missing ({exc}); reinstall with `pip install .`") from exc
+            raise native_missing(exc) from exc
         keep = [ffi.new("char[]", os.fsencode(a)) for a in self.argv]
         argv = ffi.new("char *[]", keep + [ffi.NULL])
         envp = ffi.NULL

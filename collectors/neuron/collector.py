@@ -87,7 +87,7 @@ class NeuronCollector(Collector):
     DEFAULTS = {"interval_ms": 1000.0, "sysfs_root": None, "process_tag": None}
 
     def __init__(self, config: dict[str, Any] | None = None):
-        super().__init__({**self.DEFAULTS, **(config or {})})
+        super().__init__(config)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._rows: list[tuple] = []
@@ -120,7 +120,7 @@ class NeuronCollector(Collector):
 
     @classmethod
     def availability(cls, config=None) -> Availability:
-        cfg = {**cls.DEFAULTS, **(config or {})}
+        cfg = cls.with_defaults(config)
         root = sysfs_root(cfg)
         if _monitor_path() or sysfs.present(root):
             return Availability(True)
@@ -130,7 +130,7 @@ class NeuronCollector(Collector):
 
     @classmethod
     def validate(cls, config: dict[str, Any]) -> None:
-        cfg = {**cls.DEFAULTS, **config}
+        cfg = cls.with_defaults(config)
         try:
             interval = float(cfg["interval_ms"])
         except (TypeError, ValueError):
@@ -141,7 +141,7 @@ class NeuronCollector(Collector):
 
     @classmethod
     def inventory(cls, config=None) -> list[dict[str, Any]]:
-        cfg = {**cls.DEFAULTS, **(config or {})}
+        cfg = cls.with_defaults(config)
         listed = neuron_ls()
         if listed is not None:
             return [{"title": "Neuron devices",

@@ -16,11 +16,9 @@ dropped; the other GPUs go on being sampled. A library-wide failure ends the sam
 from __future__ import annotations
 
 import os
-import threading
-import time
 from typing import Any
 
-from counterprof.collector import Availability, Collector, SessionContext
+from counterprof.collector import Availability, PollingCollector, SessionContext
 from counterprof.errors import CounterprofError, GpuLost, NvmlError, NvmlUnavailable, UsageError
 from counterprof.schema import samples_batch
 
@@ -50,16 +48,13 @@ def _why_not(exc: Exception) -> str:
     return f"NVML could not be opened: {type(exc).__name__}: {exc}"
 
 
-class NvmlCollector(Collector):
+class NvmlCollector(PollingCollector):
     name = "nvml"
     DEFAULTS = {"interval_ms": 100.0, "gpm_interval_ms": 100.0, "gpus": None, "module": None}
 
     def __init__(self, config: dict[str, Any] | None = None):
-        super().__init__({**self.DEFAULTS, **(config or {})})
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(config)
         self._rows: list[tuple] = []
-        self._thread_cpu_s = 0.0
         self._failures: list[str] = []
         self._cataloged: set[str] = set()
         self.samplers: list[GpuSampler] = []
@@ -69,7 +64,7 @@ class NvmlCollector(Collector):
 
     @classmethod
     def availability(cls, config=None) -> Availability:
-        cfg = {**cls.DEFAULTS, **(config or {})}
+        cfg = cls.with_defaults(config)
         try:
             nvml = _open(cfg)
         except Exception as exc:
@@ -93,7 +88,7 @@ class NvmlCollector(Collector):
 
     @classmethod
     def validate(cls, config: dict[str, Any]) -> None:
-        cfg = {**cls.DEFAULTS, **config}
+        cfg = cls.with_defaults(config)
         try:
             interval, gpm = float(cfg["interval_ms"]), float(cfg["gpm_interval_ms"])
         except (TypeError, ValueError):
@@ -121,7 +116,7 @@ class NvmlCollector(Collector):
 
     @classmethod
     def inventory(cls, config=None) -> list[dict[str, Any]]:
-        cfg = {**cls.DEFAULTS, **(config or {})}
+        cfg = cls.with_defaults(config)
         nvml = _open(cfg)
         try:
             visible, warnings = devices.discover(nvml)
@@ -183,7 +178,7 @@ class NvmlCollector(Collector):
         self.run_facts["gpus"] = [g.facts(driver) for g in gpus]
         self._catalog(set().union(*(s.metrics() for s in self.samplers)) if self.samplers else set())
         self._update_details()
-        self._thread = ctx.start_thread("counterprof-nvml", self._loop)
+        self.start_polling(ctx)
 
     def _catalog(self, names: set[str]) -> None:
         """Catalog entries for metrics a GPU has shown it records (unsupported ones never are)."""
@@ -192,7 +187,7 @@ class NvmlCollector(Collector):
             self._cataloged |= new
             self.ctx.add_metrics([m for m in METRICS if m.name in new])
 
-    def _loop(self) -> None:
+    def poll(self) -> None:
         """Three deadlines: the fast tick, the GPM window, and once a second the slow part
         and the emit (so a batch leaves at least once a second whatever the intervals).
 
@@ -206,36 +201,33 @@ class NvmlCollector(Collector):
         clock = self.ctx.clock
         now = clock.now_ns()
         next_tick, next_gpm, next_slow = now + period, now + gpm_period, now + SLOW_EVERY_NS
-        try:
-            while self.samplers:
-                wait = (min(next_tick, next_gpm, next_slow) - clock.now_ns()) / 1e9
-                if self._stop.wait(max(0.0, wait)):
-                    break
-                now = clock.now_ns()
-                soon = now + MERGE_NS
-                ticked = windowed = False
-                if next_gpm <= now:
-                    self._each(GpuSampler.gpm_tick)
-                    windowed = True
-                if next_tick <= soon:
-                    self.wall.refresh()
-                    self._each(GpuSampler.tick)
-                    ticked = True
-                if next_slow <= soon:
-                    self._slow()
-                    self.flush()
-                    next_slow = max(next_slow + SLOW_EVERY_NS, now)
-                done = clock.now_ns()
-                if ticked:
-                    next_tick = done + period
-                if windowed:
-                    next_gpm = done + gpm_period
-        except NvmlUnavailable as exc:
-            self._fail(f"NVML stopped answering: {exc}")
-        except Exception as exc:
-            self._fail(f"{type(exc).__name__}: {exc}")
-        finally:
-            self._thread_cpu_s = time.thread_time()
+        while self.samplers:
+            wait = (min(next_tick, next_gpm, next_slow) - clock.now_ns()) / 1e9
+            if self._stop.wait(max(0.0, wait)):
+                break
+            now = clock.now_ns()
+            soon = now + MERGE_NS
+            ticked = windowed = False
+            if next_gpm <= now:
+                self._each(GpuSampler.gpm_tick)
+                windowed = True
+            if next_tick <= soon:
+                self.wall.refresh()
+                self._each(GpuSampler.tick)
+                ticked = True
+            if next_slow <= soon:
+                self._slow()
+                self.flush()
+                next_slow = max(next_slow + SLOW_EVERY_NS, now)
+            done = clock.now_ns()
+            if ticked:
+                next_tick = done + period
+            if windowed:
+                next_gpm = done + gpm_period
+
+    def poll_failed(self, exc: Exception) -> None:
+        self._fail(f"NVML stopped answering: {exc}" if isinstance(exc, NvmlUnavailable)
+                   else f"{type(exc).__name__}: {exc}")
 
     def _slow(self) -> None:
         pids = tree_pids(self.root) if self.root is not None else None
@@ -283,21 +275,16 @@ class NvmlCollector(Collector):
                                                   **({"notes": s.gpu.notes} if s.gpu.notes else {})}
                                         for s in self.samplers}
 
-    def stop(self) -> None:
-        if self._thread is None or self._stop.is_set():
-            return
-        self._stop.set()
-        self._thread.join()
-        try:   # the last partial interval: short runs would otherwise have no sample
-            if self.samplers:
-                self.wall.refresh()
-                self._each(GpuSampler.tick)
-                self._slow()
-        except NvmlError as exc:
-            self.ctx.warn(f"nvml: final sample failed: {exc}")
-        self.flush()
+    last_sample_errors = (NvmlError,)
+
+    def last_sample(self) -> None:
+        if self.samplers:
+            self.wall.refresh()
+            self._each(GpuSampler.tick)
+            self._slow()
+
+    def release(self) -> None:
         self._update_details()
-        self.details["thread_cpu_s"] = self._thread_cpu_s
         self._close()
 
     def _close(self) -> None:

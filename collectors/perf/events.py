@@ -87,7 +87,6 @@ DEFAULT_EVENTS = ("task-clock,context-switches,cpu-migrations,page-faults,"
 
 _MODIFIER = re.compile(r"^[ukhHGIDpPSWe]*$")
 _RAW = re.compile(r"^r([0-9a-fA-F]{1,16})$")
-_NAME_TERM = re.compile(r"^[A-Za-z_][\w.\-]*$")
 
 
 @dataclass(frozen=True)

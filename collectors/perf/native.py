@@ -8,7 +8,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from counterprof.errors import NativeUnavailable, perf_error
+from counterprof.errors import native_missing, perf_error
 
 from .events import EventSpec
 
@@ -31,9 +31,7 @@ READ_FORMAT = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING | 
 
 def require_native():
     if lib is None:
-        raise NativeUnavailable(
-            "counterprof's compiled part (counterprof._native) is missing: "
-            f"install the package with `pip install .` so native/ is built ({_IMPORT_ERROR})")
+        raise native_missing(_IMPORT_ERROR)
     return ffi, lib
 
 

@@ -40,13 +40,11 @@ import importlib.util
 import json
 import os
 import sys
-import threading
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from counterprof.collector import Availability, Collector, SessionContext
+from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.errors import CounterprofError, UsageError
 from counterprof.store import rundir
 
@@ -74,7 +72,7 @@ def rank_of_trace_dir(path: Path) -> int:
     return int(name.split("=", 1)[1])
 
 
-class TorchCollector(Collector):
+class TorchCollector(PollingCollector):
     name = "torch"
     default_on = False
     DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "record_shapes": True,
@@ -82,12 +80,10 @@ class TorchCollector(Collector):
                 "window_s": 2.0, "window_every_s": 20.0}
 
     def __init__(self, config: dict[str, Any] | None = None):
-        super().__init__({**self.DEFAULTS, **(config or {})})
+        super().__init__(config)
         self.run_path: Path | None = None
         self.driver = None
         self.done: set[str] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.traces = 0          # converted here
         self.seen = 0            # found complete (converted here or by another process)
         self.spans = 0
@@ -98,16 +94,11 @@ class TorchCollector(Collector):
 
     @classmethod
     def availability(cls, config=None) -> Availability:
-        try:
-            import counterprof._native  # noqa: F401
-        except ImportError as exc:
-            return Availability(False, f"counterprof's compiled part is missing ({exc}); "
-                                       "reinstall with `pip install .`")
-        return Availability(True)
+        return native_available()
 
     @classmethod
     def validate(cls, config: dict[str, Any]) -> None:
-        cfg = {**cls.DEFAULTS, **config}
+        cfg = cls.with_defaults(config)
         try:
             every, active, warmup = int(cfg["every"]), int(cfg["active"]), int(cfg["warmup"])
         except (TypeError, ValueError):
@@ -130,7 +121,7 @@ class TorchCollector(Collector):
             version = metadata.version("torch")
         except metadata.PackageNotFoundError:
             version = "not installed in this Python"
-        cfg = {**cls.DEFAULTS, **(config or {})}
+        cfg = cls.with_defaults(config)
         return [{"title": "torch profiler", "columns": ["setting", "value"],
                  "rows": [["torch", version],
                           ["window", f"{cfg['active']} steps every {cfg['every']} "
@@ -167,7 +158,7 @@ class TorchCollector(Collector):
                                    "it cannot attach to a running process")
         if kind == "self":
             try:
-                import torch  # noqa: F401
+                importlib.import_module("torch")
             except ImportError as exc:
                 raise CounterprofError(f"torch is not importable in this process ({exc}); "
                                        "pip install 'counterprof[torch]'") from None
@@ -178,15 +169,12 @@ class TorchCollector(Collector):
             if flusher is not None and flusher.native_id is not None:
                 with ctx.lock:
                     ctx.profiler_tids.add(flusher.native_id)
-        self._thread = ctx.start_thread("counterprof-torch", self._loop)
+        self.start_polling(ctx)
 
-    def _loop(self) -> None:
+    def poll(self) -> None:
         period = float(self.config["poll_s"])
-        try:
-            while not self._stop.wait(period):
-                self.sweep()
-        except Exception as exc:
-            self.ctx.fail(self.name, f"{type(exc).__name__}: {exc}")
+        while not self._stop.wait(period):
+            self.sweep()
 
     def candidates(self) -> list[Path]:
         """The trace files this collector converts. `counterprof run` (one profiler for the
@@ -280,14 +268,15 @@ class TorchCollector(Collector):
         return recover_steps(Path(run_path)) + recover_traces(Path(run_path))
 
     def stop(self) -> None:
-        if self._thread is None or self._stop.is_set():
+        # not the base's: the driver writes its last window before the thread's last sweep,
+        # and a failed sweep fails the collector (traces would be missing)
+        if not self.polling:
             return
         if self.driver is not None:
             self.driver.close()        # writes the window in progress
             if self.driver.stopped and self.driver.stopped != "closed":
                 self.problems.append(f"torch profiling stopped: {self.driver.stopped}")
-        self._stop.set()
-        self._thread.join()
+        self.halt()
         try:
             self.sweep()
         except Exception as exc:
