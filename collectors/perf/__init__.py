@@ -41,7 +41,7 @@ class PerfCollector(Collector):
                 "per_cpu": False, "sysfs_root": "/sys"}
 
     def __init__(self, config: dict[str, Any] | None = None):
-        super().__init__({**self.DEFAULTS, **(config or {})})
+        super().__init__(config)
         self.counters: CounterSet | None = None
         self.sampler = None
         self.slot_keys: list[tuple[str, str]] = []
@@ -80,7 +80,7 @@ class PerfCollector(Collector):
     @classmethod
     def inventory(cls, config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         from .probe import inventory_tables
-        return inventory_tables({**cls.DEFAULTS, **(config or {})}["sysfs_root"])
+        return inventory_tables(cls.with_defaults(config)["sysfs_root"])
 
     @staticmethod
     def parse(events: str, sysfs_root: str = "/sys"):
@@ -88,7 +88,7 @@ class PerfCollector(Collector):
 
     @classmethod
     def validate(cls, config: dict[str, Any]) -> None:
-        cfg = {**cls.DEFAULTS, **config}
+        cfg = cls.with_defaults(config)
         interval_ms = float(cfg["interval_ms"])
         if not 0.1 <= interval_ms <= 3_600_000:
             raise UsageError(f"interval {interval_ms:g} ms is out of range (0.1 ms to 1 h)")
