@@ -31,7 +31,3 @@ class Clock:
 
     def now_ns(self) -> int:
         return time.monotonic_ns() + self.offset_ns
-
-    def from_monotonic(self, monotonic_ns: int) -> int:
-        """Epoch ns of a CLOCK_MONOTONIC reading (the native sampler stamps with it)."""
-        return monotonic_ns + self.offset_ns

@@ -68,8 +68,7 @@ def load_driver():
 
 
 def rank_of_trace_dir(path: Path) -> int:
-    name = path.parent.parent.name        # [_ranks/]rank=<r>/traces/<file>
-    return int(name.split("=", 1)[1])
+    return rundir.rank_of_dir(path.parent.parent)        # [_ranks/]rank=<r>/traces/<file>
 
 
 class TorchCollector(PollingCollector):

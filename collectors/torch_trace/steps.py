@@ -46,13 +46,8 @@ def steps_file_of_trace(trace: Path) -> bool:
     steps (a <host>_<pid>.steps file in any rank of the run)? The driver creates that file
     before its first trace."""
     prefix = trace.name.split(".", 1)[0]
-    part = trace.parent.parent                  # [_ranks/]rank=<r>
-    run = part.parent.parent if part.parent.name == rundir.RANKS else part.parent
+    run = rundir.run_of_rank(trace.parent.parent)      # [_ranks/]rank=<r>/traces/<file>
     return bool(rundir.trace_files(run, prefix + SUFFIX))
-
-
-def rank_of(path: Path) -> int:
-    return int(path.parent.parent.name.split("=", 1)[1])
 
 
 @dataclass
@@ -77,7 +72,7 @@ class StepsFile:
 
     @property
     def rank(self) -> int:
-        return rank_of(self.path)
+        return rundir.rank_of_dir(self.path.parent.parent)
 
     def read(self) -> pa.RecordBatch | None:
         """The spans of the complete lines written since the last read (None: none)."""

@@ -90,10 +90,6 @@ def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
     return Indexed(iv).clip(lo, hi)
 
 
-def overlap_length(iv: Intervals, lo: int, hi: int) -> int:
-    return total(clip(iv, lo, hi))
-
-
 def span(iv: Intervals) -> tuple[int, int] | None:
     return (iv[0][0], iv[-1][1]) if iv else None
 

@@ -75,10 +75,10 @@ def _record(path: str):
     from ..store.history import RunRecord, command_text
     from .common import open_run
     from .compare import figures
-    from ..store.recover import writer_alive
+    from ..store.liveness import profiler_alive
     run = open_run(path, skip_unreadable=True)
     meta = run.meta
-    if writer_alive(meta):    # its figures would be partial, and the finished run refused later
+    if profiler_alive(meta):    # its figures would be partial, and the finished run refused later
         from ..errors import UsageError
         prof = meta.get("profiler") or {}
         raise UsageError(f"{run.path} is still being written (counterprof pid {prof.get('pid')} on "

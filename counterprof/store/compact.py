@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
-import socket
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -21,10 +19,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..proctree import pid_alive
-from .journal import JOURNAL, SegmentRead, read_segment, segments
 from ..errors import RunDirectoryError, os_error
 from . import safepath
+from .journal import JOURNAL, SegmentRead, read_segment, segments
+from .liveness import journal_writer_alive, profiler_elsewhere
 from .meta import read_meta
 from .rundir import META, make_dirs, run_of_rank, table_dir
 
@@ -46,33 +44,14 @@ def parquet_name(table: str, writer: str) -> str:
     return f"{table}-{writer}.parquet"
 
 
-_WRITER_PID = re.compile(r"^\D*(\d+)-")
-
-
-def writer_alive(writer: str) -> bool:
-    """Is the process that writes these segments still running (another process on this
-    host: a rank that joined the run, a workload's regions)? Its journal is its own to compact."""
-    m = _WRITER_PID.match(writer)
-    if not m:
-        return False
-    pid = int(m.group(1))
-    if pid == os.getpid():
-        return False          # ours: we are compacting because we stopped
-    return pid_alive(pid)
-
-
-def written_on_another_host(rank_path: Path) -> str | None:
+def _written_elsewhere(rank_path: Path) -> str | None:
     """The host, when the partition's own meta.json (a rank that joined the run) says a
-    profiler on another host is still writing it: its pids mean nothing here, so none of its
-    writers can be judged dead from this host (a multi-node job on a shared filesystem)."""
+    profiler on another host is still writing it (liveness.profiler_elsewhere)."""
     try:
         meta = read_meta(Path(rank_path) / META)
     except RunDirectoryError:
         return None
-    host = (meta.get("profiler") or {}).get("host")
-    if meta.get("status") == "running" and host and host != socket.gethostname():
-        return host
-    return None
+    return profiler_elsewhere(meta)
 
 
 def compact_rank(rank_path: Path, report: CompactionReport | None = None, *,
@@ -80,7 +59,7 @@ def compact_rank(rank_path: Path, report: CompactionReport | None = None, *,
     """Compact the segments of every writer that is not still running (force: a partition
     another host's profiler says it writes too; `recover --force`)."""
     report = report if report is not None else CompactionReport()
-    if not force and (host := written_on_another_host(rank_path)) is not None:
+    if not force and (host := _written_elsewhere(rank_path)) is not None:
         report.live.append(f"{Path(rank_path).name} (written on {host})")
         return report
     # Two compactions of one partition (two readers recovering a killed run, ranks of one job
@@ -101,7 +80,7 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
     segs = segments(rank_path)
     for (table, writer), group in groupby(segs, key=lambda s: (s.table, s.writer)):
         group = list(group)
-        if writer_alive(writer):
+        if journal_writer_alive(writer):
             report.live.append(writer)
             continue
         folder = table_dir(rank_path, table)

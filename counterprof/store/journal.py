@@ -117,9 +117,6 @@ class JournalSet:
                 w = self.writers[rank] = JournalWriter(rank_dir(self.run_path, rank), self.writer_id)
         w.write(table, batch)
 
-    def rank_paths(self) -> list[Path]:
-        return [w.dir.parent for _, w in sorted(self.writers.items())]
-
     def close(self) -> None:
         for w in self.writers.values():
             w.close()

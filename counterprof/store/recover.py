@@ -7,31 +7,14 @@ that wrote it is gone."""
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import RunDirectoryError
-from ..proctree import pid_alive
 from . import rundir, safepath
 from .compact import CompactionReport, compact_rank
+from .liveness import profiler_alive, profiler_on_this_host
 from .meta import read_meta
-
-
-
-def writer_alive(meta: dict) -> bool:
-    """Is the profiler that writes this run (or rank) still running? One on another host (a
-    multi-node job on a shared filesystem) cannot be judged from here and counts as running:
-    only that host, or `recover --force`, finishes it."""
-    prof = meta.get("profiler") or {}
-    pid = prof.get("pid")
-    if meta.get("status") != "running":
-        return False
-    if prof.get("host") and prof.get("host") != socket.gethostname():
-        return True
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    return pid_alive(pid)
 
 
 @dataclass
@@ -63,7 +46,7 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
     reader, and a later `counterprof recover` still converts what was left pending."""
     path = Path(path)
     meta = read_meta(path / rundir.META)
-    if writer_alive(meta) and not force:
+    if profiler_alive(meta) and not force:
         prof = meta["profiler"]
         raise RunDirectoryError(
             f"{path} is still being written by counterprof (pid {prof.get('pid')} on "
@@ -84,8 +67,8 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
     if result.failed:
         return result                # still "running": the next reader tries again
     for own, rank_meta in _metas(path)[1:]:      # ranks that joined the run keep their own meta
-        elsewhere = (rank_meta.get("profiler") or {}).get("host") != socket.gethostname()
-        if rank_meta.get("status") == "running" and (not writer_alive(rank_meta) or (force and elsewhere)):
+        elsewhere = not profiler_on_this_host(rank_meta)
+        if rank_meta.get("status") == "running" and (not profiler_alive(rank_meta) or (force and elsewhere)):
             rank_meta["status"] = "recovered"
             rundir.write_json(own, rank_meta)
     if meta.get("status") == "running":
@@ -104,13 +87,13 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
 
 
 def needs_recovery(meta: dict) -> bool:
-    return meta.get("status") == "running" and not writer_alive(meta)
+    return meta.get("status") == "running" and not profiler_alive(meta)
 
 
 def run_needs_recovery(path: str | os.PathLike) -> bool:
     """A profiler of the run (its creator, or a rank that joined it) died while writing, and
     none is still writing (a live one compacts every partition when it stops)."""
     metas = [m for _, m in _metas(Path(path))]
-    if any(writer_alive(m) for m in metas):
+    if any(profiler_alive(m) for m in metas):
         return False
     return any(needs_recovery(m) for m in metas)

@@ -33,7 +33,8 @@ from typing import Any, Callable, NamedTuple
 
 from ..errors import RunDirectoryError
 from . import safepath
-from .meta import load_json
+from .liveness import claimer_alive, profiler_alive
+from .meta import load_json, read_meta
 
 META = "meta.json"
 CATALOG = "catalog.json"
@@ -279,31 +280,24 @@ def _read_owner(path: Path) -> str | None:
 
 def _finished(path: Path) -> bool:
     """The run in path is no longer being written (its profiler finished or is gone)."""
-    from .meta import read_meta
-    from .recover import writer_alive
     if not (path / META).exists():
         return not _marker_creator_alive(path)    # claimed, first meta never written
     try:
         meta = read_meta(path / META)
     except RunDirectoryError:
         return False
-    return not writer_alive(meta) and all(
-        not writer_alive(read_meta(d / META)) for _r, d in rank_dirs(path)
+    return not profiler_alive(meta) and all(
+        not profiler_alive(read_meta(d / META)) for _r, d in rank_dirs(path)
         if safepath.plain_file(d / META))
 
 
 def _marker_creator_alive(path: Path) -> bool:
-    from socket import gethostname
-    from ..proctree import pid_alive
     try:
         with os.fdopen(safepath.open_read(path / MARKER), "rb") as f:
             by = json.loads(f.read(4096)).get("created_by") or {}
     except (OSError, ValueError, AttributeError):
         return False
-    pid = by.get("pid")
-    if by.get("host") != gethostname():
-        return True                   # cannot be judged from here
-    return isinstance(pid, int) and 0 < pid != os.getpid() and pid_alive(pid)
+    return claimer_alive(by)
 
 
 _CLEARED_DIRS = (RANKS, *TABLE_NAMES, ".ranks")
@@ -332,8 +326,14 @@ def _clear_run(path: Path, names: set[str]) -> None:
         os.close(fd)
 
 
-def rank_name(rank: int) -> str:
+def rank_name(rank: int | str) -> str:
+    """The name of a rank's folder, rank=<r> (the hive partition's; "*" for a glob)."""
     return f"rank={rank}"
+
+
+def rank_of_dir(folder: Path) -> int:
+    """The rank a rank=<r> folder (rank_name) is of."""
+    return int(Path(folder).name.split("=", 1)[1])
 
 
 def make_dirs(path: Path, run: Path) -> Path:
@@ -393,7 +393,7 @@ def parquet_files(folder: Path, table: str) -> list[Path]:
 
 def trace_globs(*patterns: str) -> list[str]:
     """Globs, relative to the run, of the files matching patterns in every rank's traces/."""
-    return [f"{prefix}rank=*/{TRACES}/{p}" for prefix in (RANKS + "/", "") for p in patterns]
+    return [f"{prefix}{rank_name('*')}/{TRACES}/{p}" for prefix in (RANKS + "/", "") for p in patterns]
 
 
 def table_dir(rank_path: Path, table: str) -> Path:

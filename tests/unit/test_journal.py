@@ -159,7 +159,7 @@ def test_a_partition_another_host_writes_is_left_to_that_host(tmp_path):
     so this host's compaction (and recovery) leaves its journal alone; --force takes it."""
     import json
     import socket
-    from counterprof.store import recover as rec
+    from counterprof.store import liveness, recover as rec
     path, _ = make_run(tmp_path)
     rank = rundir.rank_dir(path, 1)
     w = JournalWriter(rank, "4242-abcdef")
@@ -170,7 +170,7 @@ def test_a_partition_another_host_writes_is_left_to_that_host(tmp_path):
     report = compact_rank(rank)
     assert report.live == [f"rank=1 (written on {socket.gethostname()}-other)"] and not report.files
     assert list((rank / rundir.JOURNAL).iterdir())
-    assert rec.writer_alive(meta) and not rec.needs_recovery(meta)
+    assert liveness.profiler_alive(meta) and not rec.needs_recovery(meta)
     assert compact_rank(rank, force=True).files
 
 

@@ -560,8 +560,13 @@ class Driver:
                     self._window_signal = False
         self.flush()
 
+    def _traces_folder(self) -> str:
+        # counterprof.store.rundir.traces_dir(run, rank): <run>/_ranks/rank=<r>/traces (this
+        # module runs inside the workload and cannot import counterprof)
+        return os.path.join(self.run, "_ranks", f"rank={self.current_rank()}", "traces")
+
     def _steps_fd(self) -> int:
-        folder = os.path.join(self.run, "_ranks", f"rank={self.current_rank()}", "traces")
+        folder = self._traces_folder()
         path = os.path.join(folder, f"{self.host}_{self.pid}.steps")
         fd = self._files.get(path)
         if fd is None:
@@ -635,8 +640,7 @@ class Driver:
         return 0
 
     def _next_path(self, suffix: str) -> str:
-        # counterprof.store.rundir.traces_dir's path (this module cannot import counterprof)
-        folder = os.path.join(self.run, "_ranks", f"rank={self.current_rank()}", "traces")
+        folder = self._traces_folder()
         os.makedirs(folder, mode=0o700, exist_ok=True)
         with self.lock:
             self.seq += 1
