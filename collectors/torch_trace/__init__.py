@@ -50,10 +50,10 @@ from counterprof.store import rundir
 
 from .claim import Claim
 from .steps import StepsFile, steps_file_of_trace, steps_files
+from .trace_files import TRACE_PATTERNS, rank_of_trace_dir
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 DRIVER = "_counterprof_torch_driver"
-TRACE_PATTERNS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 
 
 def load_driver():
@@ -65,10 +65,6 @@ def load_driver():
         sys.modules[DRIVER] = mod
         spec.loader.exec_module(mod)
     return mod
-
-
-def rank_of_trace_dir(path: Path) -> int:
-    return rundir.rank_of_dir(path.parent.parent)        # [_ranks/]rank=<r>/traces/<file>
 
 
 class TorchCollector(PollingCollector):

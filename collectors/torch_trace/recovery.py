@@ -27,7 +27,7 @@ from counterprof.store import rundir, safepath
 from counterprof.store.compact import compact_rank
 from counterprof.store.journal import read_segment, segments
 
-from . import TRACE_PATTERNS, rank_of_trace_dir
+from .trace_files import TRACE_PATTERNS, rank_of_trace_dir
 from .claim import Claim, claim_path
 from .convert import CATEGORIES
 from .importer import ImportedTrace, convert_to_parquet
