@@ -265,13 +265,14 @@ def nothing_recorded(run, meta: dict, what: str, spans: int = 0, unreadable: int
         return (f"{run.path} holds {spans:,} spans but none that the verdict reads (GPU kernels, "
                 "steps, regions, collectives or DataLoader waits) and no samples: nothing to "
                 f"{what}; `counterprof export --perfetto` shows the spans")
-    cols = {n: c for n, c in (meta.get("collectors") or {}).items() if isinstance(c, dict)}
-    ran = sorted(n for n, c in cols.items() if c.get("status") == "ok")
+    from ..store.meta import RunMeta
+    m = RunMeta.of(meta)
+    ran = sorted(n for n, c in m.collectors.items() if c.ok)
     if ran:
         return (f"{run.path} holds no samples or spans to {what}: {', '.join(ran)} ran but the "
-                f"profiler stopped (status {meta.get('status')}) before any wrote its first batch "
+                f"profiler stopped (status {m.status}) before any wrote its first batch "
                 "(each writes at least once a second): profile for longer")
-    if not cols:
+    if not m.collectors:
         return f"{run.path} holds no samples or spans to {what}"
     return (f"{run.path} holds no samples or spans to {what}: every collector was unavailable or "
             "failed (see `counterprof list` and meta.json's collectors)")
