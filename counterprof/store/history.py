@@ -17,10 +17,11 @@ duckdb is imported when a history file is opened (store/query.py uses it for the
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import CounterprofError, UsageError
 
@@ -206,3 +207,61 @@ def command_display(text: str) -> str:
         return command_line(json.loads(text)) or "(no command)"
     except (ValueError, TypeError):
         return redact_text(str(text))
+
+
+def add_records(db: str, records: list[tuple[str, RunRecord]], said: Callable[[str, RunRecord, int, bool], None]) -> None:
+    """Append each (path, record) to the history file db (created if missing), calling said(path,
+    rec, seq, added) after each. A file this call created is removed when it fails (a half-made
+    file would make the next add refuse it); a full disk is one DiskFull saying which."""
+    created = not Path(db).exists()
+    try:
+        con = connect(db)
+    except BaseException:
+        if created:
+            _remove_db(db)
+        raise
+    try:
+        for path, rec in records:
+            seq, added = add(con, rec)
+            said(path, rec, seq, added)
+        con.close()           # its checkpoint writes too
+    except Exception as exc:
+        con.close()
+        if created:
+            _remove_db(db)
+        if "No space left" in str(exc) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+            from ..errors import DiskFull
+            raise DiskFull(f"{Path(db).parent or '.'}: no space left on the device (adding to "
+                           f"{db}); " + ("the new file was removed" if created else
+                                         "the history file keeps what it had before")
+                           + "; free some space and add again") from None
+        raise
+
+
+def _remove_db(path: str) -> None:
+    for p in (path, path + ".wal"):
+        Path(p).unlink(missing_ok=True)
+
+
+def select_trends(con, db: str, patterns: list[str] | None, default: tuple[str, ...]) -> tuple[list[Trend], list[tuple[str, str]]]:
+    """The trends `history show` prints: those matching patterns (a bare name also tried as
+    metric:, signal: and region:; one that matches nothing is a UsageError naming what db has),
+    else those matching default without the per-scope signals (NAME@scope), each (command,
+    series) once; and, for the default, the (command, series) it leaves out."""
+    names = series_names(con)
+    found: list[Trend] = []
+    shown: set[tuple[str, str]] = set()
+    for pat in patterns or default:
+        got = [t for t in trends(con, pat) if patterns or "@" not in t.series]
+        if not got and patterns:
+            alt = [f"metric:{pat}", f"signal:{pat}", f"region:{pat}"]
+            got = [t for a in alt for t in trends(con, a)]
+        if not got and patterns:
+            raise UsageError(f"no series {pat!r} in {db}; it has: {', '.join(names[:40])}"
+                             + (" ..." if len(names) > 40 else ""))
+        for t in got:
+            if (t.command, t.series) not in shown:
+                shown.add((t.command, t.series))
+                found.append(t)
+    hidden = [] if patterns else [k for k in series_keys(con) if k not in shown]
+    return found, hidden
