@@ -12,12 +12,11 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from importlib import metadata
+from pathlib import Path
 from typing import Any, Callable, ClassVar
 
-import pyarrow as pa
-
 from .clock import Clock
-from .errors import UsageError
+from .errors import CounterprofError, UsageError
 from .schema import Metric
 
 ENTRY_POINT_GROUP = "counterprof.collectors"
@@ -63,6 +62,7 @@ class SessionContext:
     add_metrics: Callable[[list[Metric]], None]
     fail: Callable[[str, str], None]                      # (collector name, reason)
     warn: Callable[[str], None]
+    run_path: Path | None = None     # the run directory (None: a collector started on its own)
     # Native ids of threads the profiler itself runs. A collector that starts a
     # thread adds it here before the counting collectors start, so they can leave it out.
     profiler_tids: set[int] = field(default_factory=set)
@@ -90,6 +90,20 @@ class SessionContext:
         with self.lock:
             self.profiler_tids.add(ident[0])
         return thread
+
+    def start_collector(self, col: "Collector") -> str | None:
+        """Start `col` in this context: None once it runs, else why not (said so a user can act
+        on it), with what it had opened released. The session's collectors and each rank's
+        start here, so a failure reads the same for both."""
+        try:
+            col.start(self)
+        except Exception as exc:
+            try:
+                col.stop()
+            except Exception:
+                pass
+            return str(exc) if isinstance(exc, CounterprofError) else f"{type(exc).__name__}: {exc}"
+        return None
 
 
 class Collector:

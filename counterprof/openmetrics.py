@@ -11,7 +11,7 @@ format. Per scrape:
   (0..1), MHz `_hertz`; bitmasks (throttle reasons) are left out, a number of them means nothing.
 - `counterprof_verdict_info{verdict, evidence}`: the live line's bottleneck now, and
   `counterprof_time_share_ratio{class}` its classes' shares of the time, both from the same
-  function the live view draws (analysis.live.live_figures);
+  function the live view draws (live/frame.py: live_figures);
 - `counterprof_run_info{command, run}`.
 
 Why a sink of its own rather than the live window alone: the window keeps one minute and mixes
@@ -185,7 +185,7 @@ class LiveCollector:
         verdict = self._verdict()
         if verdict is not None:
             v = InfoMetricFamily("counterprof_verdict", "the live view's bottleneck verdict now "
-                                 "(analysis.live)", labels=("host",))
+                                 "(live/verdict.py)", labels=("host",))
             v.add_metric([self.host], {"verdict": verdict.label, "evidence": verdict.evidence})
             yield v
             shares = getattr(verdict, "shares", None) or {}
@@ -199,7 +199,7 @@ class LiveCollector:
     def _verdict(self):
         if self.window is None:
             return None
-        from .analysis.live import live_figures
+        from .live.frame import live_figures
         try:
             figs = live_figures(self.window.snapshot(), self.catalog(), self.statuses(), 1,
                                 **self.figure_options)
@@ -214,7 +214,7 @@ class Exporter:
 
     def __init__(self, host: str, port: int, window=None):
         from prometheus_client import CollectorRegistry, start_http_server
-        from .render.live_window import LiveWindow
+        from .live.window import LiveWindow
         self.totals = Totals()
         self.own_window = window is None         # else the session already writes to it
         self.window = LiveWindow() if window is None else window

@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any
 
 from .collector import Collector, Target, start_order, stop_order
-from .errors import CounterprofError
 from .proctree import environ, multiprocessing_helper, pid_alive, rank_of, tree_order
 
 # launchers whose children are ranks: per-rank profiling is on by default for them
@@ -67,6 +66,19 @@ def launches_ranks(command: list[str]) -> bool:
         return True
     return any(command[i] == "-m" and command[i + 1] in LAUNCHER_MODULES
                for i in range(len(command) - 1))
+
+
+def per_rank_mode(command: list[str], asked: bool | None, torch: bool) -> bool | str:
+    """How a launched command's ranks are counted: True (each rank, not the launcher), "auto"
+    (the tree as one until ranks appear: under --torch a Python job may spawn its ranks), or
+    False (the tree as one). asked: --per-rank or --no-per-rank; None when neither was given."""
+    if not command:
+        return False
+    if asked is not None:
+        return asked
+    if launches_ranks(command):
+        return True
+    return "auto" if torch else False
 
 
 @dataclass(frozen=True)
@@ -323,14 +335,8 @@ class RankWatcher:
         ctx = self.session.rank_context(rank, Target("pid", pid))
         for cls in start_order(self.classes):
             col = cls(self.session.config.get(cls.name, {}))
-            try:
-                col.start(ctx)
-            except Exception as exc:
-                reason = str(exc) if isinstance(exc, CounterprofError) else f"{type(exc).__name__}: {exc}"
-                try:
-                    col.stop()
-                except Exception:
-                    pass
+            reason = ctx.start_collector(col)
+            if reason is not None:
                 self.session.rank_status(rank, col, "failed", reason)
                 continue
             self.ranks[rank]["collectors"].append(col)

@@ -1,6 +1,7 @@
 """The session: starts and stops collectors, owns the clock, the sinks and meta.json.
 
-collectors --batch--> Session.emit --fan-out--> sinks (journal writer; live view later)
+collectors --batch--> Session.emit --fan-out--> sinks (the journal writer, then those given:
+                                                       the live window, an exporter...)
 
 A collector that fails, at start or mid-run, is marked failed in meta.json with
 its reason; the other collectors and the workload carry on.
@@ -161,6 +162,13 @@ class Session:
         self.launch_env: dict[str, str] = {}
         self.meta: dict[str, Any] = {}
         self.started = self.stopped = False
+        # prepare()'s: the collectors resolved, those that will start, and where this rank writes
+        self.prepared = False
+        self.classes: dict[str, type[Collector] | Exception] = {}
+        self.plan: list[Collector] = []
+        self.rank_path: Path | None = None
+        self.journals: JournalSet | None = None
+        self.start_ns = self.end_ns = 0
         self.compaction: CompactionReport | None = None
         self._lock = threading.RLock()
         self._ctx: SessionContext | None = None
@@ -173,7 +181,7 @@ class Session:
         validate collectors, check availability, create the run directory, and gather the
         environment a launched workload needs (e.g. a bootstrap for in-process collectors)."""
         self.classes = resolve(self.collector_names)
-        self.plan: list[Collector] = []
+        self.plan = []
         for name, cls in self.classes.items():
             cfg = self.config.get(name, {})
             if isinstance(cls, Exception):
@@ -202,6 +210,7 @@ class Session:
                                 regions.ENV_CLOCK_OFFSET: str(self.clock.offset_ns)})
         for col in self.plan:
             self.launch_env.update(col.launch_environment(self.path))
+        self.prepared = True
 
     def _first_meta(self, path: Path) -> None:
         """The creator's meta.json, written while the run is still claimed: the job's other
@@ -210,8 +219,14 @@ class Session:
         self.start_ns = self.clock.now_ns()
         rundir.write_json(path / rundir.META, self._initial_meta())
 
-    def start(self) -> None:
-        if not hasattr(self, "plan"):
+    def start(self, launched_pid: int | None = None) -> None:
+        """Start the collectors. launched_pid: for a launch target, the workload's pid, known
+        only once it is spawned (paused before exec) with prepare()'s launch_env."""
+        if launched_pid is not None:
+            if self.target.kind != "launch":
+                raise ValueError(f"launched_pid given for a {self.target.kind!r} target")
+            self.target = Target("launch", launched_pid, system_wide=self.target.system_wide)
+        if not self.prepared:
             self.prepare()
         _warm_arrow()
         self._start_cpu = _self_cpu()
@@ -226,7 +241,8 @@ class Session:
             regions.recorder.attach(self.emit, self.clock.offset_ns)
         self._ctx = SessionContext(
             clock=self.clock, target=self.target, config=self.config, rank=self.rank,
-            emit=self.emit, add_metrics=self.add_metrics, fail=self.fail, warn=self.warn)
+            emit=self.emit, add_metrics=self.add_metrics, fail=self.fail, warn=self.warn,
+            run_path=self.path)
         plan = list(self.plan)
         per_rank_classes = []
         if self.per_rank and self.target.kind == "launch" and not self.target.system_wide:
@@ -236,11 +252,8 @@ class Session:
         plan = start_order(plan)
         for col in plan:
             self.statuses[col.name] = {"status": "ok", "reason": "", "config": col.summary_config()}
-            try:
-                col.start(self._ctx)
-            except Exception as exc:
-                reason = str(exc) if isinstance(exc, CounterprofError) else f"{type(exc).__name__}: {exc}"
-                _safe_stop(col)
+            reason = self._ctx.start_collector(col)
+            if reason is not None:
                 self.statuses[col.name].update(col.details)   # e.g. which events were unsupported
                 self.fail(col.name, reason)
                 continue
@@ -347,6 +360,12 @@ class Session:
         except OSError as exc:
             self.warn(str(os_error(exc, self.path, "writing meta.json")))
 
+    def note(self, **fields: Any) -> None:
+        """Add facts to meta.json (why it stopped, the live view's costs...), written with it
+        next (stop() writes it)."""
+        with self._lock:
+            self.meta.update(fields)
+
     def update_meta(self, **fields: Any) -> None:
         """Add facts to meta.json after stop (the exit of a workload that outlived profiling)."""
         with self._lock:
@@ -444,7 +463,8 @@ class Session:
         return SessionContext(clock=self.clock, target=target, config=self.config, rank=rank,
                               emit=emit, add_metrics=self.add_metrics,
                               fail=lambda name, reason: self.warn(f"{name} on rank {rank} failed: {reason}"),
-                              warn=self.warn, profiler_tids=base.profiler_tids, lock=base.lock)
+                              warn=self.warn, run_path=self.path,
+                              profiler_tids=base.profiler_tids, lock=base.lock)
 
     def stop_root_per_rank(self, classes: list[type[Collector]]) -> list[str]:
         """Per-rank auto mode, when ranks appear below the root: stop the root's collectors of
@@ -559,9 +579,3 @@ def _self_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
 
-
-def _safe_stop(col: Collector) -> None:
-    try:
-        col.stop()
-    except Exception:
-        pass

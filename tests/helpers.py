@@ -44,9 +44,14 @@ if os.environ.get("COUNTERPROF_REQUIRE_PERF_TOOL") and not HAS_PERF_TOOL:
                        "does not work: install linux-perf")
 needs_perf_tool = pytest.mark.skipif(
     not HAS_PERF_TOOL, reason="the perf tool (Debian: linux-perf) is not installed; .ci/run installs it")
-needs_pmu = pytest.mark.skipif(
+_skip_without_pmu = pytest.mark.skipif(
     not HAS_PMU, reason="no hardware PMU here: `perf stat -e instructions true` says <not supported> "
                         "(usual in VMs); hardware-event tests run only where the PMU counts")
+
+
+def needs_pmu(test):
+    """Marks a hardware-event test (`pytest -m hardware` selects them) and skips it where no PMU counts."""
+    return pytest.mark.hardware(_skip_without_pmu(test))
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (or CAP_PERFMON)")
 
 

@@ -8,10 +8,12 @@ would decide it: it never guesses. Thresholds live in thresholds.py.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+from ..render import units       # the evidence's words: the renderers' rules
 from .signals import Signal
-from .thresholds import T, value
+from .thresholds import value
 
 CLASSES = ("compute", "memory", "collectives", "host")
 NEXT_STEPS = {
@@ -58,13 +60,19 @@ class Verdict:
         return asdict(self)
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
 def _ev(sig: dict[str, Signal], key: str, threshold: str | None, text: str) -> Evidence:
     s = sig[key]
     return Evidence(key, round(s.value, 6), value(threshold) if threshold else None, s.source, text)
+
+
+def _read(sig: dict[str, Signal], ev: list[Evidence], key: str, threshold: str,
+          words: Callable[[float], str]) -> float | None:
+    """A signal that may be missing: its value, with its evidence appended to ev (None, and no
+    evidence, when the run lacks it)."""
+    if key not in sig:
+        return None
+    ev.append(_ev(sig, key, threshold, words(sig[key].value)))
+    return sig[key].value
 
 
 def classify(sig: dict[str, Signal], scope: str = "run", facts: dict | None = None) -> Verdict:
@@ -125,18 +133,18 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
     who = _who(sig, facts)
     v.evidence.append(Evidence(
         "main_thread", round(sig["main_running"].value, 6), None, "threads",
-        f"{who}: on-CPU {_pct(sig['main_running'].value)}, blocked {_pct(sig['main_blocked'].value)}, "
-        f"runnable but not running {_pct(sig['main_runnable'].value)} of the time"))
+        f"{who}: on-CPU {units.share(sig['main_running'].value)}, blocked {units.share(sig['main_blocked'].value)}, "
+        f"runnable but not running {units.share(sig['main_runnable'].value)} of the time"))
     if inp >= value("evidence_share"):
-        text = f"waiting for the input pipeline (DataLoader next()) {_pct(inp)} of the time"
+        text = f"waiting for the input pipeline (DataLoader next()) {units.share(inp)} of the time"
         if "loader_busy" in sig:
             busy, workers = sig["loader_busy"].value, sig["loader_workers"].value
-            text += f"; its {workers:.0f} worker{'s' if round(workers) != 1 else ''} busy {_pct(busy)} of their time"
+            text += f"; its {workers:.0f} worker{'s' if round(workers) != 1 else ''} busy {units.share(busy)} of their time"
             ready = sig["loader_runnable"].value if "loader_runnable" in sig else 0.0
             if busy >= value("loader_saturated"):
                 text += ": saturated: more workers (num_workers) or cheaper per-item work would help"
             elif busy + ready >= value("loader_saturated"):
-                text += (f", runnable but without a CPU {_pct(ready)}: the workers are starved of CPU "
+                text += (f", runnable but without a CPU {units.share(ready)}: the workers are starved of CPU "
                          "(more workers will not help on this machine; fewer other processes would)")
             else:
                 text += (": not saturated: more prefetch (prefetch_factor), or look at what else the main "
@@ -145,23 +153,23 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Ve
             text += "; the loading runs in the main process (num_workers=0?): workers would overlap it"
         v.evidence.append(_ev(sig, "input_wait", None, text))
     if coll > 0 or "cpu_collective" in sig:
-        text = f"waiting on collectives with no own compute {_pct(coll)} of the time"
+        text = f"waiting on collectives with no own compute {units.share(coll)} of the time"
         if "cpu_collective_overlap" in sig:
-            text += f" ({_pct(sig['cpu_collective_overlap'].value)} of its collective time overlapped by its own ops)"
+            text += f" ({units.share(sig['cpu_collective_overlap'].value)} of its collective time overlapped by its own ops)"
         if "trace_coverage" in sig and sig["trace_coverage"].value < 0.99:
-            text += (f", measured over the traced steps ({_pct(sig['trace_coverage'].value)} of the time) "
+            text += (f", measured over the traced steps ({units.share(sig['trace_coverage'].value)} of the time) "
                      "and carried to every step")
         v.evidence.append(Evidence("cpu_collective_exposed", round(coll, 6), value("collective_share"),
                                    "spans", text))
     if ready >= value("contention_share"):
-        text = f"runnable but waiting for a CPU {_pct(ready)} of the time: CPU contention"
+        text = f"runnable but waiting for a CPU {units.share(ready)} of the time: CPU contention"
         others = [c for c in facts.get("contenders") or [] if isinstance(c, dict) and c.get("cpu_s")]
         if others:
             text += "; other processes used the CPUs meanwhile: " + ", ".join(
                 f"{c.get('comm', '?')} (pid {c.get('pid')}, {float(c['cpu_s']):.1f} CPU-s)" for c in others[:3])
         v.evidence.append(Evidence("main_runnable", round(ready, 6), value("contention_share"), "threads", text))
     if blocked >= value("contention_share"):
-        why = [f"blocked {_pct(blocked)} of the time outside input and collective waits (sleep, I/O, locks)"]
+        why = [f"blocked {units.share(blocked)} of the time outside input and collective waits (sleep, I/O, locks)"]
         v.evidence.append(Evidence("main_blocked", round(blocked, 6), None, "threads",
                                    "; ".join(why + _blocking_reasons(sig))))
     helpers = [(THREAD_WORDS[r], sig[f"{r}_cpus"].value) for r in THREAD_WORDS
@@ -189,7 +197,7 @@ def _blocking_reasons(sig: dict[str, Signal]) -> list[str]:
     if "io_bytes_per_s" in sig and sig["io_bytes_per_s"].value > value("io_bytes_named"):
         why.append(f"{sig['io_bytes_per_s'].value / 1e6:,.1f} MB/s of storage I/O")
     if "system_iowait" in sig and sig["system_iowait"].value > value("iowait_named"):
-        why.append(f"{_pct(sig['system_iowait'].value)} of CPU time in iowait")
+        why.append(f"{units.share(sig['system_iowait'].value)} of CPU time in iowait")
     return why
 
 
@@ -209,7 +217,7 @@ def _classify_cpu(sig: dict[str, Signal], scope: str, facts: dict | None = None)
             coll = sig["cpu_collective"].value
             v.shares = {"collectives": coll, "not measured": 1 - coll}
             v.evidence.insert(0, _ev(sig, "cpu_collective", "collective_share",
-                                     f"{_pct(coll)} of the traced time inside CPU collectives (gloo)"))
+                                     f"{units.share(coll)} of the traced time inside CPU collectives (gloo)"))
             if coll - (1 - coll) >= value("verdict_margin"):     # dominates whatever the rest is
                 v.verdict, v.confidence = "collectives", round(min(1.0, (2 * coll - 1) / value("confidence_full")), 3)
         return v
@@ -224,9 +232,9 @@ def _classify_cpu(sig: dict[str, Signal], scope: str, facts: dict | None = None)
     if coll > 0:
         where = ""
         if "trace_coverage" in sig and sig["trace_coverage"].value < 0.99:
-            where = f", over the recorded trace windows ({_pct(sig['trace_coverage'].value)} of the time)"
+            where = f", over the recorded trace windows ({units.share(sig['trace_coverage'].value)} of the time)"
         v.evidence.append(_ev(sig, "cpu_collective", "collective_share",
-                              f"{_pct(coll)} of the time inside CPU collectives (gloo){where}"))
+                              f"{units.share(coll)} of the time inside CPU collectives (gloo){where}"))
     busy_cpus = sig["cpu_busy"].value
     words = (f"the workload used {busy_cpus:.2f} CPUs over the wall time ({sig['cpu_busy'].detail})"
              + (f", {busy_cpus / ranks:.2f} per rank over {ranks:.0f} ranks" if ranks > 1 else "")
@@ -236,12 +244,12 @@ def _classify_cpu(sig: dict[str, Signal], scope: str, facts: dict | None = None)
     if host_share > value("off_cpu_named"):
         why = []
         if "run_queue_wait" in sig and sig["run_queue_wait"].value > value("run_delay_named"):
-            why.append(f"{_pct(sig['run_queue_wait'].value)} of the time runnable but waiting for a "
+            why.append(f"{units.share(sig['run_queue_wait'].value)} of the time runnable but waiting for a "
                        "CPU (the machine is oversubscribed)")
         why += _blocking_reasons(sig)
         if why:
             v.evidence.append(Evidence("off_cpu", round(host_share, 6), None, "host",
-                                       f"off-CPU {_pct(host_share)} of the time: " + ", ".join(why)))
+                                       f"off-CPU {units.share(host_share)} of the time: " + ", ".join(why)))
 
     _split_busy(v, busy_share, *_compute_or_memory_cpu(sig, facts))
     return v
@@ -268,8 +276,8 @@ def _with_roofline(counters: tuple[float | None, list[Evidence], list[str]], fac
         if (split >= 0.5) != (r_split >= 0.5):
             evidence.append(Evidence(
                 "roofline_disagrees", round(r_split, 6), 0.5, "roofline",
-                f"the counters call {_pct(split)} of busy time compute-bound, the roofline of the ops "
-                f"{_pct(r_split)}: they disagree (the counters decide; look at the top ops)"))
+                f"the counters call {units.share(split)} of busy time compute-bound, the roofline of the ops "
+                f"{units.share(r_split)}: they disagree (the counters decide; look at the top ops)"))
     return split, evidence, missing
 
 
@@ -284,10 +292,10 @@ def _counters_cpu(sig: dict[str, Signal]) -> tuple[float | None, list[Evidence],
     if "td_backend" in sig and "td_retiring" in sig:
         be, ret = sig["td_backend"].value, sig["td_retiring"].value
         mem = sig["td_memory"].value if "td_memory" in sig else None
-        ev.append(_ev(sig, "td_retiring", "topdown_retiring", f"top-down: retiring {_pct(ret)} of slots"))
-        ev.append(_ev(sig, "td_backend", "topdown_backend", f"top-down: backend-bound {_pct(be)} of slots"))
+        ev.append(_ev(sig, "td_retiring", "topdown_retiring", f"top-down: retiring {units.share(ret)} of slots"))
+        ev.append(_ev(sig, "td_backend", "topdown_backend", f"top-down: backend-bound {units.share(be)} of slots"))
         if mem is not None:
-            ev.append(_ev(sig, "td_memory", "topdown_memory", f"top-down: memory-bound {_pct(mem)}"))
+            ev.append(_ev(sig, "td_memory", "topdown_memory", f"top-down: memory-bound {units.share(mem)}"))
             if be >= value("topdown_backend") and mem >= value("topdown_memory"):
                 return max(0.0, 1 - mem / max(be, 1e-9)), ev, []
             return 1.0 if ret >= value("topdown_retiring") or mem < value("topdown_memory") else 0.5, ev, []
@@ -298,12 +306,9 @@ def _counters_cpu(sig: dict[str, Signal]) -> tuple[float | None, list[Evidence],
     if "ipc" in sig:
         ipc = sig["ipc"].value
         ev.append(_ev(sig, "ipc", "ipc_compute", f"IPC {ipc:.2f} instructions per cycle"))
-        mpki = sig["llc_mpki"].value if "llc_mpki" in sig else None
-        stall = sig["backend_stall"].value if "backend_stall" in sig else None
-        if mpki is not None:
-            ev.append(_ev(sig, "llc_mpki", "llc_mpki_memory", f"{mpki:.1f} LLC misses per 1000 instructions"))
-        if stall is not None:
-            ev.append(_ev(sig, "backend_stall", "backend_stall_memory", f"backend stalled {_pct(stall)} of cycles"))
+        mpki = _read(sig, ev, "llc_mpki", "llc_mpki_memory", lambda x: f"{x:.1f} LLC misses per 1000 instructions")
+        stall = _read(sig, ev, "backend_stall", "backend_stall_memory",
+                      lambda x: f"backend stalled {units.share(x)} of cycles")
         memory_signs = ((mpki is not None and mpki >= value("llc_mpki_memory"))
                         or (stall is not None and stall >= value("backend_stall_memory")))
         if ipc >= value("ipc_compute") and not memory_signs:
@@ -326,20 +331,20 @@ def _classify_gpu(sig: dict[str, Signal], scope: str, facts: dict | None = None)
         comp = sig["gpu_compute"].value
         v.shares = {"host": idle, "collectives": comm}
         v.evidence.append(_ev(sig, "gpu_idle", "gpu_idle_host",
-                              f"GPU idle {_pct(idle)} of the active span (waiting for the host)"))
+                              f"GPU idle {units.share(idle)} of the active span (waiting for the host)"))
         if "short_kernel_share" in sig and sig["short_kernel_share"].value > value("short_kernel_majority") \
                 and idle > value("launch_bound_idle"):
             v.evidence.append(_ev(sig, "short_kernel_share", None,
-                                  f"{_pct(sig['short_kernel_share'].value)} of kernels are shorter than "
+                                  f"{units.share(sig['short_kernel_share'].value)} of kernels are shorter than "
                                   f"{value('short_kernel_us'):.0f} µs: launch-bound"))
         if comm > 0 or "comm_overlap" in sig:
-            text = f"communication not hidden by compute {_pct(comm)} of the active span"
+            text = f"communication not hidden by compute {units.share(comm)} of the active span"
             if "comm_overlap" in sig:
-                text += f" ({_pct(sig['comm_overlap'].value)} of communication overlapped)"
+                text += f" ({units.share(sig['comm_overlap'].value)} of communication overlapped)"
             v.evidence.append(_ev(sig, "gpu_comm_exposed", "collective_share", text))
-        v.evidence.append(_ev(sig, "gpu_compute", None, f"compute kernels {_pct(comp)} of the active span"))
+        v.evidence.append(_ev(sig, "gpu_compute", None, f"compute kernels {units.share(comp)} of the active span"))
         if mem > value("memcpy_named"):
-            v.evidence.append(_ev(sig, "gpu_memory", None, f"memcpy/memset {_pct(mem)} of the active span"))
+            v.evidence.append(_ev(sig, "gpu_memory", None, f"memcpy/memset {units.share(mem)} of the active span"))
         v.shares["memory"] = mem
         kernel_busy = max(0.0, 1 - idle - comm - mem)
         _split_busy(v, kernel_busy, *_with_roofline(_compute_or_memory_gpu(sig), facts))
@@ -347,7 +352,7 @@ def _classify_gpu(sig: dict[str, Signal], scope: str, facts: dict | None = None)
     # NVML/GPM samples only
     util = sig["gpu_util"].value
     v.shares = {"host": 1 - util}
-    v.evidence.append(_ev(sig, "gpu_util", "nvml_util_busy", f"GPU busy {_pct(util)} of the time (NVML)"))
+    v.evidence.append(_ev(sig, "gpu_util", "nvml_util_busy", f"GPU busy {units.share(util)} of the time (NVML)"))
     _split_busy(v, util, *_with_roofline(_compute_or_memory_gpu(sig), facts))
     if v.verdict != "host" and not v.undecided:
         v.missing.append("kernel traces (--torch) to separate collectives")
@@ -357,12 +362,8 @@ def _classify_gpu(sig: dict[str, Signal], scope: str, facts: dict | None = None)
 def _compute_or_memory_gpu(sig: dict[str, Signal]) -> tuple[float | None, list[Evidence], list[str]]:
     ev: list[Evidence] = []
     if "gpm_tensor" in sig or "gpm_dram" in sig:
-        tensor = sig["gpm_tensor"].value if "gpm_tensor" in sig else None
-        dram = sig["gpm_dram"].value if "gpm_dram" in sig else None
-        if tensor is not None:
-            ev.append(_ev(sig, "gpm_tensor", "tensor_util_compute", f"tensor cores busy {_pct(tensor)} (GPM)"))
-        if dram is not None:
-            ev.append(_ev(sig, "gpm_dram", "dram_util_memory", f"DRAM bandwidth {_pct(dram)} of peak (GPM)"))
+        tensor = _read(sig, ev, "gpm_tensor", "tensor_util_compute", lambda x: f"tensor cores busy {units.share(x)} (GPM)")
+        dram = _read(sig, ev, "gpm_dram", "dram_util_memory", lambda x: f"DRAM bandwidth {units.share(x)} of peak (GPM)")
         if dram is not None and dram >= value("dram_util_memory") and (tensor is None or tensor < value("tensor_util_compute")):
             return 0.0, ev, []
         if tensor is not None and tensor >= value("tensor_util_compute") and (dram is None or dram < value("dram_util_memory")):
@@ -385,7 +386,7 @@ def _classify_neuron(sig: dict[str, Signal], scope: str, facts: dict | None = No
     util = min(1.0, sig["neuron_util"].value)
     v.shares = {"host": 1 - util}
     v.evidence.append(_ev(sig, "neuron_util", "nvml_util_busy",
-                          f"NeuronCores busy {_pct(util)} of the time (neuron-monitor)"))
+                          f"NeuronCores busy {units.share(util)} of the time (neuron-monitor)"))
     if "neuron_flops" in sig:
         v.evidence.append(_ev(sig, "neuron_flops", None,
                               f"{sig['neuron_flops'].value / 1e12:.2f} TFLOP/s per NeuronCore"))
@@ -437,7 +438,7 @@ def _secondary(sig: dict[str, Signal], v: Verdict) -> None:
                                f"{sig['major_faults_per_s'].value:,.0f} major page faults/s (reading from disk)"))
     if "power_ratio" in sig and sig["power_ratio"].value >= value("power_limit"):
         v.secondary.append(_ev(sig, "power_ratio", "power_limit",
-                               f"drawing {_pct(sig['power_ratio'].value)} of the power limit: clocks capped"))
+                               f"drawing {units.share(sig['power_ratio'].value)} of the power limit: clocks capped"))
     if "throttle" in sig and sig["throttle"].value > 0:
         v.secondary.append(_ev(sig, "throttle", None, "clock throttling reported by the driver"))
     if "neuron_exec_errors" in sig and sig["neuron_exec_errors"].value > 0:
@@ -455,7 +456,7 @@ def describe(v: Verdict) -> str:
     if v.verdict == "host" and v.host_parts:
         part, share = max(v.host_parts.items(), key=lambda kv: kv[1])
         if share >= 0.5 * v.shares.get("host", 0):
-            return f"host-bound ({_pct(v.shares.get('host', 0))} of the time; {part} {_pct(share)})"
+            return f"host-bound ({units.share(v.shares.get('host', 0))} of the time; {part} {units.share(share)})"
     if v.verdict == "unknown":
         if v.undecided:
             lead = "mixed"
@@ -463,4 +464,4 @@ def describe(v: Verdict) -> str:
                 lead = f"busy {v.device.upper()}"
             return f"unknown ({lead}: {' vs '.join(v.undecided)} cannot be told apart)"
         return "unknown (" + ("; ".join(v.missing) or "no signal") + ")"
-    return f"{v.verdict}-bound ({_pct(v.shares.get(v.verdict, 0))} of the time)"
+    return f"{v.verdict}-bound ({units.share(v.shares.get(v.verdict, 0))} of the time)"

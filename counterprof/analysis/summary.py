@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..redact import redact_argv
+from ..render import units       # perf stat's words for the notes
 
 
 @dataclass
@@ -272,17 +273,6 @@ def _row(source: str, metric: str, cat: dict[str, Any], s: dict[str, Any] | None
     return row
 
 
-def _rate(count: float, seconds: float) -> str:
-    r = count / seconds
-    if r >= 1e9:
-        return f"{r / 1e9:.3f} G/sec"
-    if r >= 1e6:
-        return f"{r / 1e6:.3f} M/sec"
-    if r >= 1e3:
-        return f"{r / 1e3:.3f} K/sec"
-    return f"{r:.3f} /sec"
-
-
 def _add_notes(summary: Summary) -> None:
     v = {r.metric.split(":")[0]: r.value for r in summary.rows
          if r.source == "perf" and r.value is not None}
@@ -300,13 +290,14 @@ def _add_notes(summary: Summary) -> None:
         elif base == "instructions" and cycles:
             r.note = f"{r.value / cycles:.2f} insn per cycle"
         elif base == "branch-misses" and v.get("branches"):
-            r.note = f"{100 * r.value / v['branches']:.2f}% of all branches"
+            r.note = f"{units.points(100 * r.value / v['branches'], 2)} of all branches"
         elif base == "cache-misses" and v.get("cache-references"):
-            r.note = f"{100 * r.value / v['cache-references']:.2f}% of all cache refs"
+            r.note = f"{units.points(100 * r.value / v['cache-references'], 2)} of all cache refs"
         elif base.endswith("-load-misses") and v.get(base.replace("-load-misses", "-loads")):
-            r.note = f"{100 * r.value / v[base.replace('-load-misses', '-loads')]:.2f}% of all {base.split('-load')[0]} accesses"
+            loads = v[base.replace('-load-misses', '-loads')]
+            r.note = f"{units.points(100 * r.value / loads, 2)} of all {base.split('-load')[0]} accesses"
         elif base in ("stalled-cycles-frontend", "stalled-cycles-backend") and cycles:
             side = base.split("-")[-1]
-            r.note = f"{100 * r.value / cycles:.2f}% {side} cycles idle"
+            r.note = f"{units.points(100 * r.value / cycles, 2)} {side} cycles idle"
         elif task_ns and r.unit == "count":
-            r.note = _rate(r.value, task_ns / 1e9)
+            r.note = units.rate(r.value, task_ns / 1e9)

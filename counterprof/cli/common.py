@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable
 
@@ -44,6 +45,37 @@ class WarningRoute:
             view.warn(message)
         else:
             err(message)
+
+
+class LiveViewSlot:
+    """The live view of `run --live` and `top`, for profile_run: drawn over the session's
+    window from open() to close(); while drawn, the session's warnings go to it."""
+
+    def __init__(self, window, warnings: WarningRoute, title: str, show_run_path: bool = True,
+                 **options):
+        self.window, self.warnings, self.title = window, warnings, title
+        self.show_run_path = show_run_path
+        self.options = options          # for live.view.LiveView: scope, cpus, keys_hint...
+        self.view = None
+        from ..live.view import for_session    # imported now, at start-up: not in the run's time
+        self._for_session = for_session
+
+    def open(self, session):
+        from ..workload import wake_main_thread
+        self.view = self._for_session(session, self.window, self.title, on_quit=wake_main_thread,
+                                      **self.options)
+        if not self.show_run_path:      # a temporary run, removed at the end: not worth naming
+            self.view.run_path = None
+        self.view.start()
+        self.warnings.view = self.view
+        return self.view.quit_requested
+
+    def close(self) -> dict | None:
+        if self.view is None:
+            return None
+        self.warnings.view = None
+        self.view.close()
+        return self.view.facts()
 
 
 def guarded(fn: Callable[[], int]) -> int:
@@ -116,6 +148,21 @@ def keep_pandas_out() -> None:
     hand no data to pandas); a user's process (profile()) is left alone."""
     if _NoPandas not in sys.meta_path and "pandas" not in sys.modules:
         sys.meta_path.insert(0, _NoPandas)
+
+
+def import_arrow_with_one_blas_thread() -> None:
+    """pyarrow imports numpy, whose OpenBLAS starts a thread per core at load (tens of ms of
+    start-up on a busy machine); the profiler does no BLAS. The variable is set only while
+    numpy loads, so the workload's environment is the user's."""
+    import importlib
+    set_here = "OPENBLAS_NUM_THREADS" not in os.environ and "numpy" not in sys.modules
+    if set_here:
+        os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        importlib.import_module("pyarrow")
+    finally:
+        if set_here:
+            del os.environ["OPENBLAS_NUM_THREADS"]
 
 
 def use_system_allocator() -> None:

@@ -15,8 +15,9 @@ import os
 import sys
 
 from ..redact import command_line
-from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
-                     keep_pandas_out, use_system_allocator)
+from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err,
+                     guarded, import_arrow_with_one_blas_thread, keep_pandas_out,
+                     use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -126,7 +127,7 @@ def main(argv: list[str]) -> int:
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)     # --help and usage errors: before any Arrow
     keep_pandas_out()
-    _import_arrow_with_one_blas_thread()
+    import_arrow_with_one_blas_thread()
     use_system_allocator()
     if args.repeat is not None:
         from .repeat import run_repeated
@@ -134,18 +135,8 @@ def _main(argv: list[str]) -> int:
     return _run(args)
 
 
-def _import_arrow_with_one_blas_thread() -> None:
-    """pyarrow imports numpy, whose OpenBLAS starts a thread per core at load (tens of ms of
-    start-up on a busy machine); the profiler does no BLAS. The variable is set only while
-    numpy loads, so the workload's environment is the user's."""
-    if "OPENBLAS_NUM_THREADS" in os.environ or "numpy" in sys.modules:
-        import pyarrow  # noqa: F401
-        return
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    try:
-        import pyarrow  # noqa: F401
-    finally:
-        del os.environ["OPENBLAS_NUM_THREADS"]
+def _usage(message: str) -> UsageFailure:
+    return UsageFailure(message, build_parser().format_usage())
 
 
 def _run(args) -> int:
@@ -153,24 +144,68 @@ def _run(args) -> int:
     if command and command[0] == "--":
         command = command[1:]
     if not command and args.pid is None and not args.all_cpus:
-        raise UsageFailure("give a command after --, or --pid PID, or -a",
-                           build_parser().format_usage())
+        raise _usage("give a command after --, or --pid PID, or -a")
     if args.duration is not None and not args.duration > 0:
-        raise UsageFailure("--duration must be a positive number of seconds",
-                           build_parser().format_usage())
+        raise _usage("--duration must be a positive number of seconds")
     if args.duration is not None and command:
-        raise UsageFailure("--duration applies to --pid and -a without a command",
-                           build_parser().format_usage())
+        raise _usage("--duration applies to --pid and -a without a command")
 
+    from .. import profile_run
     from ..collector import Target
     from ..session import Session
-    from ..workload import Workload, check_command
+    from ..workload import check_command
 
     if command:
         check_command(command)     # 127/126 before anything is created
     if args.pid is not None:
         check_pid(args.pid, build_parser().format_usage())
+    config, collectors = _collector_config(args)
+    if args.pid is not None:
+        target = Target("pid", args.pid)
+    elif command:
+        target = Target("launch", None, system_wide=args.all_cpus)   # its pid: once spawned
+    else:
+        target = Target("pid", None, system_wide=True)
 
+    window = view = None
+    warnings = WarningRoute()
+    if args.live:
+        from ..live.window import LiveWindow
+        window = LiveWindow()
+        if command:
+            view = LiveViewSlot(window, warnings, command_line(command))
+        else:
+            view = LiveViewSlot(window, warnings, "all CPUs" if args.pid is None else f"pid {args.pid}",
+                                scope="process" if args.pid is not None else "machine",
+                                cpus=os.cpu_count())
+    from .serve import exporter_for
+    exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
+    totals = None
+    if not args.quiet:     # the summary's sums as the run goes: none to read back at the end
+        from ..analysis.summary import Totals
+        totals = Totals()
+    session = Session(args.output, collectors=collectors, config=config, target=target,
+                      per_rank=_per_rank_mode(args, command),
+                      command=command or None, replace=args.force, rank=0, on_warning=warnings,
+                      sinks=[s for s in (window, exporter, totals) if s is not None] or None)
+    machine = not command and args.pid is None
+    if exporter is not None:
+        exporter.attach(session, scope="machine" if machine else "process",
+                        cpus=os.cpu_count(), perf_system_wide=args.all_cpus)
+    session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
+
+    if command:
+        exit_status = profile_run.launch(session, command, view, say=err).exit_status
+    else:
+        profile_run.observe(session, args.pid, args.duration, view)
+        exit_status = 0
+    _report(session, args, totals)
+    return exit_status
+
+
+def _collector_config(args) -> tuple[dict, list[str] | None]:
+    """The options as the collectors' configuration, and the collectors asked for (None: the
+    default ones)."""
     perf_cfg: dict = {"interval_ms": args.interval_ms, "per_thread": args.per_thread,
                       "per_cpu": args.no_aggr}
     if args.events:
@@ -184,151 +219,29 @@ def _run(args) -> int:
               "neuron": {"interval_ms": args.neuron_interval_ms}}
     collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
     if args.gpus is not None and collectors is not None and "nvml" not in collectors:
-        raise UsageFailure("--gpus selects GPUs for the nvml collector, which --collectors leaves out",
-                           build_parser().format_usage())
+        raise _usage("--gpus selects GPUs for the nvml collector, which --collectors leaves out")
     if args.torch:
         from ..collector import resolve
         active, _, every = args.torch_window.partition("/")
         if not (active.isdigit() and every.isdigit()):
-            raise UsageFailure(f"--torch-window {args.torch_window!r}: give ACTIVE/EVERY, e.g. 5/50",
-                               build_parser().format_usage())
+            raise _usage(f"--torch-window {args.torch_window!r}: give ACTIVE/EVERY, e.g. 5/50")
         config["torch"] = {"active": int(active), "every": int(every)}
         seconds, _, every_s = args.torch_time_window.partition("/")
         try:
             config["torch"].update(window_s=float(seconds), window_every_s=float(every_s))
         except ValueError:
-            raise UsageFailure(f"--torch-time-window {args.torch_time_window!r}: give "
-                               "SECONDS/EVERY, e.g. 2/20", build_parser().format_usage()) from None
+            raise _usage(f"--torch-time-window {args.torch_time_window!r}: give "
+                         "SECONDS/EVERY, e.g. 2/20") from None
         if collectors is None:
             collectors = list(resolve(None))
         if "torch" not in collectors:
             collectors.append("torch")
-
-    if args.pid is not None:
-        target = Target("pid", args.pid)
-    elif command:
-        target = Target("launch", None, system_wide=args.all_cpus)
-    else:
-        target = Target("pid", None, system_wide=True)
-
-    window = None
-    if args.live:
-        from ..render import live_view  # noqa: F401  (imported now: start-up, not run time)
-        from ..render.live_window import LiveWindow
-        window = LiveWindow()
-    warnings = WarningRoute()
-    from .serve import exporter_for
-    exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
-    totals = None
-    if not args.quiet:     # the summary's sums as the run goes: none to read back at the end
-        from ..analysis.summary import Totals
-        totals = Totals()
-    session = Session(args.output, collectors=collectors, config=config, target=target,
-                      per_rank=_per_rank_mode(args, command),
-                      command=command or None, replace=args.force, rank=0, on_warning=warnings,
-                      sinks=[s for s in (window, exporter, totals) if s is not None] or None)
-    if exporter is not None:
-        exporter.attach(session, scope="machine" if not command and args.pid is None else "process",
-                        cpus=os.cpu_count(), perf_system_wide=args.all_cpus)
-    session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
-
-    if not command:
-        return _observe(session, args, window, warnings, totals)
-
-    env = {**os.environ, **session.launch_env} if session.launch_env else None
-    workload = Workload(command, env=env)
-    pid = workload.spawn()
-    session.target = Target("launch", pid, system_wide=args.all_cpus)
-    try:
-        session.start()
-    except BaseException:
-        workload.abort()
-        session.stop(workload={"status": "not started"})
-        raise
-    from ..workload import WorkloadStartError
-    view = _start_view(session, window, warnings, command_line(command)) if window is not None else None
-    started_ns = session.clock.now_ns()        # the workload's life on the run's axis
-    try:
-        try:
-            workload.release()
-        except WorkloadStartError as exc:
-            _close_view(view, warnings)
-            session.stop(workload={"status": "exec failed", "error": str(exc),
-                                   "exit_status": exc.exit_code})
-            raise
-        try:
-            result = workload.wait(stop=view.quit_requested if view is not None else None)
-        except BaseException:
-            _close_view(view, warnings)
-            session.stop(workload={"status": "profiler error while waiting", "pid": pid})
-            raise
-    finally:
-        _close_view(view, warnings, session)     # the terminal is given back on every path
-    if result is None:
-        # q in the live view: stop profiling now, write the run, let the workload finish
-        session.stop(workload={"status": "running when profiling stopped", "pid": pid,
-                               "profiling_stopped": "q pressed in the live view"})
-        err(f"profiling stopped (q); run written to {session.path}; "
-            f"waiting for the workload (pid {pid}) to finish")
-        result = workload.wait()
-        session.update_meta(workload_exit={"status": "exited", **result.to_json()})
-    else:
-        session.stop(workload={"status": "exited", **result.to_json(),
-                               "started_ns": started_ns, "ended_ns": session.clock.now_ns()})
-    _report(session, args, totals)
-    return result.exit_status
+    return config, collectors
 
 
 def _per_rank_mode(args, command: list[str]) -> bool | str:
-    """True (each rank counted, not the launcher), "auto" (the tree as one until ranks appear:
-    with --torch, a Python job may spawn its ranks), or False."""
-    from ..ranks import launches_ranks
-    if not command:
-        return False
-    if args.per_rank is not None:
-        return args.per_rank
-    if launches_ranks(command):
-        return True
-    return "auto" if args.torch else False
-
-
-def _start_view(session, window, warnings: WarningRoute, title: str, **kw):
-    """The live view over the session's window, drawn until _close_view."""
-    from ..render.live_view import for_session
-    from ..workload import wake_main_thread
-    view = for_session(session, window, title, on_quit=wake_main_thread, **kw)
-    view.start()
-    warnings.view = view
-    return view
-
-
-def _close_view(view, warnings: WarningRoute, session=None) -> None:
-    if view is not None:
-        warnings.view = None
-        view.close()
-        if session is not None:
-            session.meta["live_view"] = view.facts()
-
-
-def _observe(session, args, window=None, warnings: WarningRoute | None = None, totals=None) -> int:
-    from ..workload import wait_for_stop
-    session.start()
-    view = None
-    if window is not None:
-        machine = args.pid is None
-        title = f"pid {args.pid}" if not machine else "all CPUs"
-        view = _start_view(session, window, warnings, title,
-                           scope="machine" if machine else "process", cpus=os.cpu_count())
-    why = "profiler error"
-    try:
-        why = wait_for_stop(args.pid, args.duration,
-                            stop=view.quit_requested if view is not None else None)
-    finally:
-        _close_view(view, warnings, session)
-        session.meta["stopped_because"] = why
-        session.stop(workload=None)
-    _report(session, args, totals)
-    return 0
+    from ..ranks import per_rank_mode
+    return per_rank_mode(command, args.per_rank, args.torch)
 
 
 def _report(session, args, totals=None) -> None:

@@ -14,11 +14,9 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
-import time
 
-from .common import (ArgumentParser, UsageFailure, WarningRoute, check_pid, err, guarded,
-                     keep_pandas_out, use_system_allocator)
+from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err,
+                     guarded, keep_pandas_out, use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -59,61 +57,6 @@ def main(argv: list[str]) -> int:
     return guarded(lambda: _main(argv))
 
 
-class ProcessPoller:
-    """The busiest processes of the machine, polled with psutil once a second on a thread.
-    rows() is the latest list (a new list object per poll)."""
-
-    def __init__(self, n: int, period_s: float = 1.0):
-        self.n, self.period_s = n, period_s
-        self._rows: list = []
-        self._prev: dict[int, tuple[str, float, float]] = {}
-        self._prev_t = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def rows(self) -> list:
-        return self._rows
-
-    def poll(self) -> None:
-        import psutil
-
-        from ..analysis.live import top_processes
-        cur = {}
-        for p in psutil.process_iter(["name", "cpu_times", "memory_info"], ad_value=None):
-            ct, mem = p.info["cpu_times"], p.info["memory_info"]
-            if ct is None:
-                continue
-            cur[p.pid] = (p.info["name"] or "?", ct.user + ct.system, mem.rss if mem else None)
-        now = time.monotonic()
-        rows = top_processes(self._prev, cur, now - self._prev_t, self.n)
-        self._prev, self._prev_t = cur, now
-        for r in rows:               # the command line says more than the name, for the few shown
-            try:
-                cmd = psutil.Process(r.pid).cmdline()
-                if cmd:
-                    r.name = " ".join(cmd)
-            except psutil.Error:
-                pass
-        self._rows = rows
-
-    def start(self) -> None:
-        self.poll()
-        self._thread = threading.Thread(target=self._loop, name="counterprof-top-procs", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period_s):
-            try:
-                self.poll()
-            except Exception:       # a vanished process or /proc hiccup: try again next second
-                pass
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(2.0)
-
-
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.pid is not None:
@@ -122,7 +65,7 @@ def _main(argv: list[str]) -> int:
         raise UsageFailure("-n must be 0 or more", build_parser().format_usage())
 
     from ..collector import Target
-    from ..render.live_window import LiveWindow
+    from ..live.window import LiveWindow
     from ..session import Session
 
     perf_cfg: dict = {"interval_ms": args.interval_ms}
@@ -153,35 +96,34 @@ def _main(argv: list[str]) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class _TopView(LiveViewSlot):
+    """The view, with the machine's busiest processes polled while it is drawn."""
+
+    def __init__(self, procs, *args, **kw):     # procs: a live.processes.ProcessPoller, or None
+        super().__init__(*args, processes=procs.rows if procs is not None else None, **kw)
+        self.procs = procs
+
+    def open(self, session):
+        if self.procs is not None:
+            self.procs.start()
+        return super().open(session)
+
+    def close(self):
+        facts = super().close()
+        if self.procs is not None:
+            self.procs.stop()
+        return facts
+
+
 def _watch(session, window, warnings: WarningRoute, args, machine: bool, keep: bool) -> int:
-    from ..render.live_view import for_session
-    from ..workload import wait_for_stop, wake_main_thread
+    from ..live.processes import ProcessPoller
+    from ..profile_run import observe
     session.prepare()
     procs = ProcessPoller(args.processes) if machine and args.processes else None
-    session.start()
-    view = None
-    why = "profiler error"
-    try:
-        if procs is not None:
-            procs.start()
-        title = "this machine" if machine else f"pid {args.pid} {_name(args.pid)}".rstrip()
-        view = for_session(session, window, title, on_quit=wake_main_thread, keys_hint="q quits",
-                           scope="machine" if machine else "process", cpus=os.cpu_count(),
-                           processes=procs.rows if procs is not None else None)
-        if not keep:
-            view.run_path = None
-        view.start()
-        warnings.view = view
-        why = wait_for_stop(args.pid, args.duration, stop=view.quit_requested)
-    finally:
-        warnings.view = None
-        if view is not None:
-            view.close()
-            session.meta["live_view"] = view.facts()
-        if procs is not None:
-            procs.stop()
-        session.meta["stopped_because"] = why
-        session.stop(workload=None, compact=keep)
+    title = "this machine" if machine else f"pid {args.pid} {_name(args.pid)}".rstrip()
+    view = _TopView(procs, window, warnings, title, show_run_path=keep, keys_hint="q quits",
+                    scope="machine" if machine else "process", cpus=os.cpu_count())
+    why = observe(session, args.pid, args.duration, view, compact=keep)
     if why == "target exited":
         err(f"pid {args.pid} exited")
     if keep:

@@ -8,19 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.breakdown import Breakdown, RankBreakdown, percentages
-
-
-def duration(ns: float | None) -> str:
-    if ns is None:
-        return "-"
-    for div, unit in ((1e9, "s"), (1e6, "ms"), (1e3, "µs")):
-        if abs(ns) >= div:
-            return f"{ns / div:,.2f} {unit}"
-    return f"{ns:,.0f} ns"
-
-
-def pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1f}%"
+from .units import duration, points
 
 
 def short_name(name: str, width: int = 60) -> str:
@@ -63,8 +51,8 @@ def render(b: Breakdown, rules: str = "counterprof") -> Group:
                    "left out")
         for r in rows:
             tm = r.temporal
-            t.add_row(_who(r), str(r.windows), duration(tm.kernel_time_ns), pct(tm.pct(tm.idle_ns)),
-                      pct(tm.pct(tm.compute_ns)), pct(tm.pct(tm.non_compute_ns)),
+            t.add_row(_who(r), str(r.windows), duration(tm.kernel_time_ns), points(tm.pct(tm.idle_ns)),
+                      points(tm.pct(tm.compute_ns)), points(tm.pct(tm.non_compute_ns)),
                       f"{r.gpu_spans:,}", f"{r.excluded_spans:,}")
         parts += [t, Text("")]
 
@@ -73,14 +61,14 @@ def render(b: Breakdown, rules: str = "counterprof") -> Group:
         for r in rows:
             shares = percentages(r.kernel_types)
             for i, (label, ns) in enumerate(r.kernel_types.items()):
-                t.add_row(_who(r) if i == 0 else "", label, duration(ns), pct(shares[label]))
+                t.add_row(_who(r) if i == 0 else "", label, duration(ns), points(shares[label]))
         parts += [t, Text("")]
 
         t = _table("Communication overlapped by compute", "", "communication", "overlapped",
                    "overlap")
         for r in rows:
             o = r.overlap
-            t.add_row(_who(r), duration(o.communication_ns), duration(o.overlapped_ns), pct(o.pct))
+            t.add_row(_who(r), duration(o.communication_ns), duration(o.overlapped_ns), points(o.pct))
         parts += [t, Text("")]
 
         t = _table("Idle time per stream (gaps between kernels, memcpys, memsets)", "", "stream",
@@ -106,7 +94,7 @@ def render(b: Breakdown, rules: str = "counterprof") -> Group:
                    "kernel", "class", "count", "total", "mean", "share", shrink_first=True)
         for k in top:
             t.add_row(short_name(k.name), k.kernel_class, f"{k.count:,}", duration(k.total_ns),
-                      duration(k.mean_ns), pct(k.share_pct))
+                      duration(k.mean_ns), points(k.share_pct))
         parts.append(t)
     for rank, why in sorted(b.skipped.items()):
         parts.append(Text(f"rank {rank}: {why}", style="dim"))

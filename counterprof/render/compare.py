@@ -7,6 +7,7 @@ import shlex
 from ..analysis.compare import WALL, Comparison, Row
 from ..analysis.run_figures import STEP
 from .console import inert
+from . import units
 
 STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "changed": "changed",
                "context": "moved (machine)", "inconclusive": "inconclusive"}
@@ -14,43 +15,8 @@ EXPLAINED_WORD = {"regression": "slower (machine)", "improvement": "faster (mach
 # the readings compare's machine line rests on: shown by default when they moved
 MFU_PREFIX = "metric:roofline.mfu"      # the MFU rows (analysis/roofline.MFU_SERIES) are shown like steps
 CONTENTION_KEYS = ("metric:proc.run_delay", "metric:thread.main.runnable", "metric:system.cpu_util")
-UNITS_SI = (("G", 1e9), ("M", 1e6), ("k", 1e3))
-
-
-def fmt_value(v: float | None, unit: str) -> str:
-    if v is None:
-        return "—"
-    if unit == "s":
-        a = abs(v)
-        if a >= 1:
-            return f"{v:.3f} s"
-        if a >= 1e-3:
-            return f"{v * 1e3:.2f} ms"
-        return f"{v * 1e6:.1f} µs"
-    if unit.startswith("bytes"):
-        rest = unit[5:]
-        for name, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-            if abs(v) >= div:
-                return f"{v / div:.2f} {name}{rest}"
-        return f"{v:.0f} B{rest}"
-    if unit == "percent":
-        return f"{v:.1f}%"
-    for prefix, div in UNITS_SI:
-        if abs(v) >= div * 10:
-            return f"{v / div:.3g}{prefix} {unit}".rstrip()
-    return f"{v:.4g} {unit}".rstrip()
-
-
-def fmt_change(x: float | None) -> str:
-    return "—" if x is None else f"{100 * x:+.1f}%"
-
-
-def fmt_ci(ci) -> str:
-    return "—" if ci is None else f"[{100 * ci[0]:+.1f}%, {100 * ci[1]:+.1f}%]"
-
-
-def fmt_share(x: float | None) -> str:
-    return "?" if x is None else f"{100 * x:.0f}%"
+def _share(x: float | None) -> str:
+    return units.share(x, none="?")      # a wait share the machine line lacks
 
 
 def status_word(row: Row, strict: bool) -> str:
@@ -67,8 +33,8 @@ def contention_text(row: Row) -> str:
         return ""
     wb, wc = row.wait
     slower, more, less = ("candidate", wc, wb) if row.status == "regression" else ("baseline", wb, wc)
-    waited = f"the {slower} waited for a CPU {fmt_share(more)} of the time vs {fmt_share(less)}"
-    without = f"{fmt_change(row.adjusted_change)} with the wait taken out"
+    waited = f"the {slower} waited for a CPU {_share(more)} of the time vs {_share(less)}"
+    without = f"{units.change(row.adjusted_change)} with the wait taken out"
     if row.contention == "explains":
         return f"{waited}: contention explains this ({without})"
     if row.contention == "partly":
@@ -153,11 +119,11 @@ def machine_line(cmp: Comparison) -> str:
     scope = m.scope
     if scope:
         of = "of its steps' time" if scope == STEP else "of the time"
-        parts.append(f"the candidate's main thread waited for a CPU {fmt_share(c.waits[scope])} {of} "
-                     f"vs the baseline's {fmt_share(b.waits[scope])} ({c.wait_source or b.wait_source})")
+        parts.append(f"the candidate's main thread waited for a CPU {_share(c.waits[scope])} {of} "
+                     f"vs the baseline's {_share(b.waits[scope])} ({c.wait_source or b.wait_source})")
     if b.other_share is not None and c.other_share is not None:
-        parts.append(f"other processes used {fmt_share(c.other_share)} of the machine's {c.cpus or b.cpus} CPUs "
-                     f"vs {fmt_share(b.other_share)}")
+        parts.append(f"other processes used {_share(c.other_share)} of the machine's {c.cpus or b.cpus} CPUs "
+                     f"vs {_share(b.other_share)}")
     text = "machine: " + ("; ".join(parts) or "moved")
     if m.busier:
         text += f": the machine was busier for the {m.busier}"
@@ -213,6 +179,14 @@ def _verdict_line(cmp: Comparison) -> str:
     return line
 
 
+def _cells(r: Row, multi: bool) -> tuple[str, ...]:
+    """A row's cells in both tables: quantity, rank, baseline, candidate, change, interval,
+    and the last column (the status goes before that, worded per table)."""
+    return (label(r), rank_text(r, multi), units.value(r.base_median, r.unit),
+            units.value(r.cand_median, r.unit), units.change(r.change), units.interval(r.ci),
+            _last_column(r))
+
+
 def compare_text(cmp: Comparison, all_rows: bool = False) -> str:
     multi = _multi(cmp)
     strict = cmp.settings.get("strict", False)
@@ -220,9 +194,8 @@ def compare_text(cmp: Comparison, all_rows: bool = False) -> str:
     table = [("quantity", "rank", "baseline", "candidate", "change", f"{100 * cmp.settings['confidence']:g}% CI",
               "status", "verdict")]
     for r in rows:
-        table.append((label(r), rank_text(r, multi), fmt_value(r.base_median, r.unit),
-                      fmt_value(r.cand_median, r.unit), fmt_change(r.change), fmt_ci(r.ci),
-                      status_word(r, strict), _last_column(r)))
+        *cells, last = _cells(r, multi)
+        table.append((*cells, status_word(r, strict), last))
     widths = [max(len(t[i]) for t in table) for i in range(len(table[0]))]
     lines = [f"counterprof compare: {_headline(cmp)}",
              f"baseline   {_side_text(cmp.baseline)}",
@@ -239,12 +212,15 @@ def compare_text(cmp: Comparison, all_rows: bool = False) -> str:
         wide = sum(1 for r in cmp.rows if r.status == "inconclusive" and r not in rows)
         lines.append(f"{hidden} more rows (per rank and metrics) not flagged"
                      + (f" ({wide} of them inconclusive)" if wide else "") + ": --all shows them, --json has them")
-    for n in cmp.problems:
-        lines.append(f"PROBLEM: {n}")
-    for n in cmp.notes:
-        lines.append(f"note: {n}")
-    lines.append(f"method: {_method(cmp)}")
+    lines += _closing(cmp, ("PROBLEM: ", "note: ", "method: "))
     return "\n".join(lines) + "\n"
+
+
+def _closing(cmp: Comparison, heads: tuple[str, str, str], esc=lambda text: text) -> list[str]:
+    """The problems, the notes, then the method: a line each, headed (and escaped) per format."""
+    problem, note, method = heads
+    return ([problem + esc(n) for n in cmp.problems] + [note + esc(n) for n in cmp.notes]
+            + [method + esc(_method(cmp))])
 
 
 def _md(text: str) -> str:
@@ -261,10 +237,8 @@ def _md_table(rows: list[Row], multi: bool, confidence: float, strict: bool) -> 
             status = {"regression": "🔴 **regression**", "improvement": "🟢 improvement",
                       "changed": "🟡 changed", "inconclusive": "⚪ inconclusive"}.get(
                 r.status, STATUS_WORD.get(r.status, r.status))
-        out.append("| " + " | ".join(_md(x) for x in (
-            status, f"`{label(r)}`", rank_text(r, multi), fmt_value(r.base_median, r.unit),
-            fmt_value(r.cand_median, r.unit), fmt_change(r.change), fmt_ci(r.ci),
-            _last_column(r))) + " |")
+        quantity, *rest = _cells(r, multi)
+        out.append("| " + " | ".join(_md(x) for x in (status, f"`{quantity}`", *rest)) + " |")
     return out
 
 
@@ -286,9 +260,5 @@ def compare_markdown(cmp: Comparison) -> str:
         lines += _md_table(cmp.rows, multi, conf, strict)
         lines += ["", "</details>"]
     lines.append("")
-    for n in cmp.problems:
-        lines.append(f"- ⛔ **problem**: {_md(n)}")
-    for n in cmp.notes:
-        lines.append(f"- note: {_md(n)}")
-    lines.append(f"- method: {_md(_method(cmp))}")
+    lines += _closing(cmp, ("- ⛔ **problem**: ", "- note: ", "- method: "), _md)
     return "\n".join(lines) + "\n"

@@ -3,33 +3,21 @@ its trend and its change points. Formats; computes nothing."""
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Any
 
 from ..analysis.changepoints import ChangePoint
 from ..store.history import Trend, command_display
 from .console import inert
-from .compare import fmt_value
+from . import units
 
-SPARK = "▁▂▃▄▅▆▇█"
 MAX_POINTS = 40        # sparkline: the newest values
 
 
 def sparkline(values: list[float], marks: set[int] = frozenset()) -> str:
-    vals = values[-MAX_POINTS:]
-    offset = len(values) - len(vals)
-    finite = [v for v in vals if math.isfinite(v)]
-    if not finite:
-        return ""
-    lo, hi = min(finite), max(finite)
-    out = []
-    for i, v in enumerate(vals):
-        if not math.isfinite(v):
-            out.append(" ")
-            continue
-        out.append("|" if (i + offset) in marks and i else "")
-        out.append(SPARK[0] if hi == lo else SPARK[min(7, int((v - lo) / (hi - lo) * 8))])
-    return "".join(out)
+    """The newest values' trend, scaled from their smallest to their largest; '|' before a
+    change point (marks: indices into values)."""
+    offset = max(0, len(values) - MAX_POINTS)
+    return units.sparkline(values[offset:], lo=None, marks={m - offset for m in marks})
 
 
 def _run_label(run: dict[str, Any]) -> str:
@@ -42,9 +30,8 @@ def _run_label(run: dict[str, Any]) -> str:
 
 
 def change_text(t: Trend, cp: ChangePoint) -> str:
-    change = f"{100 * cp.change:+.1f}%" if cp.change is not None else "from 0"
-    return (f"{_run_label(t.runs[cp.index])}: {change} "
-            f"({fmt_value(cp.before, t.unit)} → {fmt_value(cp.after, t.unit)})")
+    return (f"{_run_label(t.runs[cp.index])}: {units.change(cp.change, none='from 0')} "
+            f"({units.value(cp.before, t.unit)} → {units.value(cp.after, t.unit)})")
 
 
 def _verdicts(t: Trend) -> str:
@@ -93,10 +80,9 @@ def history_text(db: str, runs: int, trends: list[Trend], points: list[list[Chan
             hosts = sorted({r["host"] for x in trends if x.command == command for r in x.runs if r["host"]})
             lines += ["", f"command: {inert(command_display(command))}  ({n} run{'s' if n != 1 else ''}; host{'s' if len(hosts) != 1 else ''} "
                           f"{inert(', '.join(hosts)) or 'unknown'})"]
-        finite = [v for v in t.values if math.isfinite(v)]
-        median = statistics.median(finite) if finite else None      # even count: the middle two's mean
-        table.append((inert(t.series), str(len(t.values)), fmt_value(finite[0] if finite else None, t.unit),
-                      fmt_value(finite[-1] if finite else None, t.unit), fmt_value(median, t.unit),
+        known = t.known()
+        table.append((inert(t.series), str(len(t.values)), units.value(known[0] if known else None, t.unit),
+                      units.value(known[-1] if known else None, t.unit), units.value(t.median(), t.unit),
                       sparkline(t.values, {c.index for c in cps}), _verdicts(t),
                       "; ".join(change_text(t, c) for c in cps) or "none"))
     flush()

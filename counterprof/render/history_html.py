@@ -9,7 +9,7 @@ import math
 
 from ..analysis.changepoints import ChangePoint
 from ..store.history import Trend, command_display
-from .compare import fmt_value
+from . import svg, units
 from .report_html import COLORS, CSS
 
 W, H, PAD, TOP = 900, 150, 56, 14
@@ -35,44 +35,42 @@ def _plot(t: Trend, cps: list[ChangePoint]) -> str:
     span = hi - lo
     lo, hi = lo - 0.08 * span, hi + 0.08 * span
     n = len(t.values)
-    x = lambda i: PAD + (W - 2 * PAD) * (i / max(n - 1, 1))      # noqa: E731
-    y = lambda v: TOP + (H - TOP - 24) * (1 - (v - lo) / (hi - lo))  # noqa: E731
-    poly = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in pts)
+    x = svg.scale(0, max(n - 1, 1), PAD, W - PAD)
+    y = svg.scale(lo, hi, TOP, H - 24, flip=True)
     dots = []
     for i, v in pts:
         r = t.runs[i]
         tip = (f"run {r['seq']} {r.get('run_id') or ''} · {r.get('start_time') or ''} · "
-               f"rev {(r.get('git_rev') or '-')[:12]} · {r.get('host') or ''} · {fmt_value(v, t.unit)}"
+               f"rev {(r.get('git_rev') or '-')[:12]} · {r.get('host') or ''} · {units.value(v, t.unit)}"
                + (f" · {t.verdicts[i]}" if t.verdicts[i] else ""))
-        dots.append(f'<circle class="pt" cx="{x(i):.1f}" cy="{y(v):.1f}" r="3.5" fill="{_color(t.verdicts[i])}">'
-                    f'<title>{_e(tip)}</title></circle>')
+        dots.append(svg.element("circle", f"<title>{_e(tip)}</title>", cls="pt", cx=x(i), cy=y(v), r=3.5,
+                                fill=_color(t.verdicts[i])))
     marks = []
     cuts = [0] + [c.index for c in cps] + [n]
     for k, c in enumerate(cps):
         xc = (x(c.index - 1) + x(c.index)) / 2
-        change = f"{100 * c.change:+.1f}%" if c.change is not None else "from 0"
-        marks.append(f'<line class="cp" x1="{xc:.1f}" y1="{TOP - 6}" x2="{xc:.1f}" y2="{H - 24}" '
-                     f'stroke="#d62728" stroke-dasharray="4 3" stroke-width="1.5"/>'
-                     f'<text x="{xc + 3:.1f}" y="{TOP + 2}" font-size="11" fill="#d62728">{_e(change)}</text>')
+        marks.append(svg.line(xc, TOP - 6, xc, H - 24, cls="cp", stroke="#d62728", stroke_dasharray="4 3",
+                              stroke_width=1.5)
+                     + svg.text(xc + 3, TOP + 2, units.change(c.change, none="from 0"), font_size=11,
+                                fill="#d62728"))
     for k in range(len(cuts) - 1 if cps else 0):     # each segment's median, between change points
         a, b = cuts[k], cuts[k + 1]
         med = cps[k].before if k < len(cps) else cps[-1].after
-        marks.append(f'<line x1="{x(a):.1f}" y1="{y(med):.1f}" x2="{x(b - 1):.1f}" y2="{y(med):.1f}" '
-                     f'stroke="#d62728" stroke-opacity="0.35" stroke-width="3"/>')
+        marks.append(svg.line(x(a), y(med), x(b - 1), y(med), stroke="#d62728", stroke_opacity="0.35",
+                              stroke_width=3))
     first, last = t.runs[0], t.runs[-1]
     vmax, vmin = max(v for _, v in pts), min(v for _, v in pts)
-    axis = (f'<line x1="{PAD}" y1="{H - 24}" x2="{W - PAD}" y2="{H - 24}" stroke="#ccc"/>'
-            f'<text x="2" y="{y(vmax) + 4:.1f}" font-size="10">{_e(fmt_value(vmax, t.unit))}</text>'
-            f'<text x="2" y="{y(vmin) + 4:.1f}" font-size="10">{_e(fmt_value(vmin, t.unit))}</text>'
-            f'<text x="{PAD}" y="{H - 8}" font-size="10">{_e(str(first.get("start_time") or "")[:10])} run {first["seq"]}</text>'
-            f'<text x="{W - PAD}" y="{H - 8}" font-size="10" text-anchor="end">run {last["seq"]} '
-            f'{_e(str(last.get("start_time") or "")[:10])}</text>')
-    cp_text = "; ".join(f"run {t.runs[c.index]['seq']}: "
-                        + (f"{100 * c.change:+.1f}%" if c.change is not None else "from 0") for c in cps)
+    axis = (svg.baseline(PAD, W - PAD, H - 24)
+            + svg.text(2, y(vmax) + 4, units.value(vmax, t.unit))
+            + svg.text(2, y(vmin) + 4, units.value(vmin, t.unit))
+            + svg.text(PAD, H - 8, f'{str(first.get("start_time") or "")[:10]} run {first["seq"]}')
+            + svg.text(W - PAD, H - 8, f'run {last["seq"]} {str(last.get("start_time") or "")[:10]}',
+                       text_anchor="end"))
+    cp_text = "; ".join(f"run {t.runs[c.index]['seq']}: {units.change(c.change, none='from 0')}" for c in cps)
     return (f'<h3>{_e(t.series)} <span class="dim">{_e(t.unit)} · {len(pts)} runs'
             f'{" · change points: " + _e(cp_text) if cps else ""}</span></h3>'
             f'<svg class="trend" data-series="{_e(t.series)}" width="{W}" height="{H}" role="img">'
-            f'{axis}<polyline fill="none" stroke="#888" stroke-width="1.2" points="{poly}"/>'
+            f'{axis}{svg.polyline(((x(i), y(v)) for i, v in pts), "#888", 1.2)}'
             f'{"".join(marks)}{"".join(dots)}</svg>')
 
 

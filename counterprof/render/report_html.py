@@ -8,6 +8,7 @@ import shlex
 
 from ..analysis.classify import Verdict, describe
 from ..analysis.report import Report
+from . import svg, units
 
 COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", "collectives": "#1f8fb5", "host": "#d9a400",
           "unknown": "#9a9a9a", "compute|memory": "#4a6fd6"}
@@ -33,8 +34,8 @@ def _bar(v: Verdict, width: int = W) -> str:
     for cls, share in sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True):
         w = share * width
         if w >= 0.5:
-            out.append(f'<rect x="{x:.1f}" y="0" width="{w:.1f}" height="18" fill="{COLORS.get(cls, "#999")}">'
-                       f'<title>{_e(cls)} {100 * share:.1f}%</title></rect>')
+            out.append(svg.element("rect", f"<title>{_e(cls)} {units.share(share, 1)}</title>", x=x, y=0, width=w,
+                                   height=18, fill=COLORS.get(cls, "#999")))
         x += w
     return f'<svg class="bar" width="{width}" height="18" role="img">{"".join(out)}</svg>'
 
@@ -45,28 +46,26 @@ def _plot(r: Report, key: str, title: str, ymax: float | None) -> str:
         return ""
     t_end = max((r.overall.end_ns - r.overall.start_ns) / 1e9, 1e-9)
     top = ymax or max(1e-9, max(v for _, v in pts) * 1.1)
-    x = lambda t: PAD + (W - 2 * PAD) * min(max(t, 0.0), t_end) / t_end   # noqa: E731
-    y = lambda v: 8 + (H - 16) * (1 - min(v, top) / top)                 # noqa: E731
+    x = svg.scale(0.0, t_end, PAD, W - PAD, clamp=True)
+    y = svg.scale(0.0, top, 8, H - 8, flip=True, clamp=True)
     half = r.plot_step_s / 2
-    poly = " ".join(f"{x(t + half):.1f},{y(v):.1f}" for t, v in pts)
     band = []
     for w in r.windows:   # the verdict band under the plot
         x0, x1 = x((w.start_ns - r.overall.start_ns) / 1e9), x((w.end_ns - r.overall.start_ns) / 1e9)
-        band.append(f'<rect x="{x0:.1f}" y="{H}" width="{max(x1 - x0, 0.5):.1f}" height="8" '
-                    f'fill="{COLORS.get(w.verdict, "#999")}"><title>{_e(describe(w))}</title></rect>')
+        band.append(svg.element("rect", f"<title>{_e(describe(w))}</title>", x=x0, y=H, width=max(x1 - x0, 0.5),
+                                height=8, fill=COLORS.get(w.verdict, "#999")))
     marks = []
     for i, rv in enumerate(r.regions[:5]):   # region markers: where each of the top regions ran
         yy = H + 12 + 6 * i
         for a, b in rv.occurrences_s:
-            marks.append(f'<rect x="{x(a):.1f}" y="{yy}" width="{max(x(b) - x(a), 1):.1f}" height="4" '
-                         f'fill="#555"><title>{_e(rv.name)}</title></rect>')
-        marks.append(f'<text x="{W - PAD + 4}" y="{yy + 4}" font-size="9">{_e(rv.name[:18])}</text>')
-    axis = (f'<line x1="{PAD}" y1="{H - 8}" x2="{W - PAD}" y2="{H - 8}" stroke="#ccc"/>'
-            f'<text x="2" y="14" font-size="10">{top:.2g}</text><text x="2" y="{H - 8}" font-size="10">0</text>'
-            f'<text x="{W - PAD}" y="{H + 48}" font-size="10" text-anchor="end">{t_end:.1f} s</text>')
+            marks.append(svg.element("rect", f"<title>{_e(rv.name)}</title>", x=x(a), y=yy,
+                                     width=max(x(b) - x(a), 1.0), height=4, fill="#555"))
+        marks.append(svg.text(W - PAD + 4, yy + 4, rv.name[:18], font_size=9))
+    axis = (svg.baseline(PAD, W - PAD, H - 8) + svg.text(2, 14, f"{top:.2g}") + svg.text(2, H - 8, "0")
+            + svg.text(W - PAD, H + 48, f"{t_end:.1f} s", text_anchor="end"))
     return (f'<h3 class="dim">{_e(title)}</h3><svg class="plot" data-signal="{_e(key)}" width="{W + 60}" '
-            f'height="{H + 52}" role="img">{axis}<polyline fill="none" stroke="#333" stroke-width="1.5" '
-            f'points="{poly}"/>{"".join(band)}{"".join(marks)}</svg>')
+            f'height="{H + 52}" role="img">{axis}'
+            f'{svg.polyline(((x(t + half), y(v)) for t, v in pts), "#333", 1.5)}{"".join(band)}{"".join(marks)}</svg>')
 
 
 def _evidence(v: Verdict) -> str:
@@ -99,7 +98,7 @@ def report_html(r: Report, roofline=None) -> str:
         body.extend(plots)
     if r.regions:
         rows = "".join(f"<tr><td>{_e(rv.name)}</td><td>{_e(rv.kind)}</td><td>{rv.count}</td>"
-                       f"<td>{rv.total_s:.3f} s</td><td>{_bar(rv.verdict, 240)}</td><td>{_e(describe(rv.verdict))}</td></tr>"
+                       f"<td>{units.secs(rv.total_s)}</td><td>{_bar(rv.verdict, 240)}</td><td>{_e(describe(rv.verdict))}</td></tr>"
                        for rv in r.regions)
         body.append("<h2>regions</h2><table><tr><th>region</th><th>kind</th><th>count</th><th>time</th>"
                     f"<th>breakdown</th><th>verdict</th></tr>{rows}</table>")
@@ -107,15 +106,14 @@ def report_html(r: Report, roofline=None) -> str:
         figs = {f["rank"]: f for f in (r.rank_analysis or {}).get("ranks", [])}
         verdicts = {int(v.scope.split()[-1]): v for v in r.rank_verdicts}
         straggler = (r.rank_analysis or {}).get("straggler")
-        ms = lambda x: "-" if x is None else f"{x * 1e3:.1f} ms"   # noqa: E731
         rows = "".join(
             f"<tr><td>{rank}{' ◀ straggler' if rank == straggler else ''}</td>"
             f"<td>{_bar(verdicts[rank], 200) if rank in verdicts else ''}</td>"
             f"<td>{_e(describe(verdicts[rank])) if rank in verdicts else '-'}</td>"
-            f"<td>{ms(figs.get(rank, {}).get('step_mean_s'))}</td>"
+            f"<td>{units.ms(figs.get(rank, {}).get('step_mean_s'))}</td>"
             f"<td>{figs.get(rank, {}).get('slowest_in', '-')}</td>"
-            f"<td>{ms(figs.get(rank, {}).get('collective_s_per_step'))}</td>"
-            f"<td>{ms(figs.get(rank, {}).get('waited_s_per_step'))}</td></tr>"
+            f"<td>{units.ms(figs.get(rank, {}).get('collective_s_per_step'))}</td>"
+            f"<td>{units.ms(figs.get(rank, {}).get('waited_s_per_step'))}</td></tr>"
             for rank in sorted(set(figs) | set(verdicts)))
         body.append("<h2>ranks</h2><table><tr><th>rank</th><th>breakdown</th><th>verdict</th><th>step (mean)</th>"
                     f"<th>straggler in</th><th>collectives/step</th><th>waited/step</th></tr>{rows}</table>")
@@ -134,14 +132,14 @@ def report_html(r: Report, roofline=None) -> str:
                                                        "compute": tm["compute_pct"] / 100,
                                                        "unknown": tm["non_compute_pct"] / 100})
         body.append("<h2>GPU time (temporal breakdown)</h2>" + _bar(bars) +
-                    f"<div class='dim'>idle {tm['idle_pct']:.1f}% · compute {tm['compute_pct']:.1f}% · "
-                    f"non-compute {tm['non_compute_pct']:.1f}%</div>")
+                    f"<div class='dim'>idle {units.points(tm['idle_pct'])} · compute {units.points(tm['compute_pct'])} · "
+                    f"non-compute {units.points(tm['non_compute_pct'])}</div>")
     if roofline is not None:
         from .roofline import roofline_section
         body.append(roofline_section(roofline))
     if r.top_kernels:
         rows = "".join(f"<tr><td>{_e(k['name'][:90])}</td><td>{_e(k['kernel_class'])}</td><td>{k['count']}</td>"
-                       f"<td>{k['total_ns'] / 1e6:.2f} ms</td><td>{k['share_pct']:.1f}%</td></tr>"
+                       f"<td>{units.ns_as_ms(k['total_ns'])}</td><td>{units.points(k['share_pct'])}</td></tr>"
                        for k in r.top_kernels)
         body.append(f"<h2>top kernels</h2><table>{rows}</table>")
     if r.next_steps:

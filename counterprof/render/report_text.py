@@ -9,15 +9,12 @@ from rich.text import Text
 
 from ..analysis.classify import Verdict, describe
 from ..analysis.report import Report
+from . import units
 from .console import inert
 
 COLORS = {"compute": "green", "memory": "magenta", "collectives": "cyan", "host": "yellow",
           "unknown": "white", "compute|memory": "blue"}
 LETTER = {"compute": "C", "memory": "M", "collectives": "X", "host": "H", "unknown": "?"}
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def shares_bar(v: Verdict, width: int = 40) -> Text:
@@ -27,7 +24,7 @@ def shares_bar(v: Verdict, width: int = 40) -> Text:
         if n:
             text.append("█" * n, style=COLORS.get(cls, "white"))
     text.append("  ")
-    parts = [f"{cls} {_pct(s)}" + (_host_parts(v) if cls == "host" else "")
+    parts = [f"{cls} {units.share(s)}" + (_host_parts(v) if cls == "host" else "")
              for cls, s in sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True) if s >= 0.005]
     text.append("  ".join(parts))
     return text
@@ -35,7 +32,7 @@ def shares_bar(v: Verdict, width: int = 40) -> Text:
 
 def _host_parts(v: Verdict) -> str:
     """The host share's parts (input pipeline, CPU contention, blocked), where known."""
-    parts = [f"{name} {_pct(x)}" for name, x in sorted(v.host_parts.items(), key=lambda kv: -kv[1])
+    parts = [f"{name} {units.share(x)}" for name, x in sorted(v.host_parts.items(), key=lambda kv: -kv[1])
              if x >= 0.005]
     return f" ({', '.join(parts)})" if len(parts) > 1 or (parts and len(v.host_parts) > 1) else ""
 
@@ -47,14 +44,14 @@ def roofline_line(rl: dict) -> Text:
     if mfu.get("mfu_measured") is not None or mfu.get("mfu_datasheet") is not None:
         parts = []
         if mfu.get("mfu_measured") is not None:
-            parts.append(f"MFU {100 * mfu['mfu_measured']:.1f}% of the measured {mfu.get('dtype')} peak")
+            parts.append(f"MFU {units.share(mfu['mfu_measured'], 1)} of the measured {mfu.get('dtype')} peak")
         if mfu.get("mfu_datasheet") is not None:
-            parts.append(f"{100 * mfu['mfu_datasheet']:.1f}% of the datasheet's")
+            parts.append(f"{units.share(mfu['mfu_datasheet'], 1)} of the datasheet's")
         text.append(", ".join(parts) + f" (median of {len(mfu.get('steps') or [])} traced steps)")
     elif rl.get("missing"):
         text.append("; ".join(rl["missing"]))
     if rl.get("modelled_share") is not None:
-        text.append(f"; ops with a cost model: {_pct(rl['modelled_share'])} of op time", style="dim")
+        text.append(f"; ops with a cost model: {units.share(rl['modelled_share'])} of op time", style="dim")
     text.append("  [counterprof roofline RUN]", style="dim")
     return text
 
@@ -127,7 +124,7 @@ def report_renderable(r: Report):
             t.add_column(col, overflow="fold")
         for rv in r.regions:
             first = inert(rv.verdict.evidence[0].text) if rv.verdict.evidence else ""
-            t.add_row(inert(rv.name), rv.kind, str(rv.count), f"{rv.total_s:.3f} s",
+            t.add_row(inert(rv.name), rv.kind, str(rv.count), units.secs(rv.total_s),
                       Text(describe(rv.verdict), style=COLORS.get(rv.verdict.verdict, "white")), first)
         parts.extend([Text(""), t])
 
@@ -157,7 +154,7 @@ def report_renderable(r: Report):
             t.add_column(c)
         for d in devices:
             for metric, m in d["metrics"].items():
-                t.add_row(inert(d["entity"]), inert(metric), _num(m["mean"]), _num(m["peak"]), m["unit"])
+                t.add_row(inert(d["entity"]), inert(metric), units.number(m["mean"]), units.number(m["peak"]), m["unit"])
         parts.extend([Text(""), t])
 
     if r.gpu_breakdown:
@@ -167,13 +164,13 @@ def report_renderable(r: Report):
                   title_justify="left", box=None, pad_edge=False)
         for col in ("", "share"):
             t.add_column(col)
-        t.add_row("idle", f"{tm['idle_pct']:.1f}%")
-        t.add_row("compute", f"{tm['compute_pct']:.1f}%")
-        t.add_row("non-compute", f"{tm['non_compute_pct']:.1f}%")
+        t.add_row("idle", units.points(tm['idle_pct']))
+        t.add_row("compute", units.points(tm['compute_pct']))
+        t.add_row("non-compute", units.points(tm['non_compute_pct']))
         for k in b["kernel_types"][:6]:
-            t.add_row(f"  kernels: {k['kernel_type']}", f"{k['pct']:.1f}%")
+            t.add_row(f"  kernels: {k['kernel_type']}", units.points(k['pct']))
         if b["comm_comp_overlap"].get("pct") is not None:
-            t.add_row("communication overlapped by compute", f"{b['comm_comp_overlap']['pct']:.1f}%")
+            t.add_row("communication overlapped by compute", units.points(b['comm_comp_overlap']['pct']))
         parts.extend([Text(""), t])
 
     if r.top_kernels:
@@ -182,7 +179,7 @@ def report_renderable(r: Report):
             t.add_column(col, overflow="fold")
         for k in r.top_kernels:
             t.add_row(inert(k["name"][:80]), k["kernel_class"] or "", str(k["count"]),
-                      f"{k['total_ns'] / 1e6:.2f} ms", f"{k['share_pct']:.0f}%")
+                      units.ns_as_ms(k['total_ns']), units.points(k['share_pct']))
         parts.extend([Text(""), t])
 
     if r.next_steps:
@@ -194,7 +191,7 @@ def report_renderable(r: Report):
 def _short(v: Verdict) -> str:
     if v.verdict == "unknown":
         return "unknown (" + "|".join(v.undecided) + ")" if v.undecided else "unknown"
-    return f"{v.verdict} {_pct(v.shares.get(v.verdict))}"
+    return f"{v.verdict} {units.share(v.shares.get(v.verdict))}"
 
 
 def ranks_table(r: Report) -> Table:
@@ -207,16 +204,10 @@ def ranks_table(r: Report) -> Table:
         t.add_column(col, overflow="fold")
     for rank in sorted(set(figs) | set(verdicts)):
         f, v = figs.get(rank, {}), verdicts.get(rank)
-        ms = lambda x: "-" if x is None else f"{x * 1e3:.1f} ms"   # noqa: E731
         t.add_row(str(rank) + (" ◀" if rank == straggler else ""),
                   Text(_short(v), style=COLORS.get(v.verdict, "white")) if v else "-",
-                  ms(f.get("step_mean_s")), str(f.get("slowest_in", "-")) if f else "-",
-                  ms(f.get("collective_s_per_step")), ms(f.get("waited_s_per_step")),
+                  units.ms(f.get("step_mean_s")), str(f.get("slowest_in", "-")) if f else "-",
+                  units.ms(f.get("collective_s_per_step")), units.ms(f.get("waited_s_per_step")),
                   "-" if f.get("skew_ms") is None else f"{f['skew_ms']:+.2f} ms")
     return t
 
-
-def _num(x) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,.3g}" if abs(x) < 1000 else f"{x:,.0f}"

@@ -10,22 +10,14 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.roofline import Roofline
-from .breakdown import duration  # one formatter of durations
+from . import svg
+from .units import duration, ratio, seconds, share, si
 
 BOUND_COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", None: "#9a9a9a"}
 
 
-def si(x: float | None, unit: str = "") -> str:
-    if x is None:
-        return "-"
-    for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= div:
-            return f"{x / div:.3g} {p}{unit}"
-    return f"{x:.3g} {unit}".rstrip()
-
-
 def pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+    return share(x, 1)       # roofline shares and fractions of a peak: one decimal
 
 
 def dims_text(dims: Any, width: int = 44) -> str:
@@ -85,7 +77,7 @@ def ceilings_table(docs: dict[str, dict], out: IO[str]) -> None:
                           si(m["busbw_bytes_per_s"], "B/s"), pct(m.get("spread")), str(m.get("repeats", "")),
                           "-", "-")
                 t.add_row(f"{coll} latency", f"{backend}, {m['latency_bytes']} B message",
-                          f"{m['latency_s'] * 1e6:.1f} µs", "", "", "-", "-")
+                          seconds(m['latency_s']), "", "", "-", "-")
         console.print(t)
         for what, why in (doc.get("skipped") or {}).items():
             console.print(f"  skipped {what}: {why}", style="dim")
@@ -131,8 +123,7 @@ def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
             t.add_row(o.name, dims_text(o.input_dims), o.dtype or "-", str(o.calls), duration(o.time_ns),
                       pct(o.time_ns / r.total_time_ns if r.total_time_ns else None),
                       si(o.achieved_flops_per_s), si(o.achieved_bytes_per_s),
-                      "-" if o.intensity is None else f"{o.intensity:.3g}",
-                      "-" if o.ridge is None else f"{o.ridge:.3g}", o.bound or "-", pct(o.roof_fraction))
+                      ratio(o.intensity), ratio(o.ridge), o.bound or "-", pct(o.roof_fraction))
         console.print(t)
     u = r.unmodelled
     if u.get("ops"):
@@ -178,47 +169,41 @@ def roofline_svg(r: Roofline) -> str:
         return "<p class='dim'>nothing to draw: no op with FLOPs and time</p>"
     x0, x1 = 10 ** math.floor(math.log10(min(xs)) - 0.3), 10 ** math.ceil(math.log10(max(xs)) + 0.3)
     y0, y1 = 10 ** math.floor(math.log10(min(ys)) - 0.3), 10 ** math.ceil(math.log10(max(ys)) + 0.2)
-    lx0, lx1, ly0, ly1 = (math.log10(v) for v in (x0, x1, y0, y1))
-    X = lambda v: PADL + (W - PADL - PADR) * (math.log10(v) - lx0) / (lx1 - lx0)      # noqa: E731
-    Y = lambda v: PADT + (H - PADT - PADB) * (1 - (math.log10(v) - ly0) / (ly1 - ly0))  # noqa: E731
-    out = [f'<rect x="{PADL}" y="{PADT}" width="{W - PADL - PADR}" height="{H - PADT - PADB}" fill="none" stroke="#ccc"/>']
-    for e in range(int(lx0), int(lx1) + 1):
-        out.append(f'<line x1="{X(10 ** e):.1f}" y1="{PADT}" x2="{X(10 ** e):.1f}" y2="{H - PADB}" stroke="#eee"/>'
-                   f'<text x="{X(10 ** e):.1f}" y="{H - PADB + 14}" font-size="10" text-anchor="middle">{10 ** e:g}</text>')
-    for e in range(int(ly0), int(ly1) + 1):
-        out.append(f'<line x1="{PADL}" y1="{Y(10 ** e):.1f}" x2="{W - PADR}" y2="{Y(10 ** e):.1f}" stroke="#eee"/>'
-                   f'<text x="{PADL - 4}" y="{Y(10 ** e) + 3:.1f}" font-size="10" text-anchor="end">{si(10 ** e)}</text>')
-    out.append(f'<text x="{(PADL + W - PADR) / 2}" y="{H - 6}" font-size="11" text-anchor="middle">'
-               f'arithmetic intensity (FLOP/byte, bytes a lower bound)</text>'
-               f'<text x="14" y="{(PADT + H - PADB) / 2}" font-size="11" text-anchor="middle" '
-               f'transform="rotate(-90 14 {(PADT + H - PADB) / 2})">FLOP/s</text>')
+    X = svg.scale(x0, x1, PADL, W - PADR, log=True)
+    Y = svg.scale(y0, y1, PADT, H - PADB, flip=True, log=True)
+    out = [svg.frame(PADL, PADT, W - PADR, H - PADB),
+           *svg.log_grid(math.log10(x0), math.log10(x1), X, (PADT, H - PADB), lambda v: f"{v:g}", vertical=True),
+           *svg.log_grid(math.log10(y0), math.log10(y1), Y, (PADL, W - PADR), si, vertical=False)]
+    mid = (PADT + H - PADB) / 2
+    out.append(svg.text((PADL + W - PADR) / 2, H - 6, "arithmetic intensity (FLOP/byte, bytes a lower bound)",
+                        font_size=11, text_anchor="middle")
+               + svg.text(14, mid, "FLOP/s", font_size=11, text_anchor="middle", transform=f"rotate(-90 14 {mid})"))
     if bw:
         top = max(peaks.values()) if peaks else y1
         xr = min(top / bw, x1)
-        out.append(f'<line class="roof memory" x1="{X(x0):.1f}" y1="{Y(max(bw * x0, y0)):.1f}" x2="{X(xr):.1f}" '
-                   f'y2="{Y(min(bw * xr, y1)):.1f}" stroke="#b23ab2" stroke-width="2"><title>memory '
-                   f'{si(bw, "B/s")}</title></line>')
-        out.append(f'<text x="{X(x0) + 6:.1f}" y="{Y(max(bw * x0, y0)) - 6:.1f}" font-size="10" fill="#b23ab2">'
-                   f'memory {si(bw, "B/s")}</text>')
+        out.append(svg.line(X(x0), Y(max(bw * x0, y0)), X(xr), Y(min(bw * xr, y1)),
+                            f'<title>memory {si(bw, "B/s")}</title>', cls="roof memory", stroke="#b23ab2",
+                            stroke_width=2))
+        out.append(svg.text(X(x0) + 6, Y(max(bw * x0, y0)) - 6, f'memory {si(bw, "B/s")}', fill="#b23ab2"))
         same: dict[float, list[str]] = {}       # dtypes with one peak share a line and a label
         for k, p in peaks.items():
             same.setdefault(p, []).append(k)
         for p, names in sorted(same.items()):
             k = ", ".join(names)
             ridge = p / bw
-            out.append(f'<line class="roof compute" data-dtype="{_e(" ".join(names))}" x1="{X(max(ridge, x0)):.1f}" y1="{Y(p):.1f}" '
-                       f'x2="{X(x1):.1f}" y2="{Y(p):.1f}" stroke="#2e9e44" stroke-width="2"><title>{_e(k)} peak '
-                       f'{si(p, "FLOP/s")}, ridge {ridge:.3g} FLOP/B</title></line>'
-                       f'<text x="{W - PADR + 4}" y="{Y(p) + 3:.1f}" font-size="10" fill="#2e9e44">'
-                       f'{_e(k)} {si(p, "FLOP/s")}</text>')
+            out.append(svg.element("line", f'<title>{_e(k)} peak {si(p, "FLOP/s")}, ridge {ratio(ridge)} FLOP/B</title>',
+                                   cls="roof compute", data_dtype=_e(" ".join(names)), x1=X(max(ridge, x0)),
+                                   y1=Y(p), x2=X(x1), y2=Y(p), stroke="#2e9e44", stroke_width=2)
+                       + svg.text(W - PADR + 4, Y(p) + 3, f'{k} {si(p, "FLOP/s")}', fill="#2e9e44"))
     total = r.total_time_ns or 1
     for o in sorted(pts, key=lambda o: -o.time_ns):
         rad = 3 + 22 * math.sqrt(o.time_ns / total)
-        out.append(f'<circle class="op" cx="{X(o.intensity):.1f}" cy="{Y(o.achieved_flops_per_s):.1f}" r="{rad:.1f}" '
-                   f'fill="{BOUND_COLORS.get(o.bound)}" fill-opacity="0.55" stroke="#333" stroke-width="0.5">'
-                   f'<title>{_e(o.name)} {_e(dims_text(o.input_dims, 80))} {o.dtype or ""}: {o.calls} calls, '
-                   f'{duration(o.time_ns)} ({pct(o.time_ns / total)}), {si(o.achieved_flops_per_s, "FLOP/s")}, '
-                   f'{o.intensity:.3g} FLOP/B, {o.bound or "no bound"}, {pct(o.roof_fraction)} of roof</title></circle>')
+        tip = (f'{o.name} {dims_text(o.input_dims, 80)} {o.dtype or ""}: {o.calls} calls, {duration(o.time_ns)} '
+               f'({pct(o.time_ns / total)}), {si(o.achieved_flops_per_s, "FLOP/s")}, {ratio(o.intensity)} FLOP/B, '
+               f'{o.bound or "no bound"}, {pct(o.roof_fraction)} of roof')
+        out.append(svg.element("circle", f"<title>{_e(tip)}</title>", cls="op", cx=X(o.intensity),
+                               cy=Y(o.achieved_flops_per_s), r=rad, fill=BOUND_COLORS.get(o.bound),
+                               fill_opacity="0.55", stroke="#333", stroke_width="0.5"))
     return f'<svg class="roofline" width="{W}" height="{H}" role="img" xmlns="http://www.w3.org/2000/svg">{"".join(out)}</svg>'
 
 
@@ -229,7 +214,7 @@ def roofline_section(r: Roofline, top: int = 25) -> str:
         f"<td class=n>{o.calls}</td><td class=n>{duration(o.time_ns)}</td>"
         f"<td class=n>{pct(o.time_ns / r.total_time_ns if r.total_time_ns else None)}</td>"
         f"<td class=n>{si(o.achieved_flops_per_s, 'FLOP/s')}</td><td class=n>{si(o.achieved_bytes_per_s, 'B/s')}</td>"
-        f"<td class=n>{'-' if o.intensity is None else f'{o.intensity:.3g}'}</td>"
+        f"<td class=n>{ratio(o.intensity)}</td>"
         f"<td style='color:{BOUND_COLORS.get(o.bound)}'>{_e(o.bound or '-')}</td><td class=n>{pct(o.roof_fraction)}</td></tr>"
         for o in r.ops[:top])
     parts = [f"<h2>roofline ({_e(r.device)}, op time = {_e(r.basis)})</h2>",

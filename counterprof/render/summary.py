@@ -9,24 +9,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.summary import Summary, SummaryRow
+from . import units
 from .console import console, inert
-
-
-def _number(value: float, unit: str) -> tuple[str, str]:
-    if unit == "ns":
-        return f"{value / 1e6:,.2f}", "msec"
-    if unit == "s":
-        return f"{value:,.3f}", "s"
-    if unit == "bytes":
-        for div, name in ((1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-            if value >= div:
-                return f"{value / div:,.2f}", name
-        return f"{value:,.0f}", "B"
-    if unit == "percent":
-        return f"{value:,.1f}", "%"
-    if float(value).is_integer() or abs(value) >= 100:
-        return f"{value:,.0f}", ""
-    return f"{value:,.2f}", unit if unit != "count" else ""
 
 
 def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
@@ -34,15 +18,15 @@ def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
         label = {"not supported": "<not supported>", "not counted": "<not counted>"}.get(
             r.status, f"<{r.status}>")
         return Text(label, style="yellow"), "", Text(inert(r.metric)), Text("")
-    num, unit = _number(r.value, r.unit)
+    num, unit = units.stat_number(r.value, r.unit)
     name = inert(r.metric if r.aggregate == "total" else f"{r.metric} ({r.aggregate})")
     note = f"#  {r.note}" if r.note else ""
     if r.coverage is not None and r.coverage < 0.9999:
-        note += f"  ({100 * r.coverage:.2f}%)"
+        note += f"  ({units.share(r.coverage, 2)})"
     if r.unknown_intervals:
         note += f"  [{r.unknown_intervals} intervals unknown]"
     if r.stddev is not None:
-        note = f"{_spread(r.value, r.stddev, r.unit)}  {note}".rstrip()
+        note = f"{units.spread(r.value, r.stddev, r.unit)}  {note}".rstrip()
     return Text(num), unit, Text(name), Text(note, style="dim")
 
 
@@ -74,7 +58,7 @@ def summary_renderable(s: Summary):
         if sd is None:
             footer.append(f"{value:15.9f} {words}")
         else:     # perf stat -r's form
-            footer.append(f"{value:15.9f} +- {sd:.9f} {words}  {_pct_spread(value, sd)}")
+            footer.append(f"{value:15.9f} +- {sd:.9f} {words}  {units.spread(value, sd)}")
     if s.runs > 1:
         footer.append(f"(means of {s.runs} runs; +- is the sample standard deviation over the runs)")
     if footer:
@@ -105,18 +89,6 @@ def summary_renderable(s: Summary):
         parts.append(Text("not available here: " + "; ".join(absent) + "  (`counterprof list` says why)",
                           style="dim"))
     return Group(*parts)
-
-
-def _pct_spread(mean: float, sd: float) -> str:
-    return f"( +- {100 * sd / abs(mean):.2f}% )" if mean else f"( +- {sd:.3g} )"
-
-
-def _spread(mean: float, sd: float, unit: str) -> str:
-    """A row's standard deviation over the runs, relative like perf stat -r's."""
-    if mean:
-        return f"( +- {100 * sd / abs(mean):.2f}% )"
-    num, u = _number(sd, unit)
-    return f"( +- {num} {u} )".replace("  )", " )")
 
 
 def _first_clause(reason: str, limit: int = 60) -> str:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import datetime as _dt
 import errno
 import json
+import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -153,6 +155,15 @@ class Trend:
     values: list[float]
     verdicts: list[str | None]
     runs: list[dict[str, Any]]         # per point: seq, run_id, start_time, git_rev, host
+
+    def known(self) -> list[float]:
+        """The values of the runs that have the series (the others are NaN)."""
+        return [v for v in self.values if math.isfinite(v)]
+
+    def median(self) -> float | None:
+        """Over the runs that have the series; of an even count, the middle two's mean."""
+        known = self.known()
+        return statistics.median(known) if known else None
 
 
 def trends(con, pattern: str | None = None) -> list[Trend]:

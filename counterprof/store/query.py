@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .journal import read_segment, segments
-from .rundir import TABLE_NAMES, rank_dirs, table_files
+from .journal import read_segment
+from .run_files import RunFile, list_files
 from .span import left_out, run_span
 
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
@@ -40,18 +41,17 @@ class RunFiles:
 
 
 def run_files(run_path: str | os.PathLike) -> RunFiles:
+    """The run's files (store/run_files.py lists them), each Parquet file's footer checked:
+    one that cannot be read is left out and named."""
     out = RunFiles()
-    for table in TABLE_NAMES:
-        for rank, f in table_files(Path(run_path), table):
-            try:
-                pq.read_metadata(f)
-            except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
-                out.skipped.append(f"{f}: {exc}")
-                continue
-            out.parquet.setdefault(table, []).append((rank, str(f)))
-    for rank, d in rank_dirs(Path(run_path)):
-        for s in segments(d):
-            out.journal.setdefault(s.table, []).append((rank, s.path))
+    for _rank, files in sorted(list_files(run_path).items()):
+        for f in files:
+            if f.journal:
+                out.journal.setdefault(f.table, []).append((f.rank, f.path))
+            elif f.footer() is None:
+                out.skipped += [str(d) for d in f.damage]
+            else:
+                out.parquet.setdefault(f.table, []).append((f.rank, str(f.path)))
     return out
 
 
@@ -87,8 +87,9 @@ class RunQuery:
         self.con.execute("SET enable_progress_bar = false")
         self.tables: set[str] = set()
         self._journal: dict[str, pa.Table] = {}     # table -> the journal's rows, registered
-        for table in ("samples", "spans"):
-            self._view(table)
+        self._rescued: dict[str, list[str]] = {}    # table -> registered rows of damaged files
+        for table in ("samples", "spans"):     # DuckDB reads the footers here: one may fail
+            self._run(partial(self._view, table))
         self._note_out_of_span()
 
     def _view(self, table: str) -> None:
@@ -114,6 +115,7 @@ class RunQuery:
                 self._journal[table] = pa.Table.from_batches(batches).unify_dictionaries()
                 self.con.register(name, self._journal[table])
                 parts.append(f"SELECT * FROM {name}")
+        parts += [f"SELECT * FROM {name}" for name in self._rescued.get(table, [])]
         if parts:
             self.con.execute(f"CREATE VIEW {table}_all AS " + " UNION ALL BY NAME ".join(parts))
             where = f" WHERE {self.span.sql(table)}" if self.span is not None else ""
@@ -165,7 +167,8 @@ class RunQuery:
 
     def _run(self, query):
         """query(), again without each Parquet file that a DuckDB error shows is damaged (its
-        footer read, a page inside did not: "dictionary offset out of range")."""
+        footer read by Arrow, not by DuckDB; a page inside did not: "dictionary offset out of
+        range")."""
         import duckdb
         while True:
             try:
@@ -175,9 +178,11 @@ class RunQuery:
                     raise
 
     def _drop_damaged(self, exc: Exception) -> bool:
-        """Find the files that fail to decode, leave them out (named); False if none does."""
+        """Find the files that fail to decode and read them row group by row group instead
+        (the run's one damage policy, store/run_files.py: only what is damaged is left out, and
+        named); False if none fails."""
         import duckdb
-        found = False
+        damaged = set()
         for table, files in self.files.parquet.items():
             for rank, path in list(files):
                 try:
@@ -185,11 +190,27 @@ class RunQuery:
                                  ).fetchall()
                 except duckdb.Error as bad:
                     files.remove((rank, path))
-                    why = (str(bad).splitlines() or [type(bad).__name__])[0]
-                    self.files.skipped.append(f"{path}: {why}")
-                    self._view(table)
-                    found = True
-        return found
+                    self._rescue(table, rank, path, (str(bad).splitlines() or [type(bad).__name__])[0])
+                    damaged.add(table)
+        for table in sorted(damaged):      # once every damaged file is out of its list
+            self._view(table)
+        return bool(damaged)
+
+    def _rescue(self, table: str, rank: int, path: str, why: str) -> None:
+        """The row groups of a file DuckDB cannot decode that Arrow reads (checked), registered
+        as rows of the view; the damaged ones named in files.skipped. Where Arrow finds no
+        row group to blame, the whole file is left out (named with DuckDB's reason)."""
+        part = RunFile(rank, table, Path(path))
+        batches = [b.append_column("rank", pa.array([rank] * b.num_rows, pa.int64()))
+                   for _g, b in part.batches(validate=True)]
+        if not part.damage:
+            self.files.skipped.append(f"{path}: {why}")
+            return
+        self.files.skipped += [str(d) for d in part.damage]
+        if batches:
+            name = f"{table}_rescued_{sum(len(v) for v in self._rescued.values())}"
+            self.con.register(name, pa.Table.from_batches(batches).unify_dictionaries())
+            self._rescued.setdefault(table, []).append(name)
 
     def arrow(self, sql: str) -> pa.Table:
         return self._run(lambda: self.con.sql(sql).to_arrow_table())

@@ -2,7 +2,8 @@
 
 Reading never changes the directory: journal segments that a killed profiler left
 are read alongside the Parquet files (tolerating a cut-off tail), so a run is
-readable before, during and after `counterprof recover`. Runs of the older layout (rank=<r>/
+readable before, during and after `counterprof recover`. Which files and how damage in them is
+treated: store/run_files.py, the one lister every reader of a run uses. Runs of the older layout (rank=<r>/
 folders holding everything of a rank) read the same (rundir finds their files).
 """
 from __future__ import annotations
@@ -17,20 +18,20 @@ import pyarrow.parquet as pq
 
 from ..errors import RunDirectoryError
 from ..schema import TABLES
-from .journal import read_segment, segments
 from . import rundir, safepath
 from .meta import read_catalog, read_meta
-from .span import TIME_COLUMNS, Span, left_out, run_span
+from .run_files import BATCH_ROWS, RunFile, list_files
+from .span import Span, run_span
 from .rundir import CATALOG, META, is_run, rank_dirs
 
 
 class Run:
     """A run directory. `samples()` and `summary()` read it; nothing here writes.
 
-    An unreadable Parquet file (a damaged disk, a partial copy between hosts) stops a read with
-    a RunDirectoryError naming it; with skip_unreadable=True it is left out instead (what was
-    read of it before the damage stays) and named in `skipped`, for the subcommands that say
-    so and go on."""
+    An unreadable Parquet file or row group (a damaged disk, a partial copy between hosts) stops
+    a read with a RunDirectoryError naming it; with skip_unreadable=True it is left out instead
+    (store/run_files.py: the file's readable row groups stay) and named in `skipped`, for the
+    subcommands that say so and go on."""
 
     def __init__(self, path: str | os.PathLike, skip_unreadable: bool = False):
         self.path = Path(path)
@@ -80,13 +81,6 @@ class Run:
     def ranks(self) -> list[int]:
         return rundir.ranks(self.path)
 
-    def _unreadable(self, f: Path, exc: Exception) -> None:
-        if not self.skip_unreadable:
-            raise RunDirectoryError(f"{f} is unreadable ({exc}); move it aside to read "
-                                    "the rest of the run") from exc
-        if not any(w.startswith(f"{f}: ") for w in self.skipped):
-            self.skipped.append(f"{f}: {exc}")
-
     @property
     def span(self) -> Span | None:
         """The times the run's rows can hold (store/span.py); rows outside are left out."""
@@ -94,30 +88,34 @@ class Run:
             self._span = run_span(self.path)
         return self._span
 
-    def _in_span(self, name: str, where: Path, batch):
-        """batch without its rows outside the run's span, which are named in `skipped`."""
-        span = self.span
-        if span is None:
-            return batch
-        kept, dropped = span.keep(name, batch)
-        if dropped:
-            note = left_out(str(where), dropped, span)
-            if note not in self.left_out:
-                self.left_out.append(note)
-        return kept
-
     def _rank_column(self, with_rank: bool | None) -> bool:
         return len(self.ranks()) > 1 if with_rank is None else with_rank
 
-    def _parts(self, name: str, rank: int | None):
-        """(rank, its Parquet files, its journal segments) of a table, rank by rank."""
-        files: dict[int, list[Path]] = {}
-        for r, f in rundir.table_files(self.path, name, rank):
-            files.setdefault(r, []).append(f)
-        journals = {r: [s.path for s in segments(d) if s.table == name]
-                    for r, d in rank_dirs(self.path) if rank is None or r == rank}
-        for r in sorted(set(files) | set(journals)):
-            yield r, files.get(r, []), journals.get(r, [])
+    def _files(self, name: str, rank: int | None) -> dict[int, list[RunFile]]:
+        return list_files(self.path, self.span, name, rank)
+
+    def _read(self, part: RunFile, columns: list[str] | None,
+              batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """A file's batches by the run's one damage policy (store/run_files.py): what it
+        leaves out is named in `skipped` and `left_out`, or (strict, the default) stops the
+        read with a RunDirectoryError naming the file."""
+        seen = 0
+        for _g, b in part.batches(columns, batch_rows=batch_rows):
+            seen = self._noted(part, seen)
+            yield b
+        self._noted(part, seen)
+        note = part.span_note()
+        if note is not None and note not in self.left_out:
+            self.left_out.append(note)
+
+    def _noted(self, part: RunFile, seen: int) -> int:
+        for d in part.damage[seen:]:
+            if not self.skip_unreadable:
+                raise RunDirectoryError(f"{d.path} is unreadable ({d.reason}); move it aside to "
+                                        "read the rest of the run")
+            if not any(w.startswith(f"{d.path}: ") for w in self.skipped):
+                self.skipped.append(str(d))
+        return len(part.damage)
 
     def table(self, name: str, rank: int | None = None, with_rank: bool | None = None) -> pa.Table:
         """One of the run's tables (samples, spans), all ranks or one, sorted by time. It has a
@@ -125,17 +123,14 @@ class Run:
         schema = TABLES[name]
         add = self._rank_column(with_rank)
         parts: list[pa.Table] = []
-        for r, files, journal in self._parts(name, rank):
-            for f in files:
-                try:
-                    t = pq.read_table(f)
-                except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
-                    self._unreadable(f, exc)
-                    continue
-                parts.append(_with_rank(self._in_span(name, f, t), r, add))
-            batches = [self._in_span(name, s, b) for s in journal for b in read_segment(s)]
-            if batches:
-                parts.append(_with_rank(pa.Table.from_batches(batches), r, add))
+        for r, files in sorted(self._files(name, rank).items()):
+            for part in files:
+                batches = list(self._read(part, None))
+                if batches:
+                    parts.append(_with_rank(pa.Table.from_batches(batches), r, add))
+                elif not part.journal and not part.damage:      # no rows: its schema still counts
+                    empty = pq.ParquetFile(part.path).schema_arrow.empty_table()
+                    parts.append(_with_rank(empty, r, add))
         if not parts:
             empty = schema.empty_table()
             return _with_rank(empty, 0, add).slice(0, 0)
@@ -144,24 +139,12 @@ class Run:
         return table.take(pc.sort_indices(table, [(sort_key, "ascending")]))
 
     def batches(self, name: str, columns: list[str] | None = None, rank: int | None = None,
-                batch_rows: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
+                batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
         """A table's rows in bounded pieces (file order, not time order): for aggregates over
         runs too big to hold in memory."""
-        # the columns the span is checked on are read too, then dropped
-        read = columns and list(dict.fromkeys(columns + list(TIME_COLUMNS.get(name, ()))))
-        for _r, files, journal in self._parts(name, rank):
-            for f in files:
-                try:
-                    for b in pq.ParquetFile(f, pre_buffer=False).iter_batches(
-                            batch_size=batch_rows, columns=read):
-                        b = self._in_span(name, f, b)
-                        yield b.select(columns) if read != columns else b
-                except (pa.ArrowException, OSError, ValueError, IndexError) as exc:
-                    self._unreadable(f, exc)
-            for s in journal:
-                for b in read_segment(s):
-                    b = self._in_span(name, s, b)
-                    yield b.select(columns) if columns else b
+        for _r, files in sorted(self._files(name, rank).items()):
+            for part in files:
+                yield from self._read(part, columns, batch_rows)
 
     def samples(self, rank: int | None = None, with_rank: bool | None = None) -> pa.Table:
         """Every sample (samples schema), time-ordered, with the partition's rank as a column

@@ -734,9 +734,9 @@ def frame_cost(repeat: int = 200) -> dict:
     import pyarrow as pa
     from live_batches import MS, T0, catalog, host_batch, perf_batch
 
-    from counterprof.analysis.live import live_figures
-    from counterprof.render import live as R
-    from counterprof.render.live_window import LiveWindow
+    from counterprof.live import render as R
+    from counterprof.live.frame import live_figures
+    from counterprof.live.window import LiveWindow
     host_values = {"proc.cpu_user": 0.09, "proc.cpu_system": 0.001, "proc.rss": 1e7,
                    "proc.read_bytes": 0.0, "proc.write_bytes": 0.0, "proc.ctx_switches_voluntary": 1.0,
                    "proc.ctx_switches_involuntary": 2.0, "proc.threads": 1.0, "proc.processes": 1.0,

@@ -15,7 +15,7 @@ import time
 import pyarrow as pa
 
 from counterprof.openmetrics import LiveCollector, Totals
-from counterprof.render.live_window import LiveWindow
+from counterprof.live.window import LiveWindow
 
 METRICS = ["task-clock", "page-faults", "context-switches", "cpu-migrations"]
 

@@ -5,9 +5,10 @@ import pyarrow as pa
 import pytest
 from live_batches import MS, T0, catalog, gpu_batch, host_batch, perf_batch
 
-from counterprof.analysis.live import (Bucket, binned, current_value, live_figures,
-                                       rate, recent, top_processes)
-from counterprof.render.live_window import LiveWindow
+from counterprof.live.buckets import Bucket, binned, current_value, rate, recent
+from counterprof.live.frame import live_figures
+from counterprof.live.processes import top_processes
+from counterprof.live.window import LiveWindow
 
 S = 1_000_000_000
 

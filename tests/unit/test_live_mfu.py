@@ -11,9 +11,9 @@ import pytest
 from helpers import run_cli
 
 from counterprof.collectors.torch_trace.convert import TraceConversion
-from counterprof.analysis.live import live_figures
-from counterprof.render.live import plain_line
-from counterprof.render.live_window import LiveWindow
+from counterprof.live.frame import live_figures
+from counterprof.live.render import plain_line
+from counterprof.live.window import LiveWindow
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 if not TRACES.is_dir():

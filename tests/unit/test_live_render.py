@@ -11,9 +11,11 @@ from live_batches import MS, T0, catalog, gpu_batch, in_arrival_order, perf_batc
 from rich.cells import cell_len
 from rich.console import Console
 
-from counterprof.analysis.live import LiveFigures, PanelFigures, ProcessRow, Verdict, live_figures
-from counterprof.render import live as R
-from counterprof.render.live_window import TICK_NS, LiveWindow
+from counterprof.live import render as R
+from counterprof.live.figures import LiveFigures, LiveVerdict, PanelFigures
+from counterprof.live.frame import live_figures
+from counterprof.live.processes import ProcessRow
+from counterprof.live.window import TICK_NS, LiveWindow
 
 
 def screen(renderable, width: int) -> list[str]:
@@ -175,7 +177,7 @@ def _strip(s: str) -> str:
 def test_process_table_and_failed_panel():
     figs = LiveFigures([PanelFigures("host", status="failed", reason="cannot read /proc/stat: is "
                                      "/proc mounted? " + "more words " * 5)],
-                       Verdict("idle", "0.1 of 2 CPUs busy, no GPU"))
+                       LiveVerdict("idle", "0.1 of 2 CPUs busy, no GPU"))
     procs = [ProcessRow(4242, "python train.py", 99.5, 2.5 * 2**30), ProcessRow(1, "init", None, 1e6)]
     lines = screen(R.full(figs, R.Header("this machine", 61, None, "q quits"), 80, processes=procs), 80)
     assert lines[0] == "counterprof ▸ this machine".ljust(66) + " 1:01  q quits"

@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from counterprof.render.live_view import choose_mode, color_system
-from counterprof.render.terminal import BottomRegion, KeyReader
+from counterprof.live.view import choose_mode, color_system
+from counterprof.live.terminal import BottomRegion, KeyReader
 
 CSI = "\x1b["
 

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 from live_batches import MS, T0, host_batch, perf_batch
 
-from counterprof.analysis.live import Bucket
-from counterprof.render.live_window import TICK_NS, LiveWindow, fold
+from counterprof.live.buckets import Bucket
+from counterprof.live.window import TICK_NS, LiveWindow, fold
 from counterprof.schema import SAMPLES_SCHEMA, samples_batch
 
 
@@ -130,7 +130,7 @@ def test_snapshot_is_a_copy():
 def test_a_row_stamped_far_ahead_is_left_out_not_made_now():
     """A damaged time (the year 2200) would make every real series fall out of the window."""
     import time as _time
-    from counterprof.render.live_window import LiveWindow
+    from counterprof.live.window import LiveWindow
     from counterprof.schema import samples_batch
     w = LiveWindow()
     now = _time.time_ns()

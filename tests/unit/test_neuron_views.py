@@ -8,10 +8,10 @@ import pytest
 from live_batches import MS, T0, catalog, perf_batch
 
 from counterprof.analysis.classify import classify, describe
-from counterprof.analysis.live import live_figures
+from counterprof.live.frame import live_figures
 from counterprof.analysis.signals import Signal
 from counterprof.collectors.neuron.metrics import METRICS
-from counterprof.render.live_window import LiveWindow
+from counterprof.live.window import LiveWindow
 from counterprof.schema import samples_batch
 
 CAT = catalog(*METRICS)

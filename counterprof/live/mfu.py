@@ -1,14 +1,14 @@
-"""The live view's MFU panel: the torch trace windows' MFU (render/live_traces.py computes it
+"""The live view's MFU panel: the torch trace windows' MFU (live/traces.py computes it
 per window with the roofline; here it becomes figures), against the measured and the datasheet
 peak."""
 from __future__ import annotations
 
 from statistics import median
 
-from .live import Figure, PanelFigures, _Ctx, _si
+from .figures import Figure, PanelContext, PanelFigures
 
 
-def mfu_panel(c: _Ctx) -> PanelFigures:
+def mfu_panel(c: PanelContext) -> PanelFigures:
     """The newest trace window's MFU (median over its steps; over its ranks' newest windows in
     a multi-rank job), against the measured and the datasheet peak; the sparkline has one point
     per window, placed at its end."""
@@ -23,7 +23,7 @@ def mfu_panel(c: _Ctx) -> PanelFigures:
     last = list(newest.values())
     dtype = last[-1].get("dtype")
     steps = sum(len(m.get("steps") or []) for m in last)
-    ranks = f" · {len(last)} ranks" if len(last) > 1 else ""
+    ranks = (" · ", (len(last), "whole"), " ranks") if len(last) > 1 else ()
     for field_, label, short, of in (("mfu_measured", f"MFU ({dtype}, measured)", "MFU", "measured"),
                                      ("mfu_datasheet", f"MFU ({dtype}, datasheet)", "MFU sheet", "datasheet")):
         vals = [m[field_] for m in last if m.get(field_) is not None]
@@ -34,7 +34,8 @@ def mfu_panel(c: _Ctx) -> PanelFigures:
         panel.figures.append(Figure(f"torch.{field_}", label, short, 100.0 * median(vals), "percent",
                                     hist, scale=100.0, headline=field_ == "mfu_measured" or not any(
                                         m.get("mfu_measured") is not None for m in last),
-                                    detail=f"of {_si(peak)}FLOP/s · {steps} steps{ranks}" if peak else ""))
+                                    detail_parts=("of ", (peak, "short FLOP/s"), " · ", (steps, "whole"), " steps",
+                                                  *ranks) if peak else ()))
     rate = [m["flops_per_s"] for m in last if m.get("flops_per_s") is not None]
     if rate:
         panel.figures.append(Figure("torch.flops", "FLOP/s (traced steps)", "FLOP/s", median(rate), "/s",
@@ -44,7 +45,7 @@ def mfu_panel(c: _Ctx) -> PanelFigures:
     return panel
 
 
-def _window_points(c: _Ctx, wins: list[dict], field_: str, scale: float = 100.0) -> list[float | None]:
+def _window_points(c: PanelContext, wins: list[dict], field_: str, scale: float = 100.0) -> list[float | None]:
     """One value per sparkline point: the newest window ending in it (None where none did)."""
     if not c.points:
         return []

@@ -15,10 +15,12 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from ..analysis.live import LiveFigures, ProcessRow, live_figures
-from . import live as R
-from .live_window import LiveWindow
+from . import render as R
+from .figures import LiveFigures
+from .frame import live_figures
+from .processes import ProcessRow
 from .terminal import BottomRegion, KeyReader, terminal_size, write_all
+from .window import LiveWindow
 
 REFRESH_S = 0.25          # at least 4 frames a second
 LINE_S = 1.0              # one plain line a second when not on a terminal

@@ -2,7 +2,7 @@
 
 Session.emit calls write() on the collectors' own threads (perf's drain thread, the host
 thread, ...), so it is thread-safe and cheap: one Arrow group-by per batch folds its rows
-into per-display-tick sums (analysis.live.Bucket), merged under a lock that is held only
+into per-display-tick sums (live/buckets.py: Bucket), merged under a lock that is held only
 for that merge. Two resolutions: display ticks (250 ms) for the last RECENT_S seconds
 (current values, the verdict), and one-second buckets for the whole WINDOW_S (sparklines).
 Memory is bounded: per series at most RECENT_S / tick + WINDOW_S buckets, and a series that
@@ -16,8 +16,8 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..analysis.live import Bucket, Snapshot, merge, side_by_side
-from .live_traces import TraceMFU
+from .buckets import Bucket, Snapshot, merge, side_by_side
+from .traces import TraceMFU
 
 TICK_NS = 250_000_000          # one display tick (the view refreshes 4 times a second)
 WINDOW_S = 60.0                # what the sparklines show
@@ -151,7 +151,7 @@ class LiveWindow:
         return kept
 
     def write(self, table: str, batch: pa.RecordBatch, rank: int = 0) -> None:
-        # spans: torch traces, whose windows give the MFU figure (live_traces); ranks share one view
+        # spans: torch traces, whose windows give the MFU figure (live/traces.py); ranks share one view
         if table == "spans" and batch.num_rows:
             if self.traces.write(batch, rank):
                 with self._lock:

@@ -1,6 +1,7 @@
 """The live view's renderables: the dashboard, its compact forms, and the plain line.
 
-Formats what analysis.live computed (numbers, units, sparklines); computes no metric.
+Lays out what live/frame.py computed (numbers, units, sparklines), in the words of
+render/units.py; computes no metric.
 Three sizes, chosen by the rows and columns the terminal gives:
   full     header, verdict, one panel per collector/device (two side by side when wide)
   compact  three lines: header, the headline figures, the verdict
@@ -19,11 +20,12 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 
-from ..analysis.live import LiveFigures, PanelFigures, ProcessRow
-from .console import SafeConsole, inert
+from ..render.console import SafeConsole, inert
+from .figures import LiveFigures, PanelFigures
+from ..render import units
+from ..render.units import elapsed as fmt_elapsed, live_value as fmt_value
+from .processes import ProcessRow
 
-BLOCKS = " ▁▂▃▄▅▆▇█"
-ASCII_LEVELS = " .:-=+*#%@"
 LABEL_W = 16
 VALUE_W = 11
 DETAIL_W = 16           # the words after the sparkline ("sys 0.2%", "of 700 W")
@@ -42,83 +44,10 @@ class Header:
     warnings: list[str] = field(default_factory=list)
 
 
-# -- numbers --------------------------------------------------------------------------------
-
-def _si(v: float) -> str:
-    a = abs(v)
-    for div, s in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K")):
-        if a >= div:
-            return f"{v / div:.2f}{s}" if a < 10 * div else f"{v / div:.1f}{s}"
-    if a >= 100 or v == 0:
-        return f"{v:.0f}"
-    return f"{v:.2f}" if a < 10 else f"{v:.1f}"
-
-
-def _bytes(v: float) -> str:
-    a = abs(v)
-    for div, s in ((1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")):
-        if a >= div:
-            return f"{v / div:.1f} {s}"
-    return f"{v:.0f} B"
-
-
-def fmt_value(v: float | None, unit: str) -> str:
-    """A figure's value with its unit, short enough for VALUE_W."""
-    if v is None:
-        return "—"
-    if unit == "cpus":
-        return f"{v:.2f} CPUs"
-    if unit == "ratio":
-        return f"{v:.2f}"
-    if unit == "percent":
-        return f"{v:.1f}%" if abs(v) < 1000 else f"{v:.0f}%"
-    if unit in ("bytes", "B"):
-        return _bytes(v)
-    if unit == "bytes/s":
-        return _bytes(v) + "/s"
-    if unit == "/s":
-        return _si(v) + "/s"
-    if unit == "count":
-        return f"{v:.0f}" if float(v).is_integer() and abs(v) < 1e5 else _si(v)
-    if unit == "bitmask":                       # e.g. throttle reasons: the bits, not a quantity
-        return f"{int(v):#x}"
-    return f"{_plain(v)} {unit}".strip()
-
-
-def _plain(v: float) -> str:
-    """A number in a unit of its own (MHz, W, C): plain up to 99999, then K/M/G."""
-    a = abs(v)
-    if a >= 1e5:
-        return _si(v)
-    if a >= 100 or float(v).is_integer():
-        return f"{v:.0f}"
-    return f"{v:.1f}" if a >= 10 else f"{v:.2f}"
-
-
-def fmt_elapsed(s: float) -> str:
-    s = int(max(0.0, s))
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m}:{sec:02d}"
-
-
 def sparkline(history: list[float | None], scale: float | None = None, ascii_only: bool = False) -> str:
     """One glyph per point, from empty to full; ' ' where a point is unknown. The top of the
-    scale is the larger of `scale` and the history's maximum."""
-    levels = ASCII_LEVELS if ascii_only else BLOCKS
-    known = [v for v in history if v is not None]
-    top = max([*known, scale or 0.0], default=0.0)
-    if top <= 0:
-        return "".join(" " if v is None else levels[1] for v in history)
-    n = len(levels) - 1
-    out = []
-    for v in history:
-        if v is None:
-            out.append(" ")
-        else:
-            # every known point shows at least the lowest glyph: zero is not "unknown"
-            out.append(levels[max(1, min(n, round(n * max(0.0, v) / top)))])
-    return "".join(out)
+    scale is the larger of `scale` and the history's maximum (units.sparkline, from zero)."""
+    return units.sparkline(history, hi=scale, ascii_only=ascii_only)
 
 
 # -- the full dashboard ----------------------------------------------------------------
