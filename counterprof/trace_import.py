@@ -6,7 +6,7 @@ The importer (pyarrow) loads when a function here is called: importing this modu
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 
 def check_run_target(run: str | os.PathLike, replace: bool) -> None:

@@ -7,7 +7,14 @@ carried into the comparison's notes.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .compare import Comparison
+    from .roofline import Roofline
+    from .run_figures import RunFigures
+    from ..store.reader import Run
 
 SAMPLE_COLUMNS = ["time", "duration_ns", "metric", "value"]
 
@@ -23,7 +30,8 @@ def parse_threshold(text: str) -> float:
     return pct / 100
 
 
-def figures(run, warn: Callable[[str], None], window_ns: int | None = None, bounds=None):
+def figures(run: Run, warn: Callable[[str], None], window_ns: int | None = None,
+            bounds: tuple[int, int] | None = None) -> RunFigures:
     """A run reduced by analysis.run_figures (one streaming pass over its samples)."""
     from .run_figures import run_figures
     from .run_roofline import roofline_if_ops
@@ -37,7 +45,7 @@ def figures(run, warn: Callable[[str], None], window_ns: int | None = None, boun
     return f
 
 
-def add_mfu(f, r) -> None:
+def add_mfu(f: RunFigures, r: Roofline) -> None:
     """The MFU of each traced step of the Roofline r (roofline.mfu*: percent of the measured and
     the datasheet peak; roofline.flops_per_s) as metrics of the run: compared like every metric,
     one value per step, and kept by history as their medians."""
@@ -49,17 +57,17 @@ def add_mfu(f, r) -> None:
         f.kinds[name] = "gauge"
 
 
-def bounds_of(run) -> tuple[int, int]:
+def bounds_of(run: Run) -> tuple[int, int]:
     from .run_figures import time_bounds
     return time_bounds(run.meta, lambda: run.batches("samples", ["time"]))
 
 
-def command_of(run) -> str:
+def command_of(run: Run) -> str:
     from ..redact import command_line
     return command_line(run.meta.get("command")) or "(no command)"
 
 
-def check_commands(base_runs: list, cand_runs: list, force: bool) -> set[str]:
+def check_commands(base_runs: list[Run], cand_runs: list[Run], force: bool) -> set[str]:
     """The runs' commands; runs of different commands do not compare (UsageError) unless force."""
     commands = {command_of(r) for r in base_runs + cand_runs}
     if len(commands) > 1 and not force:
@@ -71,8 +79,8 @@ def check_commands(base_runs: list, cand_runs: list, force: bool) -> set[str]:
     return commands
 
 
-def compare_runs(base_runs: list, cand_runs: list, warn: Callable[[str], None], *, force: bool = False,
-                 window_s: float | None = None, **stats):
+def compare_runs(base_runs: list[Run], cand_runs: list[Run], warn: Callable[[str], None], *, force: bool = False,
+                 window_s: float | None = None, **stats: Any) -> Comparison:
     """The Comparison of two sides of runs (store.reader.Run); stats go to analysis.compare.compare
     (threshold, resamples, confidence, seed, min_time_change_s, strict). What the runs could not
     give (unreadable files, rows left out) is said through warn and noted in the comparison."""
@@ -100,7 +108,7 @@ def compare_runs(base_runs: list, cand_runs: list, warn: Callable[[str], None], 
     return cmp
 
 
-def gate_notes(cmp, strict: bool) -> list[str]:
+def gate_notes(cmp: Comparison, strict: bool) -> list[str]:
     """What --fail-on-regression says about the changes it does not fail on, and (when
     cmp.failed) why it fails, last."""
     notes = []

@@ -3,13 +3,19 @@ summary series (store/history.py's RunRecord), and the trends ordered with their
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .changepoints import ChangePoint
+    from ..store.history import RunRecord, Trend
+    from ..store.reader import Run
 
 # the order series are shown in, per command: by the first prefix each starts with
 SERIES_ORDER = ("wall_time", "step_time", "region:", "metric:roofline.mfu", "signal:", "metric:")
 
 
-def run_record(run, path, warn: Callable[[str], None]):
+def run_record(run: Run, path: str, warn: Callable[[str], None]) -> RunRecord:
     """The RunRecord of a finished run (store.reader.Run, opened from path); a run whose
     profiler still writes it is a UsageError (its figures would be partial, and the finished run
     refused later). What the run could not give is said through warn."""
@@ -41,7 +47,7 @@ def run_record(run, path, warn: Callable[[str], None]):
         counterprof_version=meta.get("counterprof_version") or __version__, figures=series)
 
 
-def run_git_revision(meta: dict, path, warn: Callable[[str], None]) -> str | None:
+def run_git_revision(meta: dict[str, Any], path: str, warn: Callable[[str], None]) -> str | None:
     """The git revision the run was made from: meta.json's git_revision, recorded at the run's
     start (None: its working directory was not a checkout). Runs from before counterprof
     recorded it lack the key: for them, the HEAD of their working directory's checkout now,
@@ -59,7 +65,7 @@ def run_git_revision(meta: dict, path, warn: Callable[[str], None]) -> str | Non
     return rev
 
 
-def order_trends(found: list, threshold: float) -> tuple[list, list]:
+def order_trends(found: list[Trend], threshold: float) -> tuple[list[Trend], list[list[ChangePoint]]]:
     """The trends sorted as shown (per command, SERIES_ORDER, name), and each one's change
     points (analysis/changepoints.py) in that order."""
     from .changepoints import change_points

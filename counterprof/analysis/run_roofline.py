@@ -10,17 +10,26 @@ from __future__ import annotations
 
 import json
 import socket
-from typing import Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .roofline import Roofline
+    from ..store.op_rows import OpRows
+    from ..store.reader import Run
+
+Doc = dict[str, Any]      # a ceilings document (`counterprof calibrate --json`, a datasheet entry)
 
 
-def run_roofline(run, spans, rank: int | None = None, file_docs: dict | None = None, keep_atoms: bool = True):
+def run_roofline(run: Run, spans: Any, rank: int | None = None, file_docs: dict[str, Doc] | None = None,
+                 keep_atoms: bool = True) -> Roofline:
     """The Roofline of a run's spans (a spans table, or the run's RunQuery: read in batches),
     with the ceilings chosen as the module docstring says (what `report` calls too)."""
     return spans_roofline(spans, run.meta if rank is None else run.rank_meta(rank), file_docs, rank, keep_atoms)
 
 
-def spans_roofline(spans, meta: dict, file_docs: dict | None = None, rank: int | None = None,
-                   keep_atoms: bool = True):
+def spans_roofline(spans: Any, meta: dict[str, Any], file_docs: dict[str, Doc] | None = None,
+                   rank: int | None = None, keep_atoms: bool = True) -> Roofline:
     """The Roofline of spans with the ceilings chosen from meta (a run's meta.json: its copied
     ceilings, its host) as the module docstring says (the live view's MFU calls it too)."""
     from .roofline import roofline
@@ -39,7 +48,7 @@ def spans_roofline(spans, meta: dict, file_docs: dict | None = None, rank: int |
     return r
 
 
-def roofline_if_ops(run, spans, warn: Callable[[str], None]):
+def roofline_if_ops(run: Run, spans: Any, warn: Callable[[str], None]) -> Roofline | None:
     """run_roofline of a run that has torch ops (None without any). Its failure is said through
     warn and costs nothing else: the roofline is evidence for report, compare and history."""
     import pyarrow as pa
@@ -54,7 +63,7 @@ def roofline_if_ops(run, spans, warn: Callable[[str], None]):
         return None
 
 
-def _device(src) -> tuple[bool, str | None]:
+def _device(src: OpRows) -> tuple[bool, str | None]:
     """(GPU work in the spans?, the GPU's name as the trace's deviceProperties give it)."""
     gpu = src.has_kernels()
     name = None
@@ -72,7 +81,7 @@ def _device(src) -> tuple[bool, str | None]:
     return gpu, name
 
 
-def _pick(docs: dict[str, dict] | None, gpu: bool, name: str | None) -> dict | None:
+def _pick(docs: dict[str, Doc] | None, gpu: bool, name: str | None) -> Doc | None:
     if not docs:
         return None
     if not gpu:
@@ -85,7 +94,8 @@ def _pick(docs: dict[str, dict] | None, gpu: bool, name: str | None) -> dict | N
     return gpus[0] if gpus else None
 
 
-def choose_ceilings(gpu: bool, name: str | None, file_docs: dict | None, meta: dict) -> tuple[dict | None, str]:
+def choose_ceilings(gpu: bool, name: str | None, file_docs: dict[str, Doc] | None,
+                    meta: dict[str, Any]) -> tuple[Doc | None, str]:
     """The ceilings document for the run's device, and a note saying where it came from."""
     doc = _pick(file_docs, gpu, name)
     if doc is not None:

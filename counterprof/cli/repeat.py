@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .common import UsageFailure, err
 

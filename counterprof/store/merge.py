@@ -12,6 +12,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import safepath
 from .compact import LOCK
@@ -64,8 +65,8 @@ def merge_runs(inputs: list[str], output: str, replace: bool = False) -> MergeRe
         raise RunDirectoryError("none of the runs holds a rank partition")
     out = rundir.create(output, replace=replace)
 
-    catalog: dict[str, dict] = {}
-    ranks_meta: dict[str, dict] = {}
+    catalog: dict[str, dict[str, Any]] = {}
+    ranks_meta: dict[str, dict[str, Any]] = {}
     for run in runs:
         for m in run.catalog.values():
             catalog.setdefault(m["name"], m)
