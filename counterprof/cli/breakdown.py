@@ -41,43 +41,14 @@ def main(argv: list[str]) -> int:
     return guarded(lambda: _main(argv))
 
 
-def read_spans(run, ranks=None):
-    """{rank: spans table} with the columns and categories the breakdowns need."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from ..analysis.breakdown import COLUMNS
-    from ..schema import SPANS_SCHEMA
-    out = {}
-    wanted = pa.array(NEEDED)
-    # names as dictionaries: a kernel's name recurs thousands of times (a 1 GB trace's spans
-    # would otherwise hold hundreds of MB of repeated names)
-    fields = [SPANS_SCHEMA.field(c) for c in COLUMNS]
-    name_at = COLUMNS.index("name")
-    fields[name_at] = pa.field("name", pa.dictionary(pa.int32(), pa.string()), nullable=False)
-    schema = pa.schema(fields)
-    for rank in run.ranks():
-        if ranks and rank not in ranks:
-            continue
-        parts = []
-        for batch in run.batches("spans", columns=COLUMNS, rank=rank):
-            batch = batch.filter(pc.is_in(batch.column(3).cast(pa.string()), value_set=wanted))
-            names = batch.column(name_at)
-            if not pa.types.is_dictionary(names.type):
-                batch = batch.set_column(name_at, "name", pc.dictionary_encode(names))
-            parts.append(batch.cast(schema))
-        if parts:
-            out[rank] = pa.Table.from_batches(parts, schema=schema).unify_dictionaries()
-    return out
-
-
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from ..analysis.breakdown import analyze
+    from ..analysis.breakdown import COLUMNS, analyze
     from ..errors import RunDirectoryError
     from ..store.reader import Run
+    from ..store.span_tables import spans_by_rank
     run = Run(args.run)
-    spans = read_spans(run, args.rank)
+    spans = spans_by_rank(run, COLUMNS, NEEDED, args.rank)
     if not spans:
         which = f" for rank {', '.join(map(str, args.rank))}" if args.rank else ""
         raise RunDirectoryError(

@@ -24,10 +24,6 @@ import sys
 from pathlib import Path
 
 from .common import ArgumentParser, UsageFailure, err, guarded, open_run, use_system_allocator
-from ..redact import command_line
-
-SAMPLE_COLUMNS = ["time", "duration_ns", "metric", "value"]
-
 
 FAILED = 1001        # _main's "the gate fails": main() turns it into exit 1
 
@@ -73,13 +69,11 @@ def _parser() -> ArgumentParser:
 
 
 def _threshold(text: str, p: ArgumentParser) -> float:
+    from ..analysis.compare_runs import parse_threshold
     try:
-        pct = float(text.strip().rstrip("%"))
-    except ValueError:
-        raise UsageFailure(f"--threshold takes a percentage (3 or 3%), not {text!r}", p.format_usage())
-    if not 0 <= pct < 1000:
-        raise UsageFailure("--threshold must be between 0 and 1000 percent", p.format_usage())
-    return pct / 100
+        return parse_threshold(text)
+    except ValueError as exc:
+        raise UsageFailure(str(exc), p.format_usage()) from None
 
 
 def expand(patterns: list[str], p: ArgumentParser) -> list[str]:
@@ -102,41 +96,6 @@ def expand(patterns: list[str], p: ArgumentParser) -> list[str]:
             seen.add(key)
             unique.append(path)
     return unique
-
-
-def figures(run, window_ns: int | None = None, bounds=None):
-    """A run reduced by analysis.run_figures (one streaming pass over its samples)."""
-    from ..analysis.run_figures import run_figures
-    from .roofline import roofline_if_ops
-    spans = run.table("spans", with_rank=True)
-    roof = roofline_if_ops(run, spans)       # the verdicts' compute vs memory, and the MFU
-    f = run_figures(str(run.path), run.meta, run.catalog, run.ranks(),
-                    lambda r: run.batches("samples", SAMPLE_COLUMNS, rank=r),
-                    spans, window_ns=window_ns, bounds=bounds, roofline=roof)
-    if roof is not None:
-        add_mfu(f, roof)
-    return f
-
-
-def add_mfu(f, r) -> None:
-    """The MFU of each traced step of the Roofline r (roofline.mfu*: percent of the measured and
-    the datasheet peak; roofline.flops_per_s) as metrics of the run: compared like every metric,
-    one value per step, and kept by history as their medians."""
-    from ..analysis.roofline import mfu_series
-    values, units = mfu_series(r, default_rank=(f.ranks or [0])[0])
-    for name, by_rank in values.items():
-        f.metrics[name] = by_rank
-        f.units[name] = units[name]
-        f.kinds[name] = "gauge"
-
-
-def bounds_of(run) -> tuple[int, int]:
-    from ..analysis.run_figures import time_bounds
-    return time_bounds(run.meta, lambda: run.batches("samples", ["time"]))
-
-
-def _command(run) -> str:
-    return command_line(run.meta.get("command")) or "(no command)"
 
 
 def _main(argv: list[str]) -> int:
@@ -162,36 +121,12 @@ def _main(argv: list[str]) -> int:
     if args.window is not None and not args.window > 0:
         raise UsageFailure("--window must be positive", p.format_usage())
 
-    from ..analysis.compare import compare
-    from ..analysis.run_figures import default_window_ns
-    from ..errors import UsageError
-
+    from ..analysis.compare_runs import compare_runs, gate_notes
     base_runs = [open_run(x, skip_unreadable=True) for x in base_paths]
     cand_runs = [open_run(x, skip_unreadable=True) for x in cand_paths]
-    commands = {_command(r) for r in base_runs + cand_runs}
-    if len(commands) > 1 and not args.force:
-        lines = [f"  {side} {r.path}: {_command(r)}" for side, runs in (("baseline ", base_runs),
-                                                                          ("candidate", cand_runs)) for r in runs]
-        raise UsageError("these runs ran different commands, so their figures do not compare:\n"
-                         + "\n".join(lines) + "\n(--force compares them anyway)")
-    bounds = {id(r): bounds_of(r) for r in base_runs + cand_runs}
-    if args.window:
-        window_ns = int(args.window * 1e9)
-    else:   # one window length for every run: rates averaged over the same time
-        window_ns = max(default_window_ns(r.meta, *bounds[id(r)]) for r in base_runs + cand_runs)
-    base = [figures(r, window_ns, bounds[id(r)]) for r in base_runs]
-    cand = [figures(r, window_ns, bounds[id(r)]) for r in cand_runs]
-    cmp = compare(base, cand, threshold=threshold, resamples=args.resamples, confidence=args.confidence,
-                  seed=args.seed, min_time_change_s=args.min_time_change_ms / 1000, strict=args.strict)
-    for r in base_runs + cand_runs:
-        for why in r.skipped:
-            err(f"skipped an unreadable file: {why}")
-            cmp.notes.append(f"left out, unreadable: {why}")
-        for why in r.left_out:
-            err(why)
-            cmp.notes.append(why)
-    if len(commands) > 1:
-        cmp.notes.insert(0, "--force: the runs ran different commands (" + " | ".join(sorted(commands)) + ")")
+    cmp = compare_runs(base_runs, cand_runs, err, force=args.force, window_s=args.window,
+                       threshold=threshold, resamples=args.resamples, confidence=args.confidence,
+                       seed=args.seed, min_time_change_s=args.min_time_change_ms / 1000, strict=args.strict)
 
     from ..render.compare import compare_markdown, compare_text
     from ..render.console import inert_lines
@@ -207,17 +142,6 @@ def _main(argv: list[str]) -> int:
         err(problem)
     if not args.fail_on_regression:
         return 0
-    explained = [r for r in cmp.regressions if r.explained]
-    wide = [r for r in cmp.inconclusive if r.direction == "lower"]    # times that could regress
-    if wide:
-        err(f"{len(wide)} time(s) inconclusive (intervals too wide to call): not failing; more runs "
-            "a side (--baseline/--candidate) narrow them")
-    if explained and not args.strict:
-        err(f"{len(explained)} regression(s) that contention on the machine explains: not failing "
-            "(--strict fails on them)")
-    if cmp.failed:
-        why = [f"{len(cmp.failing)} regression(s) flagged"] if cmp.failing else []
-        why += [f"{len(cmp.problems)} run problem(s)"] if cmp.problems else []
-        err(" and ".join(why) + (" (--fail-on-regression --strict)" if args.strict else " (--fail-on-regression)"))
-        return FAILED
-    return 0
+    for note in gate_notes(cmp, args.strict):
+        err(note)
+    return FAILED if cmp.failed else 0

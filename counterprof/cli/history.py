@@ -14,7 +14,6 @@ on a last line.
 """
 from __future__ import annotations
 
-import errno
 import json
 import sys
 from pathlib import Path
@@ -51,101 +50,33 @@ def _parser() -> ArgumentParser:
     return p
 
 
-def run_git_revision(meta: dict, path) -> str | None:
-    """The git revision the run was made from: meta.json's git_revision, recorded at the run's
-    start (None: its working directory was not a checkout). Runs from before counterprof
-    recorded it lack the key: for them, the HEAD of their working directory's checkout now,
-    and stderr says so (it is the run's revision only if nothing was committed since)."""
-    if "git_revision" in meta:
-        rev = meta["git_revision"]
-        return rev if isinstance(rev, str) and rev else None
-    cwd = meta.get("cwd")
-    if not cwd or not Path(cwd).is_dir():
-        return None
-    from ..gitrev import git_revision
-    rev = git_revision(cwd)
-    if rev:
-        err(f"{path}: no git revision recorded at run time; using the checkout's HEAD now, {rev}")
-    return rev
-
-
-def _record(path: str):
-    from .. import __version__
-    from ..analysis.run_figures import summary_series
-    from ..store.history import RunRecord, command_text
-    from .common import open_run
-    from .compare import figures
-    from ..store.liveness import profiler_alive
-    run = open_run(path, skip_unreadable=True)
-    meta = run.meta
-    if profiler_alive(meta):    # its figures would be partial, and the finished run refused later
-        from ..errors import UsageError
-        prof = meta.get("profiler") or {}
-        raise UsageError(f"{run.path} is still being written (counterprof pid {prof.get('pid')} on "
-                         f"{prof.get('host')}): add it once that run has finished")
-    f = figures(run)
-    for why in run.skipped:
-        err(f"skipped an unreadable file (its rows are not in the summary): {why}")
-    for why in run.left_out:
-        err(why)
-    if f.verdict is None and not f.times:
-        err(f"{run.path}: no samples or spans: only its wall time and command are recorded")
-    host = (meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else meta.get("host")
-    series = summary_series(f)
-    return RunRecord(
-        run_id=str(meta.get("id") or run.path.name), path=str(run.path.resolve()), start_ns=meta.get("start_ns"),
-        start_time=meta.get("start_time"), command=command_text(meta.get("command")), host=host,
-        git_rev=run_git_revision(meta, path), ranks=len(run.ranks()),
-        duration_s=(f.end_ns - f.start_ns) / 1e9, verdict=series[0][4] or "none",
-        counterprof_version=meta.get("counterprof_version") or __version__, figures=series)
-
-
 def _add(args) -> int:
-    from ..store.history import add, check_file, connect
-    check_file(args.db)                                # a bad --db before reading the runs
+    from ..analysis.history import run_record
     from ..runset import expand as expand_sets
+    from ..store.history import add_records, check_file
+    from .common import open_run
+    check_file(args.db)                                # a bad --db before reading the runs
     args.runs = expand_sets(args.runs)                 # a run set (`run -r N`) adds its runs in order
-    records = [_record(p) for p in args.runs]          # read every run before writing anything
-    created = not Path(args.db).exists()
-    try:
-        con = connect(args.db)
-    except BaseException:
-        if created:
-            _remove_db(args.db)
-        raise
-    try:
-        for path, rec in zip(args.runs, records):
-            seq, added = add(con, rec)
-            if added:
-                rev = f", git {rec.git_rev[:12]}" if rec.git_rev else ", no git revision (cwd is not a checkout)"
-                err(f"{path}: added as run {seq} ({len(rec.figures)} series, verdict {rec.verdict}{rev})")
-            else:
-                err(f"{path}: already in {args.db} as run {seq}; not added again")
-        con.close()           # its checkpoint writes too
-    except Exception as exc:
-        con.close()
-        if created:           # a half-made file would make the next add refuse it
-            _remove_db(args.db)
-        if "No space left" in str(exc) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
-            from ..errors import DiskFull
-            raise DiskFull(f"{Path(args.db).parent or '.'}: no space left on the device (adding to "
-                           f"{args.db}); " + ("the new file was removed" if created else
-                                              "the history file keeps what it had before")
-                           + "; free some space and add again") from None
-        raise
+    # read every run before writing anything
+    records = [(p, run_record(open_run(p, skip_unreadable=True), p, err)) for p in args.runs]
+
+    def said(path, rec, seq: int, added: bool) -> None:
+        if added:
+            rev = f", git {rec.git_rev[:12]}" if rec.git_rev else ", no git revision (cwd is not a checkout)"
+            err(f"{path}: added as run {seq} ({len(rec.figures)} series, verdict {rec.verdict}{rev})")
+        else:
+            err(f"{path}: already in {args.db} as run {seq}; not added again")
+    add_records(args.db, records, said)
     return 0
 
 
-def _remove_db(path: str) -> None:
-    for p in (path, path + ".wal"):
-        Path(p).unlink(missing_ok=True)
-
-
 def _show(args, p) -> int:
-    from ..errors import UsageError
-    from ..store.history import connect, run_count, series_keys, series_names, trends
-    from .compare import _threshold
-    threshold = _threshold(args.threshold, p)
+    from ..analysis.compare_runs import parse_threshold
+    from ..store.history import connect, run_count, select_trends
+    try:
+        threshold = parse_threshold(args.threshold)
+    except ValueError as exc:
+        raise UsageFailure(str(exc), p.format_usage()) from None
     if not Path(args.db).exists():
         raise UsageFailure(f"{args.db}: no such history file (`counterprof history add RUN --db "
                            f"{args.db}` creates it)", p.format_usage())
@@ -153,30 +84,12 @@ def _show(args, p) -> int:
         check_output_file(args.html, "--html")
     con = connect(args.db, read_only=True)
     try:
-        patterns = args.metric or list(DEFAULT_SHOWN)
-        found, shown = [], set()
-        names = series_names(con)
-        for pat in patterns:
-            got = [t for t in trends(con, pat) if args.metric or "@" not in t.series]
-            if not got and args.metric:
-                alt = [f"metric:{pat}", f"signal:{pat}", f"region:{pat}"]
-                got = [t for a in alt for t in trends(con, a)]
-            if not got and args.metric:
-                raise UsageError(f"no series {pat!r} in {args.db}; it has: {', '.join(names[:40])}"
-                                 + (" ..." if len(names) > 40 else ""))
-            for t in got:
-                if (t.command, t.series) not in shown:
-                    shown.add((t.command, t.series))
-                    found.append(t)
-        hidden: list[tuple[str, str]] = []
-        if not args.metric:                # what the default leaves out, said on the last line
-            hidden = [k for k in series_keys(con) if k not in shown]
+        found, hidden = select_trends(con, args.db, args.metric, DEFAULT_SHOWN)
         runs = run_count(con)
     finally:
         con.close()
-    from ..analysis.changepoints import change_points
-    found.sort(key=lambda t: (t.command, _order(t.series), t.series))
-    points = [change_points(t.values, threshold=threshold) for t in found]
+    from ..analysis.history import order_trends
+    found, points = order_trends(found, threshold)
     from ..render.history import history_json, history_text, hidden_text
     if args.json:
         json.dump(history_json(found, points, threshold, hidden), sys.stdout, indent=2, default=str)
@@ -190,13 +103,6 @@ def _show(args, p) -> int:
         write_text_file(args.html, page, "--html")
         err(f"HTML trends: {args.html}")
     return 0
-
-
-def _order(series: str) -> int:
-    for i, prefix in enumerate(("wall_time", "step_time", "region:", "metric:roofline.mfu", "signal:", "metric:")):
-        if series.startswith(prefix):
-            return i
-    return 9
 
 
 def _main(argv: list[str]) -> int:

@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    from ..collectors.torch_trace.importer import check_run_target, import_traces
+    from ..trace_import import check_run_target, import_traces
     check_run_target(args.output, args.force)
 
     def report(trace) -> None:

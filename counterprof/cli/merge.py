@@ -8,13 +8,7 @@ times, and finds the stragglers across hosts.
 """
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 from .common import ArgumentParser, UsageFailure, err, guarded
-from ..store import safepath
-from ..store.compact import LOCK
 
 
 def main(argv: list[str]) -> int:
@@ -28,92 +22,10 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--force", action="store_true", help="replace OUT if it holds a run")
     args = p.parse_args(argv)
 
-    from ..errors import RunDirectoryError
-    from ..store import rundir
-    from .export import real_path
-    from ..store.journal import segments
-    from ..store.reader import Run
-
-    runs = [Run(r) for r in args.runs]
-    target = real_path(Path(args.output))
-    for run in runs:      # before anything is written: a copy into its own input never ends
-        src = real_path(run.path)
-        if target == src or src in target.parents or target in src.parents:
-            where = ("is" if target == src else "is inside" if src in target.parents else "contains")
-            raise UsageFailure(f"-o {args.output} {where} the input run {run.path}: merging into "
-                               "it would copy the run into itself (or replace it); choose an -o "
-                               "outside every input", p.format_usage())
-    owner: dict[int, Path] = {}
-    for run in runs:
-        own = dict(rundir.rank_dirs(run.path))
-        for rank in run.ranks():
-            if rank in owner:
-                raise UsageFailure(f"rank {rank} is in both {owner[rank]} and {run.path}: merge runs "
-                                   "of different ranks (one per host of one job)", p.format_usage())
-            if rank in own and segments(own[rank]):
-                raise RunDirectoryError(f"{run.path} has an unfinished journal (rank {rank}): run "
-                                        f"`counterprof recover {run.path}` first")
-            owner[rank] = run.path
-    if not owner:
-        raise RunDirectoryError("none of the runs holds a rank partition")
-    out = rundir.create(args.output, replace=args.force)
-
-    catalog: dict[str, dict] = {}
-    ranks_meta: dict[str, dict] = {}
-    for run in runs:
-        for m in run.catalog.values():
-            catalog.setdefault(m["name"], m)
-        own = dict(rundir.rank_dirs(run.path))
-        for rank in run.ranks():
-            meta = run.rank_meta(rank)
-            dest = rundir.rank_dir(out, rank)
-            if rank in own:     # its traces and files; the tables' files go to their datasets
-                _copy_own_files(own[rank], dest, out)
-            for table in rundir.TABLE_NAMES:
-                for _r, f in rundir.table_files(run.path, table, rank):
-                    _copy_file(f, rundir.dataset_dir(out, table, rank) / f.name)
-            rundir.write_json(dest / rundir.META, {**meta, "merged_from": str(run.path)})
-            ranks_meta[str(rank)] = {"host": (meta.get("host") or {}).get("hostname"),
-                                     "run": str(run.path), "status": meta.get("status")}
-    # the run-level facts of the input that started first: the merged run's start (the export's
-    # and the report's time 0) is then before every rank's data, whatever the argument order
-    metas = [r.meta for r in runs]
-    first = min(metas, key=lambda m: m.get("start_ns") or float("inf"))
-    ends = [m["end_ns"] for m in metas if isinstance(m.get("end_ns"), int)]
-    if ends and isinstance(first.get("start_ns"), int):
-        first = {**first, "end_ns": max(ends), "duration_ns": max(ends) - first["start_ns"]}
-    merged = {**first, "id": out.name, "status": "merged", "merged_from": [str(r.path) for r in runs],
-              "ranks": ranks_meta, "hosts": sorted({v["host"] for v in ranks_meta.values() if v["host"]})}
-    rundir.write_json(out / rundir.META, merged)
-    rundir.write_json(out / rundir.CATALOG, sorted(catalog.values(), key=lambda m: (m.get("source", ""), m["name"])))
-    err(f"merged {len(owner)} ranks from {len(runs)} runs on {len(merged['hosts'])} host(s) into {out}")
+    from ..store.merge import MergeConflict, merge_runs
+    try:
+        m = merge_runs(args.runs, args.output, replace=args.force)
+    except MergeConflict as exc:      # overlapping runs: said with the usage, like a bad argument
+        raise UsageFailure(str(exc), p.format_usage()) from None
+    err(f"merged {m.ranks} ranks from {m.runs} runs on {len(m.hosts)} host(s) into {m.path}")
     return 0
-
-
-def _copy_own_files(src: Path, dest: Path, out: Path) -> None:
-    """A rank's own folder (traces, steps files, ...) without its journal, locks and Parquet
-    files: regular files only. A link is skipped and named, never copied as what it points at
-    (a run's `rank=0/x -> /etc/shadow` must not come out of merge as a file holding its bytes)."""
-    from ..store import rundir
-    for top, dirs, names in os.walk(src):          # links to folders are listed, not entered
-        here = Path(top)
-        for d in list(dirs):
-            if safepath.is_link(here / d) or (here == src and d == rundir.JOURNAL):
-                if safepath.is_link(here / d):
-                    safepath.skipped_link(here / d)
-                dirs.remove(d)
-        for name in names:
-            f = here / name
-            if name == LOCK or name.endswith(".parquet") or not safepath.plain_file(f):
-                continue
-            target = dest / f.relative_to(src)
-            rundir.make_dirs(target.parent, out)
-            _copy_file(f, target)
-
-
-def _copy_file(src: Path, target: Path) -> None:
-    """One file, 0600 like every file of a run (never through a link at either end)."""
-    with os.fdopen(safepath.open_read(src), "rb") as r, os.fdopen(safepath.create_new(target), "wb") as w:
-        shutil.copyfileobj(r, w, 1 << 20)
-    st = os.stat(src)
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -11,9 +11,8 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import (ArgumentParser, check_output_file, err, guarded, nothing_recorded, open_run,
-                     use_system_allocator,
-                     write_text_file)
+from .arguments import run_output_parser
+from .common import check_output_file, err, guarded, nothing_recorded, open_run, use_system_allocator, write_text_file
 
 
 def world_size(run, ranks: list[int]) -> int | None:
@@ -35,10 +34,8 @@ def main(argv: list[str]) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    p = ArgumentParser(prog="counterprof report", description=__doc__.split("\n\n")[0])
-    p.add_argument("run", help="run directory")
-    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
-    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report")
+    p = run_output_parser("counterprof report", __doc__, "print the report as JSON on stdout",
+                          "also write a self-contained HTML report")
     p.add_argument("--window", type=float, default=1.0, metavar="S",
                    help="length of the timeline's windows in seconds (default 1)")
     args = p.parse_args(argv)
@@ -59,12 +56,12 @@ def _main(argv: list[str]) -> int:
     ranks = [r for r in run.ranks() if r >= 0]
     totals, devices, rank_buckets = regroup(q.groups())
     spans = q.spans()
-    from .roofline import roofline_if_ops
+    from ..analysis.run_roofline import roofline_if_ops
     inputs = ReportInputs(q.buckets(bucket_ns(meta)), totals, devices, spans,
                           catalog, meta, ranks=len(ranks),
                           rank_buckets=rank_buckets if len(ranks) > 1 else None,
                           hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks},
-                          world_size=world_size(run, ranks), roofline=roofline_if_ops(run, spans))
+                          world_size=world_size(run, ranks), roofline=roofline_if_ops(run, spans, err))
     q.close()
     for problem in q.files.skipped:
         err(f"skipped an unreadable file: {problem}")

@@ -12,10 +12,10 @@ for the device the trace names. None: the ops are listed without bounds, and it 
 from __future__ import annotations
 
 import json
-import socket
 import sys
 
-from .common import ArgumentParser, UsageFailure, check_output_file, err, guarded, open_run, write_text_file
+from .arguments import run_output_parser
+from .common import UsageFailure, check_output_file, err, guarded, open_run, write_text_file
 
 
 def main(argv: list[str]) -> int:
@@ -23,10 +23,8 @@ def main(argv: list[str]) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    p = ArgumentParser(prog="counterprof roofline", description=__doc__.split("\n\n")[0])
-    p.add_argument("run", help="run directory")
-    p.add_argument("--json", action="store_true", help="print the roofline as JSON on stdout")
-    p.add_argument("--html", metavar="FILE", help="also write the roofline plot as a self-contained HTML page")
+    p = run_output_parser("counterprof roofline", __doc__, "print the roofline as JSON on stdout",
+                          "also write the roofline plot as a self-contained HTML page")
     p.add_argument("--rank", type=int, metavar="R", help="one rank (default: all ranks together)")
     p.add_argument("--ceilings", metavar="FILE", help="ceilings JSON (`counterprof calibrate --json` output)")
     p.add_argument("--top", type=int, default=15, metavar="N", help="ops in the text table (default 15)")
@@ -41,6 +39,7 @@ def _main(argv: list[str]) -> int:
         except (OSError, ValueError) as exc:
             raise UsageFailure(f"--ceilings {args.ceilings}: {exc}", p.format_usage()) from None
 
+    from ..analysis.run_roofline import run_roofline
     from ..render.roofline import roofline_html, roofline_text
     from ..store.op_rows import OpRows
     from ..store.query import RunQuery
@@ -66,99 +65,3 @@ def _main(argv: list[str]) -> int:
     else:
         roofline_text(r, sys.stdout, top=args.top)
     return 0
-
-
-def run_roofline(run, spans, rank: int | None = None, file_docs: dict | None = None, keep_atoms: bool = True):
-    """The Roofline of a run's spans (a spans table, or the run's RunQuery: read in batches),
-    with the ceilings chosen as the module docstring says (what `report` calls too)."""
-    return spans_roofline(spans, run.meta if rank is None else run.rank_meta(rank), file_docs, rank, keep_atoms)
-
-
-def spans_roofline(spans, meta: dict, file_docs: dict | None = None, rank: int | None = None,
-                   keep_atoms: bool = True):
-    """The Roofline of spans with the ceilings chosen from meta (a run's meta.json: its copied
-    ceilings, its host) as the module docstring says (the live view's MFU calls it too)."""
-    from ..analysis.roofline import roofline
-    from ..calibrate import datasheet
-    from ..store.op_rows import OpRows
-    src = OpRows.of(spans, rank)
-    try:
-        gpu, device_name = _device(src)
-        ceilings, note = choose_ceilings(gpu, device_name, file_docs, meta)
-        sheet = datasheet.lookup(device_name) if gpu else None
-        r = roofline(src, ceilings, device=device_name if gpu else "cpu", datasheet=sheet, keep_atoms=keep_atoms)
-    finally:
-        src.close()
-    if note:
-        r.notes.append(note)
-    return r
-
-
-def roofline_if_ops(run, spans):
-    """run_roofline of a run that has torch ops (None without any). Its failure is said on
-    stderr and costs nothing else: the roofline is evidence for report, compare and history."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    if not spans.num_rows or not pc.any(pc.is_in(spans.column("category").cast("string"),
-                                                 value_set=pa.array(["cpu_op", "kernel"]))).as_py():
-        return None
-    try:
-        return run_roofline(run, spans)
-    except Exception as exc:
-        err(f"roofline left out: {type(exc).__name__}: {exc}")
-        return None
-
-
-def _device(src) -> tuple[bool, str | None]:
-    """(GPU work in the spans?, the GPU's name as the trace's deviceProperties give it)."""
-    gpu = src.has_kernels()
-    name = None
-    marks = src.marks()
-    for cat, attrs in zip(marks.column("category").to_pylist(), marks.column("attrs").to_pylist()):
-        if cat != "window":
-            continue
-        try:
-            devices = json.loads(attrs or "{}").get("devices") or []
-        except ValueError:
-            continue
-        if devices:
-            name = devices[0]
-            break
-    return gpu, name
-
-
-def _pick(docs: dict[str, dict] | None, gpu: bool, name: str | None) -> dict | None:
-    if not docs:
-        return None
-    if not gpu:
-        return docs.get("cpu") or next((d for d in docs.values() if d.get("kind") == "cpu"), None) \
-            or (next(iter(docs.values())) if len(docs) == 1 else None)
-    gpus = [d for d in docs.values() if d.get("kind") != "cpu"]
-    for d in gpus:
-        if name and name in (d.get("device"), d.get("device_name")):
-            return d
-    return gpus[0] if gpus else None
-
-
-def choose_ceilings(gpu: bool, name: str | None, file_docs: dict | None, meta: dict) -> tuple[dict | None, str]:
-    """The ceilings document for the run's device, and a note saying where it came from."""
-    doc = _pick(file_docs, gpu, name)
-    if doc is not None:
-        return doc, f"ceilings from the file given ({doc.get('device')})"
-    doc = _pick(meta.get("ceilings"), gpu, name)
-    if doc is not None:
-        return doc, "ceilings copied into the run at its start (counterprof calibrate on its host)"
-    recorded_on = ((meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else None)
-    if recorded_on and recorded_on == socket.gethostname():
-        from ..calibrate import cached
-        doc = _pick(cached(), gpu, name)
-        if doc is not None:
-            return doc, f"ceilings from this host's cache (measured {doc.get('measured_at')}, not copied into the run)"
-    if gpu:
-        from ..calibrate import datasheet
-        doc = datasheet.lookup(name)
-        if doc is not None:
-            return doc, f"ceilings from the datasheet of {doc['datasheet_entry']} ({doc['reference']})"
-        return None, (f"no datasheet entry for the device {name!r}: pass --ceilings FILE" if name
-                      else "the trace names no device: pass --ceilings FILE")
-    return None, "no ceilings: run `counterprof calibrate` on the machine that ran it (or pass --ceilings FILE)"

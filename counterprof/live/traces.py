@@ -77,7 +77,7 @@ class TraceMFU:
         return True
 
     def _mfu(self, parts: list[pa.Table]) -> dict | None:
-        from ..cli.roofline import spans_roofline     # the ceilings `counterprof roofline` would use
+        from ..analysis.run_roofline import spans_roofline     # the ceilings `counterprof roofline` would use
         if self._meta is None:
             self._meta = self._meta_of()
         spans = pa.concat_tables([p.cast(parts[0].schema) for p in parts]).unify_dictionaries()

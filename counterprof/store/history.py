@@ -17,9 +17,11 @@ duckdb is imported when a history file is opened (store/query.py uses it for the
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,7 +75,7 @@ def check_file(path: str, read_only: bool = False) -> None:
                            "another kind of file?): give a new path or a history file")
 
 
-def connect(path: str, read_only: bool = False):
+def connect(path: str, read_only: bool = False) -> Any:      # a duckdb connection (no stubs)
     try:
         import duckdb
     except ImportError:
@@ -121,7 +123,7 @@ class RunRecord:
     figures: list[tuple[str, float, str, int, str | None]] = field(default_factory=list)
 
 
-def add(con, rec: RunRecord) -> tuple[int, bool]:
+def add(con: Any, rec: RunRecord) -> tuple[int, bool]:
     """Append a run; (its seq, True), or (the existing seq, False) when it is already there
     (same run id, start and host)."""
     row = con.execute("SELECT seq FROM runs WHERE run_id = ? AND start_ns IS NOT DISTINCT FROM ? "
@@ -165,7 +167,7 @@ class Trend:
         return statistics.median(known) if known else None
 
 
-def trends(con, pattern: str | None = None) -> list[Trend]:
+def trends(con: Any, pattern: str | None = None) -> list[Trend]:
     """Every series (or those whose name matches the glob `pattern`), per command, in the order
     the runs started (then the order they were added)."""
     where, params = "", []
@@ -189,17 +191,17 @@ def trends(con, pattern: str | None = None) -> list[Trend]:
     return list(out.values())
 
 
-def series_names(con) -> list[str]:
+def series_names(con: Any) -> list[str]:
     return [r[0] for r in con.execute("SELECT DISTINCT series FROM figures ORDER BY series").fetchall()]
 
 
-def series_keys(con) -> list[tuple[str, str]]:
+def series_keys(con: Any) -> list[tuple[str, str]]:
     """Every (command, series) the file holds."""
     return [(r[0], r[1]) for r in con.execute(
         "SELECT DISTINCT r.command, f.series FROM figures f JOIN runs r USING (seq) ORDER BY 1, 2").fetchall()]
 
 
-def run_count(con) -> int:
+def run_count(con: Any) -> int:
     return int(con.execute("SELECT count(*) FROM runs").fetchone()[0])
 
 
@@ -217,3 +219,63 @@ def command_display(text: str) -> str:
         return command_line(json.loads(text)) or "(no command)"
     except (ValueError, TypeError):
         return redact_text(str(text))
+
+
+def add_records(db: str, records: list[tuple[str, RunRecord]],
+                said: Callable[[str, RunRecord, int, bool], None]) -> None:
+    """Append each (path, record) to the history file db (created if missing), calling said(path,
+    rec, seq, added) after each. A file this call created is removed when it fails (a half-made
+    file would make the next add refuse it); a full disk is one DiskFull saying which."""
+    created = not Path(db).exists()
+    try:
+        con = connect(db)
+    except BaseException:
+        if created:
+            _remove_db(db)
+        raise
+    try:
+        for path, rec in records:
+            seq, added = add(con, rec)
+            said(path, rec, seq, added)
+        con.close()           # its checkpoint writes too
+    except Exception as exc:
+        con.close()
+        if created:
+            _remove_db(db)
+        if "No space left" in str(exc) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+            from ..errors import DiskFull
+            raise DiskFull(f"{Path(db).parent or '.'}: no space left on the device (adding to "
+                           f"{db}); " + ("the new file was removed" if created else
+                                         "the history file keeps what it had before")
+                           + "; free some space and add again") from None
+        raise
+
+
+def _remove_db(path: str) -> None:
+    for p in (path, path + ".wal"):
+        Path(p).unlink(missing_ok=True)
+
+
+def select_trends(con: Any, db: str, patterns: list[str] | None,
+                  default: tuple[str, ...]) -> tuple[list[Trend], list[tuple[str, str]]]:
+    """The trends `history show` prints: those matching patterns (a bare name also tried as
+    metric:, signal: and region:; one that matches nothing is a UsageError naming what db has),
+    else those matching default without the per-scope signals (NAME@scope), each (command,
+    series) once; and, for the default, the (command, series) it leaves out."""
+    names = series_names(con)
+    found: list[Trend] = []
+    shown: set[tuple[str, str]] = set()
+    for pat in patterns or default:
+        got = [t for t in trends(con, pat) if patterns or "@" not in t.series]
+        if not got and patterns:
+            alt = [f"metric:{pat}", f"signal:{pat}", f"region:{pat}"]
+            got = [t for a in alt for t in trends(con, a)]
+        if not got and patterns:
+            raise UsageError(f"no series {pat!r} in {db}; it has: {', '.join(names[:40])}"
+                             + (" ..." if len(names) > 40 else ""))
+        for t in got:
+            if (t.command, t.series) not in shown:
+                shown.add((t.command, t.series))
+                found.append(t)
+    hidden = [] if patterns else [k for k in series_keys(con) if k not in shown]
+    return found, hidden

@@ -1,0 +1,127 @@
+"""Runs reduced to figures and compared: what `counterprof compare` and `history add` read.
+
+analysis/compare.py holds the statistics (figures in, a Comparison out); this module opens
+that to runs: one streaming pass per run (analysis/run_figures.py) with its MFU per step added,
+one window length for every run, and the runs' own problems (unreadable files, rows left out)
+carried into the comparison's notes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .compare import Comparison
+    from .roofline import Roofline
+    from .run_figures import RunFigures
+    from ..store.reader import Run
+
+SAMPLE_COLUMNS = ["time", "duration_ns", "metric", "value"]
+
+
+def parse_threshold(text: str) -> float:
+    """A --threshold percentage (3 or 3%) as a fraction; ValueError says what is wrong."""
+    try:
+        pct = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise ValueError(f"--threshold takes a percentage (3 or 3%), not {text!r}") from None
+    if not 0 <= pct < 1000:
+        raise ValueError("--threshold must be between 0 and 1000 percent")
+    return pct / 100
+
+
+def figures(run: Run, warn: Callable[[str], None], window_ns: int | None = None,
+            bounds: tuple[int, int] | None = None) -> RunFigures:
+    """A run reduced by analysis.run_figures (one streaming pass over its samples)."""
+    from .run_figures import run_figures
+    from .run_roofline import roofline_if_ops
+    spans = run.table("spans", with_rank=True)
+    roof = roofline_if_ops(run, spans, warn)       # the verdicts' compute vs memory, and the MFU
+    f = run_figures(str(run.path), run.meta, run.catalog, run.ranks(),
+                    lambda r: run.batches("samples", SAMPLE_COLUMNS, rank=r),
+                    spans, window_ns=window_ns, bounds=bounds, roofline=roof)
+    if roof is not None:
+        add_mfu(f, roof)
+    return f
+
+
+def add_mfu(f: RunFigures, r: Roofline) -> None:
+    """The MFU of each traced step of the Roofline r (roofline.mfu*: percent of the measured and
+    the datasheet peak; roofline.flops_per_s) as metrics of the run: compared like every metric,
+    one value per step, and kept by history as their medians."""
+    from .roofline import mfu_series
+    values, units = mfu_series(r, default_rank=(f.ranks or [0])[0])
+    for name, by_rank in values.items():
+        f.metrics[name] = by_rank
+        f.units[name] = units[name]
+        f.kinds[name] = "gauge"
+
+
+def bounds_of(run: Run) -> tuple[int, int]:
+    from .run_figures import time_bounds
+    return time_bounds(run.meta, lambda: run.batches("samples", ["time"]))
+
+
+def command_of(run: Run) -> str:
+    from ..redact import command_line
+    return command_line(run.meta.get("command")) or "(no command)"
+
+
+def check_commands(base_runs: list[Run], cand_runs: list[Run], force: bool) -> set[str]:
+    """The runs' commands; runs of different commands do not compare (UsageError) unless force."""
+    commands = {command_of(r) for r in base_runs + cand_runs}
+    if len(commands) > 1 and not force:
+        from ..errors import UsageError
+        lines = [f"  {side} {r.path}: {command_of(r)}" for side, runs in (("baseline ", base_runs),
+                                                                            ("candidate", cand_runs)) for r in runs]
+        raise UsageError("these runs ran different commands, so their figures do not compare:\n"
+                         + "\n".join(lines) + "\n(--force compares them anyway)")
+    return commands
+
+
+def compare_runs(base_runs: list[Run], cand_runs: list[Run], warn: Callable[[str], None], *, force: bool = False,
+                 window_s: float | None = None, **stats: Any) -> Comparison:
+    """The Comparison of two sides of runs (store.reader.Run); stats go to analysis.compare.compare
+    (threshold, resamples, confidence, seed, min_time_change_s, strict). What the runs could not
+    give (unreadable files, rows left out) is said through warn and noted in the comparison."""
+    from .compare import compare
+    from .run_figures import default_window_ns
+    commands = check_commands(base_runs, cand_runs, force)
+    runs = base_runs + cand_runs
+    bounds = {id(r): bounds_of(r) for r in runs}
+    if window_s:
+        window_ns = int(window_s * 1e9)
+    else:   # one window length for every run: rates averaged over the same time
+        window_ns = max(default_window_ns(r.meta, *bounds[id(r)]) for r in runs)
+    base = [figures(r, warn, window_ns, bounds[id(r)]) for r in base_runs]
+    cand = [figures(r, warn, window_ns, bounds[id(r)]) for r in cand_runs]
+    cmp = compare(base, cand, **stats)
+    for r in runs:
+        for why in r.skipped:
+            warn(f"skipped an unreadable file: {why}")
+            cmp.notes.append(f"left out, unreadable: {why}")
+        for why in r.left_out:
+            warn(why)
+            cmp.notes.append(why)
+    if len(commands) > 1:
+        cmp.notes.insert(0, "--force: the runs ran different commands (" + " | ".join(sorted(commands)) + ")")
+    return cmp
+
+
+def gate_notes(cmp: Comparison, strict: bool) -> list[str]:
+    """What --fail-on-regression says about the changes it does not fail on, and (when
+    cmp.failed) why it fails, last."""
+    notes = []
+    explained = [r for r in cmp.regressions if r.explained]
+    wide = [r for r in cmp.inconclusive if r.direction == "lower"]    # times that could regress
+    if wide:
+        notes.append(f"{len(wide)} time(s) inconclusive (intervals too wide to call): not failing; more "
+                     "runs a side (--baseline/--candidate) narrow them")
+    if explained and not strict:
+        notes.append(f"{len(explained)} regression(s) that contention on the machine explains: not "
+                     "failing (--strict fails on them)")
+    if cmp.failed:
+        why = [f"{len(cmp.failing)} regression(s) flagged"] if cmp.failing else []
+        why += [f"{len(cmp.problems)} run problem(s)"] if cmp.problems else []
+        notes.append(" and ".join(why) + (" (--fail-on-regression --strict)" if strict else " (--fail-on-regression)"))
+    return notes

@@ -1,0 +1,80 @@
+"""What `counterprof history` keeps of a run and shows of the file: a run reduced to its
+summary series (store/history.py's RunRecord), and the trends ordered with their change points."""
+from __future__ import annotations
+
+from pathlib import Path
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .changepoints import ChangePoint
+    from ..store.history import RunRecord, Trend
+    from ..store.reader import Run
+
+# the order series are shown in, per command: by the first prefix each starts with
+SERIES_ORDER = ("wall_time", "step_time", "region:", "metric:roofline.mfu", "signal:", "metric:")
+
+
+def run_record(run: Run, path: str, warn: Callable[[str], None]) -> RunRecord:
+    """The RunRecord of a finished run (store.reader.Run, opened from path); a run whose
+    profiler still writes it is a UsageError (its figures would be partial, and the finished run
+    refused later). What the run could not give is said through warn."""
+    from .. import __version__
+    from .compare_runs import figures
+    from .run_figures import summary_series
+    from ..store.history import RunRecord, command_text
+    from ..store.liveness import profiler_alive
+    meta = run.meta
+    if profiler_alive(meta):
+        from ..errors import UsageError
+        prof = meta.get("profiler") or {}
+        raise UsageError(f"{run.path} is still being written (counterprof pid {prof.get('pid')} on "
+                         f"{prof.get('host')}): add it once that run has finished")
+    f = figures(run, warn)
+    for why in run.skipped:
+        warn(f"skipped an unreadable file (its rows are not in the summary): {why}")
+    for why in run.left_out:
+        warn(why)
+    if f.verdict is None and not f.times:
+        warn(f"{run.path}: no samples or spans: only its wall time and command are recorded")
+    host = (meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else meta.get("host")
+    series = summary_series(f)
+    return RunRecord(
+        run_id=str(meta.get("id") or run.path.name), path=str(run.path.resolve()), start_ns=meta.get("start_ns"),
+        start_time=meta.get("start_time"), command=command_text(meta.get("command")), host=host,
+        git_rev=run_git_revision(meta, path, warn), ranks=len(run.ranks()),
+        duration_s=(f.end_ns - f.start_ns) / 1e9, verdict=series[0][4] or "none",
+        counterprof_version=meta.get("counterprof_version") or __version__, figures=series)
+
+
+def run_git_revision(meta: dict[str, Any], path: str, warn: Callable[[str], None]) -> str | None:
+    """The git revision the run was made from: meta.json's git_revision, recorded at the run's
+    start (None: its working directory was not a checkout). Runs from before counterprof
+    recorded it lack the key: for them, the HEAD of their working directory's checkout now,
+    and warn says so (it is the run's revision only if nothing was committed since)."""
+    if "git_revision" in meta:
+        rev = meta["git_revision"]
+        return rev if isinstance(rev, str) and rev else None
+    cwd = meta.get("cwd")
+    if not cwd or not Path(cwd).is_dir():
+        return None
+    from ..gitrev import git_revision
+    rev = git_revision(cwd)
+    if rev:
+        warn(f"{path}: no git revision recorded at run time; using the checkout's HEAD now, {rev}")
+    return rev
+
+
+def order_trends(found: list[Trend], threshold: float) -> tuple[list[Trend], list[list[ChangePoint]]]:
+    """The trends sorted as shown (per command, SERIES_ORDER, name), and each one's change
+    points (analysis/changepoints.py) in that order."""
+    from .changepoints import change_points
+    found = sorted(found, key=lambda t: (t.command, _order(t.series), t.series))
+    return found, [change_points(t.values, threshold=threshold) for t in found]
+
+
+def _order(series: str) -> int:
+    for i, prefix in enumerate(SERIES_ORDER):
+        if series.startswith(prefix):
+            return i
+    return 9
