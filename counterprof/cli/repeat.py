@@ -49,7 +49,7 @@ def run_repeated(args, run_once: Callable, usage: str) -> int:
     finally:
         runs, summary = finish_set(base, data, err)
         if summary is not None and not quiet:
-            from .run import print_summary
+            from ..render.summary import print_summary
             print_summary(summary, getattr(args, "json", False))
         if runs:
             last = f", {base}/run-1 to run-{len(runs)}" if len(runs) > 1 else ""

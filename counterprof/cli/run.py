@@ -253,22 +253,11 @@ def _report(session, args, totals=None) -> None:
             # joined to another process's run: the summary covers what the others wrote too
             summary = (totals.summary(run.catalog, run.meta) if totals is not None and not session.joined
                        else run.summary())
+            from ..render.summary import print_summary
             print_summary(summary, args.json)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
             err(f"could not print the summary: {exc}")
     err(f"run directory: {session.path}")
-
-
-def print_summary(summary, as_json: bool) -> None:
-    """The end-of-run summary on stderr: the perf-stat-like table, or one JSON object."""
-    if as_json:
-        import json
-        json.dump(summary.to_dict(), sys.stderr, default=str)
-        sys.stderr.write("\n")
-        sys.stderr.flush()
-        return
-    from ..render.console import console
-    console(stderr=True).print(summary)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import io
+import json
 import shlex
+import sys
 from typing import TYPE_CHECKING
 
 from rich.console import Group
@@ -103,3 +105,13 @@ def summary_text(s: Summary, width: int = 120) -> str:
     buf = io.StringIO()
     console(file=buf, width=width, color_system=None).print(summary_renderable(s))
     return buf.getvalue()
+
+
+def print_summary(summary, as_json: bool) -> None:
+    """The end-of-run summary on stderr: the perf-stat-like table, or one JSON object."""
+    if as_json:
+        json.dump(summary.to_dict(), sys.stderr, default=str)
+        sys.stderr.write("\n")
+        sys.stderr.flush()
+        return
+    console(stderr=True).print(summary)
