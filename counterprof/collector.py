@@ -129,6 +129,8 @@ class Collector:
 
     def __init__(self, config: dict[str, Any] | None = None):
         self.config = self.with_defaults(config)
+        # a store.meta.CollectorState word: ok, failed, unavailable, or empty (ran, recorded
+        # nothing); readers refuse any other (store/meta.py)
         self.status = "ok"
         self.reason = ""
         # Extra facts for meta.json: under this collector (events opened, fallbacks...) ...

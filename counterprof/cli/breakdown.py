@@ -13,7 +13,8 @@ import argparse
 import json
 import os
 
-from .common import ArgumentParser, guarded, use_system_allocator
+from .common import ArgumentParser, guarded
+from .process_setup import use_system_allocator
 
 # the span categories the breakdowns read (cpu ops, annotations... are left on disk)
 NEEDED = ("kernel", "memcpy", "memset", "sync", "runtime", "step", "window")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Callable
 
@@ -131,48 +130,6 @@ def check_pid(pid: int, usage: str) -> None:
                            "nothing runs there to profile", usage)
 
 
-class _NoPandas:
-    """A meta-path finder that says pandas is not installed."""
-
-    @staticmethod
-    def find_spec(name, path=None, target=None):
-        if name == "pandas" or name.startswith("pandas."):
-            raise ModuleNotFoundError("pandas is kept out of counterprof's own process", name=name)
-        return None
-
-
-def keep_pandas_out() -> None:
-    """pyarrow imports pandas (when it is installed) at its first array conversion in a
-    process, only to ask whether the input is a DataFrame: 0.3-0.6 s of a run's start-up, for
-    a process that never holds one. Only for counterprof's own process (the subcommands that
-    hand no data to pandas); a user's process (profile()) is left alone."""
-    if _NoPandas not in sys.meta_path and "pandas" not in sys.modules:
-        sys.meta_path.insert(0, _NoPandas)
-
-
-def import_arrow_with_one_blas_thread() -> None:
-    """pyarrow imports numpy, whose OpenBLAS starts a thread per core at load (tens of ms of
-    start-up on a busy machine); the profiler does no BLAS. The variable is set only while
-    numpy loads, so the workload's environment is the user's."""
-    import importlib
-    set_here = "OPENBLAS_NUM_THREADS" not in os.environ and "numpy" not in sys.modules
-    if set_here:
-        os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    try:
-        importlib.import_module("pyarrow")
-    finally:
-        if set_here:
-            del os.environ["OPENBLAS_NUM_THREADS"]
-
-
-def use_system_allocator() -> None:
-    """In counterprof's own process, Arrow allocates through malloc rather than its default
-    mimalloc pool, which keeps freed memory around: compaction and the summary at the end of a
-    long run peak ~30 MB lower. (The context manager leaves the user's process alone.)"""
-    import pyarrow as pa
-    pa.set_memory_pool(pa.system_memory_pool())
-
-
 def open_run(path: str, skip_unreadable: bool = False):
     """A Run, recovered first when a killed profiler left it (and saying so): what every
     subcommand that reads a run opens it with. skip_unreadable: leave out unreadable Parquet
@@ -248,31 +205,3 @@ def private_umask() -> None:
     inherit the mask."""
     import os
     os.umask(os.umask(0) | 0o077)
-
-
-def nothing_recorded(run, meta: dict, what: str, spans: int = 0, unreadable: int = 0) -> str:
-    """Why a run holds nothing to `what` (judge, export), as meta.json tells it: collectors
-    that were unavailable or failed, ones that ran but stopped before their first batch (a
-    profiler killed at once), or spans of kinds the verdict does not read (imported cpu_op)."""
-    if unreadable and not spans:
-        return (f"{run.path} holds nothing readable to {what}: its {unreadable} file(s) with "
-                "data are unreadable (named above); restore them from a copy")
-    if unreadable:       # the spans alone (steps, regions) have no samples to judge them by
-        return (f"{run.path} holds {spans:,} spans but no readable samples to {what} them by: "
-                f"{unreadable} file(s) are unreadable (named above); restore them from a copy "
-                "(`counterprof export --perfetto` shows the spans)")
-    if spans:
-        return (f"{run.path} holds {spans:,} spans but none that the verdict reads (GPU kernels, "
-                "steps, regions, collectives or DataLoader waits) and no samples: nothing to "
-                f"{what}; `counterprof export --perfetto` shows the spans")
-    from ..store.meta import RunMeta
-    m = RunMeta.of(meta)
-    ran = sorted(n for n, c in m.collectors.items() if c.ok)
-    if ran:
-        return (f"{run.path} holds no samples or spans to {what}: {', '.join(ran)} ran but the "
-                f"profiler stopped (status {m.status}) before any wrote its first batch "
-                "(each writes at least once a second): profile for longer")
-    if not m.collectors:
-        return f"{run.path} holds no samples or spans to {what}"
-    return (f"{run.path} holds no samples or spans to {what}: every collector was unavailable or "
-            "failed (see `counterprof list` and meta.json's collectors)")

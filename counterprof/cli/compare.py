@@ -23,7 +23,8 @@ import json
 import sys
 from pathlib import Path
 
-from .common import ArgumentParser, UsageFailure, err, guarded, open_run, use_system_allocator
+from .common import ArgumentParser, UsageFailure, err, guarded, open_run
+from .process_setup import use_system_allocator
 
 FAILED = 1001        # _main's "the gate fails": main() turns it into exit 1
 

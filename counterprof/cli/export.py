@@ -18,8 +18,9 @@ import os
 import re
 from pathlib import Path
 
-from .common import (ArgumentParser, UsageFailure, err, guarded, nothing_recorded, open_run,
-                     use_system_allocator)
+from .common import ArgumentParser, UsageFailure, err, guarded, open_run
+from .process_setup import use_system_allocator
+from ..store.run_files import nothing_recorded
 from ..analysis.ranks import rank_ranges
 
 

@@ -18,8 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from .common import (ArgumentParser, UsageFailure, check_output_file, err, guarded, use_system_allocator,
-                     write_text_file)
+from .common import ArgumentParser, UsageFailure, check_output_file, err, guarded, write_text_file
+from .process_setup import use_system_allocator
 
 DEFAULT_SHOWN = ("wall_time", "step_time", "region:*", "metric:roofline.mfu*", "signal:*")   # --metric picks any series
 

@@ -13,7 +13,8 @@ import argparse
 import os
 import sys
 
-from .common import ArgumentParser, err, guarded, keep_pandas_out, use_system_allocator
+from .common import ArgumentParser, err, guarded
+from .process_setup import keep_pandas_out, use_system_allocator
 
 
 def build_parser() -> ArgumentParser:

@@ -8,7 +8,8 @@ here on a run already recovered, for whatever was still left pending.
 """
 from __future__ import annotations
 
-from .common import EXIT_ERROR, ArgumentParser, err, guarded, keep_pandas_out, use_system_allocator
+from .common import EXIT_ERROR, ArgumentParser, err, guarded
+from .process_setup import keep_pandas_out, use_system_allocator
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,9 @@ import json
 import sys
 
 from .arguments import run_output_parser
-from .common import check_output_file, err, guarded, nothing_recorded, open_run, use_system_allocator, write_text_file
+from .common import check_output_file, err, guarded, open_run, write_text_file
+from .process_setup import use_system_allocator
+from ..store.run_files import nothing_recorded
 
 
 def world_size(run, ranks: list[int]) -> int | None:

@@ -15,9 +15,8 @@ import os
 import sys
 
 from ..redact import command_line
-from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err,
-                     guarded, import_arrow_with_one_blas_thread, keep_pandas_out,
-                     use_system_allocator)
+from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err, guarded)
+from .process_setup import import_arrow_with_one_blas_thread, keep_pandas_out, use_system_allocator
 
 EPILOG = """\
 examples:

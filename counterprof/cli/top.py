@@ -15,8 +15,8 @@ import shutil
 import sys
 import tempfile
 
-from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err,
-                     guarded, keep_pandas_out, use_system_allocator)
+from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err, guarded)
+from .process_setup import keep_pandas_out, use_system_allocator
 
 EPILOG = """\
 examples:

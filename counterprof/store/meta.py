@@ -163,7 +163,8 @@ def read_catalog(path: str | Path) -> list[dict[str, Any]]:
 
 # the words meta.json's statuses may hold: a word outside them is a run this version cannot read
 RunStatus = Literal["running", "complete", "recovered", "merged"]
-CollectorState = Literal["ok", "failed", "unavailable"]
+# "empty": it ran and recorded nothing (torch: --torch asked, no trace came), with the reason
+CollectorState = Literal["ok", "failed", "unavailable", "empty"]
 EventState = Literal["counted", "not supported", "not counted", "failed"]    # perf's events
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 COLLECTOR_STATES: tuple[str, ...] = get_args(CollectorState)

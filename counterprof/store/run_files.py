@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+from .meta import RunMeta
 
 BATCH_ROWS = 64 * 1024
 
@@ -279,3 +280,30 @@ class Window:
         kept = batch.filter(keep)
         self._saw(lo, hi, batch.num_rows, kept.num_rows)
         return kept
+
+
+def nothing_recorded(run: Any, meta: RunMeta | dict[str, Any], what: str, spans: int = 0, unreadable: int = 0) -> str:
+    """Why a run holds nothing to `what` (judge, export), as meta.json tells it: collectors
+    that were unavailable or failed, ones that ran but stopped before their first batch (a
+    profiler killed at once), or spans of kinds the verdict does not read (imported cpu_op)."""
+    if unreadable and not spans:
+        return (f"{run.path} holds nothing readable to {what}: its {unreadable} file(s) with "
+                "data are unreadable (named above); restore them from a copy")
+    if unreadable:       # the spans alone (steps, regions) have no samples to judge them by
+        return (f"{run.path} holds {spans:,} spans but no readable samples to {what} them by: "
+                f"{unreadable} file(s) are unreadable (named above); restore them from a copy "
+                "(`counterprof export --perfetto` shows the spans)")
+    if spans:
+        return (f"{run.path} holds {spans:,} spans but none that the verdict reads (GPU kernels, "
+                "steps, regions, collectives or DataLoader waits) and no samples: nothing to "
+                f"{what}; `counterprof export --perfetto` shows the spans")
+    m = RunMeta.of(meta)
+    ran = sorted(n for n, c in m.collectors.items() if c.ok)
+    if ran:
+        return (f"{run.path} holds no samples or spans to {what}: {', '.join(ran)} ran but the "
+                f"profiler stopped (status {m.status}) before any wrote its first batch "
+                "(each writes at least once a second): profile for longer")
+    if not m.collectors:
+        return f"{run.path} holds no samples or spans to {what}"
+    return (f"{run.path} holds no samples or spans to {what}: every collector was unavailable or "
+            "failed (see `counterprof list` and meta.json's collectors)")
