@@ -17,7 +17,7 @@ _LAZY = {"profile": ".api", "step": ".api", "region": ".regions", "Run": ".store
 __all__ = ["profile", "region", "step", "load", "Run", "__version__"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'counterprof' has no attribute {name!r}")
@@ -27,5 +27,5 @@ def __getattr__(name: str):
     return value
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))

@@ -12,7 +12,7 @@ import time
 
 def _measure_offset(pairs: int = 5) -> int:
     """epoch - monotonic, from the tightest of a few back-to-back readings."""
-    best = None
+    best: tuple[int, int] | None = None   # (width, offset)
     for _ in range(pairs):
         m0 = time.monotonic_ns()
         wall = time.time_ns()
@@ -20,6 +20,7 @@ def _measure_offset(pairs: int = 5) -> int:
         width = m1 - m0
         if best is None or width < best[0]:
             best = (width, wall - (m0 + width // 2))
+    assert best is not None, "pairs must be at least 1"
     return best[1]
 
 

@@ -34,7 +34,7 @@ _URL_PASSWORD = re.compile(r"([a-z][a-z0-9+.-]*://[^/@\s:]*):([^/@\s]*)@", re.IG
 _AUTH_VALUE = re.compile(r"(\bbearer|authorization:\s*\w+)\s+\S+", re.IGNORECASE)
 
 
-def _option(arg: str) -> re.Match | None:
+def _option(arg: str) -> re.Match[str] | None:
     return _OPTION.match(arg) or _OPTION_PASSWORD.match(arg)
 
 

@@ -6,6 +6,7 @@ spans:   intervals (torch ops, kernels, regions, steps, DataLoader waits) for th
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -53,11 +54,11 @@ class Metric:
     description: str
     source: str
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"metric {self.name}: kind must be one of {KINDS}, not {self.kind!r}")
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -87,11 +88,11 @@ def samples_batch(time_ns: list[int], duration_ns: list[int | None], source: str
 
 
 def spans_batch(start: list[int], end: list[int], name: list[str], category: list[str],
-                **columns: list) -> pa.RecordBatch:
+                **columns: list[Any]) -> pa.RecordBatch:
     """A spans batch from Python lists; columns not given are null."""
     n = len(start)
     arrays = []
-    given = {"start": start, "end": end, "name": name, "category": category, **columns}
+    given: dict[str, list[Any]] = {"start": start, "end": end, "name": name, "category": category, **columns}
     for field in SPANS_SCHEMA:
         values = given.get(field.name)
         if field.name in ("start", "end"):

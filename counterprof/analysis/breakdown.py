@@ -31,7 +31,7 @@ cuda_kernel_analysis.py), on exact ns times:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -100,17 +100,19 @@ def _codes(col: pa.ChunkedArray | pa.Array, values: tuple[str, ...]) -> np.ndarr
         lookup = np.array([values.index(v) if v in values else -1
                            for v in col.dictionary.to_pylist()] + [-1], np.int64)
         idx = col.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)
-        return lookup[idx]
+        codes: np.ndarray = lookup[idx]
+        return codes
     enc = pc.dictionary_encode(col)
     return _codes(enc, values)
 
 
-def _ints(col, fill: int = -1) -> np.ndarray:
+def _ints(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if pa.types.is_timestamp(col.type):
         col = col.cast(pa.int64())
-    return col.fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    ints: np.ndarray = col.fill_null(fill).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return ints
 
 
 def gpu_work(spans: pa.Table, *, rules: str | Callable[[str, str], str | None] = "counterprof",
@@ -227,7 +229,7 @@ def union_ns(start: np.ndarray, end: np.ndarray) -> int:
     return int((e - s).sum())
 
 
-def _per_window(work: GpuWork):
+def _per_window(work: GpuWork) -> Iterator[GpuWork]:
     for w in distinct(work.window):
         yield work.select(work.window == w)
 
@@ -505,7 +507,7 @@ def _sorted(d: dict[str, int]) -> dict[str, int]:
     return dict(sorted(d.items(), key=lambda kv: -kv[1]))
 
 
-def analyze(spans_by_rank: Mapping[int, pa.Table], *, rules="counterprof",
+def analyze(spans_by_rank: Mapping[int, pa.Table], *, rules: str | Callable[[str, str], str | None] = "counterprof",
             include_last_step: bool = False, top_n: int = 10) -> Breakdown:
     """Every breakdown for each rank, and summed over the ranks (times add up; launch and
     top-kernel statistics pool the ranks' spans)."""
@@ -530,7 +532,7 @@ def analyze(spans_by_rank: Mapping[int, pa.Table], *, rules="counterprof",
     return Breakdown(ranks, total, skipped)
 
 
-def _sum_dicts(ds) -> dict[str, int]:
+def _sum_dicts(ds: Iterable[dict[str, int]]) -> dict[str, int]:
     out: dict[str, int] = {}
     for d in ds:
         for k, v in d.items():
@@ -555,7 +557,9 @@ def _pool(works: list[GpuWork]) -> GpuWork:
     for w in works:
         remap = np.array([names.setdefault(n, len(names)) for n in w.names], np.int64)
         name_parts.append(remap[w.name] if len(w.names) else w.name)
-    cat = lambda attr: np.concatenate([getattr(w, attr) for w in works])  # noqa: E731
+
+    def cat(attr: str) -> np.ndarray:
+        return np.concatenate([getattr(w, attr) for w in works])
     return GpuWork(cat("start"), cat("end"), cat("klass"), cat("category"), cat("stream"),
                    cat("window"), np.concatenate(name_parts), cat("launch_start"),
                    cat("launch_end"), list(names), sum(w.windows for w in works),

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+import numpy.typing as npt
 
 MIN_SIZE = 3          # values on each side of a change point: one odd night is not a change
 ALPHA = 0.05
@@ -104,8 +105,8 @@ def _shift(before: np.ndarray, after: np.ndarray) -> tuple[float, float, float |
     return mb, ma, (ma / mb - 1.0) if mb != 0 else None
 
 
-def change_points(values, threshold: float = 0.03, alpha: float = ALPHA, permutations: int = PERMUTATIONS,
-                  min_size: int = MIN_SIZE, seed: int = 0) -> list[ChangePoint]:
+def change_points(values: npt.ArrayLike, threshold: float = 0.03, alpha: float = ALPHA,
+                  permutations: int = PERMUTATIONS, min_size: int = MIN_SIZE, seed: int = 0) -> list[ChangePoint]:
     """Change points of a series, in order. NaN values are left out (their runs lack the series)."""
     y_all = np.asarray(values, np.float64)
     keep = np.nonzero(np.isfinite(y_all))[0]

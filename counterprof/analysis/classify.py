@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from ..render import units       # the evidence's words: the renderers' rules
 from .signals import Signal
@@ -56,7 +57,7 @@ class Verdict:
     start_ns: int | None = None
     end_ns: int | None = None
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -75,7 +76,7 @@ def _read(sig: dict[str, Signal], ev: list[Evidence], key: str, threshold: str,
     return sig[key].value
 
 
-def classify(sig: dict[str, Signal], scope: str = "run", facts: dict | None = None) -> Verdict:
+def classify(sig: dict[str, Signal], scope: str = "run", facts: dict[str, Any] | None = None) -> Verdict:
     """facts: what the evidence may name (meta.json's threads details: the main threads'
     pids, the other processes that used the CPUs)."""
     if "wall_s" not in sig:
@@ -99,7 +100,7 @@ def classify(sig: dict[str, Signal], scope: str = "run", facts: dict | None = No
 
 # ---- the CPU as the compute device: the critical thread's time ------------------------------
 
-def _who(sig: dict[str, Signal], facts: dict) -> str:
+def _who(sig: dict[str, Signal], facts: dict[str, Any]) -> str:
     mains = [m for m in facts.get("main_threads") or [] if isinstance(m, dict)]
     ranks = sig["ranks"].value if "ranks" in sig else 1.0
     if ranks > 1:
@@ -111,7 +112,7 @@ def _who(sig: dict[str, Signal], facts: dict) -> str:
     return "the main thread"
 
 
-def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict) -> Verdict:
+def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, Any]) -> Verdict:
     """A step's wall time is its main (training or serving) thread's time. Its states share
     that time out: waiting for the input pipeline, waiting on collectives with no op of its
     own, runnable without a CPU (contention), blocked otherwise (host); on-CPU in its own work
@@ -207,7 +208,7 @@ THREAD_WORDS = {"intraop": "intra-op threads", "loader": "DataLoader workers",
 
 # ---- the CPU as the compute device, without thread states (older runs, imported traces) ----
 
-def _classify_cpu(sig: dict[str, Signal], scope: str, facts: dict | None = None) -> Verdict:
+def _classify_cpu(sig: dict[str, Signal], scope: str, facts: dict[str, Any] | None = None) -> Verdict:
     v = Verdict(scope, "unknown", "cpu")
     if "cpu_busy" not in sig:
         # e.g. an imported trace: spans, but no CPU counters
@@ -255,7 +256,7 @@ def _classify_cpu(sig: dict[str, Signal], scope: str, facts: dict | None = None)
     return v
 
 
-def _with_roofline(counters: tuple[float | None, list[Evidence], list[str]], facts: dict | None
+def _with_roofline(counters: tuple[float | None, list[Evidence], list[str]], facts: dict[str, Any] | None
                    ) -> tuple[float | None, list[Evidence], list[str]]:
     """The counters' split of busy time (PMU top-down, IPC, GPM) where they decide it; else the
     roofline's (the time-weighted bound of the ops inside it: analysis/roofline.busy_split),
@@ -281,7 +282,7 @@ def _with_roofline(counters: tuple[float | None, list[Evidence], list[str]], fac
     return split, evidence, missing
 
 
-def _compute_or_memory_cpu(sig: dict[str, Signal], facts: dict | None = None
+def _compute_or_memory_cpu(sig: dict[str, Signal], facts: dict[str, Any] | None = None
                            ) -> tuple[float | None, list[Evidence], list[str]]:
     """Share of busy time that is compute (the rest memory); None when undecidable."""
     return _with_roofline(_counters_cpu(sig), facts)
@@ -322,7 +323,7 @@ def _counters_cpu(sig: dict[str, Signal]) -> tuple[float | None, list[Evidence],
 
 # ---- the GPU as the compute device -----------------------------------------------------------
 
-def _classify_gpu(sig: dict[str, Signal], scope: str, facts: dict | None = None) -> Verdict:
+def _classify_gpu(sig: dict[str, Signal], scope: str, facts: dict[str, Any] | None = None) -> Verdict:
     v = Verdict(scope, "unknown", "gpu")
     if "gpu_idle" in sig:      # kernel spans: time shares of the GPU-active span
         idle = sig["gpu_idle"].value
@@ -378,7 +379,7 @@ def _compute_or_memory_gpu(sig: dict[str, Signal]) -> tuple[float | None, list[E
 
 # ---- a Neuron device as the compute device -----------------------------------------------------
 
-def _classify_neuron(sig: dict[str, Signal], scope: str, facts: dict | None = None) -> Verdict:
+def _classify_neuron(sig: dict[str, Signal], scope: str, facts: dict[str, Any] | None = None) -> Verdict:
     """As the GPU from NVML alone: the time the NeuronCores did not run is the host's (they
     waited for it); their busy time is compute or memory, which neuron-monitor's utilization
     and FLOP/s cannot tell apart without the device's peak (the roofline's, where it exists)."""

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 # dtype names as the profiler writes them -> (short name, bytes per element)
 _DTYPES = {
@@ -69,7 +69,7 @@ def dtype_info(name: Any) -> tuple[str, int] | None:
 class _Args:
     """The recorded inputs: the tensors (position -> shape, element size) and the concrete values."""
 
-    def __init__(self, dims: list, types: list, concrete: list | None):
+    def __init__(self, dims: list[Any], types: list[Any], concrete: list[Any] | None):
         self.dims, self.types = dims, types or []
         self.concrete = concrete or []
         self.tensors: dict[int, tuple[list[int], int]] = {}
@@ -135,7 +135,7 @@ def _gemm(m: int, k: int, n: int, batch: int = 1) -> int:
     return 2 * batch * m * n * k
 
 
-def _mm(a: _Args, ia: int, ib: int, extra: list[int] = ()) -> OpCost | None:
+def _mm(a: _Args, ia: int, ib: int, extra: Sequence[int] = ()) -> OpCost | None:
     sa, sb = a.shape(ia), a.shape(ib)
     if sa is None or sb is None or len(sa) != 2 or len(sb) != 2 or sa[1] != sb[0]:
         return None
@@ -145,7 +145,7 @@ def _mm(a: _Args, ia: int, ib: int, extra: list[int] = ()) -> OpCost | None:
                   a.dtype, "gemm")
 
 
-def _bmm(a: _Args, ia: int, ib: int, extra: list[int] = ()) -> OpCost | None:
+def _bmm(a: _Args, ia: int, ib: int, extra: Sequence[int] = ()) -> OpCost | None:
     sa, sb = a.shape(ia), a.shape(ib)
     if sa is None or sb is None or len(sa) != 3 or len(sb) != 3 or sa[0] != sb[0] or sa[2] != sb[1]:
         return None
@@ -197,7 +197,8 @@ def _broadcast(x: list[int], y: list[int]) -> list[int] | None:
 
 # ---- convolution -----------------------------------------------------------------------------
 
-def _conv_out(x: list[int], w: list[int], stride, padding, dilation, transposed, out_pad, groups) -> list[int]:
+def _conv_out(x: list[int], w: list[int], stride: Any, padding: Any, dilation: Any, transposed: bool,
+              out_pad: Any, groups: int) -> list[int]:
     nd = len(x) - 2
     stride, padding, dilation = (_per_dim(v, nd) for v in (stride, padding, dilation))
     out_pad = _per_dim(out_pad or 0, nd)
@@ -210,7 +211,7 @@ def _conv_out(x: list[int], w: list[int], stride, padding, dilation, transposed,
     return [x[0], w[0]] + spatial
 
 
-def _per_dim(v, nd: int) -> list[int]:
+def _per_dim(v: int | list[int], nd: int) -> list[int]:
     if isinstance(v, list):
         return v * nd if len(v) == 1 else v
     return [v] * nd
@@ -246,7 +247,7 @@ def _convolution_backward(a: _Args) -> OpCost | None:
     mask = mask if isinstance(mask, list) and len(mask) == 3 else [True, True, False]
     transposed = bool(transposed)
 
-    def t(s):
+    def t(s: list[int]) -> list[int]:
         return [s[1], s[0]] + list(s[2:])
     flops, written = 0, 0
     if mask[0]:
@@ -301,7 +302,7 @@ def _attention(name: str, a: _Args) -> OpCost | None:
 def _attention_backward(name: str, a: _Args) -> OpCost | None:
     """(grad_out, q, k, v, out, ...): FlopCounterMode's sdpa_backward_flop_count (5 GEMMs)."""
     go, q, k, v = a.shape(0), a.shape(1), a.shape(2), a.shape(3)
-    if None in (go, q, k, v) or not len(go) == len(q) == len(k) == len(v) == 4:
+    if go is None or q is None or k is None or v is None or not len(go) == len(q) == len(k) == len(v) == 4:
         return None
     b, h, sq, d = q
     sk, dv = k[2], v[3]
@@ -328,11 +329,12 @@ def _elementwise(arity: int) -> Callable[[_Args], OpCost | None]:
         inputs = [i for i in a.tensors if i < arity]
         if not inputs:
             return None
-        shape: list[int] | None = []
+        shape: list[int] = []
         for i in inputs:
-            shape = _broadcast(shape, a.shape(i))
-            if shape is None:
+            wider = _broadcast(shape, a.tensors[i][0])      # (a.shape(i): i is a tensor)
+            if wider is None:
                 return None
+            shape = wider
         n = prod(shape)
         return OpCost(n, sum(a.nbytes(i) for i in inputs) + n * a.esize(inputs[0]), a.dtype, "elementwise")
     return cost
@@ -377,7 +379,7 @@ def _per_element(flops_per_element: int, family: str) -> Callable[[_Args], OpCos
         i = _first_tensor(a)
         if i is None or i != 0:
             return None
-        n = prod(a.shape(0))
+        n = prod(a.tensors[0][0])      # (a.shape(0): 0 is a tensor)
         return OpCost(flops_per_element * n, a.all_bytes() + a.nbytes(0), a.dtype, family)
     return cost
 
@@ -460,8 +462,8 @@ _GEMM_ARGS = {"aten::mm": 2, "aten::addmm": 5, "aten::bmm": 2, "aten::baddbmm": 
               "aten::matmul": 2, "aten::linear": 3}
 
 
-def op_cost(name: str, input_dims: list | None, input_types: list | None,
-            concrete_inputs: list | None = None) -> OpCost | None:
+def op_cost(name: str, input_dims: list[Any] | None, input_types: list[Any] | None,
+            concrete_inputs: list[Any] | None = None) -> OpCost | None:
     """FLOPs and bytes of one call; None without a formula or with shapes it cannot use."""
     formula = FORMULAS.get(name)
     if formula is None or not isinstance(input_dims, list):

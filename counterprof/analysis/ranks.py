@@ -92,8 +92,8 @@ def _matched_ends(ref: dict[str, np.ndarray], other: dict[str, np.ndarray],
     ranks (a step where one rank lacks some is left out); without steps in common, the whole
     sequences, only when they are the same. Never by position alone: one collective missing
     (a dropped trace window) would pair every later one with its neighbour."""
-    def per_step(c, s):
-        out = {}
+    def per_step(c: dict[str, np.ndarray], s: dict[str, np.ndarray]) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
         for name, lo, hi in zip(s["name"], s["start"], s["end"]):
             i, j = np.searchsorted(c["start"], [lo, hi], "left")
             out[name] = (i, j)
@@ -203,7 +203,7 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
                          "not merged in, or a rank that never started or was not profiled)")
     several_hosts = len({(hosts or {}).get(r) for r in ranks}) > 1
     skew = clock_skew(colls, steps) if several_hosts else {}
-    if several_hosts and colls:       # (ranks on the lowest rank's host share its clock)
+    if several_hosts and colls and hosts is not None:       # (ranks on the lowest rank's host share its clock)
         ref = min(colls)
         lost = [r for r in ranks if r not in skew and hosts.get(r) != hosts.get(ref)]
         if lost:
@@ -241,18 +241,18 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
         aligned = {r: (c["start"] - skew.get(r, 0), c["end"] - skew.get(r, 0),
                        np.maximum.accumulate(c["end"]) - skew.get(r, 0)) for r, c in colls.items()}
         lags = []
-        per_rank_coll = {r: [] for r in named}
-        per_rank_wait = {r: [] for r in named}
-        durations = {r: [] for r in named}
+        per_rank_coll: dict[int, list[float]] = {r: [] for r in named}
+        per_rank_wait: dict[int, list[float]] = {r: [] for r in named}
+        durations: dict[int, list[float]] = {r: [] for r in named}
         for name in common:
             d = {r: named[r][name][1] - named[r][name][0] for r in named}
             cs = {r: _inside(aligned.get(r), *named[r][name]) for r in named}
             if any(cs.values()):      # synchronous: last to the collectives waits least
-                slow = min(cs, key=cs.get)
+                slow = min(cs, key=cs.__getitem__)
                 waits = [cs[r] - cs[slow] for r in named if r != slow]
                 lags.append((slow, float(np.mean(waits)) if waits else 0.0))
             else:                     # independent ranks: the longest step
-                slow = max(d, key=d.get)
+                slow = max(d, key=d.__getitem__)
                 lags.append((slow, d[slow] - float(np.mean(list(d.values())))))
             figures[slow].slowest_in += 1
             for r in named:
@@ -268,7 +268,7 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
                 f.waited_s_per_step = float(np.mean(per_rank_wait[r])) / 1e9
         if lags:
             counts = {r: figures[r].slowest_in for r in named}
-            out.straggler = max(counts, key=counts.get)
+            out.straggler = max(counts, key=counts.__getitem__)
             out.straggler_lag_s = float(np.mean([lag for r, lag in lags if r == out.straggler])) / 1e9
     out.ranks = [figures[r] for r in present]
     return out

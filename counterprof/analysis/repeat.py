@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from .summary import Summary, SummaryRow
+from .summary import Summary
 
 
 def mean_sd(values: list[float]) -> tuple[float, float | None]:
@@ -39,12 +39,15 @@ def combine(summaries: list[Summary]) -> Summary:
     for key in keys:
         found = [d.get(key) for d in by_run]
         template = next(r for r in found if r is not None)
-        if all(r is not None and r.value is not None for r in found):
-            m, sd = mean_sd([float(r.value) for r in found])
-            cov = [r.coverage for r in found]
+        values = [r.value for r in found if r is not None and r.value is not None]
+        if len(values) == len(found):          # every run counted it
+            present = [r for r in found if r is not None]
+            m, sd = mean_sd([float(v) for v in values])
+            cov = [r.coverage for r in present]
+            covered = [c for c in cov if c is not None]
             rows.append(replace(template, value=m, stddev=sd, note="",
-                                coverage=min(cov) if all(c is not None for c in cov) else None,
-                                unknown_intervals=sum(r.unknown_intervals for r in found)))
+                                coverage=min(covered) if len(covered) == len(cov) else None,
+                                unknown_intervals=sum(r.unknown_intervals for r in present)))
         else:
             missing = next((r for r in found if r is None or r.value is None), None)
             rows.append(replace(missing or template, value=None, stddev=None, note="",

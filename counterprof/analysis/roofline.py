@@ -30,13 +30,17 @@ import json
 import statistics
 from array import array
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import pyarrow as pa
 
 from .opcost import OpCost, has_model, op_cost
 from .thresholds import value
+
+if TYPE_CHECKING:
+    from ..store.op_rows import OpRows
+    from ..store.query import RunQuery
 
 
 @dataclass
@@ -61,7 +65,7 @@ class OpRow:
     peak_name: str | None = None    # which ceiling: "fp32 matmul peak", "bf16 matmul peak", ...
     link_time_ns: int = 0           # of time_ns, copies between host and device (PCIe/NVLink-C2C)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("flops"), d.pop("bytes")
         return d
@@ -71,17 +75,18 @@ class OpRow:
 class Roofline:
     device: str                     # cpu, or the GPU's name
     basis: str                      # "gpu kernel time" | "cpu self time"
-    ceilings: dict | None           # the ceilings document used (None: none known)
+    ceilings: dict[str, Any] | None           # the ceilings document used (None: none known)
     ops: list[OpRow] = field(default_factory=list)
-    unmodelled: dict = field(default_factory=dict)
-    mfu: dict | None = None
+    unmodelled: dict[str, Any] = field(default_factory=dict)
+    mfu: dict[str, Any] | None = None
     total_time_ns: int = 0
     modelled_share: float | None = None
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    _atoms: tuple | None = field(default=None, repr=False)   # (op start ns, ns, row index or -1)
+    # (op start ns, ns, row index or -1)
+    _atoms: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         c = self.ceilings or {}
         return {
             "device": self.device, "basis": self.basis,
@@ -96,7 +101,7 @@ class Roofline:
 
 # ---- ceilings ----------------------------------------------------------------------------------
 
-def peak_for(ceilings: dict | None, cost_dtype: str | None, matrix: bool) -> tuple[float | None, str | None]:
+def peak_for(ceilings: dict[str, Any] | None, cost_dtype: str | None, matrix: bool) -> tuple[float | None, str | None]:
     """(FLOP/s, its name) of the ceiling an op is held to; (None, what is missing) without one."""
     if not ceilings:
         return None, None
@@ -129,13 +134,13 @@ class _Key:
     def __init__(self, name: str, attrs: str | None):
         self.name = name
         self.cost: OpCost | None = None
-        self.shapes = None
-        self.row_key = None
+        self.shapes: tuple[Any, Any, Any] | None = None
+        self.row_key: tuple[str, str, str] | None = None
         if has_model(name):
             self.shapes = _parse_attrs(attrs)
             if self.shapes is not None:
                 self.cost = op_cost(name, *self.shapes)
-            if self.cost is not None:
+            if self.cost is not None and self.shapes is not None:      # (a cost needs shapes)
                 dims, types, _ = self.shapes
                 self.row_key = (name, json.dumps(dims), json.dumps(types))
         # why its time is unmodelled when nothing modelled above it takes it (covered: set at close)
@@ -177,10 +182,11 @@ class _Walk:
     op name + shapes) and the unmodelled names: nothing grows with the number of ops, except
     the atoms kept for busy_split over windows (8 bytes x 3 per op with time, keep_atoms)."""
 
-    def __init__(self, keys: dict[int, _Key], gpu: bool, scope, steps: _Steps | None, keep_atoms: bool):
+    def __init__(self, keys: dict[int, _Key], gpu: bool, scope: tuple[int, int] | None, steps: _Steps | None,
+                 keep_atoms: bool):
         self.keys, self.gpu, self.scope, self.steps = keys, gpu, scope, steps
-        self.rows: dict[tuple, OpRow] = {}
-        self.unmod: dict[str, dict] = {}
+        self.rows: dict[tuple[str, str, str], OpRow] = {}
+        self.unmod: dict[str, dict[str, Any]] = {}
         self.gpu_attributed_ns = 0
         self.first_start: int | None = None
         self.last_end: int | None = None
@@ -189,12 +195,12 @@ class _Walk:
         self.total_flops = 0
         self.keep_atoms = keep_atoms
         self.atoms = (array("q"), array("q"), array("q"))    # (start, ns, row id: index into row_ids)
-        self.row_ids: list[tuple] = []
-        self._row_id: dict[tuple, int] = {}
+        self.row_ids: list[tuple[str, str, str]] = []
+        self._row_id: dict[tuple[str, str, str], int] = {}
 
-    def run(self, batches) -> None:
-        stacks: dict[tuple, list[list]] = {}     # per thread: its open ops (slices of time follow
-        stack: list[list] = []                   # one another: a thread's ops carry over)
+    def run(self, batches: Iterable[pa.RecordBatch]) -> None:
+        stacks: dict[tuple[Any, Any, Any], list[list[Any]]] = {}     # per thread: its open ops (slices of time follow
+        stack: list[list[Any]] = []                   # one another: a thread's ops carry over)
         thread = None
         for b in batches:
             cols = [b.column(i).to_pylist() for i in range(9)]
@@ -224,7 +230,7 @@ class _Walk:
             while stack:
                 self._close(stack)
 
-    def _close(self, stack: list[list]) -> None:
+    def _close(self, stack: list[list[Any]]) -> None:
         f = stack.pop()
         e, s, kid, child, gpu_ns, link_ns, below_f, below_b, pending, pend_ns, pend_link, pend_atoms, rank = f
         k = self.keys[kid]
@@ -244,6 +250,7 @@ class _Walk:
         atom = (gpu_ns if self.gpu else max(e - s - child, 0)) if in_scope else 0
         link = link_ns if self.gpu else 0
         if c is not None and not covered:                  # effective: it owns the time below it
+            assert k.row_key is not None and k.shapes is not None      # set with k.cost
             if in_scope:
                 row = self.rows.get(k.row_key)
                 if row is None:
@@ -311,7 +318,7 @@ class _Walk:
         if self.steps is not None:
             self.steps.add(rank, start, c.flops)
 
-    def _rid(self, row_key) -> int:
+    def _rid(self, row_key: tuple[str, str, str]) -> int:
         rid = self._row_id.get(row_key)
         if rid is None:
             rid = self._row_id[row_key] = len(self.row_ids)
@@ -326,9 +333,9 @@ class _Walk:
 
 # ---- the analysis -----------------------------------------------------------------------------
 
-def roofline(spans, ceilings: dict | None, rank: int | None = None,
+def roofline(spans: pa.Table | RunQuery | OpRows, ceilings: dict[str, Any] | None, rank: int | None = None,
              scope: tuple[int, int] | None = None, device: str | None = None,
-             datasheet: dict | None = None, keep_atoms: bool = True) -> Roofline:
+             datasheet: dict[str, Any] | None = None, keep_atoms: bool = True) -> Roofline:
     """Per-op roofline rows of the spans (one rank or all), against `ceilings` (one device's
     document; None: rows without bounds, and `missing` says to calibrate).
     spans: a spans table (pyarrow) or a store.query.RunQuery (read in batches, memory flat in
@@ -344,7 +351,8 @@ def roofline(spans, ceilings: dict | None, rank: int | None = None,
         src.close()
 
 
-def _roofline(src, ceilings, scope, device, datasheet, keep_atoms) -> Roofline:
+def _roofline(src: OpRows, ceilings: dict[str, Any] | None, scope: tuple[int, int] | None, device: str | None,
+              datasheet: dict[str, Any] | None, keep_atoms: bool) -> Roofline:
     n_ops, gpu_total_ns = src.counts()
     gpu = gpu_total_ns > 0
     basis = "gpu kernel time" if gpu else "cpu self time"
@@ -404,7 +412,7 @@ def _roofline(src, ceilings, scope, device, datasheet, keep_atoms) -> Roofline:
     return r
 
 
-def _mfu_windows(marks: pa.Table, scope) -> list[tuple[str, int, int, int]]:
+def _mfu_windows(marks: pa.Table, scope: tuple[int, int] | None) -> list[tuple[str, int, int, int]]:
     """(label, rank, start, end) of the steps MFU is counted over: every step is timed, only
     those inside a trace window have their ops (MFU of the others is unknown, not 0)."""
     cat = marks.column("category").to_pylist()
@@ -426,14 +434,14 @@ def _mfu_windows(marks: pa.Table, scope) -> list[tuple[str, int, int, int]]:
             if scope is None or scope[0] <= x["s"] < scope[1]]
 
 
-def _bandwidth(ceilings: dict | None) -> float | None:
+def _bandwidth(ceilings: dict[str, Any] | None) -> float | None:
     if not ceilings:
         return None
     v = ceilings.get("bandwidth_bytes_per_s")
     return float(v) if v else None
 
 
-def _finish_row(row: OpRow, ceilings: dict | None, bw: float | None, missing: set[str]) -> None:
+def _finish_row(row: OpRow, ceilings: dict[str, Any] | None, bw: float | None, missing: set[str]) -> None:
     row.flops_per_call = row.flops / row.calls
     row.bytes_per_call = row.bytes / row.calls
     if row.time_ns > 0:
@@ -477,32 +485,34 @@ def _finish_row(row: OpRow, ceilings: dict | None, bw: float | None, missing: se
         row.roof_fraction = row.achieved_flops_per_s / roof
 
 
-def _link_bandwidth(ceilings: dict | None) -> float | None:
-    hd = (ceilings or {}).get("host_device") or {}
-    rates = [v.get("bytes_per_s") for k, v in hd.items() if k.endswith("_pinned") and isinstance(v, dict)]
+def _link_bandwidth(ceilings: dict[str, Any] | None) -> float | None:
+    hd: dict[str, Any] = (ceilings or {}).get("host_device") or {}
+    rates: list[Any] = [v.get("bytes_per_s") for k, v in hd.items() if k.endswith("_pinned") and isinstance(v, dict)]
     rates = [r for r in rates if r]
     return max(rates) if rates else None
 
 
-def _mfu(walk: _Walk, windows, ceilings, datasheet, gpu: bool) -> dict | None:
+def _mfu(walk: _Walk, windows: list[tuple[str, int, int, int]], ceilings: dict[str, Any] | None,
+         datasheet: dict[str, Any] | None, gpu: bool) -> dict[str, Any] | None:
     """Per step: the step's op FLOPs / step time / peak of the dominant dtype (matrix ops'
     FLOPs decide it), against the measured and the datasheet peak. Ops counted: those with
     time on the device (on a GPU, ops that launched kernels)."""
     if not walk.mfu_ops:
         return None
     by_dtype = walk.dtype_flops
-    dtype = max(by_dtype, key=by_dtype.get) if by_dtype else "fp32"
+    dtype = max(by_dtype, key=by_dtype.__getitem__) if by_dtype else "fp32"
     measured = (ceilings or {}).get("peaks", {}).get(dtype) if ceilings and ceilings.get("source") != "datasheet" else None
     sheet = (datasheet or {}).get("peaks", {}).get(dtype) or \
         ((ceilings or {}).get("datasheet") or {}).get("peaks", {}).get(dtype) or \
         ((ceilings or {}).get("peaks", {}).get(dtype) if ceilings and ceilings.get("source") == "datasheet" else None)
     if ceilings and ceilings.get("source") == "file":
         measured = ceilings.get("peaks", {}).get(dtype)
-    if windows:
+    if windows and walk.steps is not None:       # (the walk has steps when there are windows)
         counted = list(zip(windows, walk.steps.flops))
     else:
+        assert walk.first_start is not None and walk.last_end is not None      # mfu_ops: ops were walked
         counted = [(("(whole trace)", -1, walk.first_start, walk.last_end), walk.total_flops)]
-    per_step = []
+    per_step: list[dict[str, Any]] = []
     for (label, r, a, b), f in counted:
         secs = (b - a) / 1e9
         if secs <= 0:
@@ -514,7 +524,9 @@ def _mfu(walk: _Walk, windows, ceilings, datasheet, gpu: bool) -> dict | None:
                          "mfu_datasheet": rate / sheet if sheet else None})
     if not per_step:
         return None
-    med = lambda k: statistics.median([p[k] for p in per_step]) if all(p[k] is not None for p in per_step) else None  # noqa: E731
+
+    def med(k: str) -> Any:
+        return statistics.median([p[k] for p in per_step]) if all(p[k] is not None for p in per_step) else None
     return {"dtype": dtype, "peak_measured_flops_per_s": measured, "peak_datasheet_flops_per_s": sheet,
             "steps": per_step, "flops_per_s": med("flops_per_s"),
             "mfu_measured": med("mfu_measured"), "mfu_datasheet": med("mfu_datasheet"),
@@ -523,8 +535,8 @@ def _mfu(walk: _Walk, windows, ceilings, datasheet, gpu: bool) -> dict | None:
 
 # ---- for the classifier -----------------------------------------------------------------------
 
-def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
-               scope: tuple[int, int] | None = None) -> tuple[float | None, list[dict], list[str]]:
+def busy_split(spans: pa.Table | Roofline, ceilings: dict[str, Any] | None,
+               scope: tuple[int, int] | None = None) -> tuple[float | None, list[dict[str, Any]], list[str]]:
     """Share of the ops' busy time that is compute-bound (the rest memory-bound), by the
     time-weighted bound of the ops that started in scope. Pass a Roofline of the whole run to
     split many windows cheaply (each window cuts its ops' time out of it; the bounds stay the
@@ -533,7 +545,7 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
     roofline_modelled threshold of the time). Evidence: dicts with the fields of
     classify.Evidence (metric, value, threshold, source, text), the top ops first."""
     r = spans if isinstance(spans, Roofline) else roofline(spans, ceilings, scope=scope)
-    evidence: list[dict] = []
+    evidence: list[dict[str, Any]] = []
     if r.missing and (r.ceilings is None or not r.ops):
         return None, evidence, list(r.missing)
     # time per row in scope: a Roofline of the whole run is cut by its ops' start times
@@ -548,7 +560,9 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
     decided = [o for o in r.ops if o.bound in ("compute", "memory") and in_scope[id(o)] > 0]
     if not total or not decided:
         return None, evidence, list(r.missing) or ["ops with a cost model and a ceiling for their dtype"]
-    t = lambda o: in_scope[id(o)]          # noqa: E731
+
+    def t(o: OpRow) -> int:
+        return in_scope[id(o)]
     decided_ns = sum(t(o) for o in decided)
     share = decided_ns / total
     src = f"roofline ({(r.ceilings or {}).get('source', '?')} ceilings)"
@@ -573,7 +587,7 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict | None,
     return split, evidence, []
 
 
-def scope_facts(r: Roofline | None, scope) -> dict:
+def scope_facts(r: Roofline | None, scope: list[tuple[int, int]]) -> dict[str, Any]:
     """The classifier's roofline fact for a scope (intervals): busy_split over its span; {}
     without a roofline. What report, compare and history pass classify, so that their verdicts
     are decided alike."""

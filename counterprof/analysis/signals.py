@@ -8,7 +8,7 @@ them into named values over a scope, each with where it came from. Pure: no file
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -52,7 +52,7 @@ class Series:
     ends: np.ndarray                # int64: bucket's last sample time; sorted
     values: np.ndarray              # float64: deltas sum, gauges/ratios mean; NaN unknown
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # starts are nearly sorted; their running max makes a safe search bound
         self._start_bound = np.maximum.accumulate(self.starts) if len(self.starts) else self.starts
 
@@ -119,7 +119,7 @@ class RunData:
         return metric in self.series
 
 
-def bucket_table(chunks: Iterable, bucket_ns: int = BUCKET_NS) -> pa.Table:
+def bucket_table(chunks: Iterable[pa.RecordBatch], bucket_ns: int = BUCKET_NS) -> pa.Table:
     """Samples batches -> one row per (metric, time bucket): covered span, sum, counts. The same
     columns store.query.RunQuery.buckets gives from files (for in-memory tables and tests)."""
     parts = []
@@ -176,12 +176,12 @@ def load_buckets(data: RunData, buckets: pa.Table, catalog: dict[str, dict[str, 
         data.sources[name] = str(source[a])
         lo = starts_all[a:b].min() if lo is None else min(lo, starts_all[a:b].min())
         hi = ends_all[a:b].max() if hi is None else max(hi, ends_all[a:b].max())
-    if lo is not None:
+    if lo is not None and hi is not None:      # set together
         data.start_ns = int(lo) if not data.start_ns else min(data.start_ns, int(lo))
         data.end_ns = max(data.end_ns, int(hi))
 
 
-def load_samples(data: RunData, chunks: Iterable, catalog: dict[str, dict[str, Any]],
+def load_samples(data: RunData, chunks: Iterable[pa.RecordBatch], catalog: dict[str, dict[str, Any]],
                  bucket_ns: int = BUCKET_NS) -> None:
     """Samples batches straight into series (in-memory tables; files go through RunQuery)."""
     load_buckets(data, bucket_table(chunks, bucket_ns), catalog)
@@ -206,14 +206,16 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     n_rows = spans.num_rows
     rank = (spans["rank"].to_pylist() if "rank" in spans.column_names else [0] * n_rows)
     tid = (spans["tid"].to_pylist() if "tid" in spans.column_names else [None] * n_rows)
+    by_class: dict[str, iv.Intervals]
+    regions: dict[str, iv.Intervals]
     busy, by_class, cpu_coll, regions, windows = [], {}, [], {}, []
-    inputs: dict[int, list] = {}
-    annotated_inputs: dict[int, list] = {}
-    coll_by_rank: dict[int, list] = {}
-    step_tids: dict[int, set] = {}
-    steps_by_rank: dict[int, list] = {}
+    inputs: dict[int, iv.Intervals] = {}
+    annotated_inputs: dict[int, iv.Intervals] = {}
+    coll_by_rank: dict[int, iv.Intervals] = {}
+    step_tids: dict[int, set[int]] = {}
+    steps_by_rank: dict[int, iv.Intervals] = {}
     op_time: dict[tuple[int, Any], int] = {}
-    ops: dict[tuple[int, Any], list] = {}
+    ops: dict[tuple[int, Any], iv.Intervals] = {}
     short_ns = short_kernel_us * 1000
     for s, e, c, k, d, n, r, t in zip(start, end, cat, kclass, device, name, rank, tid):
         r = r or 0
@@ -263,7 +265,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     data.rank_steps = {r: iv.merge(v) for r, v in steps_by_rank.items()}
     # each rank's main thread: the one that marks steps, else the one with the most op time
     for r in {r for r, _t in ops}:
-        tids = step_tids.get(r) or {max((k for k in op_time if k[0] == r), key=op_time.get)[1]}
+        tids = step_tids.get(r) or {max((k for k in op_time if k[0] == r), key=op_time.__getitem__)[1]}
         data.main_ops[r] = iv.merge([p for t in tids for p in ops.get((r, t), [])])
     all_times = [p for p in (iv.span(data.gpu_busy), iv.span(data.cpu_collectives)) if p]
     for lo, hi in all_times:
@@ -447,7 +449,8 @@ def counter_signals(view: MetricView, ranks: int = 1) -> dict[str, Signal]:
     return out
 
 
-def _neuron_signals(delta, mean) -> dict[str, Signal]:
+def _neuron_signals(delta: Callable[[str], float | None],
+                    mean: Callable[[str], float | None]) -> dict[str, Signal]:
     """Neuron devices (collectors/neuron): NeuronCore utilization as the device's busy share,
     FLOP/s, and the runtime's execution errors and the devices' ECC events as counts."""
     out: dict[str, Signal] = {}
@@ -559,7 +562,7 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
                 exposed += exposed_r
                 steps_r = data.rank_steps.get(r)
                 traced_steps = iv.total(iv.intersect(steps_r, traced)) if steps_r else 0
-                if traced_steps > 0:
+                if steps_r and traced_steps > 0:      # traced_steps is 0 without steps_r
                     share += min(1.0, exposed_r / traced_steps) * iv.total(iv.intersect(steps_r, scope)) / wall
                 else:
                     share += exposed_r / traced_ns
@@ -576,7 +579,7 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
                 task_rest = None
                 s = data.series.get("task-clock")
                 if s is not None:
-                    parts = [r for lo, hi in rest if (r := s.delta(lo, hi)) is not None]
+                    parts = [d for lo, hi in rest if (d := s.delta(lo, hi)) is not None]
                     if parts:
                         task_rest = sum(p[0] for p in parts)
                 if task_rest is not None:

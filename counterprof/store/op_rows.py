@@ -15,9 +15,12 @@ MEMORY_LIMIT. Ranks: the run's rank column (-1 where it is null; 0 for a table w
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from .query import RunQuery
 
 GPU_WORK = ("kernel", "memcpy", "memset")
 MEMORY_LIMIT = "64MB"          # DuckDB's own ceiling for the sort (it spills to a temp file past it)
@@ -28,18 +31,18 @@ CHUNK_ROWS = 50_000             # ops and launches sorted at once (one slice of 
 _KEY = "hash(name, coalesce(attrs, ''))"
 
 
-def _in(values) -> str:
+def _in(values: Iterable[str]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
 class OpRows:
-    def __init__(self, con, view: str, owned: bool, rank: int | None = None):
+    def __init__(self, con: Any, view: str, owned: bool, rank: int | None = None) -> None:
         self.con, self.owned = con, owned
         where = f"WHERE coalesce(rank, -1) = {int(rank)}" if rank is not None else ""
         self.view = f"(SELECT * FROM {view} {where})"
 
     @classmethod
-    def of(cls, spans, rank: int | None = None) -> "OpRows":
+    def of(cls, spans: pa.Table | RunQuery, rank: int | None = None) -> "OpRows":
         """A spans table (registered in a connection of its own) or a RunQuery (its connection,
         its spans view)."""
         import duckdb
@@ -88,7 +91,7 @@ class OpRows:
 
     # -- small answers --------------------------------------------------------------------
 
-    def _gpu_where(self, scope) -> str:
+    def _gpu_where(self, scope: tuple[int, int] | None) -> str:
         w = (f"category IN ({_in(GPU_WORK)}) AND coalesce(kernel_class, '') <> 'communication'")
         if scope is not None:
             w += f" AND s >= {int(scope[0])} AND s < {int(scope[1])}"
@@ -142,7 +145,7 @@ class OpRows:
             a, b = lo + i * step, lo + (i + 1) * step
             yield from self._slice(scope, a, b, batch_rows)
 
-    def _slice(self, scope, a: int, b: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    def _slice(self, scope: tuple[int, int] | None, a: int, b: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
         launches = f"(SELECT coalesce(rank, -1) AS rank, correlation FROM {self.view} WHERE category = 'runtime' " \
                    f"AND s >= {a} AND s < {b})"
         rel = self.con.sql(f"""

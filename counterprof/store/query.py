@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,6 +20,8 @@ import pyarrow.parquet as pq
 from .journal import read_segment
 from .run_files import RunFile, list_files
 from .span import left_out, run_span
+
+T = TypeVar("T")
 
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
 _TOTALS = """
@@ -40,7 +43,7 @@ class RunFiles:
     left_out: list[str] = field(default_factory=list)      # rows outside the run's span, per table
 
 
-def run_files(run_path: str | os.PathLike) -> RunFiles:
+def run_files(run_path: str | os.PathLike[str]) -> RunFiles:
     """The run's files (store/run_files.py lists them), each Parquet file's footer checked:
     one that cannot be read is left out and named."""
     out = RunFiles()
@@ -55,7 +58,7 @@ def run_files(run_path: str | os.PathLike) -> RunFiles:
     return out
 
 
-def _ns(v) -> int:
+def _ns(v: Any) -> int:
     """A Parquet statistic of a timestamp or int64 column as ns."""
     if isinstance(v, int):
         return v
@@ -78,7 +81,7 @@ class RunQuery:
     while a query reads it is left out and the query run again. Both are named in
     files.skipped."""
 
-    def __init__(self, run_path: str | os.PathLike, threads: int | None = None):
+    def __init__(self, run_path: str | os.PathLike[str], threads: int | None = None) -> None:
         import duckdb
         self.files = run_files(run_path)
         self.span = run_span(run_path)
@@ -128,20 +131,22 @@ class RunQuery:
             self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_none")
 
     def _note_out_of_span(self) -> None:
-        if self.span is None:
+        span = self.span          # a local: the checker sees it is not None inside the lambda
+        if span is None:
             return
         for table in sorted(self.tables):
             if self._inside_by_statistics(table):
                 continue          # the footers say every row is inside: no scan
             n = self._run(lambda: self.con.sql(
-                f"SELECT count(*) FROM {table}_all WHERE NOT coalesce({self.span.sql(table)}, false)"
+                f"SELECT count(*) FROM {table}_all WHERE NOT coalesce({span.sql(table)}, false)"
             ).fetchall()[0][0])
             if n:
-                self.files.left_out.append(left_out(f"{table} of the run", n, self.span))
+                self.files.left_out.append(left_out(f"{table} of the run", n, span))
 
     def _inside_by_statistics(self, table: str) -> bool:
         """Do the Parquet files' row-group statistics (and the journal's rows) put every time
         of table inside the run's span? False when any cannot say."""
+        assert self.span is not None          # _note_out_of_span asks only when the run has one
         cols = ("time", "duration_ns") if table == "samples" else ("start", "end")
         for _rank, path in self.files.parquet.get(table, []):
             try:
@@ -165,7 +170,7 @@ class RunQuery:
             return False
         return True
 
-    def _run(self, query):
+    def _run(self, query: Callable[[], T]) -> T:
         """query(), again without each Parquet file that a DuckDB error shows is damaged (its
         footer read by Arrow, not by DuckDB; a page inside did not: "dictionary offset out of
         range")."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,6 +24,9 @@ from .run_files import BATCH_ROWS, RunFile, list_files
 from .span import Span, run_span
 from .rundir import CATALOG, META, is_run, rank_dirs
 
+if TYPE_CHECKING:      # for the checker only: analysis reads the store, not the other way
+    from ..analysis.summary import Summary
+
 
 class Run:
     """A run directory. `samples()` and `summary()` read it; nothing here writes.
@@ -33,7 +36,7 @@ class Run:
     (store/run_files.py: the file's readable row groups stay) and named in `skipped`, for the
     subcommands that say so and go on."""
 
-    def __init__(self, path: str | os.PathLike, skip_unreadable: bool = False):
+    def __init__(self, path: str | os.PathLike[str], skip_unreadable: bool = False):
         self.path = Path(path)
         self.skip_unreadable = skip_unreadable
         self.skipped: list[str] = []          # "path: why", once each
@@ -84,7 +87,7 @@ class Run:
     @property
     def span(self) -> Span | None:
         """The times the run's rows can hold (store/span.py); rows outside are left out."""
-        if self._span is False:
+        if isinstance(self._span, bool):       # False: not read yet
             self._span = run_span(self.path)
         return self._span
 
@@ -151,7 +154,7 @@ class Run:
         whenever the run has more than one rank (with_rank: always or never)."""
         return self.table("samples", rank, with_rank)
 
-    def summary(self, rank: int | None = None):
+    def summary(self, rank: int | None = None) -> Summary:
         """Totals per event and the workload's figures, like perf stat's table."""
         from ..analysis.summary import COLUMNS, summarize
         return summarize(self.batches("samples", list(COLUMNS), rank), self.catalog, self.meta)
@@ -163,5 +166,5 @@ def _with_rank(table: pa.Table, rank: int, add: bool) -> pa.Table:
     return table.append_column("rank", pa.array([rank] * table.num_rows, pa.int32()))
 
 
-def load(path: str | os.PathLike) -> Run:
+def load(path: str | os.PathLike[str]) -> Run:
     return Run(path)

@@ -94,7 +94,7 @@ class RunFile:
         note = self.span_note()
         return [d.sentence() for d in self.damage] + ([note] if note else [])
 
-    def footer(self):
+    def footer(self) -> Any:
         """The Parquet file's metadata; None (and the file's damage recorded) when it cannot
         be read. A journal segment has none."""
         if self.journal or self.unreadable:
@@ -112,7 +112,7 @@ class RunFile:
             return None
         import pyarrow.parquet as pq
         try:
-            return pq.ParquetFile(self.path).metadata.num_rows
+            return int(pq.ParquetFile(self.path).metadata.num_rows)
         except Exception:
             return None
 
@@ -136,7 +136,7 @@ class RunFile:
         need = None if columns is None else list(dict.fromkeys(
             columns + [first, last] + list(TIME_COLUMNS.get(self.table, ()))))
 
-        def shaped(b):
+        def shaped(b: Any) -> Any:
             if self.span is not None:
                 b, dropped = self.span.keep(self.table, b)
                 self.out_of_span += dropped
@@ -175,7 +175,7 @@ class RunFile:
                 self._bad(exc, g, f.metadata.num_row_groups)
 
 
-def list_files(run_path: str | os.PathLike, span: Any = None, table: str | None = None,
+def list_files(run_path: str | os.PathLike[str], span: Any = None, table: str | None = None,
                rank: int | None = None) -> dict[int, list[RunFile]]:
     """Every file of the run's tables (or one table's; every rank or one), per rank: its
     Parquet files, then its journal segments. Every rank of the run is a key, the ranks with
@@ -241,7 +241,7 @@ class Window:
     def _outside(self, lo: int, hi: int) -> bool:
         return (self.w0 is not None and hi < self.w0) or (self.w1 is not None and lo > self.w1)
 
-    def row_groups(self, md, first: str, last: str) -> list[int]:
+    def row_groups(self, md: Any, first: str, last: str) -> list[int]:
         """The row groups that may hold rows in the window (all, without statistics)."""
         every = list(range(md.num_row_groups))
         if self.w0 is None and self.w1 is None:
@@ -262,7 +262,7 @@ class Window:
                 keep.append(g)
         return keep
 
-    def filter(self, batch, first: str, last: str):
+    def filter(self, batch: Any, first: str, last: str) -> Any:
         """Spans that overlap the window, samples timed in it (bounds included)."""
         import pyarrow.compute as pc
         if self.w0 is None and self.w1 is None:

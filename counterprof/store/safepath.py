@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -31,25 +32,25 @@ DIR_MODE = 0o700
 class LinkInRun(RunDirectoryError):
     """A symbolic link where counterprof expects a file or folder of its own."""
 
-    def __init__(self, path: str | os.PathLike, doing: str = "not followed"):
+    def __init__(self, path: str | os.PathLike[str], doing: str = "not followed"):
         self.path = Path(path)
         super().__init__(f"{path} is a symbolic link, which counterprof never writes into a run: "
                          f"{doing}; remove the link (or move the run's real files in its place)")
 
 
-def _lmode(path: str | os.PathLike) -> int | None:
+def _lmode(path: str | os.PathLike[str]) -> int | None:
     try:
         return os.lstat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return None
 
 
-def is_link(path: str | os.PathLike) -> bool:
+def is_link(path: str | os.PathLike[str]) -> bool:
     mode = _lmode(path)
     return mode is not None and stat.S_ISLNK(mode)
 
 
-def plain_dir(path: str | os.PathLike, *, report: bool = True) -> bool:
+def plain_dir(path: str | os.PathLike[str], *, report: bool = True) -> bool:
     """path is a folder itself (not a link to one). A link is named (skipped_link) unless
     report=False."""
     mode = _lmode(path)
@@ -58,7 +59,7 @@ def plain_dir(path: str | os.PathLike, *, report: bool = True) -> bool:
     return mode is not None and stat.S_ISDIR(mode)
 
 
-def plain_file(path: str | os.PathLike, *, report: bool = True) -> bool:
+def plain_file(path: str | os.PathLike[str], *, report: bool = True) -> bool:
     """path is a regular file itself (not a link to one)."""
     mode = _lmode(path)
     if mode is not None and stat.S_ISLNK(mode) and report:
@@ -66,7 +67,7 @@ def plain_file(path: str | os.PathLike, *, report: bool = True) -> bool:
     return mode is not None and stat.S_ISREG(mode)
 
 
-def children(folder: str | os.PathLike) -> list[Path]:
+def children(folder: str | os.PathLike[str]) -> list[Path]:
     """The entries of a folder of the run, links left out and named; [] when folder is not a
     folder itself (missing, or a link: named)."""
     folder = Path(folder)
@@ -85,15 +86,15 @@ def children(folder: str | os.PathLike) -> list[Path]:
     return out
 
 
-def subdirs(folder: str | os.PathLike) -> list[Path]:
+def subdirs(folder: str | os.PathLike[str]) -> list[Path]:
     return [p for p in children(folder) if plain_dir(p, report=False)]
 
 
-def files(folder: str | os.PathLike) -> list[Path]:
+def files(folder: str | os.PathLike[str]) -> list[Path]:
     return [p for p in children(folder) if plain_file(p, report=False)]
 
 
-def check_below(root: str | os.PathLike, path: str | os.PathLike) -> None:
+def check_below(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> None:
     """Raise LinkInRun when any component of path below root (root itself excluded) is a link."""
     root, path = Path(root), Path(path)
     cur = root
@@ -103,7 +104,7 @@ def check_below(root: str | os.PathLike, path: str | os.PathLike) -> None:
             raise LinkInRun(cur, "refused")
 
 
-def make_dirs(root: str | os.PathLike, path: str | os.PathLike) -> Path:
+def make_dirs(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
     """path and its missing parents below root, each 0700; a link on the way is refused."""
     root, path = Path(root), Path(path)
     cur = root
@@ -124,7 +125,7 @@ def make_dirs(root: str | os.PathLike, path: str | os.PathLike) -> Path:
     return path
 
 
-def _open(path: str | os.PathLike, flags: int, doing: str) -> int:
+def _open(path: str | os.PathLike[str], flags: int, doing: str) -> int:
     try:
         return os.open(path, flags, FILE_MODE)
     except OSError:        # ELOOP (a link at the name) or EEXIST (O_EXCL met one)
@@ -133,29 +134,29 @@ def _open(path: str | os.PathLike, flags: int, doing: str) -> int:
         raise
 
 
-def open_read(path: str | os.PathLike) -> int:
+def open_read(path: str | os.PathLike[str]) -> int:
     """A descriptor of a file of the run, opened for reading without following a link."""
     return _open(path, READ_FLAGS, "not read through it")
 
 
-def open_lock(path: str | os.PathLike) -> int:
+def open_lock(path: str | os.PathLike[str]) -> int:
     """A lock file of the run (created 0600 if missing), never through a link."""
     return _open(path, LOCK_FLAGS, "not locked through it")
 
 
-def create_new(path: str | os.PathLike) -> int:
+def create_new(path: str | os.PathLike[str]) -> int:
     """A new file, 0600, that did not exist (O_EXCL: a link planted at its name is never
     written through)."""
     return _open(path, NEW_FILE_FLAGS, "nothing was written through it")
 
 
-def create_private(path: str | os.PathLike) -> None:
+def create_private(path: str | os.PathLike[str]) -> None:
     """Create path empty and 0600 (exclusively), for a writer that opens it by name next
     (pyarrow's file and Parquet writers): the file is ours and private before a byte is in it."""
     os.close(create_new(path))
 
 
-def unlink_in_run(path: str | os.PathLike) -> None:
+def unlink_in_run(path: str | os.PathLike[str]) -> None:
     """Remove one file of the run (a link is removed itself, never what it points at)."""
     try:
         os.unlink(path)
@@ -183,8 +184,16 @@ def remove_tree_at(folder_fd: int, name: str) -> None:
     checked links_below first)."""
     import shutil
     mode = os.lstat(name, dir_fd=folder_fd).st_mode
-    if stat.S_ISDIR(mode):
+    if stat.S_ISDIR(mode) and sys.version_info >= (3, 11):
         shutil.rmtree(name, dir_fd=folder_fd)
+    elif stat.S_ISDIR(mode):      # 3.10's rmtree has no dir_fd: the same walk by descriptor
+        for _top, dirs, fnames, top_fd in os.fwalk(name, topdown=False, dir_fd=folder_fd,
+                                                   follow_symlinks=False):
+            for n in fnames:
+                os.unlink(n, dir_fd=top_fd)
+            for n in dirs:
+                os.rmdir(n, dir_fd=top_fd)
+        os.rmdir(name, dir_fd=folder_fd)
     else:
         os.unlink(name, dir_fd=folder_fd)
 
@@ -202,7 +211,7 @@ def set_sink(sink: Callable[[str], None] | None) -> None:
     _sink = sink
 
 
-def skipped_link(path: str | os.PathLike) -> None:
+def skipped_link(path: str | os.PathLike[str]) -> None:
     key = str(path)
     if key in _seen:
         return

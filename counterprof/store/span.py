@@ -7,10 +7,11 @@ and why: what sizes an allocation is then bounded by what the run's own meta.jso
 """
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,7 +51,7 @@ class Span:
         ok = pc.fill_null(ok, False)
         return None if pc.all(ok).as_py() is not False else ok
 
-    def keep(self, table: str, batch):
+    def keep(self, table: str, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch | pa.Table, int]:
         """(the rows of batch inside the span, how many were left out)."""
         ok = self.mask(table, batch)
         if ok is None:
@@ -66,7 +67,7 @@ class Span:
         return f"epoch_ns(start) >= {self.lo} AND epoch_ns(\"end\") <= {self.hi} AND start <= \"end\""
 
 
-def span_of(metas: Iterable[dict]) -> Span | None:
+def span_of(metas: Iterable[dict[str, Any]]) -> Span | None:
     """The span of a run from its meta.json and its ranks' (each start to its end, or to now
     for a run not finished), widened by SLACK_NS; None when no meta says when it started."""
     starts, ends = [], []
@@ -82,7 +83,7 @@ def span_of(metas: Iterable[dict]) -> Span | None:
     return Span(min(starts) - SLACK_NS, max(ends) + SLACK_NS)
 
 
-def run_span(run_path: str | Path) -> Span | None:
+def run_span(run_path: str | os.PathLike[str]) -> Span | None:
     """span_of the run's meta.json and those of the ranks that joined it (unreadable ones
     left out: the reader that needs them says why)."""
     from ..errors import RunDirectoryError
