@@ -169,7 +169,8 @@ def resampled_medians(x: np.ndarray, resamples: int, rng: np.random.Generator) -
             pa, pb = np.where(go, pa, mid), np.where(go, mid, pb)
             pc_, pr = np.where(go, left, pc_ - left), np.where(go, pr, pr - left)
         upper[parted] = pa
-    return (x[a] + x[upper]) / 2
+    mids: np.ndarray = (x[a] + x[upper]) / 2
+    return mids
 
 
 @dataclass
@@ -444,7 +445,7 @@ def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: 
 
     time_keys = sorted({k for r in baseline + candidate for k in r.times}, key=lambda k: (k != STEP, k))
     metric_keys = sorted({f"metric:{m}" for r in baseline + candidate for m in r.metrics})
-    units = {}
+    units: dict[str, str] = {}
     for r in baseline + candidate:
         for m, u in r.units.items():
             units.setdefault(f"metric:{m}", u)
@@ -538,13 +539,14 @@ def machine(baseline: list[RunFigures], candidate: list[RunFigures]) -> Machine:
         m.other_change = c.other_share - b.other_share
     if b.workload_cpus is not None and c.workload_cpus is not None:
         m.own_change = c.workload_cpus - b.workload_cpus
-    waited = m.wait_change is not None and abs(m.wait_change) >= value("contention_wait_points")
-    others = m.other_change is not None and abs(m.other_change) >= value("contention_other_share")
+    wait, other = m.wait_change, m.other_change
+    waited = wait is not None and abs(wait) >= value("contention_wait_points")
+    others = other is not None and abs(other) >= value("contention_other_share")
     m.moved = waited or others
-    if waited and not _own_threads(m, 1.0 if m.wait_change > 0 else -1.0, abs(m.wait_change)):
-        m.busier = "candidate" if m.wait_change > 0 else "baseline"
-    elif others and not waited:
-        m.busier = "candidate" if m.other_change > 0 else "baseline"
+    if wait is not None and waited and not _own_threads(m, 1.0 if wait > 0 else -1.0, abs(wait)):
+        m.busier = "candidate" if wait > 0 else "baseline"
+    elif other is not None and others and not waited:
+        m.busier = "candidate" if other > 0 else "baseline"
     return m
 
 
