@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Iterable
+from collections.abc import Iterable
 
 MASK = "***"
 

@@ -31,7 +31,8 @@ cuda_kernel_analysis.py), on exact ns times:
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -71,7 +72,7 @@ class GpuWork:
     def __len__(self) -> int:
         return len(self.start)
 
-    def select(self, mask: np.ndarray) -> "GpuWork":
+    def select(self, mask: np.ndarray) -> GpuWork:
         return GpuWork(self.start[mask], self.end[mask], self.klass[mask], self.category[mask],
                        self.stream[mask], self.window[mask], self.name[mask],
                        self.launch_start[mask], self.launch_end[mask], self.names,
@@ -252,7 +253,7 @@ class Temporal:
                  non_compute_pct=self.pct(self.non_compute_ns))
         return d
 
-    def __add__(self, other: "Temporal") -> "Temporal":
+    def __add__(self, other: Temporal) -> Temporal:
         return Temporal(*(a + b for a, b in zip(asdict(self).values(), asdict(other).values())))
 
 
@@ -322,7 +323,7 @@ class Overlap:
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "pct": self.pct}
 
-    def __add__(self, other: "Overlap") -> "Overlap":
+    def __add__(self, other: Overlap) -> Overlap:
         return Overlap(self.communication_ns + other.communication_ns,
                        self.overlapped_ns + other.overlapped_ns)
 
@@ -387,7 +388,7 @@ class Distribution:
     total_ns: int = 0
 
     @classmethod
-    def of(cls, values: np.ndarray) -> "Distribution":
+    def of(cls, values: np.ndarray) -> Distribution:
         if len(values) == 0:
             return cls()
         return cls(len(values), float(values.mean()), float(np.percentile(values, 50)),

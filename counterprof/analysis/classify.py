@@ -140,7 +140,8 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
         text = f"waiting for the input pipeline (DataLoader next()) {units.share(inp)} of the time"
         if "loader_busy" in sig:
             busy, workers = sig["loader_busy"].value, sig["loader_workers"].value
-            text += f"; its {workers:.0f} worker{'s' if round(workers) != 1 else ''} busy {units.share(busy)} of their time"
+            text += (f"; its {workers:.0f} worker{'s' if round(workers) != 1 else ''} busy "
+                     f"{units.share(busy)} of their time")
             ready = sig["loader_runnable"].value if "loader_runnable" in sig else 0.0
             if busy >= value("loader_saturated"):
                 text += ": saturated: more workers (num_workers) or cheaper per-item work would help"
@@ -156,7 +157,8 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
     if coll > 0 or "cpu_collective" in sig:
         text = f"waiting on collectives with no own compute {units.share(coll)} of the time"
         if "cpu_collective_overlap" in sig:
-            text += f" ({units.share(sig['cpu_collective_overlap'].value)} of its collective time overlapped by its own ops)"
+            text += (f" ({units.share(sig['cpu_collective_overlap'].value)} of its collective time "
+                     "overlapped by its own ops)")
         if "trace_coverage" in sig and sig["trace_coverage"].value < 0.99:
             text += (f", measured over the traced steps ({units.share(sig['trace_coverage'].value)} of the time) "
                      "and carried to every step")
@@ -363,11 +365,15 @@ def _classify_gpu(sig: dict[str, Signal], scope: str, facts: dict[str, Any] | No
 def _compute_or_memory_gpu(sig: dict[str, Signal]) -> tuple[float | None, list[Evidence], list[str]]:
     ev: list[Evidence] = []
     if "gpm_tensor" in sig or "gpm_dram" in sig:
-        tensor = _read(sig, ev, "gpm_tensor", "tensor_util_compute", lambda x: f"tensor cores busy {units.share(x)} (GPM)")
-        dram = _read(sig, ev, "gpm_dram", "dram_util_memory", lambda x: f"DRAM bandwidth {units.share(x)} of peak (GPM)")
-        if dram is not None and dram >= value("dram_util_memory") and (tensor is None or tensor < value("tensor_util_compute")):
+        tensor = _read(sig, ev, "gpm_tensor", "tensor_util_compute",
+                       lambda x: f"tensor cores busy {units.share(x)} (GPM)")
+        dram = _read(sig, ev, "gpm_dram", "dram_util_memory",
+                     lambda x: f"DRAM bandwidth {units.share(x)} of peak (GPM)")
+        tensor_busy = tensor is not None and tensor >= value("tensor_util_compute")
+        dram_busy = dram is not None and dram >= value("dram_util_memory")
+        if dram_busy and not tensor_busy:
             return 0.0, ev, []
-        if tensor is not None and tensor >= value("tensor_util_compute") and (dram is None or dram < value("dram_util_memory")):
+        if tensor_busy and not dram_busy:
             return 1.0, ev, []
         if tensor is not None and dram is not None:
             total = tensor / value("tensor_util_compute") + dram / value("dram_util_memory")

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 # dtype names as the profiler writes them -> (short name, bytes per element)
 _DTYPES = {

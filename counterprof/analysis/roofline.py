@@ -30,7 +30,8 @@ import json
 import statistics
 from array import array
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -501,7 +502,8 @@ def _mfu(walk: _Walk, windows: list[tuple[str, int, int, int]], ceilings: dict[s
         return None
     by_dtype = walk.dtype_flops
     dtype = max(by_dtype, key=by_dtype.__getitem__) if by_dtype else "fp32"
-    measured = (ceilings or {}).get("peaks", {}).get(dtype) if ceilings and ceilings.get("source") != "datasheet" else None
+    measured = ((ceilings or {}).get("peaks", {}).get(dtype)
+                if ceilings and ceilings.get("source") != "datasheet" else None)
     sheet = (datasheet or {}).get("peaks", {}).get(dtype) or \
         ((ceilings or {}).get("datasheet") or {}).get("peaks", {}).get(dtype) or \
         ((ceilings or {}).get("peaks", {}).get(dtype) if ceilings and ceilings.get("source") == "datasheet" else None)
@@ -573,7 +575,8 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict[str, Any] | None,
                      "text": f"ops with a roofline: {100 * share:.0f}% of busy op time, "
                              f"{100 * split:.0f}% of it compute-bound"})
     for o in sorted(decided, key=lambda o: -t(o))[:3]:
-        frac = f", at {100 * o.roof_fraction:.0f}% of the {'measured' if (r.ceilings or {}).get('source') == 'measured' else (r.ceilings or {}).get('source', '')} " \
+        source = (r.ceilings or {}).get("source", "")
+        frac = f", at {100 * o.roof_fraction:.0f}% of the {'measured' if source == 'measured' else source} " \
                f"{o.peak_name if o.bound == 'compute' else 'memory bandwidth'}" if o.roof_fraction is not None else ""
         ridge = f", ridge {o.ridge:.0f}" if o.ridge is not None else ""
         inten = f"intensity {o.intensity:.1f} FLOP/B" if o.intensity is not None else "no FLOPs"

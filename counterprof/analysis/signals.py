@@ -8,7 +8,8 @@ them into named values over a scope, each with where it came from. Pure: no file
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -536,7 +537,8 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
             out["gpu_comm_exposed"] = Signal(iv.total(exposed_comm) / active_ns, "spans",
                                              "communication not overlapped by compute / active span")
             out["gpu_memory"] = Signal(iv.total(iv.subtract(iv.subtract(memory, compute), comm)) / active_ns,
-                                       "spans", "memcpy/memset not overlapped by compute or communication / active span")
+                                       "spans",
+                                       "memcpy/memset not overlapped by compute or communication / active span")
             if comm:
                 out["comm_overlap"] = Signal(iv.total(iv.intersect(comm, compute)) / iv.total(comm), "spans",
                                              "communication overlapped by compute / communication")

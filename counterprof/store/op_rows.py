@@ -15,7 +15,8 @@ MEMORY_LIMIT. Ranks: the run's rank column (-1 where it is null; 0 for a table w
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
@@ -42,7 +43,7 @@ class OpRows:
         self.view = f"(SELECT * FROM {view} {where})"
 
     @classmethod
-    def of(cls, spans: pa.Table | RunQuery, rank: int | None = None) -> "OpRows":
+    def of(cls, spans: pa.Table | RunQuery, rank: int | None = None) -> OpRows:
         """A spans table (registered in a connection of its own) or a RunQuery (its connection,
         its spans view)."""
         import duckdb

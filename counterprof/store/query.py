@@ -8,11 +8,13 @@ Run.samples() sees. The results are small Arrow tables for analysis/ to work on.
 """
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -131,17 +133,19 @@ class RunQuery:
             self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_none")
 
     def _note_out_of_span(self) -> None:
-        span = self.span          # a local: the checker sees it is not None inside the lambda
+        span = self.span          # a local: the checker sees it is not None below
         if span is None:
             return
         for table in sorted(self.tables):
             if self._inside_by_statistics(table):
                 continue          # the footers say every row is inside: no scan
-            n = self._run(lambda: self.con.sql(
-                f"SELECT count(*) FROM {table}_all WHERE NOT coalesce({span.sql(table)}, false)"
-            ).fetchall()[0][0])
+            sql = f"SELECT count(*) FROM {table}_all WHERE NOT coalesce({span.sql(table)}, false)"
+            n: int = self._run(functools.partial(self._count, sql))
             if n:
                 self.files.left_out.append(left_out(f"{table} of the run", n, span))
+
+    def _count(self, sql: str) -> int:
+        return int(self.con.sql(sql).fetchall()[0][0])
 
     def _inside_by_statistics(self, table: str) -> bool:
         """Do the Parquet files' row-group statistics (and the journal's rows) put every time

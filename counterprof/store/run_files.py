@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 from .meta import RunMeta
 
 BATCH_ROWS = 64 * 1024
@@ -116,7 +117,7 @@ class RunFile:
         except Exception:
             return None
 
-    def batches(self, columns: list[str] | None = None, window: "Window | None" = None,
+    def batches(self, columns: list[str] | None = None, window: Window | None = None,
                 batch_rows: int = BATCH_ROWS, validate: bool = False) -> Iterator[tuple[int, Any]]:
         """(row group, batch) for the file's rows inside the run's span (and the window), by
         the damage policy above. columns: exactly these, missing ones as nulls (None: the

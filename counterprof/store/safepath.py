@@ -18,7 +18,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import RunDirectoryError
 

@@ -11,7 +11,8 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
