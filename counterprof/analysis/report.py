@@ -52,7 +52,7 @@ class Report:
     top_kernels: list[dict[str, Any]] = field(default_factory=list)
     gpu_breakdown: dict[str, Any] | None = None     # analysis.breakdown, summed over ranks
     rank_verdicts: list[Verdict] = field(default_factory=list)   # one per rank (scope "rank N")
-    rank_analysis: dict[str, Any] | None = None     # analysis.ranks: steps, stragglers, skew
+    rank_analysis: dict[str, Any] | None = None     # analysis.across_ranks: steps, stragglers, skew
     rank_notes: list[str] = field(default_factory=list)   # e.g. metrics that some ranks lack
     roofline: dict[str, Any] | None = None     # MFU, modelled share, top ops (counterprof roofline)
     next_steps: list[str] = field(default_factory=list)
@@ -267,7 +267,7 @@ def bucket_ns(meta: RunMeta | dict[str, Any]) -> int:
 
 def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
     """A verdict per rank, and the cross-rank figures (steps, stragglers, skew)."""
-    from .ranks import analyze_ranks
+    from .across_ranks import analyze_ranks
     spans = inputs.spans
     if inputs.rank_buckets is not None and inputs.rank_buckets.num_rows and \
             "rank" in inputs.rank_buckets.column_names:

@@ -206,7 +206,7 @@ def ranks_in(meta: RunMeta | dict[str, Any]) -> int:
     if m.ranks:
         return len(m.ranks)
     if m.job:
-        from .ranks import parse_world_size
+        from .across_ranks import parse_world_size
         return parse_world_size(m.env.get("WORLD_SIZE")) or 1
     return 1
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from .common import ArgumentParser, UsageFailure, err, guarded, open_run
 from .process_setup import use_system_allocator
 from ..store.run_files import nothing_recorded
-from ..analysis.ranks import rank_ranges
+from ..analysis.across_ranks import rank_ranges
 
 
 def build_parser() -> ArgumentParser:

@@ -19,7 +19,7 @@ from ..store.run_files import nothing_recorded
 
 def world_size(run, ranks: list[int]) -> int | None:
     """The job's WORLD_SIZE as any rank recorded it (its meta.json env; the rank watcher's)."""
-    from ..analysis.ranks import parse_world_size
+    from ..analysis.across_ranks import parse_world_size
     seen = []
     for m in [run.meta] + [run.rank_meta(r) for r in ranks]:
         w = parse_world_size((m.get("env") or {}).get("WORLD_SIZE"))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.ranks import rank_ranges
+from ..analysis.across_ranks import rank_ranges
 from ..errors import RunDirectoryError
 from ..store.run_files import RunFile, Window, earliest_ns
 from .perfetto import PLAN_COLUMNS, SAMPLE_COLUMNS, SPAN_COLUMNS, TraceWriter

@@ -2,7 +2,7 @@
 import pyarrow as pa
 import pytest
 
-from counterprof.analysis.ranks import analyze_ranks, clock_skew
+from counterprof.analysis.across_ranks import analyze_ranks, clock_skew
 from counterprof.ranks import launches_ranks
 from counterprof.schema import spans_batch
 
