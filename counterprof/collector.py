@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
+from collections.abc import Callable
 
 from .clock import Clock
 from .errors import CounterprofError, UsageError, native_missing
@@ -93,7 +94,7 @@ class SessionContext:
             self.profiler_tids.add(ident[0])
         return thread
 
-    def start_collector(self, col: "Collector") -> str | None:
+    def start_collector(self, col: Collector) -> str | None:
         """Start `col` in this context: None once it runs, else why not (said so a user can act
         on it), with what it had opened released. The session's collectors and each rank's
         start here, so a failure reads the same for both."""

@@ -24,7 +24,8 @@ from __future__ import annotations
 import re
 import socket
 import threading
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import pyarrow as pa
 

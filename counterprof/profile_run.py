@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
 
 from .workload import Workload, WorkloadResult, WorkloadStartError, wait_for_stop
 

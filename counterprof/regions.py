@@ -24,7 +24,7 @@ import secrets
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 FLUSH_EVERY_NS = 1_000_000_000
 ENV_RUN_DIR = "COUNTERPROF_RUN_DIR"
@@ -122,7 +122,7 @@ class region(contextlib.ContextDecorator):
         self.category = category
         self._starts = threading.local()
 
-    def __enter__(self) -> "region":
+    def __enter__(self) -> region:
         stack = getattr(self._starts, "stack", None)
         if stack is None:
             stack = self._starts.stack = []

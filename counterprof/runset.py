@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 SET_FILE = "runset.json"
 MEMBER_PREFIX = "run-"

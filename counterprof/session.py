@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -366,7 +367,7 @@ class Session:
             self.meta.update(fields)
         self._write_meta()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         self.start()
         return self
 

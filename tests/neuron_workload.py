@@ -15,7 +15,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fake_neuron import bump  # noqa: E402
+from fake_neuron import bump
 
 
 def work(seconds: float, root: str, flops: int) -> dict:

@@ -21,7 +21,7 @@ import select
 import signal
 import subprocess
 import time
-from typing import Callable
+from collections.abc import Callable
 
 MAX_LINE = 16 << 20           # a report line of 64 NeuronCores and many models is ~1 MB
 STDERR_KEEP = 4096

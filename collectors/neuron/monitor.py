@@ -18,7 +18,8 @@ from __future__ import annotations
 import json
 import math
 from collections import namedtuple
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from .metrics import DEVICE_MEM_PARTS, ECC, ERROR_KINDS, HOST_MEM_PARTS, OUTCOMES
 from .topology import MAX_DEVICE, Topology, core_number

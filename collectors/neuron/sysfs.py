@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Iterable
+from collections.abc import Iterable
 
 from .monitor import Row
 from .topology import MAX_CORE, MAX_DEVICE

@@ -159,7 +159,7 @@ class EventSpec:
     scale: float = 1.0
     description: str = ""
 
-    def with_user_only(self) -> "EventSpec":
+    def with_user_only(self) -> EventSpec:
         """perf's fallback when kernel counting is refused: count user space only."""
         mods = replace(self.modifiers, exclude_kernel=True, exclude_hv=True)
         return replace(self, modifiers=mods)

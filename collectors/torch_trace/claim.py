@@ -55,7 +55,7 @@ class Claim:
         self.fd = fd
 
     @classmethod
-    def take_or_skip(cls, trace: Path) -> "Claim | None":
+    def take_or_skip(cls, trace: Path) -> Claim | None:
         """take(), with a planted link at the claim's name skipped and named (safepath): the
         trace is not converted, and nothing is written through the link."""
         try:
@@ -65,7 +65,7 @@ class Claim:
             return None
 
     @classmethod
-    def take(cls, trace: Path) -> "Claim | None":
+    def take(cls, trace: Path) -> Claim | None:
         try:
             # never through a link: a planted claim would be truncated and written (LinkInRun)
             fd = safepath.open_lock(claim_path(trace))
@@ -119,7 +119,7 @@ class Claim:
             os.close(self.fd)        # releases the lock
             self.fd = -1
 
-    def __enter__(self) -> "Claim":
+    def __enter__(self) -> Claim:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -43,7 +43,8 @@ from array import array
 import re
 import tempfile
 from collections import Counter
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa

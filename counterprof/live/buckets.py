@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 # One display tick of one series, as sums (so buckets merge by adding):
 #   vsum  sum of known values            vdur  sum of value x duration (ratios)

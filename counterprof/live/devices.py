@@ -3,7 +3,7 @@ and runtimes inside) or per (source, entity) of any other collector; one row per
 limit or total shown beside its metric ("of 700 W")."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from .buckets import Key, current_value, gauge_last, history_value, kind_of
 from .figures import Figure, PanelContext, PanelFigures

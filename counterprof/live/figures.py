@@ -4,7 +4,8 @@ history for the sparkline, a unit key; render/units.py writes them as text) and 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from .buckets import CURRENT_S, Bucket, LiveSeries, Snapshot, binned, common_end, recent
 from ..render.units import DetailPart, live_detail

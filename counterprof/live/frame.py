@@ -2,7 +2,8 @@
 the torch traces' MFU) and the bottleneck line, from a Snapshot of the live window."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from .buckets import Snapshot
 from .devices import device_panels

@@ -3,7 +3,8 @@ process tree and the system) and threads (the critical thread's states). Numbers
 figure's detail is words and (value, unit) pairs that render/units.py writes."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from .buckets import (CURRENT_S, LiveSeries, Snapshot, combined, coverage, cpu_seconds,
                       cpus_from_seconds, current_value, gauge_last, gauge_mean, history_value,

@@ -22,7 +22,7 @@ import select
 import termios
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 CSI = "\x1b["
 SAVE, RESTORE = "\x1b7", "\x1b8"

@@ -14,7 +14,8 @@ from __future__ import annotations
 import socket
 import threading
 from collections import deque
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc

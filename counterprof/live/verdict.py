@@ -4,7 +4,8 @@ the live window (`WindowMetricView`); for the machine (counterprof top without -
 system figures."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from .buckets import (VERDICT_S, Bucket, Key, LiveSeries, combined, current_value, gauge_mean,
                       kind_of, per_ns, sum_side_by_side, weighted)

@@ -13,7 +13,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from . import render as R
 from .figures import LiveFigures

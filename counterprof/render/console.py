@@ -21,7 +21,8 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import IO, Mapping
+from typing import IO
+from collections.abc import Mapping
 
 from rich.console import Console
 from rich.segment import Segment

@@ -248,7 +248,7 @@ class SpanPlan:
     first pass over the rank's spans (add() each batch, in the order they will be written),
     it holds a few numbers per span, never the spans."""
 
-    def __init__(self, writer: "TraceWriter", rank: int):
+    def __init__(self, writer: TraceWriter, rank: int):
         self.writer, self.rank = writer, rank
         self._parts: list[tuple] = []
         self.links = np.empty(0, np.int64)      # sorted link keys seen on both sides
@@ -264,7 +264,7 @@ class SpanPlan:
         self._parts.append((tracks, _ns(col["start"]), _ns(col["end"]), key[ok & ~gpu], key[ok & gpu]))
         self.rows += batch.num_rows
 
-    def finish(self) -> "SpanPlan":
+    def finish(self) -> SpanPlan:
         if self._parts:
             track, start, end, launch, gpu = (np.concatenate(x) for x in zip(*self._parts))
             self._parts = []

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cases import all_cases, pristine, run_case  # noqa: E402
+from cases import all_cases, pristine, run_case
 
 
 def main() -> int:

@@ -4,9 +4,7 @@ and the memory of exporting a large synthetic run (slow)."""
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc

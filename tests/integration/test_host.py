@@ -1,5 +1,4 @@
 """host collector over a real process tree."""
-import json
 import os
 import time
 

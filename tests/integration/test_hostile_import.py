@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from helpers import COUNTERPROF
-from kineto_traces import X, write_trace
+from kineto_traces import X
 
 
 def _import(tmp_path, doc, name="t.json", limit_mb: int | None = None):

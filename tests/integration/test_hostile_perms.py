@@ -9,7 +9,6 @@ import json
 import os
 import stat
 import subprocess
-import time
 from pathlib import Path
 
 import pytest

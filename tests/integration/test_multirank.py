@@ -1,7 +1,6 @@
 """A real 2-rank gloo job through torchrun under `counterprof run --torch`: one partition per
 rank with its own perf, host and torch data, per-rank verdicts, and the straggler found."""
 import json
-import shutil
 from pathlib import Path
 
 import pyarrow.compute as pc

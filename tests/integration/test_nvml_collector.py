@@ -4,9 +4,7 @@ has no NVIDIA driver."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 import time
 

@@ -6,10 +6,7 @@ with the reason elsewhere).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import threading
 import time
 
 import pyarrow.compute as pc

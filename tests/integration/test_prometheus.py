@@ -14,8 +14,8 @@ import pytest
 from helpers import COUNTERPROF, PYTHON, free_port, run_cli
 
 pytest.importorskip("prometheus_client", reason="prometheus-client is in the test extra")
-from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
+from prometheus_client.parser import text_string_to_metric_families
 
 # spins on the CPU until the test says stop (a file appears), so every scrape lands in the run
 SPIN = """

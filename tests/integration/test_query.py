@@ -3,7 +3,6 @@ corrupt file and says so, and sees journal segments a killed profiler left."""
 import json
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 import counterprof

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 
 from browser import CHROMIUM, SKIP_REASON, render
-from helpers import EXAMPLES, HAS_PMU, PYTHON, REPO, run_cli, table_files
+from helpers import EXAMPLES, HAS_PMU, PYTHON, run_cli, table_files
 
 
 

@@ -20,7 +20,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from helpers import COUNTERPROF, calibrated, run_cli          # noqa: E402
+from helpers import COUNTERPROF, calibrated, run_cli
 
 MATMUL = """
 import os, time, torch, counterprof

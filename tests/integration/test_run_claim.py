@@ -8,10 +8,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
-import shutil
 import subprocess
-import time
-from pathlib import Path
 
 import pytest
 

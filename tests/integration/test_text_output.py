@@ -8,7 +8,6 @@ import os
 import pty
 import re
 import subprocess
-import sys
 
 import pytest
 

@@ -3,7 +3,6 @@
 the collector's rows over the same window."""
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 

@@ -4,8 +4,6 @@ time windows when nothing marks steps, a status that says why nothing was traced
 a killed profiler had not read, recovered."""
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import textwrap
 import time

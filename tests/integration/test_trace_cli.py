@@ -4,7 +4,6 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
-import sys
 
 import pyarrow.compute as pc
 import pytest

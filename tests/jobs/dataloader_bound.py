@@ -8,7 +8,7 @@ The loop measures its data time the way the PyTorch ImageNet example does (the t
 end of one step to the start of the next: waiting inside the DataLoader's `__next__`) and
 writes it to $JOB_TRUTH (truth.py) with its step count.
 """
-from truth import record  # noqa: I001  (first: the job's clock starts before torch's imports)
+from truth import record
 
 import argparse
 import random

@@ -10,7 +10,7 @@ as the synchronising one without the all-reduce, so the difference between the t
 time the rank waited for DDP's reducer at the end of backward (communication not hidden by
 the backward's compute). Each rank appends its figures to $JOB_TRUTH (truth.py).
 """
-from truth import record  # noqa: I001  (first: the job's clock starts before torch's imports)
+from truth import record
 
 import argparse
 import os

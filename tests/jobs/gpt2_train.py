@@ -9,7 +9,7 @@ so that about F of every step is asleep whatever the machine's speed. The job ti
 sleeps and its steps itself (each step's start and end, its sleep, its main thread's run
 delay) and writes them to $JOB_TRUTH (truth.py).
 """
-from truth import main_thread, record  # noqa: I001  (first: the job's clock starts before torch's imports)
+from truth import main_thread, record
 
 import argparse
 import time

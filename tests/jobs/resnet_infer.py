@@ -6,7 +6,7 @@ training steps, just forward passes over batches of images.
 
 The job times its forward passes and writes them to $JOB_TRUTH (truth.py).
 """
-from truth import record  # noqa: I001  (first: the job's clock starts before torch's imports)
+from truth import record
 
 import argparse
 import time

@@ -187,7 +187,7 @@ def test_two_compactions_of_one_partition_at_once_keep_every_row(tmp_path):
     def compact():
         try:
             compact_rank(rank)
-        except Exception as exc:      # noqa: BLE001 - the test reports it
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=compact) for _ in range(2)]

@@ -13,7 +13,6 @@ import gzip
 import json
 import random
 
-import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -3,7 +3,6 @@ validity bitmap, metric/entity dictionaries, sysfs scale, multiplexing bookkeepi
 import math
 
 import pyarrow as pa
-import pytest
 
 from counterprof._native import ffi
 from counterprof.clock import Clock

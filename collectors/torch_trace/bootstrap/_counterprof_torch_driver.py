@@ -73,7 +73,7 @@ _ident = threading.get_ident
 def _compiling() -> bool:     # torch.compiler.is_compiling, once torch is imported
     return False
 
-_driver: "Driver | None" = None
+_driver: Driver | None = None
 
 
 def _step_quietly(prof) -> None:
@@ -709,7 +709,7 @@ def _patch_dataloader() -> None:
     cls.__next__ = __next__
 
 
-def get() -> "Driver | None":
+def get() -> Driver | None:
     return _driver
 
 
