@@ -6,7 +6,7 @@ are all unions, intersections and differences of such sets.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Iterable
+from collections.abc import Iterable
 
 Intervals = list[tuple[int, int]]
 

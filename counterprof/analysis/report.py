@@ -6,7 +6,8 @@ Report; render/ turns that into a terminal page, JSON or HTML.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc

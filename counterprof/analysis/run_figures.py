@@ -15,7 +15,8 @@ bounded by metrics x cells, not by the run's length or rank count) gives both:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import pyarrow as pa
@@ -196,7 +197,7 @@ class _Cells:
         np.minimum.at(self.first.reshape(-1), key, first)
         np.maximum.at(self.last.reshape(-1), key, t)
 
-    def merge_into(self, other: "_Cells", index: dict[str, int]) -> None:
+    def merge_into(self, other: _Cells, index: dict[str, int]) -> None:
         """Add these cells (one rank's) into `other` (all ranks')."""
         ids = other.ids(self.names, index)
         other.sum[ids] += self.sum

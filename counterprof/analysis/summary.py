@@ -15,7 +15,8 @@ were actually counted (perf's "(xx.xx%)" when counters were multiplexed).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc

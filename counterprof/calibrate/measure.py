@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 Progress = Callable[[str], None]
 
@@ -245,7 +246,7 @@ def _forked(world: int, port: int, backend: str, sizes: list[int], repeats: int,
             try:
                 os.environ["OMP_NUM_THREADS"] = "1"
                 code = collective_worker.run(backend, sizes, repeats, out, r, world)
-            except BaseException as exc:      # noqa: BLE001 - reported through the exit code
+            except BaseException as exc:
                 try:
                     with open(f"{out}.err{r}", "w") as f:
                         f.write(f"{type(exc).__name__}: {exc}")

@@ -12,7 +12,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pyarrow as pa
 
@@ -32,7 +32,7 @@ class Segment:
     seq: int
 
     @classmethod
-    def parse(cls, path: Path) -> "Segment | None":
+    def parse(cls, path: Path) -> Segment | None:
         name = path.name
         if not name.endswith(SUFFIX):
             return None

@@ -18,7 +18,8 @@ import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, TypeVar, cast, get_args
+from typing import Any, Literal, TypeVar, cast, get_args
+from collections.abc import Callable
 
 from ..errors import RunDirectoryError, os_error
 from . import safepath

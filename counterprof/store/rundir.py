@@ -29,7 +29,8 @@ import os
 import fcntl
 import re
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Callable
 
 from ..errors import RunDirectoryError
 from . import safepath
