@@ -24,12 +24,18 @@ from counterprof.schema import SAMPLES_SCHEMA, Metric
 METRICS = [
     Metric("proc.cpu_user", "s", "delta", "user CPU time of the process tree (reaped children included)", "host"),
     Metric("proc.cpu_system", "s", "delta", "system CPU time of the process tree (reaped children included)", "host"),
-    Metric("proc.rss", "bytes", "gauge", "resident memory summed over the tree (shared pages counted in each process)", "host"),
+    Metric("proc.rss", "bytes", "gauge",
+           "resident memory summed over the tree (shared pages counted in each process)", "host"),
     Metric("proc.read_bytes", "bytes", "delta", "bytes the tree caused to be read from storage", "host"),
     Metric("proc.write_bytes", "bytes", "delta", "bytes the tree caused to be written to storage", "host"),
-    Metric("proc.ctx_switches_voluntary", "count", "delta", "voluntary context switches of each process's main thread (perf's context-switches counts every thread)", "host"),
-    Metric("proc.ctx_switches_involuntary", "count", "delta", "involuntary context switches of each process's main thread", "host"),
-    Metric("proc.run_delay", "s", "delta", "time each process's main thread was runnable but waiting for a CPU (/proc/PID/schedstat): CPU contention", "host"),
+    Metric("proc.ctx_switches_voluntary", "count", "delta",
+           "voluntary context switches of each process's main thread (perf's context-switches counts "
+           "every thread)", "host"),
+    Metric("proc.ctx_switches_involuntary", "count", "delta",
+           "involuntary context switches of each process's main thread", "host"),
+    Metric("proc.run_delay", "s", "delta",
+           "time each process's main thread was runnable but waiting for a CPU (/proc/PID/schedstat): "
+           "CPU contention", "host"),
     Metric("proc.threads", "count", "gauge", "threads in the tree", "host"),
     Metric("proc.processes", "count", "gauge", "processes in the tree", "host"),
     Metric("system.cpu_util", "percent", "ratio", "busy share of all CPUs over the interval", "host"),

@@ -50,7 +50,8 @@ def _m(name, unit, kind, desc):
 
 METRICS = [
     _m("thread.main.running", "s", "delta", "on-CPU time of the critical thread (the rank's main/training thread)"),
-    _m("thread.main.runnable", "s", "delta", "time the critical thread was runnable but waited for a CPU (CPU contention)"),
+    _m("thread.main.runnable", "s", "delta",
+       "time the critical thread was runnable but waited for a CPU (CPU contention)"),
     _m("thread.main.blocked", "s", "delta", "time the critical thread was off-CPU and not runnable: sleep, I/O, locks, "
                                             "waiting for workers, collectives or children"),
     _m("thread.intraop.running", "s", "delta", "on-CPU time of the critical process's other threads (intra-op/OpenMP "
@@ -63,7 +64,8 @@ METRICS = [
     _m("thread.other.running", "s", "delta", "on-CPU time of every other thread of the tree (wrappers, launchers, "
                                              "helper processes)"),
     _m("thread.other.runnable", "s", "delta", "run-queue wait of every other thread of the tree"),
-    _m("thread.intraop.count", "threads", "gauge", "threads of the critical process besides the critical and comm threads"),
+    _m("thread.intraop.count", "threads", "gauge",
+       "threads of the critical process besides the critical and comm threads"),
     _m("thread.loader.workers", "processes", "gauge", "DataLoader worker processes in the tree"),
 ]
 EMIT_EVERY_NS = 1_000_000_000    # journal writes once a second: a killed profiler loses < 1 s
@@ -519,7 +521,8 @@ class ThreadsCollector(PollingCollector):
                 self._assign(critical)
         n = len(self._roles)
         run_by = np.bincount(self._roles, weights=arr["run_s"], minlength=EXCLUDED + 1) if n else np.zeros(EXCLUDED + 1)
-        wait_by = np.bincount(self._roles, weights=arr["wait_s"], minlength=EXCLUDED + 1) if n else np.zeros(EXCLUDED + 1)
+        wait_by = (np.bincount(self._roles, weights=arr["wait_s"], minlength=EXCLUDED + 1) if n
+                   else np.zeros(EXCLUDED + 1))
         for role, word, runnable in _ROLE_METRICS:
             rows.append((now, duration, f"thread.{word}.running", "process", float(run_by[role])))
             if runnable:

@@ -154,7 +154,7 @@ class LiveCollector:
         catalog = self.catalog()
         families: dict[str, Any] = {}
         merged: dict[tuple[str, int, str], list] = {}
-        for (rank, source, metric, entity), (total, last, t) in self.totals.rows().items():
+        for (rank, source, metric, entity), (total, last, _t) in self.totals.rows().items():
             kind, unit = _kind_unit(catalog.get(metric, {}))
             if unit in SKIPPED_UNITS:
                 continue

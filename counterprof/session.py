@@ -121,7 +121,7 @@ class Session:
     def __init__(self, path: str | os.PathLike | None = None, *,
                  collectors: list[str] | None = None,
                  config: dict[str, dict[str, Any]] | None = None,
-                 target: Target = Target("self"),
+                 target: Target = Target("self"),      # noqa: B008  a frozen dataclass, shared safely
                  command: list[str] | None = None,
                  rank: int | None = None,
                  replace: bool = False,

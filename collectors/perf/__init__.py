@@ -137,7 +137,8 @@ class PerfCollector(Collector):
             if all(st.status == "not supported" for st in cs.status.values()):
                 raise PerfEventError("none of the events can be counted here (all <not supported>); "
                                      "`counterprof list` shows the ones that can")
-            reasons = "; ".join(f"{n}: {_short_reason(st.reason) or 'no thread of the target was left to open it on (it exited, or is a zombie)'}"
+            nobody = "no thread of the target was left to open it on (it exited, or is a zombie)"
+            reasons = "; ".join(f"{n}: {_short_reason(st.reason) or nobody}"
                                 for n, st in cs.status.items())
             raise PerfEventError(f"no event could be counted ({reasons})")
 

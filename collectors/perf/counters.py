@@ -154,7 +154,7 @@ def _open_group(opener: _Opener, g: EventGroup, members: list[EventSpec], unit: 
     fds: list[int] = []
     opened: list[EventSpec] = []
     leader_fd = -1
-    for i, spec in enumerate(members):
+    for spec in members:
         st = cs.status[spec.name]
         effective = st.spec or spec
         is_leader = leader_fd < 0

@@ -294,7 +294,8 @@ def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ran
         for name, vals in window_values(cells, k, kinds).items():
             if (catalog.get(name) or {}).get("unit") == "bitmask":
                 continue      # a set of flags (throttle reasons): its mean says nothing
-            factor = _rate_unit((catalog.get(name) or {}).get("unit", ""))[0] if kinds.get(name, "delta") == "delta" else 1.0
+            factor = (_rate_unit((catalog.get(name) or {}).get("unit", ""))[0]
+                      if kinds.get(name, "delta") == "delta" else 1.0)
             per_window.setdefault(name, {})[rank] = vals * factor
         for i, name in enumerate(cells.names):
             if kinds.get(name, "delta") == "delta":

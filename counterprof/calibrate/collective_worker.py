@@ -40,18 +40,18 @@ def run(backend: str, sizes: list[int], repeats: int, out: str, rank: int, world
                 n = max(1, size // 4)
                 if coll == "all_reduce":
                     x = torch.ones(n, device=device)
-                    call = lambda: dist.all_reduce(x)                          # noqa: E731
+                    call = lambda x=x: dist.all_reduce(x)                      # noqa: E731
                 elif coll == "all_gather":
                     # nccl-tests: size is the gathered buffer; each rank sends size / world
                     part = max(1, n // world)
                     x, y = torch.ones(part, device=device), torch.empty(part * world, device=device)
                     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-                    call = lambda: gather(y, x)                                # noqa: E731
+                    call = lambda g=gather, x=x, y=y: g(y, x)                  # noqa: E731
                 else:
                     part = max(1, n // world)
                     x, y = torch.ones(part * world, device=device), torch.empty(part, device=device)
                     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-                    call = lambda: scatter(y, x)                               # noqa: E731
+                    call = lambda s=scatter, x=x, y=y: s(y, x)                 # noqa: E731
                 call()
                 sync()
                 times = []

@@ -118,7 +118,7 @@ def cpu_matmul(dtype: str, sizes: list[int], repeats: int, min_s: float,
         a, b = make(n)
         mul(a, b)                                  # warm-up: allocations, kernel choice
         cond = cpu_conditions()
-        rates = [2 * n ** 3 / _timed(lambda: mul(a, b), min_s) for _ in range(repeats)]
+        rates = [2 * n ** 3 / _timed(lambda a=a, b=b: mul(a, b), min_s) for _ in range(repeats)]
         per_size[str(n)] = {**summarize(rates), "conditions": cond}
     best = max(per_size, key=lambda k: per_size[k]["median"])
     return {"flops_per_s": per_size[best]["median"], **{k: v for k, v in per_size[best].items()},
@@ -400,7 +400,8 @@ def gpu_device(index: int, sizes: list[int], repeats: int, min_s: float,
             a, b = torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt)
             torch.matmul(a, b)
             cond = nvml.sample()
-            rates = [2 * n ** 3 / _cuda_time(torch, lambda: torch.matmul(a, b), min_s) for _ in range(repeats)]
+            rates = [2 * n ** 3 / _cuda_time(torch, lambda a=a, b=b: torch.matmul(a, b), min_s)
+                     for _ in range(repeats)]
             per_size[str(n)] = {**summarize(rates), "conditions": {**cond, **_after(nvml)}}
         best = max(per_size, key=lambda k: per_size[k]["median"])
         out["matmul"][name] = {"flops_per_s": per_size[best]["median"], **per_size[best],
@@ -438,8 +439,8 @@ def gpu_device(index: int, sizes: list[int], repeats: int, min_s: float,
     for pinned in (True, False):
         h = torch.empty(host_bytes, dtype=torch.uint8, pin_memory=pinned)
         d = torch.empty(host_bytes, dtype=torch.uint8, device=dev)
-        for direction, fn in (("h2d", lambda: d.copy_(h, non_blocking=pinned)),
-                              ("d2h", lambda: h.copy_(d, non_blocking=pinned))):
+        for direction, fn in (("h2d", lambda d=d, h=h, p=pinned: d.copy_(h, non_blocking=p)),
+                              ("d2h", lambda d=d, h=h, p=pinned: h.copy_(d, non_blocking=p))):
             label = f"{direction}_{'pinned' if pinned else 'pageable'}"
             progress(f"GPU{index} {label}")
             fn()
@@ -470,7 +471,8 @@ def gpu_p2p(repeats: int, min_s: float, progress: Progress = _quiet) -> dict[str
             src = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{i}")
             dst = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{j}")
             with torch.cuda.device(i):
-                rates = [nbytes / _cuda_time(torch, lambda: dst.copy_(src), min_s) for _ in range(repeats)]
+                rates = [nbytes / _cuda_time(torch, lambda dst=dst, src=src: dst.copy_(src), min_s)
+                         for _ in range(repeats)]
             out[f"{i}->{j}"] = {"bytes_per_s": statistics.median(rates), **summarize(rates),
                                 "peer_access": torch.cuda.can_device_access_peer(i, j)}
     return out

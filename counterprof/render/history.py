@@ -78,7 +78,8 @@ def history_text(db: str, runs: int, trends: list[Trend], points: list[list[Chan
             command = t.command
             n = len({s for x in trends if x.command == command for s in x.seqs})
             hosts = sorted({r["host"] for x in trends if x.command == command for r in x.runs if r["host"]})
-            lines += ["", f"command: {inert(command_display(command))}  ({n} run{'s' if n != 1 else ''}; host{'s' if len(hosts) != 1 else ''} "
+            lines += ["", f"command: {inert(command_display(command))}  ({n} run{'s' if n != 1 else ''}; "
+                          f"host{'s' if len(hosts) != 1 else ''} "
                           f"{inert(', '.join(hosts)) or 'unknown'})"]
         known = t.known()
         table.append((inert(t.series), str(len(t.values)), units.value(known[0] if known else None, t.unit),

@@ -47,7 +47,7 @@ def _plot(t: Trend, cps: list[ChangePoint]) -> str:
                                 fill=_color(t.verdicts[i])))
     marks = []
     cuts = [0] + [c.index for c in cps] + [n]
-    for k, c in enumerate(cps):
+    for c in cps:
         xc = (x(c.index - 1) + x(c.index)) / 2
         marks.append(svg.line(xc, TOP - 6, xc, H - 24, cls="cp", stroke="#d62728", stroke_dasharray="4 3",
                               stroke_width=1.5)

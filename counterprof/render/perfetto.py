@@ -229,7 +229,7 @@ def nesting_lanes(track: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.n
         rows = rows[np.lexsort((rows, s[rows] - e[rows], s[rows]))]
         stacks: list[list[int]] = []
         for r, a, b in zip(rows.tolist(), s[rows].tolist(), e[rows].tolist()):
-            for lane, stack in enumerate(stacks):
+            for lane, stack in enumerate(stacks):     # noqa: B007  the lane it breaks at is used below
                 while stack and stack[-1] <= a:
                     stack.pop()
                 if not stack or b <= stack[-1]:

@@ -98,7 +98,8 @@ def report_html(r: Report, roofline=None) -> str:
         body.extend(plots)
     if r.regions:
         rows = "".join(f"<tr><td>{_e(rv.name)}</td><td>{_e(rv.kind)}</td><td>{rv.count}</td>"
-                       f"<td>{units.secs(rv.total_s)}</td><td>{_bar(rv.verdict, 240)}</td><td>{_e(describe(rv.verdict))}</td></tr>"
+                       f"<td>{units.secs(rv.total_s)}</td><td>{_bar(rv.verdict, 240)}</td>"
+                       f"<td>{_e(describe(rv.verdict))}</td></tr>"
                        for rv in r.regions)
         body.append("<h2>regions</h2><table><tr><th>region</th><th>kind</th><th>count</th><th>time</th>"
                     f"<th>breakdown</th><th>verdict</th></tr>{rows}</table>")
@@ -123,7 +124,8 @@ def report_html(r: Report, roofline=None) -> str:
                    for n, c in r.collectors.items())
     body.append(f"<h2>collectors</h2><table>{rows}</table>")
     if r.summary is not None and r.summary.rows:
-        rows = "".join(f"<tr><td>{_e(x.metric)}</td><td>{'&lt;' + _e(x.status) + '&gt;' if x.value is None else f'{x.value:,.4g}'}"
+        rows = "".join(f"<tr><td>{_e(x.metric)}</td>"
+                       f"<td>{'&lt;' + _e(x.status) + '&gt;' if x.value is None else f'{x.value:,.4g}'}"
                        f"</td><td>{_e(x.unit)}</td><td>{_e(x.note)}</td></tr>" for x in r.summary.rows)
         body.append(f"<h2>counters</h2><table>{rows}</table>")
     if r.gpu_breakdown:
@@ -132,7 +134,8 @@ def report_html(r: Report, roofline=None) -> str:
                                                        "compute": tm["compute_pct"] / 100,
                                                        "unknown": tm["non_compute_pct"] / 100})
         body.append("<h2>GPU time (temporal breakdown)</h2>" + _bar(bars) +
-                    f"<div class='dim'>idle {units.points(tm['idle_pct'])} · compute {units.points(tm['compute_pct'])} · "
+                    f"<div class='dim'>idle {units.points(tm['idle_pct'])} · "
+                    f"compute {units.points(tm['compute_pct'])} · "
                     f"non-compute {units.points(tm['non_compute_pct'])}</div>")
     if roofline is not None:
         from .roofline import roofline_section

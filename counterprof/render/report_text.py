@@ -154,7 +154,8 @@ def report_renderable(r: Report):
             t.add_column(c)
         for d in devices:
             for metric, m in d["metrics"].items():
-                t.add_row(inert(d["entity"]), inert(metric), units.number(m["mean"]), units.number(m["peak"]), m["unit"])
+                t.add_row(inert(d["entity"]), inert(metric), units.number(m["mean"]), units.number(m["peak"]),
+                          m["unit"])
         parts.extend([Text(""), t])
 
     if r.gpu_breakdown:

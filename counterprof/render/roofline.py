@@ -56,7 +56,8 @@ def ceilings_table(docs: dict[str, dict], out: IO[str]) -> None:
         for kind in ("copy", "triad", "d2d"):
             if kind in mem:
                 m = mem[kind]
-                detail = f"{mem.get('array_bytes', m.get('bytes', 0)) >> 20} MiB arrays" if kind != "d2d" else "device to device"
+                detail = (f"{mem.get('array_bytes', m.get('bytes', 0)) >> 20} MiB arrays" if kind != "d2d"
+                          else "device to device")
                 ref = ds.get("bandwidth_bytes_per_s")
                 t.add_row(f"memory {kind}", detail, si(m["bytes_per_s"], "B/s"), pct(m.get("spread")),
                           str(m.get("repeats", "")), si(ref, "B/s") if ref else "-",
@@ -191,7 +192,8 @@ def roofline_svg(r: Roofline) -> str:
         for p, names in sorted(same.items()):
             k = ", ".join(names)
             ridge = p / bw
-            out.append(svg.element("line", f'<title>{_e(k)} peak {si(p, "FLOP/s")}, ridge {ratio(ridge)} FLOP/B</title>',
+            title = f'<title>{_e(k)} peak {si(p, "FLOP/s")}, ridge {ratio(ridge)} FLOP/B</title>'
+            out.append(svg.element("line", title,
                                    cls="roof compute", data_dtype=_e(" ".join(names)), x1=X(max(ridge, x0)),
                                    y1=Y(p), x2=X(x1), y2=Y(p), stroke="#2e9e44", stroke_width=2)
                        + svg.text(W - PADR + 4, Y(p) + 3, f'{k} {si(p, "FLOP/s")}', fill="#2e9e44"))
@@ -215,7 +217,8 @@ def roofline_section(r: Roofline, top: int = 25) -> str:
         f"<td class=n>{pct(o.time_ns / r.total_time_ns if r.total_time_ns else None)}</td>"
         f"<td class=n>{si(o.achieved_flops_per_s, 'FLOP/s')}</td><td class=n>{si(o.achieved_bytes_per_s, 'B/s')}</td>"
         f"<td class=n>{ratio(o.intensity)}</td>"
-        f"<td style='color:{BOUND_COLORS.get(o.bound)}'>{_e(o.bound or '-')}</td><td class=n>{pct(o.roof_fraction)}</td></tr>"
+        f"<td style='color:{BOUND_COLORS.get(o.bound)}'>{_e(o.bound or '-')}</td>"
+        f"<td class=n>{pct(o.roof_fraction)}</td></tr>"
         for o in r.ops[:top])
     parts = [f"<h2>roofline ({_e(r.device)}, op time = {_e(r.basis)})</h2>",
              f"<div class='dim'>{_e(_ceilings_line(r))}</div>", roofline_svg(r),
