@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, TypeVar
 
 from .clock import Clock
 from .errors import CounterprofError, UsageError, native_missing
@@ -48,7 +48,7 @@ class Target:
     pid: int | None = None
     system_wide: bool = False
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.kind not in ("launch", "pid", "self"):
             raise ValueError(f"target kind {self.kind!r}")
 
@@ -82,7 +82,7 @@ class SessionContext:
         ready = threading.Event()
         ident: list[int] = []
 
-        def run():
+        def run() -> None:
             ident.append(threading.get_native_id())
             ready.set()
             target()
@@ -159,14 +159,14 @@ class Collector:
         {"title", "columns", "rows", "note"} (events this machine counts, devices...)."""
         return []
 
-    def launch_environment(self, run_path) -> dict[str, str]:
+    def launch_environment(self, run_path: Path) -> dict[str, str]:
         """Environment variables a launched workload needs for this collector (for example a
         bootstrap on PYTHONPATH for collectors that run inside the workload's processes).
         Called before the workload is spawned."""
         return {}
 
     @classmethod
-    def recover(cls, run_path) -> list[str]:
+    def recover(cls, run_path: Path) -> list[str]:
         """`counterprof recover`, after the journal is compacted: finish what a killed profiler
         left undone on disk for this collector (e.g. trace files not converted yet). Idempotent.
         Returns what it did, one line each."""
@@ -196,6 +196,7 @@ class PollingCollector(Collector):
 
     # what a failed last sample may raise and only be warned about
     last_sample_errors: ClassVar[tuple[type[Exception], ...]] = (Exception,)
+    ctx: SessionContext               # set by the subclass's start(), before start_polling
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
@@ -265,7 +266,7 @@ def native_available() -> Availability:
     return Availability(True)
 
 
-def _entry_points():
+def _entry_points() -> metadata.EntryPoints:
     return metadata.entry_points(group=ENTRY_POINT_GROUP)
 
 
@@ -298,13 +299,17 @@ def resolve(names: list[str] | None) -> dict[str, type[Collector] | Exception]:
     return {n: reg[n] for n in names}
 
 
-def start_order(collectors):
+# a collector class (a plan) or a started collector: both say start_late / start_last
+_C = TypeVar("_C", bound="type[Collector] | Collector")
+
+
+def start_order(collectors: Iterable[_C]) -> list[_C]:
     """The order collectors start in: plain ones, then those that count threads (start_late),
     those whose counters see every thread last (start_last)."""
     return sorted(collectors, key=lambda c: (c.start_late, c.start_last))
 
 
-def stop_order(collectors):
+def stop_order(collectors: Iterable[_C]) -> list[_C]:
     """Stop in the reverse of start_order for the thread-counting ones (so counters stop first
     and see the end), then the rest in their start order."""
     started = list(collectors)

@@ -245,7 +245,7 @@ class DiskFull(RunDirectoryError):
     """No space left (ENOSPC, EDQUOT) where counterprof writes."""
 
 
-def os_error(exc: OSError, path: str | os.PathLike | None = None, doing: str = "use",
+def os_error(exc: OSError, path: str | os.PathLike[str] | None = None, doing: str = "use",
              kept: str = "") -> CounterprofError:
     """The counterprof error for an OSError met while doing something to path (a run's file,
     an output): one line that names the file, what failed and what to do. kept: what was kept

@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 
 from ..errors import RunDirectoryError, os_error
 from . import safepath
-from .journal import JOURNAL, SegmentRead, read_segment, segments
+from .journal import SegmentRead, read_segment, segments
 from .liveness import journal_writer_alive, profiler_elsewhere
 from .meta import read_meta
-from .rundir import META, make_dirs, run_of_rank, table_dir
+from .rundir import JOURNAL, META, make_dirs, run_of_rank, table_dir
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
 ROW_GROUP_ROWS = 64 * 1024
@@ -78,8 +78,8 @@ DAMAGED = ".damaged"      # a segment with damaged batches, once compacted (no r
 
 def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
     segs = segments(rank_path)
-    for (table, writer), group in groupby(segs, key=lambda s: (s.table, s.writer)):
-        group = list(group)
+    for (table, writer), grouped in groupby(segs, key=lambda s: (s.table, s.writer)):
+        group = list(grouped)
         if journal_writer_alive(writer):
             report.live.append(writer)
             continue
@@ -95,7 +95,7 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
 
-        def flush():
+        def flush() -> None:
             nonlocal writer_obj, pending, pending_rows
             if not pending:
                 return

@@ -19,21 +19,22 @@ from __future__ import annotations
 import os
 import re
 import socket
-from typing import Any
+from typing import Any, cast
 
 from ..proctree import pid_alive
 
 
-def profiler_host(meta: dict[str, Any]) -> Any:
+def profiler_host(meta: dict[str, Any]) -> str | None:
     """The host a run's (rank's) meta.json says its profiler runs on; None when it does not say."""
-    return (meta.get("profiler") or {}).get("host")
+    # a string where it says: read_meta checked profiler.host
+    return cast("str | None", (meta.get("profiler") or {}).get("host"))
 
 
 def profiler_on_this_host(meta: dict[str, Any]) -> bool:
     return profiler_host(meta) == socket.gethostname()
 
 
-def profiler_elsewhere(meta: dict[str, Any]) -> Any:
+def profiler_elsewhere(meta: dict[str, Any]) -> str | None:
     """The other host whose profiler the meta.json says is still writing the run (rank), else
     None: none of that run's writers can be judged dead from this host."""
     host = profiler_host(meta)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..errors import RunDirectoryError
 from . import rundir, safepath
@@ -26,7 +27,7 @@ class Recovery:
     failed: list[str] = field(default_factory=list)    # "<collector>: why it could not finish"
 
 
-def _metas(path: Path) -> list[tuple[Path, dict]]:
+def _metas(path: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The run's meta.json and those of the ranks that joined it."""
     out = [(path / rundir.META, read_meta(path / rundir.META))]
     for _rank, d in rundir.rank_dirs(path):
@@ -39,7 +40,7 @@ def _metas(path: Path) -> list[tuple[Path, dict]]:
     return out
 
 
-def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
+def recover(path: str | os.PathLike[str], force: bool = False) -> Recovery:
     """Compact every partition's journal, then run each collector's recover(run) (torch traces
     not converted yet), then mark the run and its ranks recovered. Safe to repeat and to
     interrupt: the status changes last, so an interrupted recovery is finished by the next
@@ -86,11 +87,11 @@ def recover(path: str | os.PathLike, force: bool = False) -> Recovery:
     return result
 
 
-def needs_recovery(meta: dict) -> bool:
+def needs_recovery(meta: dict[str, Any]) -> bool:
     return meta.get("status") == "running" and not profiler_alive(meta)
 
 
-def run_needs_recovery(path: str | os.PathLike) -> bool:
+def run_needs_recovery(path: str | os.PathLike[str]) -> bool:
     """A profiler of the run (its creator, or a rank that joined it) died while writing, and
     none is still writing (a live one compacts every partition when it stops)."""
     metas = [m for _, m in _metas(Path(path))]

@@ -56,7 +56,7 @@ CLI_WORDS = Words("choose another -o", "pass --force")                    # coun
 API_WORDS = Words("pass another path=", "pass replace=True")              # counterprof.profile()
 
 
-def default_run_path(parent: str | os.PathLike = ".") -> Path:
+def default_run_path(parent: str | os.PathLike[str] = ".") -> Path:
     """A new timestamped directory name in `parent` that does not exist yet."""
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     base = Path(parent) / f"counterprof-{stamp}"
@@ -67,7 +67,7 @@ def default_run_path(parent: str | os.PathLike = ".") -> Path:
     return path
 
 
-def create(path: str | os.PathLike, *, replace: bool = False, allow: tuple[str, ...] = (),
+def create(path: str | os.PathLike[str], *, replace: bool = False, allow: tuple[str, ...] = (),
            words: Words = CLI_WORDS, locked: bool = False) -> Path:
     """Create a run directory (mode 0700) and claim it: counterprof's marker file is created in
     it exclusively, so of two processes creating one run at once exactly one wins. Refuses a
@@ -105,7 +105,7 @@ RESERVE = ".reserve"      # space a session keeps for its last meta.json (a full
 MARKER_FORMAT = "counterprof-run/1"
 
 
-def already_holds_a_run(path: str | os.PathLike, words: Words = CLI_WORDS) -> str:
+def already_holds_a_run(path: str | os.PathLike[str], words: Words = CLI_WORDS) -> str:
     return f"{path} already holds a run; {words.other}, or {words.replace} to replace it"
 
 
@@ -141,11 +141,11 @@ class _claim_lock:
             fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self.fd
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         os.close(self.fd)       # releases the lock
 
 
-def claim(path: str | os.PathLike, *, replace: bool = False, job: str | None = None,
+def claim(path: str | os.PathLike[str], *, replace: bool = False, job: str | None = None,
           words: Words = CLI_WORDS,
           on_create: Callable[[Path], None] | None = None) -> tuple[Path, bool]:
     """Create a run directory, or join it: (path, joined). With a job id, the first process of
@@ -438,7 +438,7 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def is_run(path: str | os.PathLike) -> bool:
+def is_run(path: str | os.PathLike[str]) -> bool:
     """A directory holding a meta.json of its own (not a link): a run to read. Runs from before
     counterprof's marker (MARKER) have none, and are read as runs all the same."""
     return safepath.plain_file(Path(path) / META, report=False)
