@@ -113,7 +113,7 @@ _STEP_EVENTS = """\
     "args": {{
       "External id": {y}, "device": 0, "stream": 20, "correlation": {d}
     }}
-  }}"""
+  }}"""  # noqa: E501  laid out byte for byte as Kineto writes it
 
 
 def write_big_trace(path: Path, target_bytes: int) -> int:

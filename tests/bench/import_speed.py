@@ -7,7 +7,7 @@ side in one run, and a check that both write the same spans.
     python tests/bench/import_speed.py --baseline .venv/bin/python --baseline-pythonpath /tmp/base
                                        # main's commit as a package folder, made with
         git archive COMMIT | tar -x -C /tmp/src && cd /tmp/src &&
-        python -c "import sys; sys.path.insert(0, 'native'); from build_native import ffibuilder; ffibuilder.compile(tmpdir='.')" &&
+        PYTHONPATH=native python -c "from build_native import ffibuilder; ffibuilder.compile(tmpdir='.')" &&
         mkdir /tmp/base && cp -r counterprof /tmp/base/ && cp -r collectors /tmp/base/counterprof/ &&
         cp counterprof/_native*.so /tmp/base/counterprof/
       (needed while the checkout itself cannot be imported from: /work/main in the middle of a merge)
@@ -77,7 +77,8 @@ def spans(run: Path):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("traces", nargs="*", help="default: the shared traces of 1 MB and more (gzipped), tracelens/ included")
+    p.add_argument("traces", nargs="*",
+                   help="default: the shared traces of 1 MB and more (gzipped), tracelens/ included")
     p.add_argument("--baseline", default="/work/main/.venv/bin/python", help="the other checkout's python")
     p.add_argument("--baseline-pythonpath", help="put first on the baseline's PYTHONPATH (a folder "
                    "holding another checkout's counterprof package, built)")
@@ -154,7 +155,8 @@ def main() -> int:
               f"| {row['call_ratio']:.2f}x |")
     if args.hta:
         print()
-        print("| trace | whole process: HTA 0.5.0 | baseline | ours | ours faster than HTA | HTA's TraceAnalysis call | ours: import call |")
+        print("| trace | whole process: HTA 0.5.0 | baseline | ours | ours faster than HTA "
+              "| HTA's TraceAnalysis call | ours: import call |")
         print("|---|---|---|---|---|---|---|")
         for t, row in zip(traces, rows):
             if t in hta_failed:
@@ -165,7 +167,8 @@ def main() -> int:
                        hta_baseline_wall_ratio=statistics.median(
                            h["wall_s"] / b["wall_s"] for h, b in zip(res[("hta", t)], res[("baseline", t)])))
             print(f"| {row['trace']} | {row['hta_wall_s']:.2f} s | {row['baseline_wall_s']:.3f} s "
-                  f"({row['hta_baseline_wall_ratio']:.1f}x) | {row['ours_wall_s']:.3f} s | {row['hta_wall_ratio']:.1f}x "
+                  f"({row['hta_baseline_wall_ratio']:.1f}x) | {row['ours_wall_s']:.3f} s | "
+                  f"{row['hta_wall_ratio']:.1f}x "
                   f"| {row['hta_seconds']:.2f} s | {row['ours_seconds']:.3f} s ({row['hta_call_ratio']:.1f}x) |")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -116,7 +116,7 @@ def tick_costs(n_gpus: int, nvlinks: int, iterations: int, repeats: int, module=
         fn()
         calls, rec.recording = rec.recording, None
 
-        def replay():
+        def replay(calls=calls):
             for f, args in calls:
                 try:
                     f(*args)

@@ -121,7 +121,7 @@ def run_tree(cmd: list[str], timeout: float) -> dict:
     """Run cmd to completion; its wall time and the CPU of the whole tree it reaped."""
     c0 = children_cpu()
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    p = subprocess.run(cmd, capture_output=True, text=True,
                        timeout=timeout, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     return {"rc": p.returncode, "wall_s": wall, "tree_cpu_s": children_cpu() - c0,
@@ -538,7 +538,7 @@ class Bench:
         cmd = [self.py, str(Path(__file__).resolve()), "--cm-child", "--rounds", str(a.rounds),
                "--seconds", str(a.seconds), "--events", a.events, "--seed", str(a.seed),
                "--tmp", str(self.tmp)] + (["--keep"] if a.keep else [])
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        p = subprocess.run(cmd, capture_output=True, text=True,
                            timeout=a.rounds * 3 * (a.seconds + 30) + 60)
         data = last_json_line(p.stdout)
         if p.returncode != 0 or data is None:
@@ -622,7 +622,8 @@ class Bench:
                                 ["counterprof"] + cmd[1:cmd.index("-o") + 1] + ["DIR", "--", "python",
                                  "tests/bench/workload.py", "--seconds", f"{a.rss_seconds:g}"]),
             "rc": p.returncode, "wall_s": wall, "samples": len(rss), "warmup_s": warm,
-            "peak_rss_mb": peak, "sampled_peak_rss_mb": sampled_peak, "first_quarter_median_mb": statistics.median(first) if first else None,
+            "peak_rss_mb": peak, "sampled_peak_rss_mb": sampled_peak,
+            "first_quarter_median_mb": statistics.median(first) if first else None,
             "last_quarter_median_mb": statistics.median(last) if last else None,
             "quarter_delta_mb": delta, "slope_mb_per_min": slope, "flat": flat,
             "meta_max_rss_mb": (meta.get("profiler_max_rss_bytes") or 0) / 2**20,
@@ -704,7 +705,7 @@ class Bench:
         if mode == "cp-I10-live-tty":
             rc, out, err, tty_bytes = run_on_pty(cmd, seconds + 120)
         else:
-            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            p = subprocess.run(cmd, capture_output=True, text=True,
                                timeout=seconds + 120, stdin=subprocess.DEVNULL)
             rc, out, err = p.returncode, p.stdout, p.stderr
         rec = {"mode": mode, "rc": rc, "wall_s": time.perf_counter() - t0,
@@ -995,7 +996,8 @@ def report(results: dict) -> str:
                 target = f"< {t:g}%: {ok(None if cp is None else cp < t)}"
             r = e["ratio"]
             lines.append(f"| -I {i:g} | {fmt_pct(e['perf_pct'])} | {fmt_pct(e['cp_pct'])} | "
-                         f"{'n/a' if not r else '%.2fx [%.2f–%.2f]' % (r['median'], r['q1'], r['q3'])} | {target} |")
+                         f"{'n/a' if not r else '{:.2f}x [{:.2f}–{:.2f}]'.format(r['median'], r['q1'], r['q3'])} | "
+                         f"{target} |")
         lines += ["", "counterprof's threads, steady state (meta.json, `sleep` run − the median `true` run, % of a "
                   "core; rest = the process beside the collectors' threads: main thread, end of run; sum = the "
                   "process's CPU, less noisy than the tree's):"]
@@ -1005,9 +1007,10 @@ def report(results: dict) -> str:
             hu = (e.get("host_us_per_sample") or {}).get("median")
             total = (e.get("sum_pct") or {}).get("median")
             lines.append(f"- -I {i:g}: {fmt_breakdown(e['threads_pct'])}, rest "
-                         f"{'n/a' if rest is None else '%.2f%%' % rest}, sum "
-                         f"{'n/a' if total is None else '%.2f%%' % total}; host collector "
-                         f"{'n/a' if hu is None else '%.0f µs' % hu} of CPU per sample (every 100 ms, wake-up included)")
+                         f"{'n/a' if rest is None else f'{rest:.2f}%'}, sum "
+                         f"{'n/a' if total is None else f'{total:.2f}%'}; host collector "
+                         f"{'n/a' if hu is None else f'{hu:.0f} µs'} of CPU per sample "
+                         "(every 100 ms, wake-up included)")
         if a.get("baseline"):
             lines += ["", f"Before/after: the baseline `{a['baseline']}` in the same rounds (ratio = counterprof / "
                       "baseline, paired per round):", "",
@@ -1018,14 +1021,16 @@ def report(results: dict) -> str:
                 r = e.get("vs_base")
                 bt = e.get("base_threads_pct") or {}
                 lines.append(f"| -I {i:g} | {fmt_pct(e.get('base_pct'))} | {fmt_pct(e['cp_pct'])} | "
-                             f"{'n/a' if not r else '%.2fx [%.2f–%.2f]' % (r['median'], r['q1'], r['q3'])} | "
+                             f"{'n/a' if not r else '{:.2f}x [{:.2f}–{:.2f}]'.format(r['median'], r['q1'], r['q3'])} | "
                              f"{fmt_breakdown(bt)} |")
         lines.append("")
     o = results.get("overhead")
     if o:
         a = results["args"]
-        lines += [f"### `counterprof run` vs `perf stat` ({a['rounds']} rounds × {a['seconds']:g} s, events {a['events']})", "",
-                  "| mode | work vs alone | profiler CPU (tree − workload − start-up) | meta.json cpu_s − its `-- true` value | target |",
+        lines += [f"### `counterprof run` vs `perf stat` ({a['rounds']} rounds × {a['seconds']:g} s, "
+                  f"events {a['events']})", "",
+                  "| mode | work vs alone | profiler CPU (tree − workload − start-up) "
+                  "| meta.json cpu_s − its `-- true` value | target |",
                   "|---|---|---|---|---|"]
         names = {"alone-again": "alone again (noise)", "perf-I10": "perf stat -I 10",
                  "perf-I1": "perf stat -I 1 (reference)",
@@ -1042,13 +1047,15 @@ def report(results: dict) -> str:
                          f"{fmt_pct(e['profiler_cpu_pct']) if m != 'alone-again' else '—'} | "
                          f"{fmt_pct(e.get('meta_cpu_pct')) if m.startswith('cp-') else '—'} | {target} |")
         lines += ["", f"counterprof -I 10 vs perf stat -I 10, paired work ratio: {fmt_ratio(o.get('cp10_vs_perf10'))}; "
-                  f"no less work than perf stat beyond the noise (alone-vs-alone reaches ±{o.get('noise_reach', float('nan')):.3f}): "
+                  "no less work than perf stat beyond the noise "
+                  f"(alone-vs-alone reaches ±{o.get('noise_reach', float('nan')):.3f}): "
                   f"{ok(o.get('cp10_within_noise_of_perf'))}",
                   ("workload not reaped by (its CPU is absent from the tree; profiler CPU = tree − start-up): "
                    + ", ".join(o["workload_not_reaped_by"]) if o.get("workload_not_reaped_by") else ""),
                   "start-up CPU subtracted (median tree CPU of WRAPPER -- true, pooled per tool): " + ", ".join(
                       f"{m} {(s or {}).get('median', float('nan')) * 1000:.0f} ms "
-                      f"[{(s or {}).get('min', float('nan')) * 1000:.0f}–{(s or {}).get('max', float('nan')) * 1000:.0f}]"
+                      f"[{(s or {}).get('min', float('nan')) * 1000:.0f}–"
+                      f"{(s or {}).get('max', float('nan')) * 1000:.0f}]"
                       for m, s in o["startup_cpu_s"].items()),
                   "sampler ticks vs expected (median): " + ", ".join(
                       f"{m} {(o['modes'][m].get('ticks_vs_expected') or {}).get('median', float('nan')):.3f}"
@@ -1063,7 +1070,7 @@ def report(results: dict) -> str:
     if s:
         lines += [f"### Start-up ({results['args']['startup_runs']} runs each)", "",
                   "| command | wall, median [min–max] | tree CPU, median |", "|---|---|---|"]
-        for name, e in s.items():
+        for _name, e in s.items():
             cpu = e["tree_cpu_s"]
             lines.append(f"| `{e['command']}` | {fmt_s(e['wall_s'])} | "
                          f"{'n/a' if not cpu else '%.0f ms' % (cpu['median'] * 1000)} |")
@@ -1076,7 +1083,8 @@ def report(results: dict) -> str:
     if c and "modes" in c:
         lines += [f"### `counterprof.profile()` in-process ({results['args']['rounds']} rounds × "
                   f"{results['args']['seconds']:g} s)", "",
-                  "| mode | work vs alone | profiler threads' CPU (meta.json) | same − empty block's | process − workload thread CPU | __enter__ | __exit__ |",
+                  "| mode | work vs alone | profiler threads' CPU (meta.json) | same − empty block's "
+                  "| process − workload thread CPU | __enter__ | __exit__ |",
                   "|---|---|---|---|---|---|---|"]
         for m, label in (("alone", "alone"), ("cm-I10", "profile(interval_ms=10)"),
                          ("cm-I1", "profile(interval_ms=1)")):
@@ -1102,14 +1110,15 @@ def report(results: dict) -> str:
     r = results.get("rss")
     if r:
         lines += [f"### Memory: `{r['command']}`", "",
-                  "| peak RSS (ru_maxrss) | peak of 1 s samples | first → last quarter (median) | slope | flat | profiler CPU (meta.json) | run dir |",
+                  "| peak RSS (ru_maxrss) | peak of 1 s samples | first → last quarter (median) | slope | flat "
+                  "| profiler CPU (meta.json) | run dir |",
                   "|---|---|---|---|---|---|---|"]
         if r["sampled_peak_rss_mb"] is not None and r["first_quarter_median_mb"] is not None:
             lines.append(
                 f"| {r['meta_max_rss_mb']:.1f} MB | {r['sampled_peak_rss_mb']:.1f} MB | "
                 f"{r['first_quarter_median_mb']:.1f} → {r['last_quarter_median_mb']:.1f} MB | "
                 f"{r['slope_mb_per_min']:+.3f} MB/min | {ok(r['flat'])} | "
-                f"{'n/a' if r['profiler_cpu_pct_meta'] is None else '%.2f%%' % r['profiler_cpu_pct_meta']} | "
+                f"{'n/a' if r['profiler_cpu_pct_meta'] is None else '{:.2f}%'.format(r['profiler_cpu_pct_meta'])} | "
                 f"{r['run_dir_bytes'] / 2**20:.1f} MB |")
         lines += ["", f"target: peak < {TARGET_RSS_MB:g} MB and flat: "
                   f"{ok(None if r['peak_rss_mb'] is None else r['peak_rss_mb'] < TARGET_RSS_MB and r['flat'])} "
@@ -1119,7 +1128,8 @@ def report(results: dict) -> str:
     if lv and "modes" in lv:
         a = results["args"]
         lines += [f"### `--live` ({a['rounds']} rounds × {a['live_seconds']:g} s, -I 10, events {a['events']})", "",
-                  "| mode | work vs alone | work vs `run -I 10` | profiler CPU added (meta.json cpu_s, vs `run -I 10`) | live-view thread CPU | collector threads' extra CPU (the sink) | frames/s | pty bytes/s |",
+                  "| mode | work vs alone | work vs `run -I 10` | profiler CPU added (meta.json cpu_s, vs `run -I 10`) "
+                  "| live-view thread CPU | collector threads' extra CPU (the sink) | frames/s | pty bytes/s |",
                   "|---|---|---|---|---|---|---|---|"]
         names = {"alone-again": "alone again (noise)", "cp-I10": "counterprof run -I 10",
                  "cp-I10-live-tty": "… --live, dashboard on a pty (120×40)",
@@ -1133,13 +1143,14 @@ def report(results: dict) -> str:
                          f"{fmt_pct(e['extra_profiler_cpu_pct']) if live else '—'} | "
                          f"{fmt_pct(e['view_thread_cpu_pct']) if live else '—'} | "
                          f"{fmt_pct(e['collector_threads_extra_cpu_pct']) if live else '—'} | "
-                         f"{'%.1f' % e['frames_per_s']['median'] if e.get('frames_per_s') else '—'} | "
-                         f"{'%.0f' % bps['median'] if bps else '—'} |")
+                         f"{'{:.1f}'.format(e['frames_per_s']['median']) if e.get('frames_per_s') else '—'} | "
+                         f"{'{:.0f}'.format(bps['median']) if bps else '—'} |")
         fc = lv.get("frame_cost")
         fps = (lv["modes"]["cp-I10-live-tty"].get("frames_per_s") or {}).get("median")
         if fc:
             steady = (fc["frame_ms"] * (fps or 4.0) + fc["fold_ms_per_batch"] * fc["batches_per_s"]) / 10
-            lines += ["", f"steady state (a full 60 s window, measured in-process): fold {fc['fold_ms_per_batch']:.2f} ms "
+            lines += ["", "steady state (a full 60 s window, measured in-process): "
+                      f"fold {fc['fold_ms_per_batch']:.2f} ms "
                       f"per batch × {fc['batches_per_s']:g} batches/s, one frame {fc['frame_ms']:.2f} ms × "
                       f"{fps or 4.0:.1f} frames/s = {steady:.2f}% of one core"]
         for m in ("cp-I10-live-tty", "cp-I10-live-lines"):
@@ -1156,7 +1167,8 @@ def report(results: dict) -> str:
             else:
                 work_verdict = ok(work > 1 - TARGET_LIVE_WORK_LOSS)
             lines.append(f"target for {m} (modes seen: {', '.join(e['live_mode'])}): profiler CPU added "
-                         f"< {TARGET_LIVE_CPU_PCT:g}% of a core: {ok(None if cpu is None else cpu < TARGET_LIVE_CPU_PCT)}; "
+                         f"< {TARGET_LIVE_CPU_PCT:g}% of a core: "
+                         f"{ok(None if cpu is None else cpu < TARGET_LIVE_CPU_PCT)}; "
                          f"workload loses < {100 * TARGET_LIVE_WORK_LOSS:g}% vs `run -I 10`: {work_verdict}")
         lines.append("")
     if results.get("problems"):
@@ -1205,7 +1217,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "so they do the same work)")
     p.add_argument("--seed", type=int, default=None, help="seed for the per-round order (default: random, recorded)")
     p.add_argument("--json", metavar="PATH", help="write every figure and raw run to PATH")
-    p.add_argument("--counterprof", default=None, help="the counterprof executable (default: next to this Python, else PATH)")
+    p.add_argument("--counterprof", default=None,
+                   help="the counterprof executable (default: next to this Python, else PATH)")
     p.add_argument("--baseline", default=None, metavar="EXE",
                    help="table: another counterprof executable in the same rounds, for before/after (e.g. "
                         "an older checkout's venv's bin/counterprof)")

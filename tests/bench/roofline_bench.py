@@ -137,7 +137,8 @@ def main() -> int:
                 r["rss"].append(roof["peak_rss_mb"])
                 r["import_rss"].append(imp["peak_rss_mb"])
         out["traces"] = {}
-        print(f"\n{'trace':<44} {'import s':>9} {'roofline s':>11} {'ratio':>7} {'roofline RSS':>13} {'import RSS':>11}")
+        print(f"\n{'trace':<44} {'import s':>9} {'roofline s':>11} {'ratio':>7} "
+              f"{'roofline RSS':>13} {'import RSS':>11}")
         for label, r in rows.items():
             med = {k: statistics.median(v) for k, v in r.items()}
             out["traces"][label] = {"size_mb": traces[label].stat().st_size / 2 ** 20, **med, "runs": r}

@@ -108,7 +108,7 @@ def main(argv=None) -> int:
                 if not hooked:
                     cls.__next__ = getattr(patched, "__wrapped__", patched)
                 it = iter(loader)
-                results["DataLoader next()"][hooked].append(per_call(lambda: next(it), args.calls))
+                results["DataLoader next()"][hooked].append(per_call(lambda it=it: next(it), args.calls))
                 cls.__next__ = patched
                 if drv is not None:
                     drv.close()

@@ -9,8 +9,9 @@ default $HTA_PYTHON or /work/wt/hta-venv/bin/python), made with
     python3 -m venv hta-venv && hta-venv/bin/pip install holistictraceanalysis==0.5.0
 
 Each measurement is a fresh process doing one job: `counterprof import TRACE -o RUN` (its
-main() called in-process: stream conversion to Parquet spans, the run's meta.json), and HTA's TraceAnalysis(trace_files=...)
-(parse, correlate, filter: everything before its first analysis). Time is measured inside the
+main() called in-process: stream conversion to Parquet spans, the run's meta.json), and HTA's
+TraceAnalysis(trace_files=...) (parse, correlate, filter: everything before its first
+analysis). Time is measured inside the
 process around that call (library imports and interpreter start-up excluded, and reported
 apart); peak RSS is the process's ru_maxrss (libraries included, for both). Each round runs
 both tools on every trace, in a random order; figures are medians of per-round ratios.

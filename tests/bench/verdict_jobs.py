@@ -88,7 +88,8 @@ def main() -> int:
             truth = t["main_run_delay_s"] / t["wall_s"]
             rows.setdefault("GPT-2 sharing CPU 0 with a busy loop", []).append(
                 (truth, host(step_region(r)), host(r["overall"]), words(step_region(r))))
-            r, t = profile(tmp, "ddp", PY, str(JOBS / "ddp_train.py"), "--spawn", "2", "--port", str(29500 + 17 * i + 3))
+            r, t = profile(tmp, "ddp", PY, str(JOBS / "ddp_train.py"), "--spawn", "2",
+                           "--port", str(29500 + 17 * i + 3))
             truth = statistics.mean(x["reducer_wait_s"] / x["loop_s"] for x in t)
             rows.setdefault("DDP gloo, 2 ranks via mp.spawn: collectives", []).append(
                 (truth, coll(step_region(r)), coll(r["overall"]), words(step_region(r))

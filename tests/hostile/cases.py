@@ -70,7 +70,8 @@ def run_case(case: Case, work: Path) -> Result:
                            preexec_fn=_limits, env={**os.environ, **case.env})
         rc, stderr = p.returncode, p.stderr
     except subprocess.TimeoutExpired as exc:
-        rc, stderr = -999, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        rc, stderr = -999, ((exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes)
+                            else (exc.stderr or ""))
     seconds = time.monotonic() - t0
     problems = []
     if rc == -999:

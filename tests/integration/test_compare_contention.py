@@ -60,7 +60,8 @@ def test_the_figures_behind_it(runs):
     assert proc.returncode == 0, proc.stderr
     j = json.loads(proc.stdout)
     m = j["machine"]
-    assert m["scope"] == "step_time" and m["candidate"]["wait_source"] == "thread.main.runnable"   # the threads collector is on by default
+    # the threads collector is on by default
+    assert m["scope"] == "step_time" and m["candidate"]["wait_source"] == "thread.main.runnable"
     wb, wc = m["baseline"]["waits"]["step_time"], m["candidate"]["waits"]["step_time"]
     # an always-runnable busy loop on CPU 0 takes at least half of it from the workload, whatever
     # else runs there; the baseline waits only as long as other load on this machine makes it

@@ -32,7 +32,8 @@ def test_a_counterprof_meta_passes_and_wrong_catalogs_are_named(tmp_path):
     assert "not an array" in catalog_problem({})
     assert "entry 0 has no name" in catalog_problem([{"unit": "s"}])
     (tmp_path / "meta.json").write_text("[]")
-    with pytest.raises(RunDirectoryError, match=r"meta.json: meta.json is not a counterprof run's metadata \(it holds an array"):
+    with pytest.raises(RunDirectoryError,
+                       match=r"meta.json: meta.json is not a counterprof run's metadata \(it holds an array"):
         read_meta(tmp_path / "meta.json")
 
 

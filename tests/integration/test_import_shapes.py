@@ -52,7 +52,8 @@ def imported_ops(tmp_path: Path, trace: Path) -> Counter:
 def test_every_ops_attrs_are_its_recorded_shapes(tmp_path, path):
     with gzip.open(path, "rt") as f:
         events = json.load(f)["traceEvents"]
-    expected = Counter((ev["name"], expected_attrs(ev["name"], ev.get("args") if isinstance(ev.get("args"), dict) else None))
+    expected = Counter((ev["name"], expected_attrs(ev["name"],
+                                                   ev.get("args") if isinstance(ev.get("args"), dict) else None))
                        for ev in events if is_op(ev))
     assert imported_ops(tmp_path, path) == expected
 

@@ -199,7 +199,7 @@ def test_top_shows_the_machine_and_q_quits_leaving_nothing(term, tmp_path):
                           what="top's panels")
     assert lines[next(i for i, ln in enumerate(lines) if ln.startswith("counterprof ▸"))].startswith(
         "counterprof ▸ this machine")
-    assert has(" of %d CPUs busy" % os.cpu_count())(lines)
+    assert has(f" of {os.cpu_count()} CPUs busy")(lines)
     assert not has("│ CPU utilization")(lines)                # -a's task-clock is no busy figure
     term.keys("q")
     term.wait_for(has("EXIT=0"), timeout=20, what="top to quit")

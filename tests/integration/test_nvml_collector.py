@@ -36,7 +36,7 @@ class BatchLog:
         pass
 
 
-def record(path, fake, seconds=1.2, *, during=None, target=Target("self"), collectors=("nvml",),
+def record(path, fake, seconds=1.2, *, during=None, target=Target("self"), collectors=("nvml",),  # noqa: B008  Target is a frozen dataclass
            sinks=(), **config):
     warnings: list[str] = []
     cfg = {"nvml": {"module": fake, "interval_ms": 20, **config}}
@@ -323,9 +323,9 @@ def test_cli_without_a_driver(tmp_path):
 
 def cli_with_fake(*args: str, gpus: str = "[fake_nvml.hopper()]", timeout: float = 120):
     """`counterprof ARGS` in a fresh interpreter whose `import pynvml` gives the fake."""
-    code = ("import sys; sys.path.insert(0, %r); import fake_nvml; "
-            "sys.modules['pynvml'] = fake_nvml.FakeNvml(%s); "
-            "from counterprof.cli import main; sys.exit(main(sys.argv[1:]))" % (TESTS, gpus))
+    code = (f"import sys; sys.path.insert(0, {TESTS!r}); import fake_nvml; "
+            f"sys.modules['pynvml'] = fake_nvml.FakeNvml({gpus}); "
+            "from counterprof.cli import main; sys.exit(main(sys.argv[1:]))")
     return subprocess.run([PYTHON, "-c", code, *args], capture_output=True, text=True, timeout=timeout)
 
 

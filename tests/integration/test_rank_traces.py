@@ -93,7 +93,8 @@ def test_each_rank_converts_its_own_traces_once(tmp_path):
 
 def _trace(tmp_path: Path, name: str, pid: int, t0: int) -> Path:
     evs = [X("cpu_op", f"op{i}", t0 + i, 1, pid=pid) for i in range(3000)]
-    return write_trace(tmp_path / name, evs, {"baseTimeNanoseconds": time.time_ns()})  # recorded now: on the run's clock
+    # recorded now: on the run's clock
+    return write_trace(tmp_path / name, evs, {"baseTimeNanoseconds": time.time_ns()})
 
 
 def test_a_trace_is_converted_by_one_process_once(tmp_path):

@@ -205,7 +205,8 @@ def test_recover_converts_traces_a_killed_profiler_left(tmp_path):
     run = tmp_path / "run"
     def trace(name, pid, t0):
         evs = [X("cpu_op", f"op{i}", t0 + i, 1, pid=pid) for i in range(3000)]
-        return write_trace(tmp_path / name, evs, {"baseTimeNanoseconds": time.time_ns()})  # recorded now: on the run's clock
+        # recorded now: on the run's clock
+        return write_trace(tmp_path / name, evs, {"baseTimeNanoseconds": time.time_ns()})
     a, b, c = trace("a.pt.trace.json", 11, 0), trace("b.pt.trace.json", 22, 10_000), \
         trace("c.pt.trace.json", 33, 20_000)
     code = profiler_after_first_trace(run, a) + textwrap.dedent(f"""

@@ -26,7 +26,8 @@ def script(tmp_path: Path, body: str, name: str = "work.py") -> Path:
     return p
 
 
-def run_torch(tmp_path: Path, work: Path, *args: str, run_name: str = "run") -> tuple[Path, subprocess.CompletedProcess]:
+def run_torch(tmp_path: Path, work: Path, *args: str,
+              run_name: str = "run") -> tuple[Path, subprocess.CompletedProcess]:
     run = tmp_path / run_name
     proc = run_cli("run", "--torch", "--collectors", "host,torch", "-q", "-o", str(run), *args, "--",
                    PYTHON, str(work), timeout=300)

@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
         entry = {}
         for mode, flag in (("exact", "1"), ("hta_default", "0")):
             os.environ["HTA_DISABLE_NS_ROUNDING"] = flag
-            entry[mode] = _safe(lambda: analyse(path))
+            entry[mode] = _safe(lambda path=path: analyse(path))
         result["traces"][path.name] = entry
         print(path.name, json.dumps(entry["exact"])[:300], file=sys.stderr)
     target.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

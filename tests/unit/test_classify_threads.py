@@ -110,8 +110,12 @@ def test_thread_state_samples_become_main_thread_signals():
     for ti in t:
         for metric, v in (("thread.main.running", 0.06), ("thread.main.runnable", 0.01),
                           ("thread.main.blocked", 0.03), ("thread.intraop.running", 0.15)):
-            rows["time"].append(ti); rows["duration_ns"].append(100 * ms); rows["source"].append("threads")
-            rows["metric"].append(metric); rows["entity"].append("tid:1"); rows["value"].append(v)
+            rows["time"].append(ti)
+            rows["duration_ns"].append(100 * ms)
+            rows["source"].append("threads")
+            rows["metric"].append(metric)
+            rows["entity"].append("tid:1")
+            rows["value"].append(v)
     table = pa.table(rows).set_column(0, "time", pa.array(rows["time"], pa.int64()).cast(pa.timestamp("ns", "UTC")))
     catalog = {m: {"kind": "delta", "unit": "s"} for m in set(rows["metric"])}
     data = RunData()

@@ -96,7 +96,8 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_type_only_imports_are_not_counted(tmp_path):
     mod = tmp_path / "m.py"
-    mod.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import a\nelse:\n    from p import b\n"
+    mod.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from p import a\n"
+                   "else:\n    from p import b\n"
                    "def f():\n    from p import c\n")
     known = {"p.a": mod, "p.b": mod, "p.c": mod}
     assert imports_of("p.m", mod, known) == {"p.b", "p.c"}

@@ -49,7 +49,8 @@ def numbers(draw, small=False):
     exp = draw(st.integers(-8, 8)) if draw(st.integers(0, 5)) == 0 else None
     text = ("-" if neg else "") + str(whole) + ("." + frac if frac else "")
     if exp is not None:
-        text += draw(st.sampled_from("eE")) + draw(st.sampled_from(["", "+", "-"]) if exp >= 0 else st.just("-")) + str(abs(exp))
+        text += (draw(st.sampled_from("eE")) + draw(st.sampled_from(["", "+", "-"]) if exp >= 0 else st.just("-"))
+                 + str(abs(exp)))
     return Num(text)
 
 

@@ -196,9 +196,10 @@ def _out_elements(dims: list) -> int:
 def test_matches_tracelens_reference():
     """Every op of TraceLens's reference that we model: GEMM, convolution, attention and
     elementwise FLOPs equal TraceLens's, bytes within 1% (TraceLens reports MiB rounded to 6
-    digits; addmm: TraceLens adds the bias's m*n FLOPs, FlopCounterMode does not). copy_ FLOPs differ on purpose (TraceLens counts one per element, there is no
-    arithmetic); norms are approximate in both (5 FLOPs per element here); convolution_backward:
-    TraceLens reads grad_output twice and ignores output_mask."""
+    digits; addmm: TraceLens adds the bias's m*n FLOPs, FlopCounterMode does not). copy_ FLOPs
+    differ on purpose (TraceLens counts one per element, there is no arithmetic); norms are
+    approximate in both (5 FLOPs per element here); convolution_backward: TraceLens reads
+    grad_output twice and ignores output_mask."""
     checked = 0
     for trace, data in _reference().items():
         for row in data["ops"]:

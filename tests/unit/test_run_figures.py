@@ -46,7 +46,7 @@ def spans(rank: int, step_ms: float) -> pa.Table:
         s = T0 + k * 200 * MS
         st += [s, s]
         en += [s + int(step_ms * MS), s + int(step_ms * MS / 2)]
-        name += ["ProfilerStep#%d" % k, "forward"]
+        name += [f"ProfilerStep#{k}", "forward"]
         cat += ["step", "region"]
     t = pa.Table.from_batches([spans_batch(st, en, name, cat)])
     return t.append_column("rank", pa.array([rank] * t.num_rows, pa.int32()))

@@ -81,7 +81,8 @@ def test_an_unknown_status_is_named(doc, why):
 def test_read_run_meta_names_the_file_and_read_meta_is_unchanged(tmp_path):
     path = tmp_path / "meta.json"
     path.write_text(json.dumps({"status": "finished"}))
-    with pytest.raises(RunDirectoryError, match=r"meta.json: meta.json is not a counterprof run's metadata \(status is 'finished'"):
+    with pytest.raises(RunDirectoryError,
+                       match=r"meta.json: meta.json is not a counterprof run's metadata \(status is 'finished'"):
         read_run_meta(path)
     assert read_meta(path) == {"status": "finished"}       # the dict reader checks shapes only
     path.write_text("[]")
