@@ -76,7 +76,7 @@ class ReportInputs:
     meta: RunMeta | dict[str, Any]
     ranks: int | None = None    # rank partitions (the processes doing the work); None: from meta
     rank_buckets: pa.Table | None = None   # per rank and metric, one bucket over the whole run
-    hosts: dict[int, str] | None = None    # rank -> host that recorded it (clock skew across hosts)
+    hosts: dict[int, str | None] | None = None    # rank -> host that recorded it (clock skew across hosts)
     world_size: int | None = None          # the job's WORLD_SIZE, when a rank recorded it
     roofline: Any = None                   # analysis.roofline.Roofline of the run's ops, if any
 
@@ -178,7 +178,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     overall.start_ns, overall.end_ns = data.start_ns, data.end_ns
     report = Report(run_info, overall, window_s, summary=summary, collectors=collectors)
 
-    def point(t: int, sig) -> dict[str, float]:
+    def point(t: int, sig: Any) -> dict[str, float]:
         return {"t_s": (t - data.start_ns) / 1e9, **{k: round(sig[k].value, 6) for k in PLOT_SIGNALS if k in sig}}
 
     step, starts = window_starts(data, int(window_s * 1e9))
@@ -323,7 +323,7 @@ def metric_set_notes(rank_buckets: pa.Table, most: int = 8) -> list[str]:
     return notes
 
 
-def _gpu_breakdown(spans: pa.Table):
+def _gpu_breakdown(spans: pa.Table) -> Any:
     """HTA-style breakdowns of the run's GPU spans, per rank and summed (None without GPU work)."""
     from .breakdown import analyze
     if spans.num_rows == 0:
@@ -339,7 +339,7 @@ def _gpu_breakdown(spans: pa.Table):
     return analyze(by_rank)
 
 
-def device_stats(chunks: Iterable) -> pa.Table:
+def device_stats(chunks: Iterable[Any]) -> pa.Table:
     """Per (entity, metric) of the device sources: sum, count and peak (in-memory samples)."""
     parts = []
     for chunk in chunks:

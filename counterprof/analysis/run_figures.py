@@ -226,7 +226,7 @@ def window_values(cells: _Cells, k: int, kinds: dict[str, str]) -> dict[str, np.
     n = cells.sum.shape[1]
     edges = np.arange(0, n, k)     # no padding: a window may be far longer than the run
 
-    def fold(a, how):
+    def fold(a: np.ndarray, how: np.ufunc) -> np.ndarray:
         return how.reduceat(a, edges, axis=1) if n else a
 
     s = fold(cells.sum, np.add)
@@ -249,7 +249,7 @@ def window_values(cells: _Cells, k: int, kinds: dict[str, str]) -> dict[str, np.
 
 def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ranks: list[int],
                  catalog: dict[str, dict[str, Any]], start_ns: int, end_ns: int, window_ns: int,
-                 finest_ns: int) -> tuple[dict, dict, dict, RunData]:
+                 finest_ns: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], RunData]:
     """One pass over every rank's samples. Returns (per-window values: metric -> rank -> array,
     totals: delta metric -> rank -> sum, units, RunData for the classifier)."""
     bucket = max(finest_ns, -(-(end_ns - start_ns) // MAX_CELLS), 1_000_000)
@@ -329,7 +329,7 @@ def _run_data(cells: _Cells, kinds: dict[str, str], catalog: dict[str, dict[str,
         data.sources[name] = (catalog.get(name) or {}).get("source", "")
         lo = int(starts.min()) if lo is None else min(lo, int(starts.min()))
         hi = int(ends.max()) if hi is None else max(hi, int(ends.max()))
-    if lo is not None:
+    if lo is not None and hi is not None:
         data.start_ns, data.end_ns = lo, hi
     return data
 
@@ -359,7 +359,8 @@ def span_times(spans: pa.Table) -> dict[str, dict[int, np.ndarray]]:
     return out
 
 
-def verdicts(data: RunData, roofline=None) -> tuple[Verdict | None, dict[str, Verdict], dict[str, dict[str, float]]]:
+def verdicts(data: RunData, roofline: Any = None
+             ) -> tuple[Verdict | None, dict[str, Verdict], dict[str, dict[str, float]]]:
     """The run's verdict, the step's and each region's (the MAX_VERDICT_REGIONS longest), and the
     key signals over each of those scopes (what `history` keeps). roofline: the run's
     analysis.roofline.Roofline, which splits busy time where no PMU or GPM does (as in report)."""
@@ -447,14 +448,14 @@ def _covered(scope: iv.Intervals, t: np.ndarray) -> np.ndarray:
     return np.where(i >= 0, before[j] + np.minimum(t, ends[j]) - starts[j], 0)
 
 
-def _key_signals(sig) -> dict[str, float]:
+def _key_signals(sig: Any) -> dict[str, float]:
     return {k: round(sig[k].value, 6) for k in KEY_SIGNALS if k in sig}
 
 
 def run_figures(path: str, meta: RunMeta | dict[str, Any], catalog: dict[str, dict[str, Any]], ranks: list[int],
                 batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], spans: pa.Table,
                 window_ns: int | None = None, bounds: tuple[int, int] | None = None,
-                roofline=None) -> RunFigures:
+                roofline: Any = None) -> RunFigures:
     """Everything compare and history need from one run. `batches_of_rank(r)` streams rank r's
     samples (time, duration_ns, metric, value); `spans` is the spans table with a "rank" column;
     roofline: the run's analysis.roofline.Roofline, for the verdicts (None: no torch ops)."""

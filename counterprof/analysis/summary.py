@@ -66,7 +66,7 @@ class Summary:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def __rich__(self):
+    def __rich__(self) -> Any:
         from ..render.summary import summary_renderable
         return summary_renderable(self)
 
@@ -80,7 +80,7 @@ COLUMNS = ("source", "metric", "value", "duration_ns", "quality")
 _SUMS = ("value_sum", "value_count", "dur_sum", "qdur_sum", "unknown_sum", "vdur_sum", "vdurw_sum")
 
 
-def _codes(column) -> tuple[pa.Array, pa.Array]:
+def _codes(column: Any) -> tuple[pa.Array, pa.Array]:
     """(int codes, their strings) of a dictionary column, without materializing a string
     per row; plain string columns are encoded first."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
@@ -89,7 +89,7 @@ def _codes(column) -> tuple[pa.Array, pa.Array]:
     return arr.indices, arr.dictionary
 
 
-def _aggregate(chunk) -> list[dict[str, Any]]:
+def _aggregate(chunk: Any) -> list[dict[str, Any]]:
     dur = pc.fill_null(chunk["duration_ns"], 0).cast(pa.float64())
     value = chunk["value"]
     src_codes, src_names = _codes(chunk["source"])
@@ -110,10 +110,11 @@ def _aggregate(chunk) -> list[dict[str, Any]]:
     src, met = src_names.to_pylist(), met_names.to_pylist()
     for r in rows:
         r["source"], r["metric"] = src[r.pop("s")], met[r.pop("m")]
-    return rows
+    out: list[dict[str, Any]] = rows
+    return out
 
 
-def _merge(out: dict[tuple[str, str], dict[str, Any]], chunk) -> None:
+def _merge(out: dict[tuple[str, str], dict[str, Any]], chunk: Any) -> None:
     for r in _aggregate(chunk):
         key = (r.pop("source"), r.pop("metric"))
         acc = out.get(key)
@@ -126,7 +127,7 @@ def _merge(out: dict[tuple[str, str], dict[str, Any]], chunk) -> None:
                                default=None)
 
 
-def _per_metric(chunks: Iterable) -> dict[tuple[str, str], dict[str, Any]]:
+def _per_metric(chunks: Iterable[Any]) -> dict[tuple[str, str], dict[str, Any]]:
     """(source, metric) -> sums, max and counts, combined chunk by chunk so a run of any
     length is summarized in bounded memory."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -144,7 +145,7 @@ class Totals:
 
     FOLD_ROWS = 65536
 
-    def __init__(self):
+    def __init__(self) -> None:
         import threading
         self.stats: dict[tuple[str, str], dict[str, Any]] = {}
         self._pending: list[pa.RecordBatch] = []
@@ -175,7 +176,7 @@ class Totals:
         return _summary(self.stats, catalog, meta, ranks)
 
 
-def metric_totals(chunks: Iterable) -> pa.Table:
+def metric_totals(chunks: Iterable[Any]) -> pa.Table:
     """Per (source, metric): the sums a summary is made of, as a table (the columns
     store.query.RunQuery.metric_totals gives from files)."""
     stats = _per_metric(chunks)
@@ -190,7 +191,7 @@ def summary_from_totals(totals: pa.Table, catalog: dict[str, dict[str, Any]],
     return _summary(stats, catalog, meta, ranks)
 
 
-def summarize(samples: pa.Table | Iterable, catalog: dict[str, dict[str, Any]],
+def summarize(samples: pa.Table | Iterable[Any], catalog: dict[str, dict[str, Any]],
               meta: RunMeta | dict[str, Any], ranks: int | None = None) -> Summary:
     """samples: the samples table, or an iterable of its batches (COLUMNS suffice).
     ranks: the run's rank partitions, when the caller knows them (else read from meta)."""
@@ -217,8 +218,8 @@ def _per_rank_gauge(source: str, metric: str) -> bool:
     return source == "host" and metric.startswith("proc.")
 
 
-def _summary(stats: dict, catalog: dict[str, dict[str, Any]], meta: RunMeta | dict[str, Any],
-             ranks: int | None = None) -> Summary:
+def _summary(stats: dict[tuple[str, str], dict[str, Any]], catalog: dict[str, dict[str, Any]],
+             meta: RunMeta | dict[str, Any], ranks: int | None = None) -> Summary:
     meta = RunMeta.of(meta)
     workload = meta.workload
     elapsed = workload.elapsed_s

@@ -95,7 +95,7 @@ def _compact(rank_path: Path, report: CompactionReport) -> CompactionReport:
         pending: list[pa.RecordBatch] = []
         pending_rows = 0
 
-        def flush() -> None:
+        def flush(folder: Path = folder, tmp: Path = tmp) -> None:     # this table's, bound now
             nonlocal writer_obj, pending, pending_rows
             if not pending:
                 return
