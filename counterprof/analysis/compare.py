@@ -628,11 +628,11 @@ def _problems(baseline: list[RunFigures], candidate: list[RunFigures]) -> list[s
     out = []
     for side, runs in (("baseline", baseline), ("candidate", candidate)):
         for r in runs:
-            w = r.meta.get("workload") or {}
-            if w.get("signal"):
-                out.append(f"the {side} run {r.run_id}'s workload was killed by signal {w['signal']}")
-            elif w.get("exit_status") not in (None, 0):
-                out.append(f"the {side} run {r.run_id}'s workload exited with status {w['exit_status']}")
+            w = r.workload
+            if w.signal:
+                out.append(f"the {side} run {r.run_id}'s workload was killed by signal {w.signal}")
+            elif w.exit_status not in (None, 0):
+                out.append(f"the {side} run {r.run_id}'s workload exited with status {w.exit_status}")
     steps = {side: [sum(len(a) for a in r.times.get(STEP, {}).values()) / max(1, len(r.ranks)) for r in runs]
              for side, runs in (("baseline", baseline), ("candidate", candidate))}
     b, c = steps["baseline"], steps["candidate"]

@@ -64,7 +64,8 @@ def bounds_of(run: Run) -> tuple[int, int]:
 
 def command_of(run: Run) -> str:
     from ..redact import command_line
-    return command_line(run.meta.get("command")) or "(no command)"
+    from ..store.meta import RunMeta
+    return command_line(RunMeta.of(run.meta).command) or "(no command)"
 
 
 def check_commands(base_runs: list[Run], cand_runs: list[Run], force: bool) -> set[str]:

@@ -6,6 +6,8 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..store.meta import RunMeta
+
 if TYPE_CHECKING:
     from .changepoints import ChangePoint
     from ..store.history import RunRecord, Trend
@@ -24,12 +26,11 @@ def run_record(run: Run, path: str, warn: Callable[[str], None]) -> RunRecord:
     from .run_figures import summary_series
     from ..store.history import RunRecord, command_text
     from ..store.liveness import profiler_alive
-    meta = run.meta
-    if profiler_alive(meta):
+    meta = RunMeta.of(run.meta)
+    if profiler_alive(meta.raw):
         from ..errors import UsageError
-        prof = meta.get("profiler") or {}
-        raise UsageError(f"{run.path} is still being written (counterprof pid {prof.get('pid')} on "
-                         f"{prof.get('host')}): add it once that run has finished")
+        raise UsageError(f"{run.path} is still being written (counterprof pid {meta.profiler.pid} on "
+                         f"{meta.profiler.host}): add it once that run has finished")
     f = figures(run, warn)
     for why in run.skipped:
         warn(f"skipped an unreadable file (its rows are not in the summary): {why}")
@@ -37,25 +38,25 @@ def run_record(run: Run, path: str, warn: Callable[[str], None]) -> RunRecord:
         warn(why)
     if f.verdict is None and not f.times:
         warn(f"{run.path}: no samples or spans: only its wall time and command are recorded")
-    host = (meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else meta.get("host")
     series = summary_series(f)
     return RunRecord(
-        run_id=str(meta.get("id") or run.path.name), path=str(run.path.resolve()), start_ns=meta.get("start_ns"),
-        start_time=meta.get("start_time"), command=command_text(meta.get("command")), host=host,
+        run_id=str(meta.id or run.path.name), path=str(run.path.resolve()), start_ns=meta.start_ns,
+        start_time=meta.start_time, command=command_text(meta.command), host=meta.host.hostname,
         git_rev=run_git_revision(meta, path, warn), ranks=len(run.ranks()),
         duration_s=(f.end_ns - f.start_ns) / 1e9, verdict=series[0][4] or "none",
-        counterprof_version=meta.get("counterprof_version") or __version__, figures=series)
+        counterprof_version=meta.counterprof_version or __version__, figures=series)
 
 
-def run_git_revision(meta: dict[str, Any], path: str, warn: Callable[[str], None]) -> str | None:
+def run_git_revision(meta: RunMeta | dict[str, Any], path: str, warn: Callable[[str], None]) -> str | None:
     """The git revision the run was made from: meta.json's git_revision, recorded at the run's
     start (None: its working directory was not a checkout). Runs from before counterprof
     recorded it lack the key: for them, the HEAD of their working directory's checkout now,
     and warn says so (it is the run's revision only if nothing was committed since)."""
-    if "git_revision" in meta:
-        rev = meta["git_revision"]
+    m = RunMeta.of(meta)
+    if m.records_git_revision:
+        rev = m.git_revision
         return rev if isinstance(rev, str) and rev else None
-    cwd = meta.get("cwd")
+    cwd = m.cwd
     if not cwd or not Path(cwd).is_dir():
         return None
     from ..gitrev import git_revision

@@ -13,6 +13,8 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..store.meta import RunMeta
+
 if TYPE_CHECKING:
     from .roofline import Roofline
     from ..store.op_rows import OpRows
@@ -95,15 +97,16 @@ def _pick(docs: dict[str, Doc] | None, gpu: bool, name: str | None) -> Doc | Non
 
 
 def choose_ceilings(gpu: bool, name: str | None, file_docs: dict[str, Doc] | None,
-                    meta: dict[str, Any]) -> tuple[Doc | None, str]:
+                    meta: RunMeta | dict[str, Any]) -> tuple[Doc | None, str]:
     """The ceilings document for the run's device, and a note saying where it came from."""
     doc = _pick(file_docs, gpu, name)
     if doc is not None:
         return doc, f"ceilings from the file given ({doc.get('device')})"
-    doc = _pick(meta.get("ceilings"), gpu, name)
+    m = RunMeta.of(meta)
+    doc = _pick(m.ceilings, gpu, name)
     if doc is not None:
         return doc, "ceilings copied into the run at its start (counterprof calibrate on its host)"
-    recorded_on = ((meta.get("host") or {}).get("hostname") if isinstance(meta.get("host"), dict) else None)
+    recorded_on = m.host.hostname
     if recorded_on and recorded_on == socket.gethostname():
         from ..calibrate import cached
         doc = _pick(cached(), gpu, name)

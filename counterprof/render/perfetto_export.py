@@ -139,7 +139,8 @@ def export_run(run, files: dict[int, list[RunFile]], ranks: list[int], out: Path
     started = time.perf_counter()
     if all(p.rows() == 0 for r in ranks for p in files[r]):
         raise RunDirectoryError(f"{run.path}: rank(s) {rank_ranges(ranks)} hold no samples or spans to export")
-    start_ns = run.meta.get("start_ns")
+    from ..store.meta import RunMeta
+    start_ns = RunMeta.of(run.meta).start_ns
     if not isinstance(start_ns, int):
         start_ns = earliest_ns([p for ps in files.values() for p in ps]) or 0
     w0, w1 = (None if s is None else start_ns + round(s * 1e9) for s in window_s)
