@@ -266,16 +266,34 @@ def test_calibration_agrees_with_plain_loops():
 def test_two_calibrations_agree():
     """One calibration's medians against the next one's: within 10%. On a machine shared with
     other jobs the machine itself moves more than that (seen at load 1.4 on 2 CPUs: 69 to 172
-    GFLOP/s between consecutive calibrations, while the reference loop moved with them); a
-    batch that misses is measured again (up to 5 batches)."""
+    GFLOP/s between consecutive calibrations, while the reference loop moved with them), so
+    each batch times the plain reference loops between the calibrations: a batch that misses is
+    measured again (up to 5 batches), and when every batch that missed saw the reference loops
+    move by 10% or more themselves, the bound cannot be held on this machine then, said as a
+    skip. A calibrate that moves while the plain loops hold still fails."""
     _idle_enough()
-    seen = []
+    seen, machine_moved = [], []
+
+    def move(runs: list[float]) -> float:
+        return statistics.median(abs(b / a - 1) for a, b in zip(runs, runs[1:]))
+
     for _attempt in range(5):
-        mm = [measure.cpu_matmul("fp32", [2048], 5, MODES[True]["min_s"])["flops_per_s"] for _ in range(3)]
-        bw = [measure.cpu_stream(5, MODES[True]["stream_min_s"])["copy"]["bytes_per_s"] for _ in range(3)]
-        moves = [statistics.median(abs(b / a - 1) for a, b in zip(runs, runs[1:])) for runs in (mm, bw)]
-        seen.append(([round(x / 1e9, 1) for x in mm], [round(x / 1e9, 2) for x in bw]))
+        mm, bw, ref_mm, ref_bw = [], [], [], []
+        for _ in range(3):
+            mm.append(measure.cpu_matmul("fp32", [2048], 5, MODES[True]["min_s"])["flops_per_s"])
+            ref_mm.append(_reference_matmul())
+            bw.append(measure.cpu_stream(5, MODES[True]["stream_min_s"])["copy"]["bytes_per_s"])
+            ref_bw.append(_reference_copy())
+        moves = [move(mm), move(bw)]
+        ref_moves = [move(ref_mm), move(ref_bw)]
+        seen.append(([round(x / 1e9, 1) for x in mm], [round(x / 1e9, 2) for x in bw],
+                     [round(x, 3) for x in moves], [round(x, 3) for x in ref_moves]))
         if max(moves) < 0.10:
             break
-    print(f"\ncalibrations (GFLOP/s, GB/s) per batch: {seen}")
+        # the machine was not quiet enough to hold 10% in this batch: a plain loop timed between
+        # the calibrations moved by that much itself
+        machine_moved.append(max(ref_moves) >= 0.10)
+    print(f"\ncalibrations (GFLOP/s, GB/s, moves, the reference loops' moves) per batch: {seen}")
+    if max(moves) >= 0.10 and all(machine_moved):
+        pytest.skip(f"the machine itself moved by 10% or more in every batch (the plain loops too): {seen}")
     assert max(moves) < 0.10, seen
