@@ -10,6 +10,10 @@ hands it back and forth around each of a dozen syscalls. The C side also keeps t
 sample and turns each into rows (deltas, gauges, the system's CPU shares) in column arrays,
 drained once a second into one Arrow batch (buffers straight from C): one journal write per
 second, and no Python per row or per figure.
+
+When the perf collector's C sampler ticks at or finer than this interval, the record runs on its
+tick (a rider, every N ticks: ctx.tick_riders), and this thread wakes only to flush, once a
+second; without perf (absent, failed, coarser) this thread records, as before.
 """
 from __future__ import annotations
 
@@ -146,6 +150,7 @@ class HostCollector(PollingCollector):
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
         self._flush_lock = threading.Lock()
+        self._ride: tuple[Any, int] | None = None    # (perf's sampler, rider id); under _flush_lock
 
     @classmethod
     def availability(cls, config=None) -> Availability:
@@ -179,6 +184,8 @@ class HostCollector(PollingCollector):
         self.reader = ProcReader(self.root, self.proc)
         self.reader.lib.cp_procstat_set_time_offset(self.reader.handle, ctx.clock.offset_ns)
         self.reader.record()          # the baseline
+        self.details["samples"] = "own thread"
+        ctx.tick_riders.append(self)
         self.start_polling(ctx)
 
     @property
@@ -189,11 +196,49 @@ class HostCollector(PollingCollector):
         period = self.period_s
         flush_every = max(1, round(EMIT_EVERY_S / period))
         n = 0
-        while not self._stop.wait(period):
+        while not self._stop.wait(EMIT_EVERY_S if self._ride is not None else period):
+            if self._ride is not None:       # the sampler records; flush what it kept
+                self._tick_error()
+                self.flush()
+                continue
             self.reader.record()
             n += 1
             if n % flush_every == 0:
+                self._tick_error()
                 self.flush()
+
+    # -- the perf sampler's tick -----------------------------------------------------------
+
+    def ride(self, sampler: Any, interval_ns: int) -> None:
+        """perf's sampler runs, ticking every interval_ns: record on its tick, every N ticks
+        (N = our interval / its; never when it ticks coarser than ours)."""
+        period_ns = round(self.period_s * 1e9)
+        if interval_ns > period_ns:
+            return
+        with self._flush_lock:
+            if self._stop.is_set() or self.reader.handle is None:
+                return
+            lib = self.reader.lib
+            rider = lib.cp_sampler_ride_procstat(sampler, self.reader.handle, max(1, period_ns // interval_ns))
+            if rider < 0:
+                raise OSError(-rider, os.strerror(-rider), "sampler rider")
+            self._ride = (sampler, rider)
+            self.details["samples"] = "perf sampler tick"
+
+    def unride(self) -> None:
+        """perf stops its sampler: record on our own thread again (deltas carry on from the
+        sampler's last record: nothing is lost)."""
+        with self._flush_lock:
+            if self._ride is None:
+                return
+            sampler, rider = self._ride
+            self.reader.lib.cp_sampler_remove_rider(sampler, rider)   # no call runs once it returns
+            self._ride = None
+
+    def _tick_error(self) -> None:
+        rc = self.reader.lib.cp_procstat_tick_error(self.reader.handle)
+        if rc < 0:
+            raise OSError(-rc, os.strerror(-rc), "/proc (on the perf sampler's tick)")
 
     def sample(self) -> None:
         """One sample into the pending rows (kept in C until the next flush)."""
@@ -209,4 +254,5 @@ class HostCollector(PollingCollector):
             self.ctx.emit("samples", batch)
 
     def release(self) -> None:
+        self.unride()                 # perf still running (it failed to stop): leave its tick first
         self.reader.close()
