@@ -25,8 +25,10 @@ C sampler's tick (it wakes every interval anyway: ctx.tick_riders): the schedsta
 walk with its sums by role (native/procstat.c, from the roles Python set by tid). This thread then
 wakes to drain once a second, and at once when a walk sees what only Python decides (threads
 came, went or were renamed, the critical process's children moved, the root is gone): C keeps that
-walk for it and stops walking until the roles are set again. Without perf (absent, failed, or
-ticking coarser) this collector's own thread reads and walks, as before.
+walk for it and stops walking until the roles are set again. The drain itself runs on perf's drain
+thread (drain_ridden), so riding, this thread wakes for kept walks and the contenders only.
+Without perf (absent, failed, or ticking coarser) this collector's own thread reads and walks, as
+before.
 """
 from __future__ import annotations
 
@@ -82,6 +84,7 @@ EMIT_EVERY_NS = 1_000_000_000    # journal writes once a second: a killed profil
 WALK_NS = 100_000_000
 WALK_BIG_NS = 300_000_000
 WALK_SMALL_UP_TO = 64
+RIDDEN_CHECK_S = 3.0             # riding: how long without perf's drains before this thread drains
 FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a second (main threads': every sample)
 CONTENDERS_EVERY_S = 5.0         # the other processes' CPU, read this often (and at start and stop)
 
@@ -394,15 +397,16 @@ class ThreadsCollector(PollingCollector):
         wake_fd = self.reader.lib.cp_threads_wake_fd(self.reader.handle)
         while not self._stop.is_set():
             if self._ride is not None:
-                # the sampler walks: wake for a walk it kept, a stop, or the drain (once a second)
-                if select.select([wake_fd], [], [], EMIT_EVERY_NS / 1e9)[0]:
+                # the sampler walks and perf's drain thread drains: wake for a walk kept for us, a
+                # stop, the contenders, or to drain should perf's drains stop
+                if select.select([wake_fd], [], [], RIDDEN_CHECK_S)[0]:
                     try:
                         os.read(wake_fd, 8)
                     except BlockingIOError:
                         pass
                 if self._stop.is_set():
                     break
-                self.drain_ride()
+                self.drain_ride(kept_only=self.ctx.clock.now_ns() - self._last_emit < RIDDEN_CHECK_S * 1e9)
             elif self._stop.wait(self.period_s):
                 break
             else:
@@ -430,20 +434,21 @@ class ThreadsCollector(PollingCollector):
                 return
             from counterprof._native import ffi, lib
             h = self.reader.handle
-            rc = lib.cp_threads_ride_setup(h, self.ctx.clock.offset_ns, self._prev_time, interval_ns, WALK_NS,
-                                           WALK_BIG_NS, WALK_SMALL_UP_TO, FULL_EVERY_NS)
+            every = max(1, self._interval_ns // interval_ns)      # at our interval, as our own thread
+            rc = lib.cp_threads_ride_setup(h, self.ctx.clock.offset_ns, self._prev_time, interval_ns * every,
+                                           WALK_NS, WALK_BIG_NS, WALK_SMALL_UP_TO, FULL_EVERY_NS)
             if rc < 0:
                 raise OSError(-rc, os.strerror(-rc), "threads rider")
             self._push_roles()
             lib.cp_threads_watch_children(h, -1 if self._children_fd is None else self._children_fd)
-            rider = lib.cp_sampler_ride_threads(sampler, h)
+            rider = lib.cp_sampler_ride_threads(sampler, h, every)
             if rider < 0:
                 lib.cp_threads_watch_children(h, -1)
                 raise OSError(-rider, os.strerror(-rider), "sampler rider")
             n = lib.CP_SCHED_RING
             self._ring = (ffi.new("int64_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n),
                           ffi.new("int32_t[]", n))
-            self._ride = (sampler, max(1, self._interval_ns // interval_ns), rider)
+            self._ride = (sampler, every, rider)
             self.details["main_reads"] = self.details["walks"] = "perf sampler tick"
             self._watch(-1 if self._main_fd is None else self._main_fd)
         self.reader.lib.cp_threads_wake(self.reader.handle)   # our loop: from its own period to the drain's
@@ -479,11 +484,20 @@ class ThreadsCollector(PollingCollector):
         """The roles by tid into C, for the walks on the tick; resumes them after a kept walk."""
         self.reader.set_roles([t for t, _p, _c in self._threads], self._roles.tolist(), self._loader_workers)
 
-    def drain_ride(self) -> None:
-        """The drain wake-up while riding: the walks and readings taken on the tick into rows, the
-        walk kept for Python (if any) accounted, the excluded set and the critical thread checked."""
+    def drain_ridden(self) -> None:
+        """Riding: the drain, on perf's drain thread (once a second)."""
+        self.drain_ride()
+
+    def drain_ride(self, kept_only: bool = False) -> None:
+        """The drain while riding: the walks and readings taken on the tick into rows, the walk
+        kept for Python (if any) accounted, the excluded set and the critical thread checked.
+        kept_only: only if a walk was kept (our thread's wake-up for it)."""
         with self._lock:
             if self.reader is None or self.root_gone or self._ride is None:
+                return
+            if kept_only and self.reader.lib.cp_threads_kept_walk(self.reader.handle, self.reader._out,
+                                                                  self.reader._kept_time,
+                                                                  self.reader._kept_duration) == 0:
                 return
             self._drain_ride_locked()
             if self.root_gone:

@@ -602,8 +602,8 @@ int cp_sampler_ride_procstat(cp_sampler *s, cp_procstat *h, int every_ticks) {
     return cp_sampler_add_rider(s, cp_procstat_tick, h, every_ticks);
 }
 
-int cp_sampler_ride_threads(cp_sampler *s, cp_threads *h) {
-    return cp_sampler_add_rider(s, cp_threads_tick, h, 1);
+int cp_sampler_ride_threads(cp_sampler *s, cp_threads *h, int every_ticks) {
+    return cp_sampler_add_rider(s, cp_threads_tick, h, every_ticks);
 }
 
 void cp_sampler_set_time_offset(cp_sampler *s, int64_t offset_ns) {

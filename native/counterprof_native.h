@@ -226,8 +226,9 @@ int cp_threads_sample(cp_threads *h, int full, struct cp_threads_stats *out);
 enum { CP_ROLE_MAIN, CP_ROLE_INTRAOP, CP_ROLE_LOADER, CP_ROLE_COMM, CP_ROLE_OTHER, CP_ROLE_EXCLUDED,
        CP_ROLES };
 /* Walk row times: CLOCK_MONOTONIC plus offset_ns; last_walk_ns: the previous walk's time (ns on
- * that axis), from which the first walk's duration counts. Configures; walks begin once a rider
- * calls cp_threads_tick. */
+ * that axis), from which the first walk's duration counts; tick_ns: how often cp_threads_tick is
+ * called (a walk may run half of it early). Configures; walks begin once a rider calls
+ * cp_threads_tick. */
 int cp_threads_ride_setup(cp_threads *h, int64_t offset_ns, int64_t last_walk_ns, int64_t tick_ns,
                           int64_t walk_ns, int64_t big_walk_ns, int small_up_to, int64_t full_every_ns);
 /* The rider's function (for cp_sampler_add_rider; arg is the cp_threads). */
@@ -252,13 +253,14 @@ int cp_threads_wake_fd(cp_threads *h);
 void cp_threads_wake(cp_threads *h);
 
 /* Riders for the two collectors' C samplers: cp_procstat_record every every_ticks ticks (its
- * errors kept for cp_procstat_tick_error), cp_threads_tick every tick. The handles must outlive
+ * errors kept for cp_procstat_tick_error), cp_threads_tick every every_ticks ticks (the threads
+ * interval: a walk runs when due, else the children file is compared). The handles must outlive
  * the rider (cp_sampler_remove_rider first). */
 int cp_procstat_tick(void *h, int64_t now_ns);
 /* The first error a record on the tick returned since the last call (0: none); clears it. */
 int cp_procstat_tick_error(cp_procstat *h);
 int cp_sampler_ride_procstat(cp_sampler *s, cp_procstat *h, int every_ticks);
-int cp_sampler_ride_threads(cp_sampler *s, cp_threads *h);
+int cp_sampler_ride_threads(cp_sampler *s, cp_threads *h, int every_ticks);
 
 /* fork, then the child waits on a pipe before exec so counters can be opened on
  * its pid first (perf stat's handshake). Write one byte to *go_fd to let it

@@ -146,7 +146,7 @@ def test_the_walk_on_the_tick_sums_by_role_and_keeps_a_changed_walk_for_python()
                                          150_000_000, 64, 1_000_000_000) == 0
         reader.set_roles(tids, roles, 3)
         assert lib.cp_sampler_add_group(s, fd, 1, ffi.new("int32_t[]", [0])) == 0
-        assert lib.cp_sampler_ride_threads(s, h) > 0
+        assert lib.cp_sampler_ride_threads(s, h, 1) > 0
         assert lib.cp_sampler_start(s, 1, 4096, 10_000_000) == 0
         end = time.monotonic() + 0.4
         while time.monotonic() < end:
