@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -158,8 +160,17 @@ static void add_status(const char *status, struct cp_tree_stats *out) {
     if (field_u64(status, "nonvoluntary_ctxt_switches", &v)) out->ctx_involuntary += v;
 }
 
-/* The root's files and the system files stay open between samples (pread from 0);
- * descendants come and go, so theirs are opened each time. */
+/* A descendant's files, held open between samples while it stays in the tree (within a budget:
+ * in-process they are the workload's descriptors). fd -1: not open. */
+enum { PF_STAT, PF_IO, PF_STATUS, PF_SCHED, PF_CHILDREN, PF_N };
+struct pfiles {
+    int pid;
+    uint32_t seen;                /* the walk generation that last read it */
+    int fd[PF_N];
+};
+
+/* The root's files and the system files stay open between samples (pread from 0); so do the
+ * descendants', while they last (a dead process's file reads nothing: it is read by path then). */
 struct cp_procstat {
     char proc[256];
     int root;
@@ -187,6 +198,10 @@ struct cp_procstat {
     /* record (on the perf sampler's tick, or the host thread) vs drain (the host thread) */
     pthread_mutex_t mu;
     int tick_error;               /* the first error of a record on the tick, until read */
+    struct pfiles *pf;
+    size_t npf, cap_pf;
+    uint32_t gen;
+    int held_fds, max_fds;
 };
 
 static int open_ro(const char *proc, int pid, const char *name) {
@@ -210,6 +225,13 @@ cp_procstat *cp_procstat_open(const char *proc, int root, int *err) {
     h->root_stat = h->root_io = h->root_status = h->root_sched = h->root_children = -1;
     h->force_full = 1;
     pthread_mutex_init(&h->mu, NULL);
+    /* descendants' files are held only on procfs, whose files of a dead process read nothing
+     * (a test's fake tree keeps a deleted file's text); an eighth of the descriptor limit at most */
+    struct rlimit rl;
+    struct statfs fs;
+    h->max_fds = statfs(proc, &fs) == 0 && fs.f_type == 0x9fa0 /* PROC_SUPER_MAGIC */ ? 256 : 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (long)(rl.rlim_cur / 8) < h->max_fds)
+        h->max_fds = (int)(rl.rlim_cur / 8);
     h->sys_stat = open_ro(proc, 0, "stat");
     h->sys_meminfo = open_ro(proc, 0, "meminfo");
     if (h->sys_stat < 0 || h->sys_meminfo < 0) {
@@ -236,6 +258,10 @@ void cp_procstat_close(cp_procstat *h) {
                  h->sys_stat, h->sys_meminfo};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         if (fds[i] >= 0) close(fds[i]);
+    for (size_t i = 0; i < h->npf; i++)
+        for (int k = 0; k < PF_N; k++)
+            if (h->pf[i].fd[k] >= 0) close(h->pf[i].fd[k]);
+    free(h->pf);
     free(h->known_parent.v);
     free(h->known_child.v);
     free(h->r_time);
@@ -244,6 +270,69 @@ void cp_procstat_close(cp_procstat *h) {
     free(h->r_value);
     pthread_mutex_destroy(&h->mu);
     free(h);
+}
+
+static struct pfiles *pf_get(cp_procstat *h, int pid) {
+    for (size_t i = 0; i < h->npf; i++)
+        if (h->pf[i].pid == pid) {
+            h->pf[i].seen = h->gen;
+            return &h->pf[i];
+        }
+    if (h->npf == h->cap_pf) {
+        size_t cap = h->cap_pf ? h->cap_pf * 2 : 16;
+        struct pfiles *v = realloc(h->pf, cap * sizeof(*v));
+        if (!v) return NULL;
+        h->pf = v;
+        h->cap_pf = cap;
+    }
+    struct pfiles *e = &h->pf[h->npf++];
+    e->pid = pid;
+    e->seen = h->gen;
+    for (int k = 0; k < PF_N; k++) e->fd[k] = -1;
+    return e;
+}
+
+/* A descendant's file: through its held descriptor (opened now within the budget), else by path.
+ * A descriptor that reads nothing belonged to a process now gone: the path says what is there. */
+static int pf_read(cp_procstat *h, int pid, int which, char *buf, size_t size) {
+    static const char *const names[PF_N] = {"stat", "io", "status", "schedstat", NULL};
+    char path[512];
+    if (which == PF_CHILDREN) snprintf(path, sizeof(path), "%s/%d/task/%d/children", h->proc, pid, pid);
+    else snprintf(path, sizeof(path), "%s/%d/%s", h->proc, pid, names[which]);
+    struct pfiles *e = pf_get(h, pid);
+    if (e && e->fd[which] >= 0) {
+        int n = pread_small(e->fd[which], buf, size);
+        if (n > 0) return n;
+        close(e->fd[which]);
+        e->fd[which] = -1;
+        h->held_fds--;
+        return read_small(path, buf, size);
+    }
+    if (e && h->held_fds < h->max_fds) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return -errno;
+        e->fd[which] = fd;
+        h->held_fds++;
+        return pread_small(fd, buf, size);
+    }
+    return read_small(path, buf, size);
+}
+
+/* After a sample: the files of processes no longer in the tree are closed; with pid > 0, only
+ * that process's (gone mid-walk: its files now read nothing). */
+static void pf_prune(cp_procstat *h, int pid) {
+    for (size_t i = 0; i < h->npf;) {
+        if (pid > 0 ? h->pf[i].pid != pid : h->pf[i].seen == h->gen) {
+            i++;
+            continue;
+        }
+        for (int k = 0; k < PF_N; k++)
+            if (h->pf[i].fd[k] >= 0) {
+                close(h->pf[i].fd[k]);
+                h->held_fds--;
+            }
+        h->pf[i] = h->pf[--h->npf];
+    }
 }
 
 /* Pids in a children file's text onto the stack. */
@@ -273,13 +362,12 @@ static int walk_children(cp_procstat *h, int pid, int full, struct pid_stack *st
         }
         return rc;
     }
-    char path[512], buf[8192];
+    char buf[8192];
     int got;
     if (pid == h->root && h->root_children >= 0) {
         got = pread_small(h->root_children, buf, sizeof(buf));
     } else {
-        snprintf(path, sizeof(path), "%s/%d/task/%d/children", h->proc, pid, pid);
-        got = read_small(path, buf, sizeof(buf));
+        got = pf_read(h, pid, PF_CHILDREN, buf, sizeof(buf));
     }
     int rc = got > 0 ? push_pids(buf, stack) : 0;
     size_t fresh = stack->n;
@@ -300,7 +388,7 @@ static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, int *vanished, i
     memset(out, 0, sizeof(*out));
     *vanished = 0;
     if (full) h->known_parent.n = h->known_child.n = 0;
-    char path[512], buf[4096];
+    char buf[4096];
     struct pid_stack stack = {0};
     int rc = walk_children(h, h->root, full, &stack);
     if (rc < 0 || pread_small(h->root_stat, buf, sizeof(buf)) <= 0 ||
@@ -320,21 +408,18 @@ static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, int *vanished, i
         size_t mark = stack.n;
         rc = walk_children(h, pid, full, &stack);
         if (rc < 0) break;
-        snprintf(path, sizeof(path), "%s/%d/stat", h->proc, pid);
-        int counted = read_small(path, buf, sizeof(buf)) > 0 ? add_stat(buf, out, h->tick, h->page) : 0;
+        int counted = pf_read(h, pid, PF_STAT, buf, sizeof(buf)) > 0 ? add_stat(buf, out, h->tick, h->page) : 0;
         if (!counted) {                             /* reaped since it was listed */
+            pf_prune(h, pid);                       /* its files now read nothing */
             *vanished = 1;
             stack.n = mark;                         /* its orphans are no longer ours */
             continue;
         }
         /* a zombie's I/O also moves to its parent when reaped (its ctx switches do not) */
-        snprintf(path, sizeof(path), "%s/%d/io", h->proc, pid);
-        if (read_small(path, buf, sizeof(buf)) > 0) add_io(buf, out);
+        if (pf_read(h, pid, PF_IO, buf, sizeof(buf)) > 0) add_io(buf, out);
         if (counted == 2) continue;
-        snprintf(path, sizeof(path), "%s/%d/status", h->proc, pid);
-        if (read_small(path, buf, sizeof(buf)) > 0) add_status(buf, out);
-        snprintf(path, sizeof(path), "%s/%d/schedstat", h->proc, pid);
-        if (read_small(path, buf, sizeof(buf)) > 0) add_schedstat(buf, out);
+        if (pf_read(h, pid, PF_STATUS, buf, sizeof(buf)) > 0) add_status(buf, out);
+        if (pf_read(h, pid, PF_SCHED, buf, sizeof(buf)) > 0) add_schedstat(buf, out);
     }
     free(stack.v);
     return rc;
@@ -354,6 +439,7 @@ static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
     if (h->root <= 0 || h->root_stat < 0) return 0;
     int64_t now = monotonic_ns();
     int full = h->force_full || now - h->last_full_ns >= 1000000000LL;
+    h->gen++;
     for (int attempt = 0;; attempt++) {
         int vanished = 0;
         if (full) {
@@ -361,7 +447,10 @@ static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
             h->last_full_ns = now;
         }
         int rc = walk_tree(h, out, &vanished, full);
-        if (rc < 0 || !vanished || attempt == 3) return rc;
+        if (rc < 0 || !vanished || attempt == 3) {
+            pf_prune(h, -1);
+            return rc;
+        }
         full = 1;
     }
 }

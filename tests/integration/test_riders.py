@@ -296,3 +296,63 @@ def test_a_killed_profiler_loses_about_a_second_of_host_and_threads_rows(tmp_pat
         # flushed once a second, as on their own threads: at most that second (and the write) lost
         assert killed_at - times.max() / 1e9 < 1.3, metric
     assert run_cli("recover", "-q", str(run_dir)).returncode == 0
+
+
+_FORKER = r"""
+import os, sys, time, subprocess
+c = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+print(c.pid, flush=True)
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:          # children of ~20 ms of CPU each, reaped at once
+    pid = os.fork()
+    if pid == 0:
+        t = time.process_time()
+        while time.process_time() - t < 0.02:
+            pass
+        os._exit(0)
+    os.waitpid(pid, 0)
+c.kill(); c.wait()
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _held(pid: int) -> int:
+    """Our descriptors open on /proc/PID/..."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith(f"/proc/{pid}/")
+        except OSError:
+            pass
+    return n
+
+
+def test_host_holds_descendants_files_while_they_last_and_counts_reaped_children_once():
+    """One reader over a tree whose children come and go (the host rider's case: its files stay
+    open between samples): the tree's CPU never goes down, a live child's files are held, and a
+    gone child's are closed at the next sample."""
+    from counterprof.collectors.host import ProcReader
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    p = subprocess.Popen([PYTHON, "-c", _FORKER, "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    reader = ProcReader(p.pid)
+    try:
+        sleeper = int(p.stdout.readline())
+        prev, dips, samples, held = None, [], 0, 0
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            tree, _sys = reader.sample()
+            total = tree["user_s"] + tree["system_s"]
+            if prev is not None and total < prev - 1.5 * tick:
+                dips.append(round(prev - total, 3))
+            prev, samples = total, samples + 1
+            held = max(held, _held(sleeper))
+        assert samples > 100 and dips == [], dips[:5]
+        assert held >= 4                              # stat, io, status, schedstat (+ children)
+        assert p.stdout.readline().strip() == "done"  # the sleeper is killed and reaped
+        reader.sample()
+        assert _held(sleeper) == 0
+    finally:
+        reader.close()
+        p.kill()
+        p.wait()
