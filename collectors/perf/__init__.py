@@ -247,8 +247,11 @@ class PerfCollector(Collector):
         """The riders' rows, on this wake-up rather than on one of their own threads. A rider that
         fails here leaves the tick: its own thread takes over, and fails it with the reason."""
         for rider in list(self._riders):
+            drain = getattr(rider, "drain_ridden", None)
+            if drain is None:             # drains itself
+                continue
             try:
-                rider.drain_ridden()
+                drain()
             except Exception as exc:
                 self._riders.remove(rider)
                 self.ctx.warn(f"perf: draining {rider.name} on the sampler's tick failed: {exc}")
