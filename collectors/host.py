@@ -10,11 +10,17 @@ hands it back and forth around each of a dozen syscalls. The C side also keeps t
 sample and turns each into rows (deltas, gauges, the system's CPU shares) in column arrays,
 drained once a second into one Arrow batch (buffers straight from C): one journal write per
 second, and no Python per row or per figure.
+
+When the perf collector's C sampler ticks at or finer than this interval, the record runs on its
+tick (a rider, every N ticks: ctx.tick_riders), and perf's drain thread flushes the rows once a
+second (drain_ridden); this thread only waits, and flushes should those flushes stop. Without perf
+(absent, failed, coarser) this thread records, as before.
 """
 from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
@@ -46,6 +52,7 @@ METRICS = [
 # METRICS is in the order of procstat's CP_HOST_* indexes; the system's come last
 SYSTEM_FROM = [m.name for m in METRICS].index("system.cpu_util")
 EMIT_EVERY_S = 1.0   # journal writes once a second: a killed profiler loses < 1 s
+RIDDEN_CHECK_S = 3.0   # riding: how long without perf's flushes before this thread flushes
 _DELTAS = ("user_s", "system_s", "read_bytes", "write_bytes", "ctx_voluntary", "ctx_involuntary",
            "run_delay_s")     # the cumulative fields of struct cp_tree_stats ...
 _GAUGES = ("rss_bytes", "threads", "processes")    # ... and the others
@@ -146,6 +153,9 @@ class HostCollector(PollingCollector):
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
         self._flush_lock = threading.Lock()
+        self._ride: tuple[Any, int] | None = None    # (perf's sampler, rider id); under _flush_lock
+        self._mode = threading.Event()                # ride, unride or stop: the loop looks again
+        self._last_flush = 0.0                        # time.monotonic()
 
     @classmethod
     def availability(cls, config=None) -> Availability:
@@ -179,6 +189,8 @@ class HostCollector(PollingCollector):
         self.reader = ProcReader(self.root, self.proc)
         self.reader.lib.cp_procstat_set_time_offset(self.reader.handle, ctx.clock.offset_ns)
         self.reader.record()          # the baseline
+        self.details["samples"] = "own thread"
+        ctx.tick_riders.append(self)
         self.start_polling(ctx)
 
     @property
@@ -189,11 +201,69 @@ class HostCollector(PollingCollector):
         period = self.period_s
         flush_every = max(1, round(EMIT_EVERY_S / period))
         n = 0
-        while not self._stop.wait(period):
+        while not self._stop.is_set():
+            if self._ride is not None:
+                # the sampler records, perf's drain thread flushes; flush here only if it stopped
+                self._mode.wait(RIDDEN_CHECK_S)
+                self._mode.clear()
+                if self._ride is not None and time.monotonic() - self._last_flush > RIDDEN_CHECK_S:
+                    self.drain_ridden()
+                continue
+            if self._stop.wait(period):
+                break
             self.reader.record()
             n += 1
             if n % flush_every == 0:
+                self._tick_error()
                 self.flush()
+
+    # -- the perf sampler's tick -----------------------------------------------------------
+
+    def ride(self, sampler: Any, interval_ns: int) -> None:
+        """perf's sampler runs, ticking every interval_ns: record on its tick, every N ticks
+        (N = our interval / its; never when it ticks coarser than ours)."""
+        period_ns = round(self.period_s * 1e9)
+        if interval_ns > period_ns:
+            return
+        with self._flush_lock:
+            if self._stop.is_set() or self.reader.handle is None:
+                return
+            lib = self.reader.lib
+            rider = lib.cp_sampler_ride_procstat(sampler, self.reader.handle, max(1, period_ns // interval_ns))
+            if rider < 0:
+                raise OSError(-rider, os.strerror(-rider), "sampler rider")
+            self._ride = (sampler, rider)
+            self.details["samples"] = "perf sampler tick"
+            self._last_flush = time.monotonic()
+        self._mode.set()
+
+    def unride(self) -> None:
+        """perf stops its sampler: record on our own thread again (deltas carry on from the
+        sampler's last record: nothing is lost)."""
+        with self._flush_lock:
+            if self._ride is None:
+                return
+            sampler, rider = self._ride
+            self.reader.lib.cp_sampler_remove_rider(sampler, rider)   # no call runs once it returns
+            self._ride = None
+        self._mode.set()
+
+    def drain_ridden(self) -> None:
+        """Riding: the rows the sampler's tick recorded, out (perf's drain thread, once a second)."""
+        if self._ride is None:
+            return
+        self._tick_error()
+        self.flush()
+
+    def halt(self) -> None:
+        self._stop.set()
+        self._mode.set()
+        super().halt()
+
+    def _tick_error(self) -> None:
+        rc = self.reader.lib.cp_procstat_tick_error(self.reader.handle)
+        if rc < 0:
+            raise OSError(-rc, os.strerror(-rc), "/proc (on the perf sampler's tick)")
 
     def sample(self) -> None:
         """One sample into the pending rows (kept in C until the next flush)."""
@@ -203,10 +273,12 @@ class HostCollector(PollingCollector):
         self.sample()             # short regions would otherwise have no sample
 
     def flush(self) -> None:
+        self._last_flush = time.monotonic()
         with self._flush_lock:
             batch = self.reader.drain(*self._dicts)
         if batch is not None:
             self.ctx.emit("samples", batch)
 
     def release(self) -> None:
+        self.unride()                 # perf still running (it failed to stop): leave its tick first
         self.reader.close()

@@ -20,15 +20,21 @@ Python only sums by role, with numpy, and works out roles again when threads com
 renamed. Rows are emitted once a second, as host's are.
 
 The critical thread's schedstat is read every interval; the walk of the tree at most every 100 ms
-(WALK_NS). When the perf collector runs, the first is read on its C sampler's tick (it wakes every
-interval anyway: ctx.tick_riders) and drained at each walk, so below 100 ms no Python thread
-wakes per interval; without perf (absent, failed, or ticking coarser) this collector's own thread
-reads it.
+(WALK_NS). When the perf collector runs (ticking at or finer than this interval), both run on its
+C sampler's tick (it wakes every interval anyway: ctx.tick_riders): the schedstat read, and the
+walk with its sums by role (native/procstat.c, from the roles Python set by tid). This thread then
+wakes to drain once a second, and at once when a walk sees what only Python decides (threads
+came, went or were renamed, the critical process's children moved, the root is gone): C keeps that
+walk for it and stops walking until the roles are set again. The drain itself runs on perf's drain
+thread (drain_ridden), so riding, this thread wakes for kept walks and the contenders only.
+Without perf (absent, failed, or ticking coarser) this collector's own thread reads and walks, as
+before.
 """
 from __future__ import annotations
 
 import os
 import resource
+import select
 import threading
 import time
 from dataclasses import dataclass
@@ -78,6 +84,7 @@ EMIT_EVERY_NS = 1_000_000_000    # journal writes once a second: a killed profil
 WALK_NS = 100_000_000
 WALK_BIG_NS = 300_000_000
 WALK_SMALL_UP_TO = 64
+RIDDEN_CHECK_S = 3.0             # riding: how long without perf's drains before this thread drains
 FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a second (main threads': every sample)
 CONTENDERS_EVERY_S = 5.0         # the other processes' CPU, read this often (and at start and stop)
 
@@ -173,6 +180,7 @@ class ThreadReader:
             max_fds = 1024 if soft == resource.RLIM_INFINITY else max(0, min(1024, soft // 4))
         err = ffi.new("int *")
         self.handle = lib.cp_threads_open(os.fsencode(proc), root, max_fds, err)
+        self._kept_time, self._kept_duration = ffi.new("int64_t *"), ffi.new("int64_t *")
         if self.handle == ffi.NULL:
             raise OSError(-err[0], os.strerror(-err[0]), f"{proc}/{root}")
         self._out = ffi.new("struct cp_threads_stats *")
@@ -189,10 +197,46 @@ class ThreadReader:
         rc = self.lib.cp_threads_sample(self.handle, int(full), out)
         if rc < 0:
             raise OSError(-rc, os.strerror(-rc), "/proc")
+        return bool(out.root_alive), bool(out.changed), float(out.interval_s), self._array(out)
+
+    def _array(self, out: Any) -> np.ndarray:
         n = out.n
-        arr = (np.frombuffer(self.ffi.buffer(out.threads, n * self._dtype.itemsize), self._dtype).copy()
-               if n else np.zeros(0, self._dtype))
-        return bool(out.root_alive), bool(out.changed), float(out.interval_s), arr
+        return (np.frombuffer(self.ffi.buffer(out.threads, n * self._dtype.itemsize), self._dtype).copy()
+                if n else np.zeros(0, self._dtype))
+
+    def kept_walk(self) -> tuple[int, int, bool, bool, np.ndarray] | None:
+        """The walk the sampler's tick kept for Python: (time, duration ns, root alive, changed,
+        threads); None when there is none."""
+        rc = self.lib.cp_threads_kept_walk(self.handle, self._out, self._kept_time, self._kept_duration)
+        if rc < 0:
+            raise OSError(-rc, os.strerror(-rc), "/proc (on the perf sampler's tick)")
+        if rc == 0:
+            return None
+        out = self._out
+        return self._kept_time[0], self._kept_duration[0], bool(out.root_alive), bool(out.changed), self._array(out)
+
+    def set_roles(self, tids: list[int], roles: list[int], loader_workers: int) -> None:
+        ffi = self.ffi
+        self.lib.cp_threads_set_roles(self.handle, len(tids), ffi.new("int32_t[]", tids),
+                                      ffi.new("int32_t[]", roles), loader_workers)
+
+    def drain_walks(self) -> tuple[np.ndarray, ...] | None:
+        """The walks summed on the sampler's tick: (time, duration, run s by role, wait s by role,
+        intraop count, loader workers), one entry per walk; None when there are none."""
+        ffi, lib = self.ffi, self.lib
+        n = lib.cp_threads_walks_pending(self.handle)
+        if n == 0:
+            return None
+        k = lib.CP_ROLES
+        t, d = ffi.new("int64_t[]", n), ffi.new("int64_t[]", n)
+        run, wait = ffi.new("double[]", n * k), ffi.new("double[]", n * k)
+        intraop, loaders = ffi.new("int32_t[]", n), ffi.new("int32_t[]", n)
+        n = lib.cp_threads_drain_walks(self.handle, n, t, d, run, wait, intraop, loaders)
+
+        def arr(buf, dtype, width=1):
+            return np.frombuffer(ffi.buffer(buf, n * width * np.dtype(dtype).itemsize), dtype).copy()
+        return (arr(t, np.int64), arr(d, np.int64), arr(run, np.float64, k).reshape(n, k),
+                arr(wait, np.float64, k).reshape(n, k), arr(intraop, np.int32), arr(loaders, np.int32))
 
     def close(self) -> None:
         if self.handle is not None:
@@ -276,8 +320,8 @@ class ThreadsCollector(PollingCollector):
         self.reader: ThreadReader | None = None
         self.critical: Critical | None = None
         self.root_gone = False
-        # riding the perf sampler's tick: (sampler, read every N of its ticks); under _lock
-        self._ride: tuple[Any, int] | None = None
+        # riding the perf sampler's tick: (sampler, read every N of its ticks, rider id); under _lock
+        self._ride: tuple[Any, int, int] | None = None
         self._epoch = 0
         self._lock = threading.Lock()
 
@@ -339,9 +383,8 @@ class ThreadsCollector(PollingCollector):
         self.period_s = float(self.config["interval_ms"]) / 1000
         # (Arrow's first conversion, seconds on a loaded machine, was done by the session before
         # any collector started: session._warm_arrow)
-        self.details["main_reads"] = "own thread"
-        if self._interval_ns < WALK_NS:       # at the walk's cadence riding saves no wake-up
-            ctx.tick_riders.append(self)
+        self.details["main_reads"] = self.details["walks"] = "own thread"
+        ctx.tick_riders.append(self)
         self.start_polling(ctx)
 
     def _read_contenders(self) -> None:
@@ -351,56 +394,140 @@ class ThreadsCollector(PollingCollector):
             self.details["contenders_error"] = str(exc)
 
     def poll(self) -> None:
-        period = self.period_s
-        while not self._stop.wait(self._period(period)):
-            self.sample()
+        wake_fd = self.reader.lib.cp_threads_wake_fd(self.reader.handle)
+        while not self._stop.is_set():
+            if self._ride is not None:
+                # the sampler walks and perf's drain thread drains: wake for a walk kept for us, a
+                # stop, the contenders, or to drain should perf's drains stop
+                if select.select([wake_fd], [], [], RIDDEN_CHECK_S)[0]:
+                    try:
+                        os.read(wake_fd, 8)
+                    except BlockingIOError:
+                        pass
+                if self._stop.is_set():
+                    break
+                self.drain_ride(kept_only=self.ctx.clock.now_ns() - self._last_emit < RIDDEN_CHECK_S * 1e9)
+            elif self._stop.wait(self.period_s):
+                break
+            else:
+                self.sample()
             if time.monotonic() - self._last_contenders >= CONTENDERS_EVERY_S:
                 self._read_contenders()
                 self._last_contenders = time.monotonic()
 
-    def _period(self, interval_s: float) -> float:
-        """Riding the perf sampler's tick, the thread wakes only to walk (and drain)."""
-        if self._ride is None:
-            return interval_s
-        return (WALK_NS if len(self._roles) <= WALK_SMALL_UP_TO else WALK_BIG_NS) / 1e9
+    def halt(self) -> None:
+        self._stop.set()
+        if self.reader is not None:
+            self.reader.lib.cp_threads_wake(self.reader.handle)   # out of its select
+        super().halt()
 
     # -- the perf sampler's tick -----------------------------------------------------------
 
     def ride(self, sampler: Any, interval_ns: int) -> None:
         """perf's sampler runs, ticking every interval_ns: read the critical thread's schedstat on
-        its tick (every N ticks, N = our interval / its, never coarser than ours)."""
+        its tick (every N ticks, N = our interval / its, never coarser than ours), and walk the
+        tree there too (every WALK_NS or WALK_BIG_NS, as our own thread would)."""
         if interval_ns > self._interval_ns:
             return
         with self._lock:
-            if self._stop.is_set() or self.reader is None:
+            if self._stop.is_set() or self.reader is None or self.root_gone:
                 return
             from counterprof._native import ffi, lib
+            h = self.reader.handle
+            every = max(1, self._interval_ns // interval_ns)      # at our interval, as our own thread
+            rc = lib.cp_threads_ride_setup(h, self.ctx.clock.offset_ns, self._prev_time, interval_ns * every,
+                                           WALK_NS, WALK_BIG_NS, WALK_SMALL_UP_TO, FULL_EVERY_NS)
+            if rc < 0:
+                raise OSError(-rc, os.strerror(-rc), "threads rider")
+            self._push_roles()
+            lib.cp_threads_watch_children(h, -1 if self._children_fd is None else self._children_fd)
+            rider = lib.cp_sampler_ride_threads(sampler, h, every)
+            if rider < 0:
+                lib.cp_threads_watch_children(h, -1)
+                raise OSError(-rider, os.strerror(-rider), "sampler rider")
             n = lib.CP_SCHED_RING
             self._ring = (ffi.new("int64_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n),
                           ffi.new("int32_t[]", n))
-            self._ride = (sampler, max(1, self._interval_ns // interval_ns))
-            self.details["main_reads"] = "perf sampler tick"
+            self._ride = (sampler, every, rider)
+            self.details["main_reads"] = self.details["walks"] = "perf sampler tick"
             self._watch(-1 if self._main_fd is None else self._main_fd)
+        self.reader.lib.cp_threads_wake(self.reader.handle)   # our loop: from its own period to the drain's
 
     def unride(self) -> None:
-        """perf stops its sampler: take the readings left, read on our own thread again."""
+        """perf stops its sampler: take the walks and readings left, walk and read on our own
+        thread again."""
         with self._lock:
             if self._ride is None:
                 return
-            self._drain_main(self._rows)
+            lib = self.reader.lib
+            lib.cp_sampler_remove_rider(self._ride[0], self._ride[2])   # no walk runs once it returns
+            self._drain_ride_locked()
             self._unwatch()
+            self._prev_time = lib.cp_threads_last_walk_ns(self.reader.handle)
+            lib.cp_threads_wake(self.reader.handle)
 
     def _watch(self, fd: int) -> None:
         """Point the sampler at the critical thread's schedstat (fd -1: at none): a new epoch.
         Once this returns the sampler no longer reads the previous fd."""
         from counterprof._native import lib
-        sampler, every = self._ride
+        sampler, every, _rider = self._ride
         self._epoch = lib.cp_sampler_watch_schedstat(sampler, fd, every)
 
     def _unwatch(self) -> None:
         from counterprof._native import lib
+        lib.cp_sampler_remove_rider(self._ride[0], self._ride[2])
         lib.cp_sampler_watch_schedstat(self._ride[0], -1, 1)
+        lib.cp_threads_watch_children(self.reader.handle, -1)
         self._ride = None
+
+    def _push_roles(self) -> None:
+        """The roles by tid into C, for the walks on the tick; resumes them after a kept walk."""
+        self.reader.set_roles([t for t, _p, _c in self._threads], self._roles.tolist(), self._loader_workers)
+
+    def drain_ridden(self) -> None:
+        """Riding: the drain, on perf's drain thread (once a second)."""
+        self.drain_ride()
+
+    def drain_ride(self, kept_only: bool = False) -> None:
+        """The drain while riding: the walks and readings taken on the tick into rows, the walk
+        kept for Python (if any) accounted, the excluded set and the critical thread checked.
+        kept_only: only if a walk was kept (our thread's wake-up for it)."""
+        with self._lock:
+            if self.reader is None or self.root_gone or self._ride is None:
+                return
+            if kept_only and self.reader.lib.cp_threads_kept_walk(self.reader.handle, self.reader._out,
+                                                                  self.reader._kept_time,
+                                                                  self.reader._kept_duration) == 0:
+                return
+            self._drain_ride_locked()
+            if self.root_gone:
+                return
+            if self.ctx.clock.now_ns() - self._last_emit >= EMIT_EVERY_NS * 9 // 10:   # the wait's jitter
+                self.flush()
+
+    def _drain_ride_locked(self) -> None:
+        rows = self._rows
+        walks = self.reader.drain_walks()
+        if walks is not None:
+            for t, d, run_by, wait_by, intraop, loaders in zip(*walks):
+                self._role_rows(int(t), int(d), run_by, wait_by, int(intraop), int(loaders), rows)
+        self._drain_main(rows)
+        kept = self.reader.kept_walk()
+        if kept is not None:
+            t, d, alive, _changed, arr = kept
+            self._prev_time = t
+            # roles afresh whatever the reason it was kept (a thread without one, too)
+            if self._account(t, d, alive, True, arr, rows):
+                self._push_roles()
+            return
+        with self.ctx.lock:
+            excluded = set(self.ctx.profiler_tids) if self.in_process else set()
+        critical = self._choose_critical()     # exec and `sh -c 'a; b'` change it between walks
+        if excluded != self._excluded or critical != self.critical:
+            self._excluded = excluded
+            self._assign(critical)
+            self._follow_main()
+            self._push_roles()
 
     def _drain_main(self, rows: list) -> None:
         """The critical thread's readings taken on the sampler's tick, into rows."""
@@ -483,18 +610,17 @@ class ThreadsCollector(PollingCollector):
             if self.reader is None or self.root_gone:
                 return
             rows = self._rows
-            riding = self._ride is not None
-            if riding:                     # every wake-up walks: its period is the walk's
-                self._drain_main(rows)
+            if self._ride is not None:     # the sampler walks (perf did not stop first): drain only
+                self._drain_ride_locked()
+                return
             now = self.ctx.clock.now_ns()
             walk_ns = WALK_NS if len(self._roles) <= WALK_SMALL_UP_TO else WALK_BIG_NS
             # half an interval early: at -I 100 every sample walks despite the timer's jitter
             due = now - self._prev_time >= walk_ns - self._interval_ns // 2
-            if walk or riding or self._main_fd is None or due or self._children_moved():
+            if walk or self._main_fd is None or due or self._children_moved():
                 if not self._walk(now, rows):
                     return
-            if not riding or walk:
-                self._sample_main(now, rows)
+            self._sample_main(now, rows)
             if now - self._last_emit >= EMIT_EVERY_NS:
                 self.flush()
 
@@ -507,6 +633,12 @@ class ThreadsCollector(PollingCollector):
         alive, changed, _interval, arr = self.reader.sample(full)
         duration = now - self._prev_time
         self._prev_time = now
+        return self._account(now, duration, alive, changed, arr, rows)
+
+    def _account(self, now: int, duration: int, alive: bool, changed: bool, arr: np.ndarray, rows: list) -> bool:
+        """One walk's threads (taken by our thread or kept by the sampler's tick) into rows: roles
+        worked out again if threads changed, the critical thread checked; False once the root is
+        gone."""
         if not alive:
             self.root_gone = True
             return False
@@ -523,12 +655,8 @@ class ThreadsCollector(PollingCollector):
         run_by = np.bincount(self._roles, weights=arr["run_s"], minlength=EXCLUDED + 1) if n else np.zeros(EXCLUDED + 1)
         wait_by = (np.bincount(self._roles, weights=arr["wait_s"], minlength=EXCLUDED + 1) if n
                    else np.zeros(EXCLUDED + 1))
-        for role, word, runnable in _ROLE_METRICS:
-            rows.append((now, duration, f"thread.{word}.running", "process", float(run_by[role])))
-            if runnable:
-                rows.append((now, duration, f"thread.{word}.runnable", "process", float(wait_by[role])))
-        rows.append((now, None, "thread.intraop.count", "process", float(np.count_nonzero(self._roles == INTRAOP))))
-        rows.append((now, None, "thread.loader.workers", "process", float(self._loader_workers)))
+        self._role_rows(now, duration, run_by, wait_by, int(np.count_nonzero(self._roles == INTRAOP)),
+                        self._loader_workers, rows)
         self._follow_main()
         if self._children_fd is not None:
             try:
@@ -536,6 +664,16 @@ class ThreadsCollector(PollingCollector):
             except OSError:
                 self._children_seen = b""
         return True
+
+    @staticmethod
+    def _role_rows(now: int, duration: int, run_by: Any, wait_by: Any, intraop: int, loaders: int,
+                   rows: list) -> None:
+        for role, word, runnable in _ROLE_METRICS:
+            rows.append((now, duration, f"thread.{word}.running", "process", float(run_by[role])))
+            if runnable:
+                rows.append((now, duration, f"thread.{word}.runnable", "process", float(wait_by[role])))
+        rows.append((now, None, "thread.intraop.count", "process", float(intraop)))
+        rows.append((now, None, "thread.loader.workers", "process", float(loaders)))
 
     def _follow_main(self) -> None:
         """Keep the critical thread's schedstat open; a new critical thread starts a new baseline."""
@@ -557,12 +695,16 @@ class ThreadsCollector(PollingCollector):
             self._children_fd = os.open(path.rsplit("/", 1)[0] + "/children", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             self._children_fd = None
-        if self._ride is not None and self._main_fd is not None:
-            self._watch(self._main_fd)
+        if self._ride is not None:
+            if self._main_fd is not None:
+                self._watch(self._main_fd)
+            self.reader.lib.cp_threads_watch_children(self.reader.handle,
+                                                      -1 if self._children_fd is None else self._children_fd)
 
     def _close_main(self) -> None:
         if self._ride is not None:
-            self._watch(-1)                # the sampler lets go of the fd before it is closed
+            self._watch(-1)                # the sampler lets go of the fds before they are closed
+            self.reader.lib.cp_threads_watch_children(self.reader.handle, -1)
         for fd in (self._main_fd, self._children_fd):
             if fd is not None:
                 os.close(fd)

@@ -174,6 +174,16 @@ struct cp_sampler {
     int sched_head, sched_count;
     int64_t sched_time[CP_SCHED_RING], sched_run[CP_SCHED_RING], sched_wait[CP_SCHED_RING];
     int32_t sched_tag[CP_SCHED_RING];
+
+    /* riders (cp_sampler_add_rider): called on the tick, outside mu, under rider_mu, so a
+     * removal that returns guarantees no call is running or will run */
+    pthread_mutex_t rider_mu;
+    struct cp_rider {
+        int id, every, left;
+        int (*fn)(void *arg, int64_t now_ns);
+        void *arg;
+    } riders[CP_MAX_RIDERS];
+    int nriders, rider_ids;
 };
 
 static int64_t mono_ns(void) {
@@ -227,6 +237,18 @@ static void sched_tick(cp_sampler *s, int64_t now, int force) {
     s->sched_run[idx] = run;
     s->sched_wait[idx] = wait;
     s->sched_tag[idx] = s->sched_epoch;
+}
+
+/* The riders due on this tick, in the order they were added. */
+static void run_riders(cp_sampler *s, int64_t now) {
+    pthread_mutex_lock(&s->rider_mu);
+    for (int i = 0; i < s->nriders; i++) {
+        struct cp_rider *r = &s->riders[i];
+        if (--r->left > 0) continue;
+        r->left = r->every;
+        r->fn(r->arg, now);
+    }
+    pthread_mutex_unlock(&s->rider_mu);
 }
 
 /* Read every group; with `store`, turn the change since the last stored tick into
@@ -289,6 +311,7 @@ static int sampler_tick(cp_sampler *s, int store) {
         s->stats.coalesced++;
     }
     pthread_mutex_unlock(&s->mu);
+    if (store) run_riders(s, now);   /* after the ring: a slow rider never shifts the counters' tick */
 
     if (!store || stored) {
         s->prev_time = now;
@@ -362,12 +385,14 @@ cp_sampler *cp_sampler_new(int *err) {
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->done, NULL);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->rider_mu, NULL);
     s->sched_fd = -1;
 
     int rc = pthread_create(&s->thread, NULL, sampler_main, s);
     if (rc != 0) {
         *err = -rc;
         pthread_mutex_destroy(&s->mu);
+        pthread_mutex_destroy(&s->rider_mu);
         pthread_cond_destroy(&s->cond);
         pthread_cond_destroy(&s->done);
         free(s);
@@ -544,6 +569,43 @@ int cp_sampler_drain_schedstat(cp_sampler *s, int max, int64_t *time_ns, int64_t
     return n < 0 ? 0 : n;
 }
 
+int cp_sampler_add_rider(cp_sampler *s, int (*fn)(void *arg, int64_t now_ns), void *arg, int every_ticks) {
+    if (!fn || every_ticks < 1) return -EINVAL;
+    pthread_mutex_lock(&s->rider_mu);
+    int rc;
+    if (s->nriders == CP_MAX_RIDERS) {
+        rc = -ENOSPC;
+    } else {
+        rc = ++s->rider_ids;
+        s->riders[s->nriders++] = (struct cp_rider){.id = rc, .every = every_ticks, .left = every_ticks,
+                                                    .fn = fn, .arg = arg};
+    }
+    pthread_mutex_unlock(&s->rider_mu);
+    return rc;
+}
+
+int cp_sampler_remove_rider(cp_sampler *s, int id) {
+    pthread_mutex_lock(&s->rider_mu);   /* waits for a call in progress */
+    int rc = -ENOENT;
+    for (int i = 0; i < s->nriders; i++) {
+        if (s->riders[i].id != id) continue;
+        memmove(&s->riders[i], &s->riders[i + 1], (size_t)(s->nriders - i - 1) * sizeof(s->riders[0]));
+        s->nriders--;
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&s->rider_mu);
+    return rc;
+}
+
+int cp_sampler_ride_procstat(cp_sampler *s, cp_procstat *h, int every_ticks) {
+    return cp_sampler_add_rider(s, cp_procstat_tick, h, every_ticks);
+}
+
+int cp_sampler_ride_threads(cp_sampler *s, cp_threads *h, int every_ticks) {
+    return cp_sampler_add_rider(s, cp_threads_tick, h, every_ticks);
+}
+
 void cp_sampler_set_time_offset(cp_sampler *s, int64_t offset_ns) {
     pthread_mutex_lock(&s->mu);
     s->time_offset_ns = offset_ns;
@@ -575,6 +637,7 @@ void cp_sampler_free(cp_sampler *s) {
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
         pthread_mutex_destroy(&s->mu);
+        pthread_mutex_destroy(&s->rider_mu);
         pthread_cond_destroy(&s->cond);
         pthread_cond_destroy(&s->done);
     }

@@ -118,6 +118,15 @@ int cp_sampler_watch_schedstat(cp_sampler *s, int fd, int every_ticks);
 enum { CP_SCHED_RING = 4096 };
 int cp_sampler_drain_schedstat(cp_sampler *s, int max, int64_t *time_ns, int64_t *run_ns,
                                int64_t *wait_ns, int32_t *epoch);
+/* Riders: work done on the sampler's own thread every every_ticks ticks (after the counters are
+ * read and stored), so a collector that samples at the perf interval wakes no thread of its own.
+ * fn(arg, tick time in CLOCK_MONOTONIC ns) runs outside the sampler's lock (it may call sampler
+ * functions) and must not block. Returns the rider's id (> 0) or -errno (-ENOSPC beyond
+ * CP_MAX_RIDERS). Once cp_sampler_remove_rider returns, fn is never called again (a call in
+ * progress is waited for): the caller may then free arg. */
+enum { CP_MAX_RIDERS = 8 };
+int cp_sampler_add_rider(cp_sampler *s, int (*fn)(void *arg, int64_t now_ns), void *arg, int every_ticks);
+int cp_sampler_remove_rider(cp_sampler *s, int id);
 /* Stops and joins the thread; does not close the counter fds. */
 void cp_sampler_free(cp_sampler *s);
 
@@ -204,6 +213,54 @@ void cp_threads_close(cp_threads *h);
  * born since the walk that would have seen it began, else from now (its earlier life is not
  * ours: a tree attached to). */
 int cp_threads_sample(cp_threads *h, int full, struct cp_threads_stats *out);
+
+/* The walk on the perf sampler's tick (cp_sampler_ride_threads): the threads collector's Python
+ * thread then wakes only to drain, about once a second, and when a walk needs it. Python gives
+ * every thread its role (cp_threads_set_roles, by tid); a walk due (every walk_ns, big_walk_ns
+ * above small_up_to threads, or at once when the watched children file changed) sums on-CPU and
+ * run-queue time by role into a row. A walk Python must see -- threads came, went or were
+ * renamed, a thread without a role, the root gone -- is kept instead (its snapshot, valid until
+ * the next set_roles) and the wake fd (an eventfd) is written; no walk runs until Python has set
+ * the roles again. Deltas are cumulative: a walk not taken loses resolution, not time.
+ * Roles, as collectors/threads.py numbers them: */
+enum { CP_ROLE_MAIN, CP_ROLE_INTRAOP, CP_ROLE_LOADER, CP_ROLE_COMM, CP_ROLE_OTHER, CP_ROLE_EXCLUDED,
+       CP_ROLES };
+/* Walk row times: CLOCK_MONOTONIC plus offset_ns; last_walk_ns: the previous walk's time (ns on
+ * that axis), from which the first walk's duration counts; tick_ns: how often cp_threads_tick is
+ * called (a walk may run half of it early). Configures; walks begin once a rider calls
+ * cp_threads_tick. */
+int cp_threads_ride_setup(cp_threads *h, int64_t offset_ns, int64_t last_walk_ns, int64_t tick_ns,
+                          int64_t walk_ns, int64_t big_walk_ns, int small_up_to, int64_t full_every_ns);
+/* The rider's function (for cp_sampler_add_rider; arg is the cp_threads). */
+int cp_threads_tick(void *h, int64_t now_ns);
+/* Roles by tid (threads not in the current walk are ignored), the DataLoader worker count the rows
+ * carry; clears a kept walk, so walks resume. */
+int cp_threads_set_roles(cp_threads *h, int n, const int32_t *tids, const int32_t *roles, int loader_workers);
+/* The critical thread's children file (fd < 0: none), read at each walk and compared on every
+ * tick. The fd stays the caller's; once this returns the previous one is no longer read. */
+void cp_threads_watch_children(cp_threads *h, int fd);
+/* The kept walk: 1 (out, its time and duration filled; out->threads valid until set_roles), 0
+ * when none, or the -errno a walk on the tick failed with. */
+int cp_threads_kept_walk(cp_threads *h, struct cp_threads_stats *out, int64_t *time_ns, int64_t *duration_ns);
+/* The time of the last walk (either kind), on the offset axis. */
+int64_t cp_threads_last_walk_ns(cp_threads *h);
+/* Walk rows not drained yet; drain up to max, oldest first (run/wait: CP_ROLES per row). */
+int cp_threads_walks_pending(cp_threads *h);
+int cp_threads_drain_walks(cp_threads *h, int max, int64_t *time_ns, int64_t *duration_ns, double *run_s,
+                           double *wait_s, int32_t *intraop, int32_t *loader_workers);
+/* The eventfd Python waits on; cp_threads_wake writes it (a stop, a mode change). */
+int cp_threads_wake_fd(cp_threads *h);
+void cp_threads_wake(cp_threads *h);
+
+/* Riders for the two collectors' C samplers: cp_procstat_record every every_ticks ticks (its
+ * errors kept for cp_procstat_tick_error), cp_threads_tick every every_ticks ticks (the threads
+ * interval: a walk runs when due, else the children file is compared). The handles must outlive
+ * the rider (cp_sampler_remove_rider first). */
+int cp_procstat_tick(void *h, int64_t now_ns);
+/* The first error a record on the tick returned since the last call (0: none); clears it. */
+int cp_procstat_tick_error(cp_procstat *h);
+int cp_sampler_ride_procstat(cp_sampler *s, cp_procstat *h, int every_ticks);
+int cp_sampler_ride_threads(cp_sampler *s, cp_threads *h, int every_ticks);
 
 /* fork, then the child waits on a pipe before exec so counters can be opened on
  * its pid first (perf stat's handshake). Write one byte to *go_fd to let it

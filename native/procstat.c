@@ -13,9 +13,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -156,8 +160,17 @@ static void add_status(const char *status, struct cp_tree_stats *out) {
     if (field_u64(status, "nonvoluntary_ctxt_switches", &v)) out->ctx_involuntary += v;
 }
 
-/* The root's files and the system files stay open between samples (pread from 0);
- * descendants come and go, so theirs are opened each time. */
+/* A descendant's files, held open between samples while it stays in the tree (within a budget:
+ * in-process they are the workload's descriptors). fd -1: not open. */
+enum { PF_STAT, PF_IO, PF_STATUS, PF_SCHED, PF_CHILDREN, PF_N };
+struct pfiles {
+    int pid;
+    uint32_t seen;                /* the walk generation that last read it */
+    int fd[PF_N];
+};
+
+/* The root's files and the system files stay open between samples (pread from 0); so do the
+ * descendants', while they last (a dead process's file reads nothing: it is read by path then). */
 struct cp_procstat {
     char proc[256];
     int root;
@@ -182,6 +195,13 @@ struct cp_procstat {
     int64_t *r_time, *r_duration;   /* r_duration < 0: none (a gauge) */
     int32_t *r_metric;
     double *r_value;
+    /* record (on the perf sampler's tick, or the host thread) vs drain (the host thread) */
+    pthread_mutex_t mu;
+    int tick_error;               /* the first error of a record on the tick, until read */
+    struct pfiles *pf;
+    size_t npf, cap_pf;
+    uint32_t gen;
+    int held_fds, max_fds;
 };
 
 static int open_ro(const char *proc, int pid, const char *name) {
@@ -204,6 +224,14 @@ cp_procstat *cp_procstat_open(const char *proc, int root, int *err) {
     h->page = sysconf(_SC_PAGESIZE);
     h->root_stat = h->root_io = h->root_status = h->root_sched = h->root_children = -1;
     h->force_full = 1;
+    pthread_mutex_init(&h->mu, NULL);
+    /* descendants' files are held only on procfs, whose files of a dead process read nothing
+     * (a test's fake tree keeps a deleted file's text); an eighth of the descriptor limit at most */
+    struct rlimit rl;
+    struct statfs fs;
+    h->max_fds = statfs(proc, &fs) == 0 && fs.f_type == 0x9fa0 /* PROC_SUPER_MAGIC */ ? 256 : 0;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (long)(rl.rlim_cur / 8) < h->max_fds)
+        h->max_fds = (int)(rl.rlim_cur / 8);
     h->sys_stat = open_ro(proc, 0, "stat");
     h->sys_meminfo = open_ro(proc, 0, "meminfo");
     if (h->sys_stat < 0 || h->sys_meminfo < 0) {
@@ -230,13 +258,81 @@ void cp_procstat_close(cp_procstat *h) {
                  h->sys_stat, h->sys_meminfo};
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
         if (fds[i] >= 0) close(fds[i]);
+    for (size_t i = 0; i < h->npf; i++)
+        for (int k = 0; k < PF_N; k++)
+            if (h->pf[i].fd[k] >= 0) close(h->pf[i].fd[k]);
+    free(h->pf);
     free(h->known_parent.v);
     free(h->known_child.v);
     free(h->r_time);
     free(h->r_duration);
     free(h->r_metric);
     free(h->r_value);
+    pthread_mutex_destroy(&h->mu);
     free(h);
+}
+
+static struct pfiles *pf_get(cp_procstat *h, int pid) {
+    for (size_t i = 0; i < h->npf; i++)
+        if (h->pf[i].pid == pid) {
+            h->pf[i].seen = h->gen;
+            return &h->pf[i];
+        }
+    if (h->npf == h->cap_pf) {
+        size_t cap = h->cap_pf ? h->cap_pf * 2 : 16;
+        struct pfiles *v = realloc(h->pf, cap * sizeof(*v));
+        if (!v) return NULL;
+        h->pf = v;
+        h->cap_pf = cap;
+    }
+    struct pfiles *e = &h->pf[h->npf++];
+    e->pid = pid;
+    e->seen = h->gen;
+    for (int k = 0; k < PF_N; k++) e->fd[k] = -1;
+    return e;
+}
+
+/* A descendant's file: through its held descriptor (opened now within the budget), else by path.
+ * A descriptor that reads nothing belonged to a process now gone: the path says what is there. */
+static int pf_read(cp_procstat *h, int pid, int which, char *buf, size_t size) {
+    static const char *const names[PF_N] = {"stat", "io", "status", "schedstat", NULL};
+    char path[512];
+    if (which == PF_CHILDREN) snprintf(path, sizeof(path), "%s/%d/task/%d/children", h->proc, pid, pid);
+    else snprintf(path, sizeof(path), "%s/%d/%s", h->proc, pid, names[which]);
+    struct pfiles *e = pf_get(h, pid);
+    if (e && e->fd[which] >= 0) {
+        int n = pread_small(e->fd[which], buf, size);
+        if (n > 0) return n;
+        close(e->fd[which]);
+        e->fd[which] = -1;
+        h->held_fds--;
+        return read_small(path, buf, size);
+    }
+    if (e && h->held_fds < h->max_fds) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return -errno;
+        e->fd[which] = fd;
+        h->held_fds++;
+        return pread_small(fd, buf, size);
+    }
+    return read_small(path, buf, size);
+}
+
+/* After a sample: the files of processes no longer in the tree are closed; with pid > 0, only
+ * that process's (gone mid-walk: its files now read nothing). */
+static void pf_prune(cp_procstat *h, int pid) {
+    for (size_t i = 0; i < h->npf;) {
+        if (pid > 0 ? h->pf[i].pid != pid : h->pf[i].seen == h->gen) {
+            i++;
+            continue;
+        }
+        for (int k = 0; k < PF_N; k++)
+            if (h->pf[i].fd[k] >= 0) {
+                close(h->pf[i].fd[k]);
+                h->held_fds--;
+            }
+        h->pf[i] = h->pf[--h->npf];
+    }
 }
 
 /* Pids in a children file's text onto the stack. */
@@ -266,13 +362,12 @@ static int walk_children(cp_procstat *h, int pid, int full, struct pid_stack *st
         }
         return rc;
     }
-    char path[512], buf[8192];
+    char buf[8192];
     int got;
     if (pid == h->root && h->root_children >= 0) {
         got = pread_small(h->root_children, buf, sizeof(buf));
     } else {
-        snprintf(path, sizeof(path), "%s/%d/task/%d/children", h->proc, pid, pid);
-        got = read_small(path, buf, sizeof(buf));
+        got = pf_read(h, pid, PF_CHILDREN, buf, sizeof(buf));
     }
     int rc = got > 0 ? push_pids(buf, stack) : 0;
     size_t fresh = stack->n;
@@ -293,7 +388,7 @@ static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, int *vanished, i
     memset(out, 0, sizeof(*out));
     *vanished = 0;
     if (full) h->known_parent.n = h->known_child.n = 0;
-    char path[512], buf[4096];
+    char buf[4096];
     struct pid_stack stack = {0};
     int rc = walk_children(h, h->root, full, &stack);
     if (rc < 0 || pread_small(h->root_stat, buf, sizeof(buf)) <= 0 ||
@@ -313,21 +408,18 @@ static int walk_tree(cp_procstat *h, struct cp_tree_stats *out, int *vanished, i
         size_t mark = stack.n;
         rc = walk_children(h, pid, full, &stack);
         if (rc < 0) break;
-        snprintf(path, sizeof(path), "%s/%d/stat", h->proc, pid);
-        int counted = read_small(path, buf, sizeof(buf)) > 0 ? add_stat(buf, out, h->tick, h->page) : 0;
+        int counted = pf_read(h, pid, PF_STAT, buf, sizeof(buf)) > 0 ? add_stat(buf, out, h->tick, h->page) : 0;
         if (!counted) {                             /* reaped since it was listed */
+            pf_prune(h, pid);                       /* its files now read nothing */
             *vanished = 1;
             stack.n = mark;                         /* its orphans are no longer ours */
             continue;
         }
         /* a zombie's I/O also moves to its parent when reaped (its ctx switches do not) */
-        snprintf(path, sizeof(path), "%s/%d/io", h->proc, pid);
-        if (read_small(path, buf, sizeof(buf)) > 0) add_io(buf, out);
+        if (pf_read(h, pid, PF_IO, buf, sizeof(buf)) > 0) add_io(buf, out);
         if (counted == 2) continue;
-        snprintf(path, sizeof(path), "%s/%d/status", h->proc, pid);
-        if (read_small(path, buf, sizeof(buf)) > 0) add_status(buf, out);
-        snprintf(path, sizeof(path), "%s/%d/schedstat", h->proc, pid);
-        if (read_small(path, buf, sizeof(buf)) > 0) add_schedstat(buf, out);
+        if (pf_read(h, pid, PF_STATUS, buf, sizeof(buf)) > 0) add_status(buf, out);
+        if (pf_read(h, pid, PF_SCHED, buf, sizeof(buf)) > 0) add_schedstat(buf, out);
     }
     free(stack.v);
     return rc;
@@ -347,6 +439,7 @@ static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
     if (h->root <= 0 || h->root_stat < 0) return 0;
     int64_t now = monotonic_ns();
     int full = h->force_full || now - h->last_full_ns >= 1000000000LL;
+    h->gen++;
     for (int attempt = 0;; attempt++) {
         int vanished = 0;
         if (full) {
@@ -354,7 +447,10 @@ static int cp_procstat_tree(cp_procstat *h, struct cp_tree_stats *out) {
             h->last_full_ns = now;
         }
         int rc = walk_tree(h, out, &vanished, full);
-        if (rc < 0 || !vanished || attempt == 3) return rc;
+        if (rc < 0 || !vanished || attempt == 3) {
+            pf_prune(h, -1);
+            return rc;
+        }
         full = 1;
     }
 }
@@ -400,6 +496,14 @@ struct tslot {
     int sched_fd, children_fd;     /* -1: not held (over the budget): opened when read */
     int stat_fd;                   /* a process's main thread: /proc/PID/stat */
     int group_start, group_n;      /* a process's main thread: its process's threads in the array */
+    int role;                      /* CP_ROLE_*, set by Python (cp_threads_set_roles); -1 unknown */
+};
+
+/* One walk taken on the perf sampler's tick, summed by role. */
+struct walk_row {
+    int64_t time_ns, duration_ns;
+    double run_s[CP_ROLES], wait_s[CP_ROLES];
+    int32_t intraop, loader_workers;
 };
 
 struct cp_threads {
@@ -414,6 +518,19 @@ struct cp_threads {
     uint8_t *taken;                /* slots[i] carried into `next` */
     struct cp_thread *pub;
     double last_s, last_full_s;    /* CLOCK_BOOTTIME at the previous (full) sample's start; < 0 before */
+    /* walks on the perf sampler's tick (cp_threads_tick) vs Python's drain: under mu */
+    pthread_mutex_t mu;
+    int wake_fd;                   /* eventfd: a kept walk, a stop */
+    int64_t offset_ns, tick_ns, walk_ns, big_walk_ns, full_every_ns;
+    int small_up_to;
+    int64_t last_walk_mono, last_full_mono;
+    int kept, error, loader_workers;
+    struct cp_threads_stats kept_stats;
+    int64_t kept_time, kept_duration;
+    int children_fd, children_len;
+    char children_seen[4096];
+    struct walk_row *rows;
+    int nrows, rows_cap;
 };
 
 /* What one sample needs to know while it walks. */
@@ -547,12 +664,21 @@ cp_threads *cp_threads_open(const char *proc, int root, int max_fds, int *err) {
     h->tick = sysconf(_SC_CLK_TCK);
     h->max_fds = max_fds > 1 ? max_fds - 1 : 0;   /* one for the root's stat */
     h->last_s = h->last_full_s = -1;
+    h->children_fd = -1;
     h->root_stat = open_ro(proc, root, "stat");
     if (h->root_stat < 0) {
         *err = h->root_stat;
         free(h);
         return NULL;
     }
+    h->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (h->wake_fd < 0) {
+        *err = -errno;
+        close(h->root_stat);
+        free(h);
+        return NULL;
+    }
+    pthread_mutex_init(&h->mu, NULL);
     *err = 0;
     return h;
 }
@@ -561,6 +687,9 @@ void cp_threads_close(cp_threads *h) {
     if (!h) return;
     for (int i = 0; i < h->n; i++) release(h, &h->slots[i]);
     if (h->root_stat >= 0) close(h->root_stat);
+    close(h->wake_fd);
+    pthread_mutex_destroy(&h->mu);
+    free(h->rows);
     free(h->slots);
     free(h->next);
     free(h->index);
@@ -604,7 +733,7 @@ static int new_thread(cp_threads *h, int pid, int ppid, int tid, double born_aft
     char path[512], buf[4096];
     uint64_t run, wait;
     snprintf(path, sizeof(path), "%s/%d/task/%d/schedstat", h->proc, pid, tid);
-    struct tslot fresh = {.sched_fd = hold(h, path), .children_fd = -1, .stat_fd = -1};
+    struct tslot fresh = {.sched_fd = hold(h, path), .children_fd = -1, .stat_fd = -1, .role = -1};
     if (read_task_file(h, fresh.sched_fd, pid, tid, "schedstat", buf, sizeof(buf)) <= 0 ||
         parse_schedstat(buf, &run, &wait) != 0) {
         release(h, &fresh);
@@ -809,13 +938,192 @@ int cp_threads_sample(cp_threads *h, int full, struct cp_threads_stats *out) {
     return 0;
 }
 
+/* ---- the threads walk on the perf sampler's tick ----------------------------------------- */
+
+int cp_threads_ride_setup(cp_threads *h, int64_t offset_ns, int64_t last_walk_ns, int64_t tick_ns,
+                          int64_t walk_ns, int64_t big_walk_ns, int small_up_to, int64_t full_every_ns) {
+    if (tick_ns <= 0 || walk_ns <= 0 || big_walk_ns <= 0 || full_every_ns <= 0) return -EINVAL;
+    pthread_mutex_lock(&h->mu);
+    h->offset_ns = offset_ns;
+    h->last_walk_mono = h->last_full_mono = last_walk_ns - offset_ns;
+    h->tick_ns = tick_ns;
+    h->walk_ns = walk_ns;
+    h->big_walk_ns = big_walk_ns;
+    h->small_up_to = small_up_to;
+    h->full_every_ns = full_every_ns;
+    pthread_mutex_unlock(&h->mu);
+    return 0;
+}
+
+static void wake(cp_threads *h) {
+    uint64_t one = 1;
+    ssize_t w = write(h->wake_fd, &one, sizeof(one));
+    (void)w;   /* EAGAIN: the counter is already nonzero, Python wakes anyway */
+}
+
+void cp_threads_wake(cp_threads *h) { wake(h); }
+
+int cp_threads_wake_fd(cp_threads *h) { return h->wake_fd; }
+
+/* The watched children file, into children_seen; 1 if it differs from what was there. */
+static int read_children(cp_threads *h) {
+    if (h->children_fd < 0) return 0;
+    char buf[sizeof(h->children_seen)];
+    ssize_t n = pread(h->children_fd, buf, sizeof(buf), 0);
+    if (n < 0) n = 0;
+    int moved = n != h->children_len || memcmp(buf, h->children_seen, (size_t)n) != 0;
+    memcpy(h->children_seen, buf, (size_t)n);
+    h->children_len = (int)n;
+    return moved;
+}
+
+static int children_moved(cp_threads *h) {
+    if (h->children_fd < 0) return 0;
+    char buf[sizeof(h->children_seen)];
+    ssize_t n = pread(h->children_fd, buf, sizeof(buf), 0);
+    if (n < 0) return 1;
+    return n != h->children_len || memcmp(buf, h->children_seen, (size_t)n) != 0;
+}
+
+void cp_threads_watch_children(cp_threads *h, int fd) {
+    pthread_mutex_lock(&h->mu);
+    h->children_fd = fd < 0 ? -1 : fd;
+    read_children(h);
+    pthread_mutex_unlock(&h->mu);
+}
+
+int cp_threads_tick(void *arg, int64_t now) {
+    cp_threads *h = arg;
+    pthread_mutex_lock(&h->mu);
+    int rc = 0;
+    if (h->kept || h->error || h->tick_ns <= 0) goto out;
+    int64_t every = h->n <= h->small_up_to ? h->walk_ns : h->big_walk_ns;
+    /* half a tick early: a walk every walk_ns despite the timer's jitter */
+    if (now - h->last_walk_mono < every - h->tick_ns / 2 && !children_moved(h)) goto out;
+    int full = now - h->last_full_mono >= h->full_every_ns;
+    if (full) h->last_full_mono = now;
+    struct cp_threads_stats st;
+    rc = cp_threads_sample(h, full, &st);
+    int64_t duration = now - h->last_walk_mono;
+    h->last_walk_mono = now;
+    if (rc < 0) {
+        h->error = rc;
+        wake(h);
+        goto out;
+    }
+    int unknown = 0;
+    for (int i = 0; i < h->n && !unknown; i++) unknown = h->slots[i].role < 0 || h->slots[i].role >= CP_ROLES;
+    if (!st.root_alive || st.changed || unknown) {
+        h->kept = 1;
+        h->kept_stats = st;
+        h->kept_time = now + h->offset_ns;
+        h->kept_duration = duration;
+        wake(h);
+        goto out;
+    }
+    if (h->nrows == h->rows_cap) {
+        int cap = h->rows_cap ? h->rows_cap * 2 : 64;
+        struct walk_row *v = realloc(h->rows, (size_t)cap * sizeof(*v));
+        if (!v) {
+            h->error = rc = -ENOMEM;
+            wake(h);
+            goto out;
+        }
+        h->rows = v;
+        h->rows_cap = cap;
+    }
+    struct walk_row *r = &h->rows[h->nrows++];
+    memset(r, 0, sizeof(*r));
+    r->time_ns = now + h->offset_ns;
+    r->duration_ns = duration;
+    r->loader_workers = h->loader_workers;
+    for (int i = 0; i < h->n; i++) {
+        int role = h->slots[i].role;
+        r->run_s[role] += h->slots[i].pub.run_s;
+        r->wait_s[role] += h->slots[i].pub.wait_s;
+        r->intraop += role == CP_ROLE_INTRAOP;
+    }
+    read_children(h);
+out:
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+int cp_threads_set_roles(cp_threads *h, int n, const int32_t *tids, const int32_t *roles, int loader_workers) {
+    pthread_mutex_lock(&h->mu);
+    for (int i = 0; i < n; i++) {
+        int at = index_find(h, tids[i]);
+        if (at >= 0) h->slots[at].role = roles[i];
+    }
+    h->loader_workers = loader_workers;
+    h->kept = 0;
+    read_children(h);
+    pthread_mutex_unlock(&h->mu);
+    return 0;
+}
+
+int cp_threads_kept_walk(cp_threads *h, struct cp_threads_stats *out, int64_t *time_ns, int64_t *duration_ns) {
+    pthread_mutex_lock(&h->mu);
+    int rc = h->error ? h->error : h->kept;
+    if (rc == 1) {
+        *out = h->kept_stats;
+        *time_ns = h->kept_time;
+        *duration_ns = h->kept_duration;
+    }
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+int64_t cp_threads_last_walk_ns(cp_threads *h) {
+    pthread_mutex_lock(&h->mu);
+    int64_t t = h->last_walk_mono + h->offset_ns;
+    pthread_mutex_unlock(&h->mu);
+    return t;
+}
+
+int cp_threads_walks_pending(cp_threads *h) {
+    pthread_mutex_lock(&h->mu);
+    int n = h->nrows;
+    pthread_mutex_unlock(&h->mu);
+    return n;
+}
+
+int cp_threads_drain_walks(cp_threads *h, int max, int64_t *time_ns, int64_t *duration_ns, double *run_s,
+                           double *wait_s, int32_t *intraop, int32_t *loader_workers) {
+    pthread_mutex_lock(&h->mu);
+    int n = h->nrows < max ? h->nrows : max;
+    for (int i = 0; i < n; i++) {
+        const struct walk_row *r = &h->rows[i];
+        time_ns[i] = r->time_ns;
+        duration_ns[i] = r->duration_ns;
+        memcpy(run_s + (size_t)i * CP_ROLES, r->run_s, sizeof(r->run_s));
+        memcpy(wait_s + (size_t)i * CP_ROLES, r->wait_s, sizeof(r->wait_s));
+        intraop[i] = r->intraop;
+        loader_workers[i] = r->loader_workers;
+    }
+    memmove(h->rows, h->rows + n, (size_t)(h->nrows - n) * sizeof(*h->rows));
+    h->nrows -= n;
+    pthread_mutex_unlock(&h->mu);
+    return n;
+}
+
 /* ---- the host collector's rows ------------------------------------------------------------ */
 
 void cp_procstat_set_time_offset(cp_procstat *h, int64_t offset_ns) { h->time_offset_ns = offset_ns; }
 
-int cp_procstat_root_gone(cp_procstat *h) { return h->root_gone; }
+int cp_procstat_root_gone(cp_procstat *h) {
+    pthread_mutex_lock(&h->mu);
+    int gone = h->root_gone;
+    pthread_mutex_unlock(&h->mu);
+    return gone;
+}
 
-int cp_procstat_pending(cp_procstat *h) { return (int)h->nrows; }
+int cp_procstat_pending(cp_procstat *h) {
+    pthread_mutex_lock(&h->mu);
+    int n = (int)h->nrows;
+    pthread_mutex_unlock(&h->mu);
+    return n;
+}
 
 static int add_row(cp_procstat *h, int64_t t, int64_t duration, int metric, double value) {
     if (h->nrows == h->cap) {
@@ -841,7 +1149,34 @@ static int add_row(cp_procstat *h, int64_t t, int64_t duration, int metric, doub
 
 static double delta(double cur, double prev) { return cur > prev ? cur - prev : 0.0; }
 
+static int record_locked(cp_procstat *h);
+
 int cp_procstat_record(cp_procstat *h) {
+    pthread_mutex_lock(&h->mu);
+    int rc = record_locked(h);
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+int cp_procstat_tick(void *arg, int64_t now_ns) {
+    (void)now_ns;
+    cp_procstat *h = arg;
+    pthread_mutex_lock(&h->mu);
+    int rc = record_locked(h);
+    if (rc < 0 && !h->tick_error) h->tick_error = rc;
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+int cp_procstat_tick_error(cp_procstat *h) {
+    pthread_mutex_lock(&h->mu);
+    int rc = h->tick_error;
+    h->tick_error = 0;
+    pthread_mutex_unlock(&h->mu);
+    return rc;
+}
+
+static int record_locked(cp_procstat *h) {
     struct cp_tree_stats tree;
     struct cp_system_stats sys;
     memset(&tree, 0, sizeof(tree));
@@ -896,6 +1231,7 @@ int cp_procstat_record(cp_procstat *h) {
 
 int cp_procstat_drain(cp_procstat *h, int max, int64_t *time_ns, int64_t *duration_ns,
                       uint8_t *duration_valid, int32_t *metric, double *value) {
+    pthread_mutex_lock(&h->mu);
     size_t n = h->nrows < (size_t)max ? h->nrows : (size_t)max;
     memset(duration_valid, 0, (n + 7) / 8);
     for (size_t i = 0; i < n; i++) {
@@ -915,5 +1251,6 @@ int cp_procstat_drain(cp_procstat *h, int max, int64_t *time_ns, int64_t *durati
     memmove(h->r_metric, h->r_metric + n, rest * sizeof(int32_t));
     memmove(h->r_value, h->r_value + n, rest * sizeof(double));
     h->nrows = rest;
+    pthread_mutex_unlock(&h->mu);
     return (int)n;
 }
