@@ -80,6 +80,8 @@ def exit_without_teardown(status: int) -> None:
 
 def console_main() -> None:
     status = main()
-    if len(sys.argv) > 1 and sys.argv[1] in FAST_EXIT and isinstance(status, int):
+    # a profiler or tracer (python -m cProfile, coverage) writes its data at the usual exit
+    traced = sys.getprofile() is not None or sys.gettrace() is not None
+    if len(sys.argv) > 1 and sys.argv[1] in FAST_EXIT and isinstance(status, int) and not traced:
         exit_without_teardown(status)
     sys.exit(status)
