@@ -87,8 +87,8 @@ def test_a_default_run_imports_no_module_it_does_not_use(tmp_path):
     """What a default `counterprof run -q -- true` leaves out: importlib.metadata (the
     collectors' entry points are read from the .dist-info files), pynvml where there is no
     NVIDIA driver (the dlopen nvmlInit would make says so), secrets/hashlib (a writer id is
-    os.urandom's hex), calibration's measuring code (only its cache is read), and the
-    redaction used by the live view."""
+    os.urandom's hex), calibration's measuring code (only its cache is read), the redaction
+    used by the live view, and the neuron-monitor child (subprocess) with no Neuron device."""
     from counterprof.collectors.nvml.library import no_driver_here
     code = ("import json, sys\nfrom counterprof.cli import main\n"
             f"rc = main(['run', '-q', '-o', {str(tmp_path / 'r')!r}, '--', 'true'])\n"
@@ -98,7 +98,7 @@ def test_a_default_run_imports_no_module_it_does_not_use(tmp_path):
     rc, names = json.loads(p.stdout.strip().splitlines()[-1])
     assert rc == 0
     left_out = {"importlib.metadata", "secrets", "hashlib", "counterprof.calibrate.measure",
-                "statistics", "counterprof.redact"}
+                "statistics", "counterprof.redact", "counterprof.collectors.neuron.child"}
     if no_driver_here():
         left_out.add("pynvml")
     assert not left_out & set(names), sorted(left_out & set(names))
