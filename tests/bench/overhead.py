@@ -501,6 +501,13 @@ class Bench:
             cmds["baseline run"] = None
             cmds["baseline run (summary)"] = None
         print(f"[startup] {a.startup_runs} runs x {len(cmds)} commands", file=sys.stderr, flush=True)
+        if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+            # a source tree without __pycache__ (an editable install) then compiles every module
+            # on every start: ~80 ms of each `counterprof run` that an installed wheel never pays
+            print("[startup] PYTHONDONTWRITEBYTECODE is set: sources without a bytecode cache are "
+                  "compiled on every start (run with `env -u PYTHONDONTWRITEBYTECODE "
+                  "PYTHONPYCACHEPREFIX=/tmp/pyc` for an installed package's figures)",
+                  file=sys.stderr, flush=True)
         samples: dict[str, list[dict]] = {k: [] for k in cmds}
         for _ in range(a.startup_runs):
             names = list(cmds)
