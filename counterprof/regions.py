@@ -20,7 +20,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-import secrets
 import threading
 import time
 from pathlib import Path
@@ -66,7 +65,7 @@ class _Recorder:
         from .store.rundir import rank_dir
         try:
             rank_path = rank_dir(Path(run_dir), rank_from_env())
-            self._journal = JournalWriter(rank_path, f"regions{os.getpid()}-{secrets.token_hex(2)}")
+            self._journal = JournalWriter(rank_path, f"regions{os.getpid()}-{os.urandom(2).hex()}")
         except OSError:
             return      # not writable: regions are dropped, the workload is not disturbed
         self._offset_ns = int(os.environ.get(ENV_CLOCK_OFFSET) or (time.time_ns() - time.monotonic_ns()))

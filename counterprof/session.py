@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import platform
 import resource
-import secrets
 import socket
 import sys
 import threading
@@ -138,7 +137,7 @@ class Session:
         self.replace = replace
         self.on_warning = on_warning
         self.clock = Clock()
-        self.writer_id = f"{os.getpid()}-{secrets.token_hex(3)}"
+        self.writer_id = f"{os.getpid()}-{os.urandom(3).hex()}"   # secrets.token_hex, without its ~3 ms import
         self.collectors: list[Collector] = []
         self.statuses: dict[str, dict[str, Any]] = {}
         self.metrics: dict[str, Metric] = {}

@@ -22,14 +22,12 @@ whose pid is in the workload's process tree, or whose tag is the workload's NEUR
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from counterprof.collector import Availability, Collector, SessionContext
 from counterprof.errors import UsageError
@@ -37,9 +35,11 @@ from counterprof.proctree import environ, rank_of, tree_order
 from counterprof.schema import samples_batch
 
 from . import monitor, sysfs
-from .child import MonitorProcess
 from .metrics import BY_NAME
 from .topology import Topology, device_rows, neuron_ls, own_cores, sysfs_root
+
+if TYPE_CHECKING:
+    from .child import MonitorProcess
 
 MONITOR_COMMAND = "neuron-monitor"
 SCAN_EVERY_NS = 1_000_000_000        # the workload's tree, its ranks and tags: once a second
@@ -61,6 +61,8 @@ def silent_after_s(period_s: float) -> float:
 
 def sweep_stale_dirs(tmp: str | None = None) -> list[str]:
     """Config directories left by profilers that were killed (SIGKILL runs no cleanup)."""
+    import glob        # here, with tempfile and subprocess (child.py): a run without Neuron
+    import tempfile    # devices imports none of them
     removed = []
     for d in glob.glob(os.path.join(tmp or tempfile.gettempdir(), TMP_PREFIX + "*-*")):
         pid = os.path.basename(d)[len(TMP_PREFIX):].partition("-")[0]
@@ -185,6 +187,8 @@ class NeuronCollector(Collector):
         sweep_stale_dirs()
         self.period_s = max(monitor.MIN_PERIOD_S, self.interval_ns / 1e9)
         cfg = monitor.config(self.interval_ns / 1e9, tag)
+        import tempfile
+        from .child import MonitorProcess
         self._tmp = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
         path = os.path.join(self._tmp, "monitor.json")
         with open(path, "w") as f:

@@ -11,7 +11,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +101,7 @@ def neuron_ls(command: str = "neuron-ls") -> list[dict[str, Any]] | None:
     """`neuron-ls -j` as a list of devices; None when neuron-ls is not on PATH or fails. Run
     as the monitor is (child.py): a helper it forks holding its stdout, or output without end,
     cannot hang or fill `counterprof list` (subprocess.run's timeout waits for EOF)."""
+    import subprocess
     from .child import MonitorProcess
 
     exe = shutil.which(command)

@@ -21,8 +21,6 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
-from . import datasheet, measure
-
 SCHEMA = 1
 
 # shape sweeps and timing per mode: quick fits in 30 s on 2 CPU cores
@@ -131,6 +129,7 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     """Measure this machine: the CPU always, each GPU when torch sees one.
     fresh_process: this process has run no torch op yet (the CLI), so the collectives' ranks
     may fork from it (seconds faster than starting interpreters); otherwise they are spawned."""
+    from . import datasheet, measure    # here: every run reads cached(), ~3 ms of imports
     mode = MODES[quick]
     host = socket.gethostname()
     started = time.time()

@@ -14,7 +14,6 @@ import argparse
 import os
 import sys
 
-from ..redact import command_line
 from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err, guarded)
 from .process_setup import import_arrow_with_one_blas_thread, keep_pandas_out, use_system_allocator
 
@@ -170,6 +169,7 @@ def _run(args) -> int:
     warnings = WarningRoute()
     if args.live:
         from ..live.window import LiveWindow
+        from ..redact import command_line
         window = LiveWindow()
         if command:
             view = LiveViewSlot(window, warnings, command_line(command))

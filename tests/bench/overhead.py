@@ -28,7 +28,9 @@ Parts (--only):
             --baseline EXE adds another counterprof (e.g. main's, for before/after) to the
             same rounds: its CPU, its threads, and the paired ratio counterprof / baseline.
   startup   wall time of `true`, `perf stat -- true`, `counterprof --help`,
-            `counterprof run -q -- true` (and with its summary).
+            `counterprof run -q -- true` (and with its summary); with --baseline, the baseline's
+            `run -q -- true` and `run -- true` in the same rounds, and the paired ratios
+            counterprof / baseline (wall, per round).
   cm        counterprof.profile() in one Python process: the workload function alone vs
             inside profile(interval_ms=10) and (interval_ms=1); profiler CPU from
             meta.json "profiler"."cpu_s" (profiler threads only).
@@ -495,15 +497,26 @@ class Bench:
             "python -c pass": [self.py, "-c", "pass"],
             "python -c 'import counterprof.session'": [self.py, "-c", "import counterprof.session"],
         }
+        if a.baseline:      # before/after in the same rounds: the same commands, the other install
+            cmds["baseline run"] = None
+            cmds["baseline run (summary)"] = None
         print(f"[startup] {a.startup_runs} runs x {len(cmds)} commands", file=sys.stderr, flush=True)
+        if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+            # a source tree without __pycache__ (an editable install) then compiles every module
+            # on every start: ~80 ms of each `counterprof run` that an installed wheel never pays
+            print("[startup] PYTHONDONTWRITEBYTECODE is set: sources without a bytecode cache are "
+                  "compiled on every start (run with `env -u PYTHONDONTWRITEBYTECODE "
+                  "PYTHONPYCACHEPREFIX=/tmp/pyc` for an installed package's figures)",
+                  file=sys.stderr, flush=True)
         samples: dict[str, list[dict]] = {k: [] for k in cmds}
         for _ in range(a.startup_runs):
             names = list(cmds)
             self.rng.shuffle(names)
             for name in names:
                 cmd = cmds[name]
-                if name.startswith("counterprof run"):
-                    cmd = [self.cp, "run"] + ([] if name.endswith("(summary)") else ["-q"])
+                if name.startswith(("counterprof run", "baseline run")):
+                    exe = a.baseline if name.startswith("baseline") else self.cp
+                    cmd = [exe, "run"] + ([] if name.endswith("(summary)") else ["-q"])
                     if name.endswith("EVENTS"):
                         cmd += ["-e", a.events]
                     cmd += ["-o", str(self.new_run_dir()), "--", "true"]
@@ -512,21 +525,29 @@ class Bench:
                 if res["rc"] != 0:
                     rec["stderr"] = stderr_lines(res["stderr"])
                     self.problem(f"startup {name}: exit status {res['rc']}: {' | '.join(rec['stderr'][-3:])}")
-                elif name.startswith("counterprof") and res["stderr"].strip():
+                elif name.startswith(("counterprof", "baseline")) and res["stderr"].strip():
                     rec["stderr"] = stderr_lines(res["stderr"], 3)
                 samples[name].append(rec)
-                if name.startswith("counterprof run") and not a.keep:
+                if name.startswith(("counterprof run", "baseline run")) and not a.keep:
                     shutil.rmtree(cmd[-3], ignore_errors=True)
         out = {}
         for name, recs in samples.items():
             out[name] = {"command": " ".join(shlex.quote(c) for c in (cmds[name] or
-                         (["counterprof", "run"] + ([] if name.endswith("(summary)") else ["-q"])
+                         ([a.baseline if name.startswith("baseline") else "counterprof", "run"]
+                          + ([] if name.endswith("(summary)") else ["-q"])
                           + (["-e", a.events] if name.endswith("EVENTS") else [])
                           + ["-o", "DIR", "--", "true"]))),
                          "wall_s": summary([r["wall_s"] for r in recs if r["rc"] == 0]),
                          "tree_cpu_s": summary([r["tree_cpu_s"] for r in recs if r["rc"] == 0]),
                          "failed": sum(1 for r in recs if r["rc"] != 0),
                          "stderr": sorted({ln for r in recs for ln in r.get("stderr", [])})}
+        if a.baseline:
+            # paired per round: the i-th run of each command ran in the same shuffled round
+            for mine, base in (("counterprof run", "baseline run"),
+                               ("counterprof run (summary)", "baseline run (summary)")):
+                pairs = [(x["wall_s"], y["wall_s"]) for x, y in zip(samples[mine], samples[base])
+                         if x["rc"] == 0 and y["rc"] == 0 and y["wall_s"] > 0]
+                out[base]["ratio_vs_baseline"] = summary([x / y for x, y in pairs])
         return out
 
     # -- context manager ----------------------------------------------------------------
@@ -1074,6 +1095,11 @@ def report(results: dict) -> str:
             cpu = e["tree_cpu_s"]
             lines.append(f"| `{e['command']}` | {fmt_s(e['wall_s'])} | "
                          f"{'n/a' if not cpu else '%.0f ms' % (cpu['median'] * 1000)} |")
+        ratios = [(name, e["ratio_vs_baseline"]) for name, e in s.items() if e.get("ratio_vs_baseline")]
+        if ratios:
+            lines += ["", "counterprof / baseline, wall, paired per round (median [min–max]): " + "; ".join(
+                f"{name.replace('baseline ', '')}: {r['median']:.2f} [{r['min']:.2f}–{r['max']:.2f}]"
+                for name, r in ratios)]
         cp = (s.get("counterprof run") or {}).get("wall_s")
         hp = (s.get("counterprof --help") or {}).get("wall_s")
         lines += ["", f"targets: `counterprof --help` < {TARGET_HELP_S * 1000:g} ms: "
@@ -1220,8 +1246,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--counterprof", default=None,
                    help="the counterprof executable (default: next to this Python, else PATH)")
     p.add_argument("--baseline", default=None, metavar="EXE",
-                   help="table: another counterprof executable in the same rounds, for before/after (e.g. "
-                        "an older checkout's venv's bin/counterprof)")
+                   help="table and startup: another counterprof executable in the same rounds, for "
+                        "before/after (e.g. an older checkout's venv's bin/counterprof)")
     p.add_argument("--perf", default=shutil.which("perf") or "/usr/bin/perf", help="the perf executable")
     p.add_argument("--tmp", default=None, help="where run directories go (default: the system's temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the run directories")

@@ -270,3 +270,21 @@ def test_field_values_decode_the_array_at_once_as_member_by_member():
     expect = [(float(v), w, 1_700_000_000_000_000 + i) for i, (v, w) in enumerate(
         [(-2.5, None), (2**32 - 1, 32), (2**40, 64), (2**63 + 9, 64), (-(2**40), None), (-7, None), (65535, 16)])]
     assert got["array"] == expect + [None]
+
+
+def test_the_default_module_says_no_driver_as_the_real_library_does():
+    """Without a driver, open_nvml() finds so before importing pynvml, with the error the real
+    nvmlInit gives (same code, same words)."""
+    import subprocess
+    import sys
+    from counterprof.collectors.nvml.library import no_driver_here
+    if not no_driver_here():
+        pytest.skip("an NVIDIA driver is present here")
+    code = ("import sys\nfrom counterprof.collectors.nvml.library import open_nvml\n"
+            "from counterprof.errors import NvmlUnavailable\n"
+            "try:\n    open_nvml()\nexcept NvmlUnavailable as exc:\n"
+            "    print(exc.code, 'pynvml' in sys.modules, exc)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    with pytest.raises(NvmlUnavailable) as real:
+        open_nvml("pynvml")
+    assert p.stdout.strip() == f"{real.value.code} False {real.value}", p.stderr

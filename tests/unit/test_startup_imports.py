@@ -6,6 +6,7 @@ modules imported are the same on any machine."""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -80,3 +81,86 @@ def test_a_run_keeps_pandas_and_heavy_extras_out_of_its_process(tmp_path):
     assert not tops & {"pandas", "rich", "duckdb", "torch", "polars"}, sorted(tops & HEAVY)
     assert "pyarrow.compute" not in names
     assert (tmp_path / "r" / "meta.json").exists()
+
+
+def test_a_default_run_imports_no_module_it_does_not_use(tmp_path):
+    """What a default `counterprof run -q -- true` leaves out: importlib.metadata (the
+    collectors' entry points are read from the .dist-info files), pynvml where there is no
+    NVIDIA driver (the dlopen nvmlInit would make says so), secrets/hashlib (a writer id is
+    os.urandom's hex), calibration's measuring code (only its cache is read), the redaction
+    used by the live view, and the neuron-monitor child (subprocess) with no Neuron device."""
+    from counterprof.collectors.nvml.library import no_driver_here
+    code = ("import json, sys\nfrom counterprof.cli import main\n"
+            f"rc = main(['run', '-q', '-o', {str(tmp_path / 'r')!r}, '--', 'true'])\n"
+            "print(json.dumps([rc, sorted(sys.modules)]))")
+    p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rc, names = json.loads(p.stdout.strip().splitlines()[-1])
+    assert rc == 0
+    left_out = {"importlib.metadata", "secrets", "hashlib", "counterprof.calibrate.measure",
+                "statistics", "counterprof.redact", "counterprof.collectors.neuron.child"}
+    if no_driver_here():
+        left_out.add("pynvml")
+    assert not left_out & set(names), sorted(left_out & set(names))
+    meta = json.loads((tmp_path / "r" / "meta.json").read_text())
+    assert {"perf", "host", "threads", "nvml", "neuron"} <= set(meta["collectors"])
+
+
+def test_the_entry_points_read_from_the_files_are_importlib_metadatas():
+    """The registry's reader of entry_points.txt finds what importlib.metadata finds, in its
+    order, and loads the same classes."""
+    from importlib import metadata
+
+    from counterprof import collector
+    fast = collector._fast_entry_points(collector.ENTRY_POINT_GROUP)
+    assert fast is not None            # a plain sys.path: no fallback
+    slow = metadata.entry_points(group=collector.ENTRY_POINT_GROUP)
+    assert [(e.name, e.value) for e in fast] == [(e.name, e.value) for e in slow]
+    assert [e.load() for e in fast] == [e.load() for e in slow]
+
+
+def test_entry_points_txt_is_read_as_an_ini_file(tmp_path, monkeypatch):
+    """Sections, comments, extras and the first distribution of a name on sys.path winning,
+    as importlib.metadata reads them; a zip on sys.path falls back to importlib.metadata."""
+    from counterprof import collector
+    first, second = tmp_path / "a", tmp_path / "b"
+    for base, value in ((first, "json:JSONDecoder [extra]"), (second, "json:JSONEncoder")):
+        info = base / "Some_Plugin-1.0.dist-info"
+        info.mkdir(parents=True)
+        (info / "entry_points.txt").write_text(
+            "# a comment\n[console_scripts]\nx = y:z\n\n[counterprof.collectors]\n"
+            f"plug = {value}\n; another\n[other]\nq = r:s\n")
+    monkeypatch.setattr(sys, "path", [str(first), str(tmp_path / "missing"), str(second)])
+    found = collector._fast_entry_points(collector.ENTRY_POINT_GROUP)
+    import json as json_module
+    assert [(e.name, e.load()) for e in found] == [("plug", json_module.JSONDecoder)]
+    zipped = tmp_path / "some.zip"
+    zipped.write_bytes(b"")
+    monkeypatch.setattr(sys, "path", [str(first), str(zipped)])
+    assert collector._fast_entry_points(collector.ENTRY_POINT_GROUP) is None
+
+
+def test_the_fast_exit_joins_threads_runs_atexit_and_flushes(tmp_path):
+    """exit_without_teardown ends as Python's exit would: non-daemon threads joined, atexit
+    run, buffered stdout written, the status given."""
+    code = ("import atexit, sys, threading, time\nfrom counterprof.cli import exit_without_teardown\n"
+            "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
+            "atexit.register(lambda: print('atexit ran'))\n"
+            "sys.stdout.write('buffered ')\nexit_without_teardown(3)\nprint('not reached')")
+    p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 3, p.stderr
+    assert p.stdout.split() == ["buffered", "thread", "done", "atexit", "ran"]
+
+
+def test_a_run_exits_with_the_workloads_status_through_the_fast_exit(tmp_path):
+    """The console script's `run` ends through exit_without_teardown: the workload's status,
+    the summary on stderr, the run written."""
+    exe = str(Path(PYTHON).with_name("counterprof"))
+    if not Path(exe).exists():
+        pytest.skip("no counterprof console script beside this Python")
+    p = subprocess.run([exe, "run", "-o", str(tmp_path / "r"), "--", "sh", "-c", "echo out; exit 3"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 3, p.stderr
+    assert p.stdout == "out\n"
+    assert "task-clock" in p.stderr and f"run directory: {tmp_path / 'r'}" in p.stderr
+    assert json.loads((tmp_path / "r" / "meta.json").read_text())["status"] == "complete"
