@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..redact import redact_argv
 from ..render import units       # perf stat's words for the notes
@@ -80,38 +80,60 @@ COLUMNS = ("source", "metric", "value", "duration_ns", "quality")
 _SUMS = ("value_sum", "value_count", "dur_sum", "qdur_sum", "unknown_sum", "vdur_sum", "vdurw_sum")
 
 
-def _codes(column: Any) -> tuple[pa.Array, pa.Array]:
+def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
     """(int codes, their strings) of a dictionary column, without materializing a string
     per row; plain string columns are encoded first."""
     arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     if not pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_encode()
-    return arr.indices, arr.dictionary
+    return arr.indices.to_numpy(zero_copy_only=False), arr.dictionary.to_pylist()
+
+
+def _numbers(column: Any, fill: float) -> tuple[np.ndarray, np.ndarray]:
+    """(float64 values with nulls as fill, validity) of a numeric column."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(arr)
+    values = arr.to_numpy(zero_copy_only=False).astype(np.float64, copy=True)
+    if arr.null_count == 0:
+        return values, np.ones(n, bool)
+    bitmap = np.frombuffer(arr.buffers()[0], np.uint8)
+    valid = np.unpackbits(bitmap, bitorder="little")[arr.offset:arr.offset + n].astype(bool)
+    values[~valid] = fill
+    return values, valid
 
 
 def _aggregate(chunk: Any) -> list[dict[str, Any]]:
-    dur = pc.fill_null(chunk["duration_ns"], 0).cast(pa.float64())
-    value = chunk["value"]
-    src_codes, src_names = _codes(chunk["source"])
-    met_codes, met_names = _codes(chunk["metric"])
-    t = pa.table({
-        "s": src_codes,
-        "m": met_codes,
-        "value": value,
-        "dur": dur,
-        "qdur": pc.multiply(pc.fill_null(chunk["quality"].cast(pa.float64()), 1.0), dur),
-        "unknown": pc.is_null(value).cast(pa.int64()),
-        "vdur": pc.multiply(value, dur),                       # null where the value is unknown
-        "vdurw": pc.if_else(pc.is_null(value), 0.0, dur),      # the durations vdur covers
-    })
-    rows = t.group_by(["s", "m"], use_threads=False).aggregate([
-        ("value", "sum"), ("value", "max"), ("value", "count"), ("dur", "sum"), ("qdur", "sum"),
-        ("unknown", "sum"), ("vdur", "sum"), ("vdurw", "sum")]).to_pylist()
-    src, met = src_names.to_pylist(), met_names.to_pylist()
-    for r in rows:
-        r["source"], r["metric"] = src[r.pop("s")], met[r.pop("m")]
-    out: list[dict[str, Any]] = rows
-    return out
+    """Per (source, metric) of one chunk: sums, max and counts, with numpy (pyarrow.compute and
+    its group_by cost a run ~45 ms of imports before its summary; issue 14's start-up). A sum
+    over no known value is None, as a SQL SUM is."""
+    src_codes, src = _codes(chunk["source"])
+    met_codes, met = _codes(chunk["metric"])
+    value, known = _numbers(chunk["value"], 0.0)
+    dur, _ = _numbers(chunk["duration_ns"], 0.0)
+    quality, _ = _numbers(chunk["quality"], 1.0)
+    keys, group = np.unique(src_codes.astype(np.int64) * max(1, len(met)) + met_codes, return_inverse=True)
+    groups = len(keys)
+
+    def total(weights: np.ndarray) -> np.ndarray:
+        return np.bincount(group, weights=weights, minlength=groups)
+
+    count = np.bincount(group, weights=known, minlength=groups).astype(np.int64)
+    peak = np.full(groups, -np.inf)
+    np.maximum.at(peak, group[known], value[known])
+    sums = {"value_sum": total(value), "dur_sum": total(dur), "qdur_sum": total(quality * dur),
+            "vdur_sum": total(value * dur), "vdurw_sum": total(np.where(known, dur, 0.0))}
+    unknown = np.bincount(group, weights=~known, minlength=groups).astype(np.int64)
+    rows = []
+    for g, key in enumerate(keys.tolist()):
+        some = bool(count[g])
+        rows.append({"source": src[key // max(1, len(met))], "metric": met[key % max(1, len(met))],
+                     "value_sum": float(sums["value_sum"][g]) if some else None,
+                     "value_max": float(peak[g]) if some else None,
+                     "value_count": int(count[g]), "dur_sum": float(sums["dur_sum"][g]),
+                     "qdur_sum": float(sums["qdur_sum"][g]), "unknown_sum": int(unknown[g]),
+                     "vdur_sum": float(sums["vdur_sum"][g]) if some else None,
+                     "vdurw_sum": float(sums["vdurw_sum"][g])})
+    return rows
 
 
 def _merge(out: dict[tuple[str, str], dict[str, Any]], chunk: Any) -> None:

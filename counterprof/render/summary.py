@@ -1,28 +1,32 @@
-"""The end-of-run table, laid out like perf stat's. Computes nothing: it formats a Summary."""
+"""The end-of-run table, laid out like perf stat's. Computes nothing: it formats a Summary.
+
+Laid out here, as lines of (text, style) spans, not by rich: `counterprof run` prints this at
+every exit, and importing rich for it cost the run ~40 ms (issue 14's start-up); rich is
+imported only to print the styles on a terminal. Columns are separated by two spaces, the
+numbers right-aligned, nothing wraps (as perf stat's table does not).
+"""
 from __future__ import annotations
 
-import io
 import json
 import shlex
 import sys
-from typing import TYPE_CHECKING
-
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any
 
 from . import units
-from .console import console, inert
+from .inert import inert, inert_lines
 
 if TYPE_CHECKING:     # types only: the Summary calls this module to print itself
     from ..analysis.summary import Summary, SummaryRow
 
+Span = tuple[str, str]           # (text, style: "" | "bold" | "dim" | "yellow")
+Line = list[Span]
 
-def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
+
+def _cells(r: SummaryRow) -> tuple[Span, Span, Span, Span]:
     if r.value is None:
         label = {"not supported": "<not supported>", "not counted": "<not counted>"}.get(
             r.status, f"<{r.status}>")
-        return Text(label, style="yellow"), "", Text(inert(r.metric)), Text("")
+        return (label, "yellow"), ("", ""), (inert(r.metric), ""), ("", "")
     num, unit = units.stat_number(r.value, r.unit)
     name = inert(r.metric if r.aggregate == "total" else f"{r.metric} ({r.aggregate})")
     note = f"#  {r.note}" if r.note else ""
@@ -32,7 +36,17 @@ def _cells(r: SummaryRow) -> tuple[Text, str, Text, Text]:
         note += f"  [{r.unknown_intervals} intervals unknown]"
     if r.stddev is not None:
         note = f"{units.spread(r.value, r.stddev, r.unit)}  {note}".rstrip()
-    return Text(num), unit, Text(name), Text(note, style="dim")
+    return (num, ""), (inert(unit), ""), (name, ""), (inert(note), "dim")
+
+
+def _table(rows: list[tuple[Span, Span, Span, Span]]) -> list[Line]:
+    """The rows as aligned lines: the number right-aligned, the unit and the name padded."""
+    if not rows:
+        return []
+    w_num, w_unit, w_name = (max(len(row[i][0]) for row in rows) for i in range(3))
+    return [[(num.rjust(w_num), ns), ("  ", ""), (unit.ljust(w_unit), us), ("  ", ""),
+             (name.ljust(w_name), nms), ("  ", ""), note]
+            for (num, ns), (unit, us), (name, nms), note in rows]
 
 
 _SECTION_TITLES = {"host": "process tree and system (host collector)",
@@ -40,20 +54,13 @@ _SECTION_TITLES = {"host": "process tree and system (host collector)",
                    "nvml": "GPUs, all sampled GPUs together (nvml collector)"}
 
 
-def summary_renderable(s: Summary):
+def summary_lines(s: Summary) -> list[Line]:
     what = inert(shlex.join(s.command)) if s.command else "this run"
     runs = f" ({s.runs} runs)" if s.runs > 1 else ""
-    title = Text(f"\n Performance counter stats for '{what}'{runs}:\n", style="bold")
-    table = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False)
-    table.add_column(justify="right", no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column()
+    lines: list[Line] = [[], [(f" Performance counter stats for '{what}'{runs}:", "bold")], []]
     perf = [r for r in s.rows if r.source == "perf"]
     other = [r for r in s.rows if r.source != "perf"]
-    for r in perf:
-        table.add_row(*_cells(r))
-    parts = [title, table]
+    lines += _table([_cells(r) for r in perf])
     footer = []
     for value, key, words in ((s.elapsed_s, "elapsed_s", "seconds time elapsed"),
                               (s.user_s, "user_s", "seconds user"), (s.system_s, "system_s", "seconds sys")):
@@ -67,33 +74,45 @@ def summary_renderable(s: Summary):
     if s.runs > 1:
         footer.append(f"(means of {s.runs} runs; +- is the sample standard deviation over the runs)")
     if footer:
-        parts.append(Text("\n" + "\n".join(footer)))
+        lines += [[]] + [[(f, "")] for f in footer]
     for source in dict.fromkeys(r.source for r in other):     # one section per collector
-        title = _SECTION_TITLES.get(source, f"{source} collector")
+        title = _SECTION_TITLES.get(source, f"{inert(source)} collector")
         if source == "host" and s.ranks > 1:
             title = f"process trees of {s.ranks} ranks and the system (host collector)"
-        section = Table(box=None, show_header=False, padding=(0, 1), pad_edge=False,
-                        title=Text(title, style="bold"), title_justify="left")
-        section.add_column(justify="right", no_wrap=True)
-        section.add_column(no_wrap=True)
-        section.add_column(no_wrap=True)
-        section.add_column()
-        for r in other:
-            if r.source == source:
-                section.add_row(*_cells(r))
-        parts.append(Text(""))
-        parts.append(section)
+        lines += [[], [(title, "bold")]]
+        lines += _table([_cells(r) for r in other if r.source == source])
     failed = [inert(f"{k}: {v['status']} ({v['reason']})") for k, v in s.collectors.items()
               if v.get("status") not in ("ok", "unavailable", None)]
     if failed:
-        parts.append(Text("\n" + "\n".join(failed), style="yellow"))
+        lines += [[]] + [[(f, "yellow")] for f in failed]
     # a default collector this machine cannot run (no GPU, say): one short line, not a paragraph
     absent = [inert(f"{k} ({_first_clause(v.get('reason', ''))})") for k, v in s.collectors.items()
               if v.get("status") == "unavailable"]
     if absent:
-        parts.append(Text("not available here: " + "; ".join(absent) + "  (`counterprof list` says why)",
-                          style="dim"))
-    return Group(*parts)
+        lines.append([("not available here: " + "; ".join(absent) + "  (`counterprof list` says why)", "dim")])
+    return lines
+
+
+def summary_renderable(s: Summary) -> Any:
+    """The lines as one rich Text with their styles (for a terminal)."""
+    from rich.text import Text
+    text = Text()
+    for i, line in enumerate(summary_lines(s)):
+        if i:
+            text.append("\n")
+        for part, style in _trimmed(line):
+            text.append(part, style=style or None)
+    return text
+
+
+def _trimmed(line: Line) -> Line:
+    """The line without the padding at its end (the last cells may be empty)."""
+    out = list(line)
+    while out and not out[-1][0].strip():
+        out.pop()
+    if out:
+        out[-1] = (out[-1][0].rstrip(), out[-1][1])
+    return out
 
 
 def _first_clause(reason: str, limit: int = 60) -> str:
@@ -102,16 +121,29 @@ def _first_clause(reason: str, limit: int = 60) -> str:
 
 
 def summary_text(s: Summary, width: int = 120) -> str:
-    buf = io.StringIO()
-    console(file=buf, width=width, color_system=None).print(summary_renderable(s))
-    return buf.getvalue()
+    """The table as plain text (width: kept for callers; nothing wraps)."""
+    return "".join(inert_lines("".join(part for part, _ in _trimmed(line))) + "\n" for line in summary_lines(s))
 
 
 def print_summary(summary, as_json: bool) -> None:
-    """The end-of-run summary on stderr: the perf-stat-like table, or one JSON object."""
+    """The end-of-run summary on stderr: the perf-stat-like table, or one JSON object. Styled
+    through rich on a terminal (or with FORCE_COLOR), plain text elsewhere."""
     if as_json:
         json.dump(summary.to_dict(), sys.stderr, default=str)
         sys.stderr.write("\n")
         sys.stderr.flush()
         return
-    console(stderr=True).print(summary)
+    import os
+    if _isatty(sys.stderr) or "FORCE_COLOR" in os.environ:
+        from .console import console
+        console(stderr=True).print(summary_renderable(summary))
+        return
+    sys.stderr.write(summary_text(summary))
+    sys.stderr.flush()
+
+
+def _isatty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

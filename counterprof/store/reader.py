@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import RunDirectoryError
@@ -140,6 +139,7 @@ class Run:
             return _with_rank(empty, 0, add).slice(0, 0)
         table = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
         sort_key = "time" if "time" in table.column_names else "start"
+        import pyarrow.compute as pc     # here only: `run`'s summary opens a Run and must not pay it
         return table.take(pc.sort_indices(table, [(sort_key, "ascending")]))
 
     def batches(self, name: str, columns: list[str] | None = None, rank: int | None = None,

@@ -15,7 +15,6 @@ from typing import Any
 from collections.abc import Iterable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 # A rank on another host (clock skew), a trace's ops before the profiler's start, a workload
 # still writing when the profiler stopped: rows this far outside the recorded span are real.
@@ -36,6 +35,7 @@ class Span:
 
     def mask(self, table: str, batch: pa.RecordBatch | pa.Table) -> pa.Array | None:
         """True for the rows inside the span (None: every row is)."""
+        import pyarrow.compute as pc      # here, not at import: `run`'s summary opens a Run without reading rows
         if table == "samples" and "time" in batch.schema.names:
             t = pc.cast(batch["time"], pa.int64())
             ok = pc.and_(pc.greater_equal(t, self.lo), pc.less_equal(t, self.hi))

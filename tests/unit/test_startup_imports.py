@@ -64,23 +64,39 @@ def test_the_api_loads_on_first_use():
     assert "has no attribute 'nope'" in p.stderr
 
 
-def test_a_run_keeps_pandas_and_heavy_extras_out_of_its_process(tmp_path):
-    """`counterprof run -q -- true` imports pyarrow and numpy (it writes Arrow and Parquet) but
-    not pandas (pyarrow's first array conversion would: 0.3-0.6 s), pyarrow.compute (~50 ms),
-    rich (nothing is drawn under -q), duckdb or torch."""
-    # sys.modules at the end (importtime also lists imports that failed, as pandas's must)
+def _run_in_process(tmp_path, args: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`counterprof ARGS -o tmp/r -- true` in a fresh interpreter: (the process, sys.modules at
+    the end; importtime would also list imports that failed, as pandas's must)."""
     code = ("import json, sys\nfrom counterprof.cli import main\n"
-            f"rc = main(['run', '-q', '-e', 'task-clock', '-o', {str(tmp_path / 'r')!r}, '--', 'true'])\n"
+            f"rc = main([*{args!r}, '-o', {str(tmp_path / 'r')!r}, '--', 'true'])\n"
             "print(json.dumps([rc, sorted(sys.modules)]))")
     p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
     rc, names = json.loads(p.stdout.strip().splitlines()[-1])
     assert rc == 0
+    return p, names
+
+
+def test_a_run_keeps_pandas_and_heavy_extras_out_of_its_process(tmp_path):
+    """`counterprof run -q -- true` imports pyarrow and numpy (it writes Arrow and Parquet) but
+    not pandas (pyarrow's first array conversion would: 0.3-0.6 s), pyarrow.compute (~50 ms),
+    rich (nothing is drawn under -q), duckdb or torch."""
+    p, names = _run_in_process(tmp_path, ['run', '-q', '-e', 'task-clock'])
     tops = {name.split(".")[0] for name in names}
     assert {"pyarrow", "numpy"} <= tops
     assert not tops & {"pandas", "rich", "duckdb", "torch", "polars"}, sorted(tops & HEAVY)
     assert "pyarrow.compute" not in names
     assert (tmp_path / "r" / "meta.json").exists()
+
+
+def test_a_run_printing_its_summary_off_a_terminal_imports_no_rich_nor_pyarrow_compute(tmp_path):
+    """`counterprof run -- true` with its summary table on stderr (a pipe here): the table is
+    laid out without rich (~40 ms of import) and its sums are folded with numpy, not
+    pyarrow.compute and its group_by (~45 ms with acero and dataset); the table still prints."""
+    p, names = _run_in_process(tmp_path, ['run', '-e', 'task-clock'])
+    assert "Performance counter stats for 'true'" in p.stderr and "task-clock" in p.stderr
+    heavy = {"rich", "pyarrow.compute", "pyarrow.acero", "pyarrow.dataset"}
+    assert not heavy & set(names) and "rich" not in {n.split(".")[0] for n in names}, sorted(heavy & set(names))
 
 
 def test_a_default_run_imports_no_module_it_does_not_use(tmp_path):
@@ -90,13 +106,7 @@ def test_a_default_run_imports_no_module_it_does_not_use(tmp_path):
     os.urandom's hex), calibration's measuring code (only its cache is read), the redaction
     used by the live view, and the neuron-monitor child (subprocess) with no Neuron device."""
     from counterprof.collectors.nvml.library import no_driver_here
-    code = ("import json, sys\nfrom counterprof.cli import main\n"
-            f"rc = main(['run', '-q', '-o', {str(tmp_path / 'r')!r}, '--', 'true'])\n"
-            "print(json.dumps([rc, sorted(sys.modules)]))")
-    p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    rc, names = json.loads(p.stdout.strip().splitlines()[-1])
-    assert rc == 0
+    p, names = _run_in_process(tmp_path, ['run', '-q'])
     left_out = {"importlib.metadata", "secrets", "hashlib", "counterprof.calibrate.measure",
                 "statistics", "counterprof.redact", "counterprof.collectors.neuron.child"}
     if no_driver_here():

@@ -161,3 +161,58 @@ def test_the_report_counts_the_rank_partitions_it_read_not_the_jobs_world_size()
     spans = SPANS_SCHEMA.empty_table()
     assert build_report(inputs_from_samples(table(TWO_RANKS), spans, CATALOG_RANKS, meta, ranks=2)).summary.ranks == 2
     assert build_report(inputs_from_samples(table(TWO_RANKS), spans, CATALOG_RANKS, meta)).summary.ranks == 8
+
+
+def _reference_fold(table: pa.Table) -> dict:
+    """The sums as pyarrow's group_by gives them (the fold before it moved to numpy): the oracle."""
+    import pyarrow.compute as pc
+    dur = pc.fill_null(table["duration_ns"], 0).cast(pa.float64())
+    value = table["value"]
+    t = pa.table({"source": table["source"].cast(pa.string()), "metric": table["metric"].cast(pa.string()),
+                  "value": value, "dur": dur,
+                  "qdur": pc.multiply(pc.fill_null(table["quality"].cast(pa.float64()), 1.0), dur),
+                  "unknown": pc.is_null(value).cast(pa.int64()), "vdur": pc.multiply(value, dur),
+                  "vdurw": pc.if_else(pc.is_null(value), 0.0, dur)})
+    rows = t.group_by(["source", "metric"], use_threads=False).aggregate([
+        ("value", "sum"), ("value", "max"), ("value", "count"), ("dur", "sum"), ("qdur", "sum"),
+        ("unknown", "sum"), ("vdur", "sum"), ("vdurw", "sum")]).to_pylist()
+    return {(r.pop("source"), r.pop("metric")): r for r in rows}
+
+
+def test_the_numpy_fold_gives_what_pyarrows_group_by_gives():
+    import random
+    from counterprof.analysis.summary import _aggregate
+    rng = random.Random(14)
+    metrics = ["task-clock", "page-faults", "proc.rss", "system.cpu_util", "never"]
+    batches = []
+    for _ in range(4):                      # several batches, each its own dictionary
+        n = rng.randrange(1, 300)
+        ms = [rng.choice(metrics) for _ in range(n)]
+        values = [None if m == "never" or rng.random() < 0.2 else rng.uniform(-5, 1e6) for m in ms]
+        durations = [None if rng.random() < 0.1 else rng.randrange(1, 10**8) for _ in ms]
+        quality = [None if rng.random() < 0.3 else rng.random() for _ in ms]
+        batches.append(samples_batch(list(range(n)), durations, rng.choice(["perf", "host"]), ms,
+                                     ["process"] * n, values, quality))
+    table = pa.Table.from_batches(batches).unify_dictionaries()
+    got = {(r.pop("source"), r.pop("metric")): r for r in _aggregate(table)}
+    want = _reference_fold(table)
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        g = got[key]
+        assert g["value_count"] == w["value_count"] and g["unknown_sum"] == w["unknown_sum"], key
+        for k in ("value_sum", "value_max", "dur_sum", "qdur_sum", "vdur_sum", "vdurw_sum"):
+            if w[k] is None:
+                assert g[k] is None, (key, k)
+            else:
+                assert g[k] == pytest.approx(w[k], rel=1e-9), (key, k)
+    # a sliced batch (offset validity bitmaps) folds the same as its copy
+    sliced = table.slice(7, table.num_rows - 20)
+
+    def keyed(rows):
+        return {(r.pop("source"), r.pop("metric")): r for r in rows}
+    copy = pa.Table.from_pylist(sliced.to_pylist(), schema=sliced.schema)
+    want, got = keyed(_aggregate(copy)), keyed(_aggregate(sliced))
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        for k, v in w.items():
+            assert (got[key][k] is None) if v is None else got[key][k] == pytest.approx(v, rel=1e-9), (key, k)
