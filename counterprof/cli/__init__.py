@@ -52,5 +52,28 @@ def main(argv: list[str] | None = None) -> int:
     return importlib.import_module(f".{MODULES.get(name, name)}", __name__).main(rest)
 
 
+# subcommands whose process ends without the interpreter's teardown: freeing a few hundred
+# modules (numpy, pyarrow) one by one costs an import ~15-25 ms that its user waits for
+QUICK_EXIT = {"import"}
+
+
 def console_main() -> None:
-    sys.exit(main())
+    argv = sys.argv[1:]
+    rc = main(argv)
+    if argv[:1] and argv[0] in QUICK_EXIT:
+        exit_now(rc)
+    sys.exit(rc)
+
+
+def exit_now(rc: int) -> None:
+    """End the process with status rc, the atexit handlers run and the standard streams
+    flushed, without the interpreter's teardown (every file the command wrote is closed)."""
+    import atexit
+    import os
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):      # a closed pipe: as the normal exit, nothing to do
+            pass
+    os._exit(rc)

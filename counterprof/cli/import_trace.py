@@ -36,12 +36,12 @@ def main(argv: list[str]) -> int:
     # numpy's OpenBLAS starts a thread per core that spins at start-up; no BLAS is used here
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     keep_pandas_out()
-    use_system_allocator()
     return guarded(lambda: _main(argv))
 
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    use_system_allocator()          # after the arguments: --help and a usage error load no pyarrow
     from ..trace_import import check_run_target, import_traces
     check_run_target(args.output, args.force)
 
