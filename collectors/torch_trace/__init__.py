@@ -11,9 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 
+# collector.py's names (the entry point names TorchCollector); any other name is a submodule's
+# or none: `from . import importer` asks for it here first, and must not load the collector
+COLLECTOR_NAMES = ("TorchCollector", "load_driver", "BOOTSTRAP", "DRIVER")
+
+
 def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
+    if name not in COLLECTOR_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
-    collector = importlib.import_module(f"{__name__}.collector")
-    return collector if name == "collector" else getattr(collector, name)
+    return getattr(importlib.import_module(f"{__name__}.collector"), name)

@@ -41,7 +41,6 @@ import json
 import os
 from array import array
 import re
-import tempfile
 from collections import Counter
 from typing import Any
 from collections.abc import Iterator
@@ -190,6 +189,7 @@ class TraceConversion:
                         if first_ts is not None and first_ts >= ABSOLUTE_NS:
                             base = 0          # older trace: absolute epoch µs
                         else:
+                            import tempfile     # (and random: only for the traces that spill)
                             spill = tempfile.TemporaryFile(dir=self.spill_dir, prefix="counterprof-spill-")
                             spill_writer = pa.ipc.new_stream(spill, SPANS_SCHEMA)
                 self._single_group = _single_group_size(meta.get("distributedInfo"))
