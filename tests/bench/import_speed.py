@@ -58,8 +58,9 @@ DEFAULT_TRACES = ("a100_rank3of8.json.gz", "a100_nccl_rank0of2.json.gz", "sample
 TARGET_VS_HTA = 12.0          # issue 14: the whole process, against HTA 0.5.0's
 
 IMPORT = """
-import json, sys, time
+import json, os, sys, time
 t0 = time.perf_counter()
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # as `counterprof import` does before numpy loads
 from counterprof.cli import main
 try:    # what `counterprof import` does first (else pyarrow's first pa.array imports pandas)
     from counterprof.cli.process_setup import keep_pandas_out

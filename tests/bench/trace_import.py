@@ -39,8 +39,9 @@ TARGET_RSS_RATIO = 0.5
 TARGET_1GB_RSS_MB = 500.0
 
 OURS = """
-import json, resource, sys, time
+import json, os, resource, sys, time
 t0 = time.perf_counter()
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # as `counterprof import` does before numpy loads
 from counterprof.cli import main            # `counterprof import TRACE -o RUN -q`, timed inside
 from counterprof.cli.process_setup import keep_pandas_out
 keep_pandas_out()                           # as the command does first (pyarrow would import pandas)
