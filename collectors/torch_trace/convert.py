@@ -41,20 +41,19 @@ import json
 import os
 from array import array
 import re
-import tempfile
 from collections import Counter
 from typing import Any
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from counterprof.analysis.kernels import (COMMUNICATION, collective_in_kernel_name,
                                           kernel_class)
 from counterprof.schema import SPANS_SCHEMA
 
-from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner, op_shapes
+from . import arrow_compute as pc
+from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner, op_shapes, scan_ahead
 
 CATEGORIES = ("kernel", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation",
               "step", "collective", "window", "input")
@@ -148,8 +147,9 @@ class TraceConversion:
     def __init__(self, path: str | os.PathLike, *, default_rank: int = 0,
                  spill_dir: str | os.PathLike | None = None, native: bool = True,
                  chunk_bytes: int = CHUNK_BYTES, batch_rows: int = BATCH_ROWS,
-                 drop_marks: bool = False):
+                 drop_marks: bool = False, scan_ahead: bool = False):
         self.path = os.fspath(path)
+        self.scan_ahead = scan_ahead
         self.default_rank = default_rank
         self.drop_marks = drop_marks
         self.spill_dir = spill_dir
@@ -176,9 +176,10 @@ class TraceConversion:
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         base: int | None = None
         spill = spill_writer = None
+        batches = scan_ahead(self.scanner) if self.scan_ahead else \
+            ((raw, self.scanner.meta) for raw in self.scanner)
         try:
-            for raw in self.scanner:
-                meta = self.scanner.meta
+            for raw, meta in batches:
                 if base is None and spill is None:
                     if "baseTimeNanoseconds" in meta:
                         base = _base_time(meta, self.problems) or 0
@@ -188,6 +189,7 @@ class TraceConversion:
                         if first_ts is not None and first_ts >= ABSOLUTE_NS:
                             base = 0          # older trace: absolute epoch µs
                         else:
+                            import tempfile     # (and random: only for the traces that spill)
                             spill = tempfile.TemporaryFile(dir=self.spill_dir, prefix="counterprof-spill-")
                             spill_writer = pa.ipc.new_stream(spill, SPANS_SCHEMA)
                 self._single_group = _single_group_size(meta.get("distributedInfo"))
@@ -214,6 +216,7 @@ class TraceConversion:
             if window is not None:
                 yield window
         finally:
+            batches.close()         # the scan thread done (stopped when the caller stopped early)
             if spill is not None:
                 spill.close()
             self._finish()
@@ -264,7 +267,7 @@ class TraceConversion:
         host = (kind == CPU_OP) | (kind == RUNTIME) | (kind == ANNOT)
         if host.any():
             host_pids = pc.filter(pid, _bools(host))
-            vc = pc.value_counts(host_pids.drop_null())
+            vc = pc.value_counts(pc.drop_null(host_pids))
             for item in vc.to_pylist():
                 self._pids[item["values"]] += item["counts"]
             if self._pids:
@@ -330,7 +333,7 @@ class TraceConversion:
         gpu_mask = _bools(gpu)
         # GPU spans: the device (args.device, else Kineto's pid), the stream (args.stream, else
         # Kineto's tid), and the host process's pid
-        device_col = pc.if_else(gpu_mask, pc.coalesce(device_r, pid_r), None).cast(pa.int32())
+        device_col = pc.cast(pc.if_else(gpu_mask, pc.coalesce(device_r, pid_r), None), pa.int32())
         stream_col = pc.if_else(gpu_mask, pc.coalesce(stream_r, tid_r), None)
         pid_col = pc.if_else(gpu_mask, pa.scalar(self.host_pid, pa.int64()), pid_r)
         tid_col = pc.if_else(gpu_mask, pa.scalar(None, pa.int64()), tid_r)
@@ -380,8 +383,8 @@ class TraceConversion:
         self.spans += len(rows)
         self.gpu_spans += int(np.count_nonzero(np.isin(kind, (KERNEL, MEMCPY, MEMSET, SYNC))))
         return pa.RecordBatch.from_arrays([
-            _ints(start).cast(SPANS_SCHEMA.field("start").type),
-            _ints(end).cast(SPANS_SCHEMA.field("end").type),
+            pc.cast(_ints(start), SPANS_SCHEMA.field("start").type),
+            pc.cast(_ints(end), SPANS_SCHEMA.field("end").type),
             names,
             pa.DictionaryArray.from_arrays(_int32_or_null(category), pa.array(CATEGORIES)),
             pa.DictionaryArray.from_arrays(_int32_or_null(klass), pa.array(CLASSES)),
@@ -409,8 +412,8 @@ class TraceConversion:
         self._finish_info()
         attrs = json.dumps(self.info, separators=(",", ":"), default=str)
         return pa.RecordBatch.from_arrays([
-            pa.array([start], pa.int64()).cast(SPANS_SCHEMA.field("start").type),
-            pa.array([end], pa.int64()).cast(SPANS_SCHEMA.field("end").type),
+            pc.cast(pa.array([start], pa.int64()), SPANS_SCHEMA.field("start").type),
+            pc.cast(pa.array([end], pa.int64()), SPANS_SCHEMA.field("end").type),
             pa.array([os.path.basename(self.path)]),
             pa.DictionaryArray.from_arrays(pa.array([_CAT_CODE["window"]], pa.int32()),
                                            pa.array(CATEGORIES)),
@@ -470,7 +473,7 @@ def _int32_or_null(codes: np.ndarray) -> pa.Array:
 
 
 def _np(arr: pa.Array) -> np.ndarray:
-    return arr.fill_null(0).to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy(zero_copy_only=False)
+    return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy(zero_copy_only=False)
 
 
 def _np_bool(arr: pa.Array) -> np.ndarray:
@@ -509,8 +512,8 @@ def _shift(batch: pa.RecordBatch, ns: int) -> pa.RecordBatch:
         return batch
     cols = batch.columns
     t = SPANS_SCHEMA.field("start").type
-    start = pc.add(cols[0].cast(pa.int64()), ns).cast(t)
-    end = pc.add(cols[1].cast(pa.int64()), ns).cast(t)
+    start = pc.cast(pc.add(pc.cast(cols[0], pa.int64()), ns), t)
+    end = pc.cast(pc.add(pc.cast(cols[1], pa.int64()), ns), t)
     return pa.RecordBatch.from_arrays([start, end, *cols[2:]], schema=SPANS_SCHEMA)
 
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from counterprof.schema import spans_batch
 from counterprof.store import rundir, safepath
@@ -170,6 +169,7 @@ def _present(part: Path, pid: int) -> set[tuple[str, int, int]]:
     """(category, start, tid) of the step and input spans of process `pid` the partition
     holds (its Parquet files and journals not compacted yet)."""
     import pyarrow.compute as pc     # here, not at import: the registry loads this module in every run
+    import pyarrow.parquet as pq     # (and pyarrow.fs, ssl: ~12 ms of `counterprof import`)
     found: set[tuple[str, int, int]] = set()
     cols = ["start", "category", "pid", "tid"]
 
@@ -200,6 +200,7 @@ def recover_steps(run_path: Path) -> list[str]:
     reading them; the workload may have gone on timing steps). Idempotent: rows already in the
     partition are left out, so a recovery interrupted anywhere is finished by the next."""
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
     lines = []
     for path in steps_files(run_path):
         sf = StepsFile(path)

@@ -5,7 +5,7 @@
     python tests/bench/trace_import.py --quick                  # 3 rounds, no 1 GB trace
 
 HTA is not a counterprof dependency: it runs from its own virtual environment (--hta-python,
-default $HTA_PYTHON or /work/wt/hta-venv/bin/python), made with
+default $HTA_PYTHON, else /work/hta-venv/bin/python), made with
     python3 -m venv hta-venv && hta-venv/bin/pip install holistictraceanalysis==0.5.0
 
 Each measurement is a fresh process doing one job: `counterprof import TRACE -o RUN` (its
@@ -39,9 +39,12 @@ TARGET_RSS_RATIO = 0.5
 TARGET_1GB_RSS_MB = 500.0
 
 OURS = """
-import json, resource, sys, time
+import json, os, resource, sys, time
 t0 = time.perf_counter()
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # as `counterprof import` does before numpy loads
 from counterprof.cli import main            # `counterprof import TRACE -o RUN -q`, timed inside
+from counterprof.cli.process_setup import keep_pandas_out
+keep_pandas_out()                           # as the command does first (pyarrow would import pandas)
 import counterprof.cli.import_trace, counterprof.collectors.torch_trace.importer
 t1 = time.perf_counter()
 rc = main(["import", sys.argv[1], "-o", sys.argv[2], "-q"])
@@ -82,7 +85,9 @@ def median(xs):
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--traces", default=os.environ.get("COUNTERPROF_TRACES", "/work/shared/traces"))
-    p.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", "/work/wt/hta-venv/bin/python"))
+    p.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON") or next(
+        (h for h in ("/work/hta-venv/bin/python", "/work/wt/hta-venv/bin/python") if os.path.exists(h)),
+        "/work/hta-venv/bin/python"))
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="3 rounds, no 1 GB synthetic trace")
     p.add_argument("--synthetic-mb", type=int, default=100, help="synthetic trace both tools read")

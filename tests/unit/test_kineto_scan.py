@@ -201,3 +201,23 @@ def test_long_names_fill_the_name_buffer_and_end_batches_early(tmp_path, monkeyp
     s = KinetoScanner(p)
     assert [n for b in s for n in b.columns["name"].to_pylist()] == ["next"]
     assert s.problems == ["1 event(s) left out: a name or category longer than 65,536 bytes"]
+
+
+def test_scan_ahead_hands_each_batch_the_metadata_of_its_time(tmp_path):
+    """scan_ahead's thread reads on past a batch; the batch still comes with the metadata as
+    it was when the batch was scanned (keys after traceEvents not yet there), then the end's."""
+    import time
+    events = [X("cpu_op", f"op{i}", i * 10, 5) for i in range(20)]
+    path = write_trace(tmp_path / "late.json", events, {"schemaVersion": 1, "baseTimeNanoseconds": 7},
+                       after=("baseTimeNanoseconds",))
+    scanner = scan.KinetoScanner(path, batch_rows=4)
+    batches = scan.scan_ahead(scanner, depth=100)
+    first, first_meta = next(batches)
+    deadline = time.monotonic() + 30
+    while "baseTimeNanoseconds" not in scanner.meta and time.monotonic() < deadline:
+        time.sleep(0.01)                  # the thread has read the whole file
+    assert "baseTimeNanoseconds" in scanner.meta
+    assert "baseTimeNanoseconds" not in first_meta and first_meta["schemaVersion"] == 1
+    rest = list(batches)
+    assert first.num_rows + sum(b.num_rows for b, _ in rest) == 20
+    assert scanner.events == 20

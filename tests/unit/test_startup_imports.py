@@ -38,8 +38,9 @@ def interpreter_own() -> set[str]:
 @pytest.mark.parametrize("args", [["-m", "counterprof", "--help"],
                                   ["-m", "counterprof", "--version"],
                                   ["-m", "counterprof", "run", "--help"],
+                                  ["-m", "counterprof", "import", "--help"],
                                   ["-c", "import counterprof"]],
-                         ids=["--help", "--version", "run --help", "import counterprof"])
+                         ids=["--help", "--version", "run --help", "import --help", "import counterprof"])
 def test_only_light_modules_at_start_up(args, interpreter_own):
     extra = imported(args) - interpreter_own
     tops = {name.split(".")[0] for name in extra}
@@ -174,3 +175,37 @@ def test_a_run_exits_with_the_workloads_status_through_the_fast_exit(tmp_path):
     assert p.stdout == "out\n"
     assert "task-clock" in p.stderr and f"run directory: {tmp_path / 'r'}" in p.stderr
     assert json.loads((tmp_path / "r" / "meta.json").read_text())["status"] == "complete"
+
+
+def test_an_import_loads_only_what_it_uses(tmp_path):
+    """`counterprof import TRACE -o RUN` needs pyarrow, numpy and the native scanner, and no
+    more: not pandas (pyarrow's first pa.array would import it: 0.3-0.6 s), pyarrow.compute
+    (~20 ms of wrappers: the conversion calls Arrow's functions through pyarrow._compute),
+    pyarrow.parquet with pyarrow.fs and ssl (~12 ms: the spans are written through
+    pyarrow._parquet's writer), importlib.metadata (~9 ms), the other collectors, or the readers
+    (duckdb, pyarrow.dataset). Start-up is most of what a user waits for on an import."""
+    from kineto_traces import X, launch, write_trace
+    trace = write_trace(tmp_path / "rank0.json.gz", [
+        X("cpu_op", "ProfilerStep#1", 0, 100),
+        X("cpu_op", "aten::mm", 10, 20, **{"Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}),
+        *launch("gemm", 12, 3, 1, 40, 10),
+        X("cpu_op", "record_param_comms", 50, 5, **{"Collective name": "allreduce", "dtype": "Float",
+                                                   "In msg nelems": 8, "Out msg nelems": 8, "Group size": 2}),
+    ], {"schemaVersion": 1, "baseTimeNanoseconds": 1_700_000_000_000_000_000}, gz=True)
+    code = ("import json, sys\nfrom counterprof.cli import main\n"
+            f"rc = main(['import', {str(trace)!r}, '-o', {str(tmp_path / 'r')!r}, '-q'])\n"
+            "print(json.dumps([rc, sorted(sys.modules)]))")
+    p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rc, names = json.loads(p.stdout.strip().splitlines()[-1])
+    assert rc == 0
+    assert {"pyarrow", "numpy", "counterprof._native"} <= set(names)
+    tops = {name.split(".")[0] for name in names}
+    assert not tops & {"pandas", "rich", "duckdb", "torch", "polars", "psutil"}, sorted(tops & HEAVY)
+    unwanted = {"pyarrow.compute", "pyarrow.parquet", "pyarrow.fs", "pyarrow.dataset", "ssl",
+                "importlib.metadata", "counterprof.collectors.host", "counterprof.collectors.perf",
+                # the torch collector's machinery: the package loads it on first use
+                "counterprof.collector", "counterprof.collectors.torch_trace.collector",
+                "counterprof.collectors.torch_trace.steps", "counterprof.store.journal"}
+    assert not unwanted & set(names), sorted(unwanted & set(names))
+    assert list((tmp_path / "r" / "spans").glob("rank=0/*.parquet"))

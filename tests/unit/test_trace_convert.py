@@ -221,3 +221,41 @@ def test_dataloader_waits_are_input_spans_and_a_timed_process_keeps_none_of_its_
     t, conv = convert(path, drop_marks=True)
     assert t["name"].to_pylist() == ["aten::mm", "t.pt.trace.json"]
     assert conv.info["spans"] == 2
+
+
+@pytest.mark.parametrize("after", [(), ("baseTimeNanoseconds", "distributedInfo")],
+                         ids=["meta first", "meta after the events"])
+def test_scanning_ahead_in_a_thread_converts_as_scanning_in_line(tmp_path, after):
+    """scan_ahead (what `counterprof import` uses): the same spans, rank, info and problems as
+    the scanner in line, also where metadata follows the events (each batch is converted with
+    the metadata seen when it was scanned, not what the thread has read by then)."""
+    p = small_trace(tmp_path)
+    doc = json.loads(p.read_text())
+    meta = {k: v for k, v in doc.items() if k != "traceEvents"}
+    p = write_trace(tmp_path / "late.json", doc["traceEvents"], meta, after=after)
+    inline, a = convert(p, spill_dir=tmp_path, batch_rows=2)
+    ahead, b = convert(p, spill_dir=tmp_path, batch_rows=2, scan_ahead=True)
+    assert ahead.equals(inline)
+    assert (b.rank, b.rank_source, b.info, b.problems) == (a.rank, a.rank_source, a.info, a.problems)
+    assert b.spans == a.spans and b.scanner.events == a.scanner.events
+
+
+def test_scanning_ahead_stops_with_its_reader(tmp_path):
+    """A reader that stops early (a full disk while writing) leaves no scanning thread."""
+    import threading
+    p = small_trace(tmp_path)
+    conv = TraceConversion(p, batch_rows=1, scan_ahead=True)
+    it = iter(conv)
+    next(it)
+    it.close()
+    assert not [t for t in threading.enumerate() if t.name in ("counterprof-scan", "counterprof-inflate")]
+
+
+def test_scanning_ahead_raises_a_damaged_trace_in_line(tmp_path):
+    """The scanner's error reaches the reader after the batches before it, as in line."""
+    from counterprof.collectors.torch_trace.scan import TraceFileError
+    p = tmp_path / "bad.json"
+    p.write_text("not a trace")
+    for scan_ahead in (False, True):
+        with pytest.raises(TraceFileError):
+            list(TraceConversion(p, scan_ahead=scan_ahead))

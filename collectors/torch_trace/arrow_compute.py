@@ -1,0 +1,95 @@
+"""The Arrow compute functions the trace conversion calls, with pyarrow.compute's names and
+defaults, called through pyarrow._compute. Importing pyarrow.compute builds a Python wrapper,
+docstring included, for each of Arrow's ~300 functions (~20 ms of a `counterprof import` that
+calls eighteen of them); the Array methods that call them (cast, fill_null, drop_null, take,
+filter) import it too, so the conversion calls these instead.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from pyarrow import _compute
+
+_call = _compute.call_function
+
+
+def and_(a: Any, b: Any) -> Any:
+    return _call("and", [a, b])
+
+
+def or_(a: Any, b: Any) -> Any:
+    return _call("or", [a, b])
+
+
+def invert(a: Any) -> Any:
+    return _call("invert", [a])
+
+
+def equal(a: Any, b: Any) -> Any:
+    return _call("equal", [a, b])
+
+
+def add(a: Any, b: Any) -> Any:
+    return _call("add", [a, b])
+
+
+def is_null(a: Any) -> Any:
+    return _call("is_null", [a], _compute.NullOptions(nan_is_null=False))
+
+
+def coalesce(*values: Any) -> Any:
+    return _call("coalesce", list(values))
+
+
+def if_else(cond: Any, left: Any, right: Any) -> Any:
+    return _call("if_else", [cond, left, right])
+
+
+def starts_with(strings: Any, pattern: str) -> Any:
+    return _call("starts_with", [strings], _compute.MatchSubstringOptions(pattern, ignore_case=False))
+
+
+def is_in(values: Any, value_set: pa.Array) -> Any:
+    return _call("is_in", [values], _compute.SetLookupOptions(value_set, skip_nulls=False))
+
+
+def fill_null(values: Any, fill_value: Any) -> Any:
+    """As pyarrow.compute.fill_null: the fill value as a scalar of the values' type."""
+    if not isinstance(fill_value, (pa.Array, pa.ChunkedArray, pa.Scalar)):
+        fill_value = pa.scalar(fill_value, type=values.type)
+    elif values.type != fill_value.type:
+        fill_value = pa.scalar(fill_value.as_py(), type=values.type)
+    return _call("coalesce", [values, fill_value])
+
+
+def take(data: Any, indices: Any) -> Any:
+    return _call("take", [data, indices], _compute.TakeOptions(boundscheck=True))
+
+
+def filter(data: Any, mask: Any) -> Any:
+    return _call("filter", [data, mask], _compute.FilterOptions(null_selection_behavior="drop"))
+
+
+def drop_null(data: Any) -> Any:
+    return _call("drop_null", [data])
+
+
+def cast(arr: Any, target_type: pa.DataType) -> Any:
+    return _call("cast", [arr], _compute.CastOptions.safe(target_type))
+
+
+def min(arr: Any) -> Any:
+    return _call("min", [arr], _compute.ScalarAggregateOptions(skip_nulls=True, min_count=1))
+
+
+def value_counts(arr: Any) -> Any:
+    return _call("value_counts", [arr])
+
+
+def dictionary_encode(arr: Any) -> Any:
+    return _call("dictionary_encode", [arr], _compute.DictionaryEncodeOptions(null_encoding="mask"))
+
+
+def indices_nonzero(arr: Any) -> Any:
+    return _call("indices_nonzero", [arr])
