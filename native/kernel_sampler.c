@@ -295,10 +295,8 @@ int cp_ks_poll(cp_ks *k) {
     int64_t now = ks_mono_ns();
     for (int g = 0; g < k->ngroups; g++) drain_ring(k, g);
     int64_t done = (now - KS_MARGIN_NS - k->t0) / k->interval_ns;   /* buckets [0, done) final */
-    if (done > k->base + k->ready) {
-        bucket_row(k, done - 1);             /* the quiet ones: zero rows, not gaps */
-        k->ready = done - k->base;
-    }
+    /* the quiet ones too: zero rows, not gaps (out of memory: they wait for the next poll) */
+    if (done > k->base + k->ready && bucket_row(k, done - 1) >= 0) k->ready = done - k->base;
     return (int)(k->ready * k->nslots);
 }
 
@@ -327,7 +325,7 @@ int cp_ks_finish(cp_ks *k) {
         }
         add_delta(k, g, last, d);
     }
-    bucket_row(k, last);
+    if (bucket_row(k, last) < 0) rc = -ENOMEM;
     k->end_ns = now;
     k->ready = k->nbuckets;
     k->finished = 1;

@@ -15,6 +15,11 @@ sample show up at its next one (late by up to its sleep when it mostly sleeps). 
 groups' final reads minus what the samples carried (each thread's tail, and exited threads')
 go into the last bucket: the totals are the tick's.
 
+Counts are not scaled by enabled/running: a thread's event on CPU i is enabled whenever the
+thread runs and running only while it runs on CPU i, so the ratio is the thread's spread over
+the CPUs, not multiplexing. Software events never multiplex; hardware ones can, and would then
+be undercounted: the run warns when it samples any.
+
 It needs Linux 6.12 (inherit with PERF_SAMPLE_READ) and a launched command; elsewhere (-a,
 --pid, --per-thread, an older kernel, a refused ring) the tick runs, with a warning saying why.
 """
@@ -238,5 +243,11 @@ def start(col: Any, ctx: Any, groups: list, interval_ms: float, drain_period_s: 
     ctx.add_metrics([Metric(sp.name, sp.unit or "count", "delta", sp.description or sp.name, "perf")
                      for sp in ks.counters.counted_events()])
     col.details["sampling"] = "kernel"
+    hardware = [sp.name for sp in ks.counters.counted_events() if sp.type != PERF_TYPE_SOFTWARE]
+    if hardware:
+        col.details["kernel_unscaled"] = hardware
+        ctx.warn(f"perf: kernel sampling does not scale {', '.join(hardware)} for multiplexing "
+                 "(per-CPU task groups cannot tell it from time on other CPUs): a group that shares "
+                 "the PMU is undercounted; --sampling tick scales it")
     ks.start(ctx.clock.offset_ns)
     return ks

@@ -198,3 +198,16 @@ def test_sigkill_of_the_workload_keeps_the_data(tmp_path):
     assert rows(r, "task-clock").num_rows >= 20
     rusage_s = r.meta["workload"]["user_s"] + r.meta["workload"]["system_s"]
     assert total(r, "task-clock") / 1e9 == pytest.approx(rusage_s, rel=0.05)
+
+
+def test_no_tick_is_offered_to_riders_the_threads_collector_keeps_its_thread(tmp_path):
+    got = {}
+    for mode in ("kernel", "tick"):
+        proc = run_cli("run", "-q", "-e", SW, "-I", "1", "--sampling", mode, "--collectors", "perf,threads",
+                       "-o", str(tmp_path / mode), "--", PYTHON, WORKLOADS, "burn", "0.2")
+        assert proc.returncode == 0, proc.stderr
+        cols = json.loads((tmp_path / mode / "meta.json").read_text())["collectors"]
+        if mode == "kernel" and cols["perf"]["sampling"] != "kernel":
+            pytest.skip(f"kernel sampling cannot run here: {cols['perf'].get('sampling_fallback')}")
+        got[mode] = cols["threads"]["main_reads"]
+    assert got == {"kernel": "own thread", "tick": "perf sampler tick"}
