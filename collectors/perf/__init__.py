@@ -41,7 +41,7 @@ class PerfCollector(Collector):
                 "per_cpu": False, "sysfs_root": "/sys",
                 # tick: a native thread reads every group each interval; kernel: the kernel
                 # samples every interval of each thread's CPU time (kernel_mode.py)
-                "sampling": "tick", "kernel_cpus": None}
+                "sampling": "tick", "kernel_cpus": None, "kernel_ring_pages": None}
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)

@@ -124,7 +124,9 @@ class KernelSampling:
             for cpu in cpus:
                 for sampled, _slots in layouts:
                     cs.groups.append(self._open_group(sampled, pid, cpu, interval_ns))
-            pages = ring_pages(interval_ns, max(len(s) for s, _ in layouts), drain_period_s)
+            # kernel_ring_pages: a fixed ring (a power of two), e.g. one small enough to lose records
+            pages = int(col.config.get("kernel_ring_pages") or
+                        ring_pages(interval_ns, max(len(s) for s, _ in layouts), drain_period_s))
             err = ffi.new("int *")
             self.handle = lib.cp_ks_new(len(slot_index), interval_ns, pages, err)
             if self.handle == ffi.NULL:

@@ -138,26 +138,44 @@ def test_a_sleeping_command_gives_zero_rows_not_gaps(tmp_path):
     assert sum(values) < 20e6
 
 
-def test_fallback_when_the_kernel_refuses_warns_and_runs_the_tick(tmp_path):
-    # cpu -1: a per-task inherited sampling event the kernel refuses to mmap, a real refusal
+def session_run(run_dir, perf_config, *cmd):
     from counterprof import profile_run
     from counterprof.collector import Target
     from counterprof.session import Session
     warnings: list[str] = []
-    session = Session(tmp_path / "r", collectors=["perf"], target=Target("launch", None),
-                      command=[PYTHON, WORKLOADS, "burn", "0.3"], on_warning=warnings.append,
-                      config={"perf": {"events": SW, "interval_ms": 5.0, "sampling": "kernel",
-                                       "kernel_cpus": [-1]}})
+    session = Session(run_dir, collectors=["perf"], target=Target("launch", None), command=list(cmd),
+                      on_warning=warnings.append, config={"perf": {"events": SW, **perf_config}})
     session.prepare()
-    result = profile_run.launch(session, [PYTHON, WORKLOADS, "burn", "0.3"])
-    assert result.exit_status == 0
-    perf = json.loads((tmp_path / "r" / "meta.json").read_text())["collectors"]["perf"]
+    assert profile_run.launch(session, list(cmd)).exit_status == 0
+    return json.loads((run_dir / "meta.json").read_text()), warnings
+
+
+def test_fallback_when_the_kernel_refuses_warns_and_runs_the_tick(tmp_path):
+    # cpu -1: a per-task inherited sampling event the kernel refuses to mmap, a real refusal
+    meta, warnings = session_run(tmp_path / "r", {"interval_ms": 5.0, "sampling": "kernel",
+                                                  "kernel_cpus": [-1]}, PYTHON, WORKLOADS, "burn", "0.3")
+    perf = meta["collectors"]["perf"]
     assert perf["sampling"] == "tick"
     assert "CPU -1" in perf["sampling_fallback"]
     assert any("kernel sampling cannot run" in w and "tick" in w for w in warnings), warnings
     r = counterprof.load(tmp_path / "r")
     assert total(r, "task-clock") / 1e9 >= 0.3
     assert perf["sampler"]["ticks"] >= 40       # the tick ran
+
+
+def test_lost_records_are_counted_and_said_and_their_counts_kept(tmp_path):
+    # one page of ring at -I 0.1 holds ~50 samples of a drain's ~5000: the kernel drops the rest
+    meta, warnings = session_run(tmp_path / "r", {"interval_ms": 0.1, "sampling": "kernel",
+                                                  "kernel_ring_pages": 1}, PYTHON, WORKLOADS, "burn", "0.6")
+    perf = meta["collectors"]["perf"]
+    if perf["sampling"] != "kernel":
+        pytest.skip(f"kernel sampling cannot run here: {perf.get('sampling_fallback')}")
+    assert perf["kernel_sampler"]["lost"] > 0
+    assert any("lost" in w and "sample records" in w for w in warnings), warnings
+    # a lost sample's counts reach the thread's next sample (cumulative): the total stays whole
+    r = counterprof.load(tmp_path / "r")
+    rusage_s = meta["workload"]["user_s"] + meta["workload"]["system_s"]
+    assert total(r, "task-clock") / 1e9 == pytest.approx(rusage_s, rel=0.05)
 
 
 def test_an_attached_process_falls_back_to_the_tick_saying_why(tmp_path):
