@@ -9,6 +9,7 @@ from cffi import FFI
 
 HERE = pathlib.Path(__file__).resolve().parent
 HEADER = HERE / "counterprof_native.h"
+KERNEL_SAMPLER_HEADER = HERE / "kernel_sampler.h"
 
 
 def _cdef_from_header(text: str) -> str:
@@ -20,11 +21,12 @@ def _cdef_from_header(text: str) -> str:
 
 ffibuilder = FFI()
 ffibuilder.cdef(_cdef_from_header(HEADER.read_text()))
+ffibuilder.cdef(_cdef_from_header(KERNEL_SAMPLER_HEADER.read_text()))
 ffibuilder.set_source(
     "counterprof._native",
-    '#include "counterprof_native.h"',
+    '#include "counterprof_native.h"\n#include "kernel_sampler.h"',
     sources=[str((HERE / name).relative_to(HERE.parent))
-             for name in ("counterprof_native.c", "procstat.c", "kineto.c")],
+             for name in ("counterprof_native.c", "procstat.c", "kineto.c", "kernel_sampler.c")],
     include_dirs=[str(HERE.relative_to(HERE.parent))],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
     libraries=["pthread"],

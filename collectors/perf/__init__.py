@@ -21,7 +21,7 @@ from counterprof.collector import Availability, Collector, SessionContext
 from counterprof.errors import CounterprofError, PerfEventError, UsageError, perf_error
 from counterprof.schema import SAMPLES_SCHEMA, Metric
 
-from . import native
+from . import kernel_mode, native
 from .counters import CounterSet, Unit, cpu_units, open_counters, task_units
 from .events import DEFAULT_EVENTS, PERF_TYPE_SOFTWARE, EventParser, EventSpec
 from .sysfs import Sysfs
@@ -41,7 +41,10 @@ class PerfCollector(Collector):
     start_last = True   # its counters see every thread: nothing else's start or stop in them
 
     DEFAULTS = {"events": DEFAULT_EVENTS, "interval_ms": 100.0, "per_thread": False,
-                "per_cpu": False, "sysfs_root": "/sys"}
+                "per_cpu": False, "sysfs_root": "/sys",
+                # tick: a native thread reads every group each interval; kernel: the kernel
+                # samples every interval of each thread's CPU time (kernel_mode.py)
+                "sampling": "tick", "kernel_cpus": None, "kernel_ring_pages": None}
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
@@ -55,6 +58,7 @@ class PerfCollector(Collector):
         self._lock = threading.Lock()
         self._drain_cpu_s = 0.0
         self._riders: list = []
+        self._kernel: kernel_mode.KernelSampling | None = None
 
     # -- availability ------------------------------------------------------------------
 
@@ -95,6 +99,8 @@ class PerfCollector(Collector):
         interval_ms = float(cfg["interval_ms"])
         if not 0.1 <= interval_ms <= 3_600_000:
             raise UsageError(f"interval {interval_ms:g} ms is out of range (0.1 ms to 1 h)")
+        if cfg["sampling"] not in ("tick", "kernel"):
+            raise UsageError(f"sampling {cfg['sampling']!r}: tick or kernel")
         cls.parse(cfg["events"], cfg["sysfs_root"])
 
     # -- start -------------------------------------------------------------------------
@@ -107,6 +113,13 @@ class PerfCollector(Collector):
         groups = self.parse(cfg["events"], cfg["sysfs_root"])
         target = ctx.target
         launch = target.kind == "launch" and not target.system_wide
+        self.details["sampling"] = "tick"
+        if cfg["sampling"] == "kernel":     # no tick: no riders (they keep their own threads)
+            self._kernel = kernel_mode.start(self, ctx, groups, interval_ms, self._drain_period())
+            if self._kernel is not None:
+                self._start_drain_thread(ctx)
+                self._go.set()
+                return
 
         # Our threads exist before any counter is opened and before the target's threads
         # are listed: a thread created later by a counted thread would inherit counters.
@@ -229,7 +242,7 @@ class PerfCollector(Collector):
         self._go.wait()
         if self._stop.is_set():
             return
-        period = max(DRAIN_PERIOD_S, min(1.0, float(self.config["interval_ms"]) / 1000))
+        period = self._drain_period()
         riders_every = max(1, round(RIDERS_DRAIN_S / period))
         n = 0
         try:
@@ -260,7 +273,12 @@ class PerfCollector(Collector):
                 except Exception:
                     pass
 
+    def _drain_period(self) -> float:
+        return max(DRAIN_PERIOD_S, min(1.0, float(self.config["interval_ms"]) / 1000))
+
     def _drain_once(self) -> int:
+        if self._kernel is not None:
+            return self._kernel.drain_once()
         with self._lock:
             if self.sampler is None:
                 return 0
@@ -309,6 +327,9 @@ class PerfCollector(Collector):
         if self._stopped:
             return
         self._stopped = True
+        if self._kernel is not None:
+            self._stop_kernel()
+            return
         lib = native.lib
         if self.sampler is not None:
             lib.cp_sampler_stop(self.sampler)     # one last tick: totals up to now
@@ -348,6 +369,19 @@ class PerfCollector(Collector):
             self._finish_status(per_slot)
         if self.counters is not None:
             self.counters.close()
+
+    def _stop_kernel(self) -> None:
+        self._stop.set()
+        self._go.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            self.details["kernel_sampler"] = self._kernel.finish()
+        except Exception as exc:
+            self.ctx.fail(self.name, f"final drain failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._kernel.close()
+        self.details["thread_cpu_s"] = self._drain_cpu_s
 
     def _finish_status(self, per_slot: dict[int, tuple[int, int, float]]) -> None:
         """Events whose every interval was unknown never got a counter: <not counted>.

@@ -49,6 +49,11 @@ def build_parser() -> ArgumentParser:
                         "page-faults, cycles, instructions, branches, branch-misses)")
     p.add_argument("-I", "--interval-ms", type=float, default=100.0, metavar="MS",
                    help="counter sampling interval in ms (default 100; 1 works)")
+    p.add_argument("--sampling", choices=("tick", "kernel"), default="tick",
+                   help="how counters are sampled: tick (default) reads them every -I of wall time; "
+                        "kernel has the kernel sample every -I of each thread's CPU time (a launched "
+                        "command, Linux 6.12+; rows still land on the -I wall-time grid, a thread's "
+                        "counts at its next sample; falls back to tick with a warning)")
     p.add_argument("-o", "--output", metavar="DIR",
                    help="run directory (default: ./counterprof-<date>-<time>)")
     p.add_argument("--force", action="store_true", help="replace the run already in -o DIR")
@@ -206,7 +211,7 @@ def _collector_config(args) -> tuple[dict, list[str] | None]:
     """The options as the collectors' configuration, and the collectors asked for (None: the
     default ones)."""
     perf_cfg: dict = {"interval_ms": args.interval_ms, "per_thread": args.per_thread,
-                      "per_cpu": args.no_aggr}
+                      "per_cpu": args.no_aggr, "sampling": args.sampling}
     if args.events:
         perf_cfg["events"] = ",".join(args.events)
     nvml_cfg: dict = {"interval_ms": args.nvml_interval_ms, "gpm_interval_ms": args.gpm_interval_ms}

@@ -27,6 +27,16 @@ Parts (--only):
             ratio counterprof / perf stat; and counterprof's threads from meta.json.
             --baseline EXE adds another counterprof (e.g. main's, for before/after) to the
             same rounds: its CPU, its threads, and the paired ratio counterprof / baseline.
+  sampling  `counterprof run --sampling kernel` beside `--sampling tick` and perf stat, at -I 1 and
+            -I 10 (not in the default parts: --only sampling). Kernel sampling samples per
+            interval of each thread's CPU time, so a sleeping workload says little: both the
+            busy tests/bench/workload.py and `sleep` run. counterprof's CPU: its process's own
+            (meta.json profiler.cpu_s) minus the median of the same mode's `-- true`; perf
+            stat's: tree CPU - the workload's own - the alone runs' residue - its `-- true`;
+            % of one core per second of workload; ratio = counterprof / perf stat, paired per
+            round; work ratio = iterations/s vs alone (the kernel's sampling runs in the
+            workload's context: its cost shows there). --sampling-collectors picks the
+            collectors (default: the default ones).
   startup   wall time of `true`, `perf stat -- true`, `counterprof --help`,
             `counterprof run -q -- true` (and with its summary); with --baseline, the baseline's
             `run -q -- true` and `run -- true` in the same rounds, and the paired ratios
@@ -66,6 +76,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 WORKLOAD = HERE / "workload.py"
 PARTS = ("table", "overhead", "startup", "cm", "rss", "live")
+OPT_IN_PARTS = ("sampling",)                  # run only when --only names them
+SAMPLING_INTERVALS = (1.0, 10.0)
+SAMPLING_TOOLS = ("perf", "tick", "kernel")
 EVENTS = "task-clock,page-faults,context-switches"
 TABLE_EVENTS = "task-clock,page-faults"       # the issue's: what perf stat counts here too
 TABLE_INTERVALS = (1.0, 10.0, 100.0)
@@ -481,6 +494,113 @@ class Bench:
                     out[k].append(100.0 * (v - base[k]) / secs)
                     if k == "host":
                         out["host_s"].append(v - base[k])
+        return out
+
+    # -- kernel sampling against the tick and perf stat ---------------------------------
+
+    def sampling(self) -> dict:
+        a = self.args
+        ev = a.table_events
+        secs = a.seconds
+        cells = [(tool, i) for tool in SAMPLING_TOOLS for i in SAMPLING_INTERVALS]
+        print(f"[sampling] {a.rounds} rounds x {len(cells)} modes x (busy, sleep, true) x {secs:g} s, "
+              f"events {ev}", file=sys.stderr, flush=True)
+        runs = []
+        for r in range(a.rounds):
+            jobs = [(t, i, k) for t, i in cells for k in ("busy", "sleep", "true")] + [("alone", 0.0, "busy")]
+            self.rng.shuffle(jobs)
+            for tool, interval, kind in jobs:
+                tail = {"busy": self.workload_cmd(secs), "sleep": ["sleep", f"{secs:g}"], "true": ["true"]}[kind]
+                run_dir = self.new_run_dir() if tool in ("tick", "kernel") else None
+                if tool == "alone":
+                    cmd = []
+                elif tool == "perf":
+                    cmd = [self.perf, "stat", "-I", f"{interval:g}", "-e", ev, "-x", ",", "-o", "/dev/null", "--"]
+                else:
+                    cmd = [self.cp, "run", "-q", "-e", ev, "-I", f"{interval:g}", "--sampling", tool,
+                           "-o", str(run_dir)]
+                    if a.sampling_collectors:
+                        cmd += ["--collectors", a.sampling_collectors]
+                    cmd += ["--"]
+                res = run_tree(cmd + tail, secs + 120)
+                rec = {"tool": tool, "interval_ms": interval, "kind": kind, "round": r, "rc": res["rc"],
+                       "tree_cpu_s": res["tree_cpu_s"]}
+                if res["rc"] != 0:
+                    self.problem(f"sampling {tool} -I {interval:g} {kind}: exit status {res['rc']}: "
+                                 f"{' | '.join(stderr_lines(res['stderr'])[-3:])}")
+                if kind == "busy":
+                    rec["work"] = last_json_line(res["stdout"])
+                if run_dir is not None:
+                    meta = read_meta(run_dir)
+                    rec.update(meta_facts(meta))
+                    perf = ((meta or {}).get("collectors") or {}).get("perf") or {}
+                    rec["sampling"] = perf.get("sampling")
+                    rec["kernel_sampler"] = perf.get("kernel_sampler")
+                    if not a.keep:
+                        shutil.rmtree(run_dir, ignore_errors=True)
+                runs.append(rec)
+            print(f"  round {r + 1}/{a.rounds} done", file=sys.stderr, flush=True)
+        return self._sampling_summary(runs, cells, secs)
+
+    @staticmethod
+    def _sampling_summary(runs: list[dict], cells: list, secs: float) -> dict:
+        ok_runs = [x for x in runs if x["rc"] == 0]
+        by = {(x["round"], x["tool"], x["interval_ms"], x["kind"]): x for x in ok_runs}
+        rounds = sorted({x["round"] for x in runs})
+        residue = statistics.median([x["tree_cpu_s"] - x["work"]["cpu_s"] for x in ok_runs
+                                     if x["tool"] == "alone" and x.get("work")] or [0.0])
+
+        def true_median(tool, i, key):
+            v = [x.get(key) for x in ok_runs if x["tool"] == tool and x["interval_ms"] == i
+                 and x["kind"] == "true" and x.get(key) is not None]
+            return statistics.median(v) if v else None
+
+        def cpu_pct(x, tool, i):
+            """The tool's own CPU over the run, % of one core per second of workload."""
+            if tool == "perf":
+                base = true_median(tool, i, "tree_cpu_s")
+                own = x["tree_cpu_s"]
+                # perf stat -I may exit without reaping its child: then the tree is perf alone
+                if x["kind"] == "busy" and own >= 0.5 * x["work"]["cpu_s"]:
+                    own -= x["work"]["cpu_s"] + residue
+            else:
+                base = true_median(tool, i, "profiler_cpu_s")
+                own = x.get("profiler_cpu_s")
+            if base is None or own is None:
+                return None
+            return 100.0 * (own - base) / secs
+
+        out: dict = {"events": None, "seconds": secs, "residue_cpu_s": residue, "runs": runs, "cells": {}}
+        for kind in ("busy", "sleep"):
+            for tool, i in cells:
+                pct, ratio, work, samples, lost, ran = [], [], [], [], 0, set()
+                threads: dict[str, list[float]] = {"perf": [], "host": [], "threads": []}
+                for r in rounds:
+                    x, p = by.get((r, tool, i, kind)), by.get((r, "perf", i, kind))
+                    alone = by.get((r, "alone", 0.0, "busy"))
+                    if x is None:
+                        continue
+                    mine = cpu_pct(x, tool, i)
+                    if mine is not None:
+                        pct.append(mine)
+                        theirs = cpu_pct(p, "perf", i) if p is not None else None
+                        if theirs and theirs > 0:
+                            ratio.append(mine / theirs)
+                    if kind == "busy" and alone and x.get("work") and alone.get("work"):
+                        work.append(x["work"]["rate"] / alone["work"]["rate"])
+                    ks = x.get("kernel_sampler") or {}
+                    if ks:
+                        samples.append(ks["samples"] / secs)
+                        lost += ks.get("lost", 0)
+                    if x.get("sampling"):
+                        ran.add(x["sampling"])
+                    for k in threads:
+                        if x.get(f"{k}_thread_cpu_s") is not None:
+                            threads[k].append(100.0 * x[f"{k}_thread_cpu_s"] / secs)
+                out["cells"][f"{kind} {tool} {i:g}"] = {
+                    "cpu_pct": summary(pct), "vs_perf": summary(ratio), "work_ratio": summary(work),
+                    "samples_per_s": summary(samples), "lost": lost, "sampling_ran": sorted(ran),
+                    "threads_pct": {k: summary(v) for k, v in threads.items()}}
         return out
 
     # -- startup ------------------------------------------------------------------------
@@ -1087,6 +1207,34 @@ def report(results: dict) -> str:
                   "profiler threads (meta.json, % of a core): " + "; ".join(
                       f"{m}: {fmt_breakdown(o['modes'][m].get('thread_cpu_pct'))}"
                       for m in ("cp-I10", "cp-I1", "cp-I10-perfonly")), ""]
+    sm = results.get("sampling")
+    if sm:
+        a = results["args"]
+        lines += [f"### Kernel sampling vs the tick vs perf stat ({a['rounds']} paired rounds of {sm['seconds']:g} s, "
+                  f"events {a['table_events']}, collectors {a['sampling_collectors'] or 'default'}; CPU = % of one "
+                  "core per second of workload: counterprof's process (meta.json) − its `-- true`, perf stat's tree "
+                  "− the workload − its `-- true`)", "",
+                  "| workload | -I | mode | profiler CPU | vs perf stat (paired) | work ratio | samples/s "
+                  "| threads (meta.json, whole run) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for kind in ("busy", "sleep"):
+            for i in SAMPLING_INTERVALS:
+                for tool in SAMPLING_TOOLS:
+                    e = sm["cells"][f"{kind} {tool} {i:g}"]
+                    v, w, sp = e["vs_perf"], e["work_ratio"], e["samples_per_s"]
+                    name = {"perf": "perf stat", "tick": "counterprof tick",
+                            "kernel": "counterprof kernel"}[tool]
+                    if tool == "kernel" and e["sampling_ran"] != ["kernel"]:
+                        name += f" (ran: {', '.join(e['sampling_ran']) or '?'})"
+                    vs = ("–" if tool == "perf" or not v
+                          else "{:.2f}x [{:.2f}–{:.2f}]".format(v["median"], v["q1"], v["q3"]))
+                    lines.append(
+                        f"| {kind} | {i:g} ms | {name} | {fmt_pct(e['cpu_pct'])} | {vs} | "
+                        f"{'–' if not w else '{:.3f} [{:.3f}–{:.3f}]'.format(w['median'], w['min'], w['max'])} | "
+                        f"{'–' if not sp else '{:.0f}'.format(sp['median'])} | "
+                        f"{fmt_breakdown(e['threads_pct']) if tool != 'perf' else '–'} |")
+        lost = sum(e["lost"] for e in sm["cells"].values())
+        lines += ["", f"kernel sample records lost: {lost}", ""]
     s = results.get("startup")
     if s:
         lines += [f"### Start-up ({results['args']['startup_runs']} runs each)", "",
@@ -1248,6 +1396,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--baseline", default=None, metavar="EXE",
                    help="table and startup: another counterprof executable in the same rounds, for "
                         "before/after (e.g. an older checkout's venv's bin/counterprof)")
+    p.add_argument("--sampling-collectors", default=None, metavar="LIST",
+                   help="sampling part: counterprof's --collectors (default: the default ones)")
     p.add_argument("--perf", default=shutil.which("perf") or "/usr/bin/perf", help="the perf executable")
     p.add_argument("--tmp", default=None, help="where run directories go (default: the system's temp dir)")
     p.add_argument("--keep", action="store_true", help="keep the run directories")
@@ -1266,9 +1416,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         local = Path(sys.executable).parent / "counterprof"
         args.counterprof = str(local) if local.exists() else (shutil.which("counterprof") or "counterprof")
     args.only = [x.strip() for x in args.only.split(",") if x.strip()]
-    bad = [x for x in args.only if x not in PARTS]
+    bad = [x for x in args.only if x not in PARTS + OPT_IN_PARTS]
     if bad:
-        p.error(f"unknown part(s) {bad}; choose from {PARTS}")
+        p.error(f"unknown part(s) {bad}; choose from {PARTS + OPT_IN_PARTS}")
     return args
 
 
@@ -1303,7 +1453,7 @@ def main(argv: list[str] | None = None) -> int:
                      "loadavg_before": loadavg()}
     print(f"counterprof overhead benchmark: {command}", file=sys.stderr, flush=True)
     try:
-        for part in PARTS:
+        for part in PARTS + OPT_IN_PARTS:
             if part in args.only:
                 results[part] = getattr(bench, part)()
     finally:
