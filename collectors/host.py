@@ -219,6 +219,10 @@ class HostCollector(PollingCollector):
 
     # -- the perf sampler's tick -----------------------------------------------------------
 
+    def ride_interval_ns(self) -> int:
+        """How often this rider reads (a tick made for riders alone ticks at the finest)."""
+        return round(self.period_s * 1e9)
+
     def ride(self, sampler: Any, interval_ns: int) -> None:
         """perf's sampler runs, ticking every interval_ns: record on its tick, every N ticks
         (N = our interval / its; never when it ticks coarser than ours)."""

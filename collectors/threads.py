@@ -423,6 +423,10 @@ class ThreadsCollector(PollingCollector):
 
     # -- the perf sampler's tick -----------------------------------------------------------
 
+    def ride_interval_ns(self) -> int:
+        """How often this rider reads (a tick made for riders alone ticks at the finest)."""
+        return self._interval_ns
+
     def ride(self, sampler: Any, interval_ns: int) -> None:
         """perf's sampler runs, ticking every interval_ns: read the critical thread's schedstat on
         its tick (every N ticks, N = our interval / its, never coarser than ours), and walk the

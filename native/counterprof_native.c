@@ -286,6 +286,9 @@ static int sampler_tick(cp_sampler *s, int store) {
     if (store) sched_tick(s, now, s->stop_requested);
     if (!store) {
         stored = 0;
+    } else if (s->nslots == 0) {      /* riders only: nothing to keep */
+        s->stats.ticks++;
+        stored = 1;
     } else if (s->count < s->ring_ticks) {
         int idx = (s->head + s->count) % s->ring_ticks;
         s->r_time[idx] = now;
@@ -450,7 +453,9 @@ out:
 
 int cp_sampler_start(cp_sampler *s, int nslots, int ring_ticks, int64_t interval_ns) {
     if (interval_ns < 100000) return -EINVAL;   /* below 0.1 ms the reads themselves dominate */
-    if (nslots <= 0 || ring_ticks <= 0) return -EINVAL;
+    if (nslots < 0 || ring_ticks <= 0) return -EINVAL;
+    if (nslots == 0 && s->ngroups > 0) return -EINVAL;   /* 0 slots: a tick for riders only */
+    size_t width = nslots > 0 ? (size_t)nslots : 1;     /* what a riders-only tick allocates */
     pthread_mutex_lock(&s->mu);
     int rc = 0;
     if (s->running || s->acc) {
@@ -465,15 +470,15 @@ int cp_sampler_start(cp_sampler *s, int nslots, int ring_ticks, int64_t interval
             }
     s->nslots = nslots;
     s->ring_ticks = ring_ticks;
-    s->acc = calloc((size_t)nslots, sizeof(*s->acc));
-    s->slot_stats = calloc((size_t)nslots, sizeof(*s->slot_stats));
+    s->acc = calloc(width, sizeof(*s->acc));
+    s->slot_stats = calloc(width, sizeof(*s->slot_stats));
     if (s->slot_stats)
         for (int k = 0; k < nslots; k++) s->slot_stats[k].min_quality = 1.0f;
     s->r_time = calloc((size_t)ring_ticks, sizeof(int64_t));
     s->r_dur = calloc((size_t)ring_ticks, sizeof(int64_t));
-    s->r_value = calloc((size_t)ring_ticks * nslots, sizeof(double));
-    s->r_quality = calloc((size_t)ring_ticks * nslots, sizeof(float));
-    s->r_valid = calloc((size_t)ring_ticks * nslots, 1);
+    s->r_value = calloc((size_t)ring_ticks * width, sizeof(double));
+    s->r_quality = calloc((size_t)ring_ticks * width, sizeof(float));
+    s->r_valid = calloc((size_t)ring_ticks * width, 1);
     if (!s->acc || !s->slot_stats || !s->r_time || !s->r_dur || !s->r_value || !s->r_quality ||
         !s->r_valid) {
         rc = -ENOMEM;

@@ -118,6 +118,7 @@ class PerfCollector(Collector):
             self._kernel = kernel_mode.start(self, ctx, groups, interval_ms, self._drain_period())
             if self._kernel is not None:
                 self._start_drain_thread(ctx)
+                self._start_rider_tick(ctx)
                 self._go.set()
                 return
 
@@ -190,12 +191,41 @@ class PerfCollector(Collector):
         self.details.update({"units": len(units), "units_gone": cs.units_gone,
                              "entity": aggregate or ("cpu:N" if target.system_wide else "tid:N")})
         self._go.set()
+        self._hand_riders(ctx, int(interval_ms * 1e6))
+
+    def _hand_riders(self, ctx: SessionContext, tick_ns: int) -> None:
         self._riders = list(ctx.tick_riders)
         for rider in self._riders:
             try:
-                rider.ride(self.sampler, int(interval_ms * 1e6))
+                rider.ride(self.sampler, tick_ns)
             except Exception as exc:      # the rider keeps its own thread: not perf's failure
                 ctx.warn(f"perf: {rider.name} could not read on the sampler's tick: {exc}")
+
+    def _start_rider_tick(self, ctx: SessionContext) -> None:
+        """Kernel sampling has no tick of its own: the riders (host, the threads walk and the
+        critical thread's schedstat) get a C tick with no counter group, at the finest of their
+        own intervals, so they still wake no Python thread. Without one, they keep their own."""
+        intervals = [r.ride_interval_ns() for r in ctx.tick_riders if hasattr(r, "ride_interval_ns")]
+        if not intervals:
+            return
+        ffi, lib = native.require_native()
+        tick_ns = max(100_000, min(intervals))
+        err = ffi.new("int *")
+        sampler = lib.cp_sampler_new(err)
+        if sampler == ffi.NULL:
+            ctx.warn(f"perf: no tick for the riders ({os.strerror(-err[0])}): they keep their own threads")
+            return
+        with ctx.lock:
+            ctx.profiler_tids.add(lib.cp_sampler_thread_tid(sampler))
+        lib.cp_sampler_set_time_offset(sampler, ctx.clock.offset_ns)   # the schedstat readings' times
+        rc = lib.cp_sampler_start(sampler, 0, 1, tick_ns)
+        if rc < 0:
+            lib.cp_sampler_free(sampler)
+            ctx.warn(f"perf: no tick for the riders ({os.strerror(-rc)}): they keep their own threads")
+            return
+        self.sampler = sampler
+        self.details["rider_tick_ms"] = tick_ns / 1e6
+        self._hand_riders(ctx, tick_ns)
 
     def _set_slots(self, slot_keys: list[tuple[str, str]], scales: list[float]) -> None:
         """The output series: their dictionaries, and per slot its metric's and entity's index
@@ -371,17 +401,34 @@ class PerfCollector(Collector):
             self.counters.close()
 
     def _stop_kernel(self) -> None:
+        lib = native.lib
+        if self.sampler is not None:              # the riders' tick: their last reads, then off
+            lib.cp_sampler_stop(self.sampler)
+            for rider in self._riders:
+                try:
+                    rider.unride()
+                except Exception as exc:
+                    self.ctx.warn(f"perf: {rider.name} left the riders' tick badly: {exc}")
         self._stop.set()
         self._go.set()
         if self._thread is not None:
             self._thread.join()
+        tick_cpu_s = 0.0
+        if self.sampler is not None:
+            stats = native.ffi.new("struct cp_sampler_stats *")
+            lib.cp_sampler_get_stats(self.sampler, stats)
+            tick_cpu_s = stats.cpu_ns / 1e9
+            self.details["rider_tick"] = {"ticks": stats.ticks, "thread_cpu_s": tick_cpu_s}
+            lib.cp_sampler_free(self.sampler)
+            with self._lock:
+                self.sampler = None
         try:
             self.details["kernel_sampler"] = self._kernel.finish()
         except Exception as exc:
             self.ctx.fail(self.name, f"final drain failed: {type(exc).__name__}: {exc}")
         finally:
             self._kernel.close()
-        self.details["thread_cpu_s"] = self._drain_cpu_s
+        self.details["thread_cpu_s"] = self._drain_cpu_s + tick_cpu_s
 
     def _finish_status(self, per_slot: dict[int, tuple[int, int, float]]) -> None:
         """Events whose every interval was unknown never got a counter: <not counted>.

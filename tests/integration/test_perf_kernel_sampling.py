@@ -218,14 +218,25 @@ def test_sigkill_of_the_workload_keeps_the_data(tmp_path):
     assert total(r, "task-clock") / 1e9 == pytest.approx(rusage_s, rel=0.05)
 
 
-def test_no_tick_is_offered_to_riders_the_threads_collector_keeps_its_thread(tmp_path):
+def test_the_riders_get_a_tick_of_their_own_at_their_finest_interval(tmp_path):
+    """Kernel sampling wakes no thread per -I, but host and threads still read in C: on a tick
+    with no counter group, at the finest of their intervals (threads: 10 ms at -I 1), never on
+    a Python thread of theirs; their rows are the tick mode's."""
     got = {}
     for mode in ("kernel", "tick"):
-        proc = run_cli("run", "-q", "-e", SW, "-I", "1", "--sampling", mode, "--collectors", "perf,threads",
-                       "-o", str(tmp_path / mode), "--", PYTHON, WORKLOADS, "burn", "0.2")
+        proc = run_cli("run", "-q", "-e", SW, "-I", "1", "--sampling", mode, "--collectors", "perf,host,threads",
+                       "-o", str(tmp_path / mode), "--", PYTHON, WORKLOADS, "burn", "0.6")
         assert proc.returncode == 0, proc.stderr
         cols = json.loads((tmp_path / mode / "meta.json").read_text())["collectors"]
         if mode == "kernel" and cols["perf"]["sampling"] != "kernel":
             pytest.skip(f"kernel sampling cannot run here: {cols['perf'].get('sampling_fallback')}")
-        got[mode] = cols["threads"]["main_reads"]
-    assert got == {"kernel": "own thread", "tick": "perf sampler tick"}
+        got[mode] = (cols["threads"]["main_reads"], cols["threads"]["walks"], cols["host"]["samples"])
+        if mode == "kernel":
+            assert cols["perf"]["rider_tick_ms"] == pytest.approx(10.0)
+            assert cols["perf"]["rider_tick"]["ticks"] >= 30          # 0.6 s at 10 ms, start-up aside
+    assert got["kernel"] == got["tick"] == ("perf sampler tick",) * 3
+    r = counterprof.load(tmp_path / "kernel")
+    t = r.samples()
+    main = t.filter(pc.equal(t["metric"].cast("string"), "thread.main.running"))
+    assert main.num_rows >= 20                                         # the critical thread every 10 ms
+    assert pc.sum(main["value"]).as_py() == pytest.approx(0.6, rel=0.35)   # it burns 0.6 s of CPU
