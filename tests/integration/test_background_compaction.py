@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from counterprof import regions
 from counterprof.schema import samples_batch
 from counterprof.session import Session
 from counterprof.store import compact as compact_mod
@@ -109,7 +110,7 @@ def test_a_segment_compacted_but_not_yet_deleted_is_read_once(tmp_path):
 def cli_run(run: Path, seconds: float, extra_env: dict[str, str]) -> subprocess.Popen:
     """`counterprof run -I 1` of a workload that waits for its run to hold parts, then sleeps."""
     code = ("import glob, os, sys, time\n"
-            "run = os.environ['COUNTERPROF_RUN_DIR']\n"
+            f"run = os.environ[{regions.ENV_RUN_DIR!r}]\n"
             "open(os.environ['PIDFILE'], 'w').write(str(os.getpid()))\n"
             "end = time.monotonic() + 30\n"
             "while not glob.glob(run + '/samples/rank=*/samples-*~*.parquet') and time.monotonic() < end:\n"
@@ -122,17 +123,11 @@ def cli_run(run: Path, seconds: float, extra_env: dict[str, str]) -> subprocess.
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def run_dir_env() -> str:
-    from counterprof import regions
-    return regions.ENV_RUN_DIR
-
-
 def test_cli_run_compacts_as_it_goes_and_every_reader_reads_the_parts(tmp_path):
     run = tmp_path / "run"
     p = cli_run(run, 0.5, {})
     out, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
-    assert run_dir_env() == "COUNTERPROF_RUN_DIR"
     assert "parts " in out and int(out.split("parts ")[1].split()[0]) >= 1, out   # before stop
     files = sorted((run / "samples" / "rank=0").glob("*.parquet"))
     assert len(files) >= 2 and any("~" not in f.name for f in files)
