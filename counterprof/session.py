@@ -29,7 +29,7 @@ from .gitrev import git_revision
 from .proctree import rank_from_env
 from .schema import Metric
 from .store import rundir, safepath
-from .store.compact import CompactionReport, compact_rank
+from .store.compact import BackgroundCompactor, CompactionReport, compact_rank
 from .store.rundir import RESERVE
 from .store.journal import JournalSet
 
@@ -164,6 +164,7 @@ class Session:
         self.journals: JournalSet | None = None
         self.start_ns = self.end_ns = 0
         self.compaction: CompactionReport | None = None
+        self.compactor: BackgroundCompactor | None = None   # rotated segments, as the run goes
         self._lock = threading.RLock()
         self._ctx: SessionContext | None = None
         self._start_cpu = 0.0
@@ -225,7 +226,8 @@ class Session:
         _warm_arrow()
         self._start_cpu = _self_cpu()
         self.start_ns = self.clock.now_ns()
-        self.journals = JournalSet(self.path, self.writer_id)
+        self.compactor = BackgroundCompactor()
+        self.journals = JournalSet(self.path, self.writer_id, on_rotate=self.compactor.submit)
         self.sinks = [self.journals, *self.extra_sinks]
         self.meta = self._initial_meta()
         self._write_meta()
@@ -237,6 +239,7 @@ class Session:
             clock=self.clock, target=self.target, config=self.config, rank=self.rank,
             emit=self.emit, add_metrics=self.add_metrics, fail=self.fail, warn=self.warn,
             run_path=self.path)
+        self._ctx.profiler_tids.add(self.compactor.native_id)
         plan = list(self.plan)
         per_rank_classes = []
         if self.per_rank and self.target.kind == "launch" and not self.target.system_wide:
@@ -294,6 +297,8 @@ class Session:
             except Exception as exc:
                 if not (sink is self.journals and "journal_failed" in self.meta):  # said once
                     self.warn(f"closing {type(sink).__name__} failed: {exc}")
+        # the segment in hand finished, the rest left to the compaction below
+        background = self.compactor.stop() if self.compactor is not None else CompactionReport()
         self.end_ns = self.clock.now_ns()
         # the workload's exit first, into the space kept for it: a full disk costs samples, never
         # the exit status (a reader finds the run still "running" and recovers it)
@@ -303,7 +308,7 @@ class Session:
         complete = True
         if compact:
             # every partition: ours, and those the workload's processes wrote (regions, traces)
-            self.compaction = CompactionReport()
+            self.compaction = background
             for _rank, rank_path in rundir.rank_dirs(self.path):
                 try:
                     compact_rank(rank_path, self.compaction)

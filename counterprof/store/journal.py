@@ -4,7 +4,9 @@ Each table gets an Arrow IPC stream segment under _ranks/rank=<r>/journal/. The 
 unbuffered (pyarrow.OSFile), so each batch is in the kernel's hands as soon as it is
 written: a profiler killed with SIGKILL loses only what collectors had not yet
 emitted (they emit at least once a second). Segments rotate at a size limit so
-compaction, which streams them into Parquet, never holds a whole run in memory.
+compaction, which streams them into Parquet, never holds a whole run in memory, and so a
+rotated (closed) segment can be compacted while the run goes on (on_rotate: the session's
+compact.BackgroundCompactor), leaving only the open one to the end of the run.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
@@ -21,7 +23,16 @@ from . import safepath
 from .rundir import JOURNAL, rank_dir
 
 SUFFIX = ".arrows"
-SEGMENT_BYTES = 32 * 1024 * 1024
+# What the end of a run has left to compact is at most one segment per table: 16 MB is about
+# 350k samples (a minute of -I 1), a fraction of a second to compact.
+SEGMENT_BYTES = 16 * 1024 * 1024
+# A smaller size, for tests and benchmarks that want rotations from a short run.
+SEGMENT_BYTES_ENV = "COUNTERPROF_SEGMENT_BYTES"
+
+
+def rotation_bytes() -> int:
+    raw = os.environ.get(SEGMENT_BYTES_ENV, "")
+    return int(raw) if raw.isdigit() and int(raw) > 0 else SEGMENT_BYTES
 
 
 @dataclass(frozen=True)
@@ -61,14 +72,21 @@ class _Stream:
             self.file.close()
 
 
+# Called with (rank folder, segment) once a segment is closed and will not be written again.
+OnRotate = Callable[[Path, "Segment"], None]
+
+
 class JournalWriter:
     """A sink: write(table, batch) appends to that table's current segment."""
 
-    def __init__(self, rank_path: Path, writer_id: str, segment_bytes: int = SEGMENT_BYTES):
-        self.dir = Path(rank_path) / JOURNAL
+    def __init__(self, rank_path: Path, writer_id: str, segment_bytes: int | None = None,
+                 on_rotate: OnRotate | None = None):
+        self.rank_path = Path(rank_path)
+        self.dir = self.rank_path / JOURNAL
         safepath.make_dirs(Path(rank_path), self.dir)      # 0700; never a link
         self.writer_id = writer_id
-        self.segment_bytes = segment_bytes
+        self.segment_bytes = segment_bytes or rotation_bytes()
+        self.on_rotate = on_rotate
         self._streams: dict[str, _Stream] = {}
         self._seq: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -83,6 +101,10 @@ class JournalWriter:
             if stream is not None and stream.file.tell() >= self.segment_bytes:
                 stream.close()
                 stream = None
+                if self.on_rotate is not None:      # only queues it: this is a collector's thread
+                    seq = self._seq[table]
+                    closed = self.dir / segment_name(table, self.writer_id, seq)
+                    self.on_rotate(self.rank_path, Segment(closed, table, self.writer_id, seq))
             if stream is None:
                 seq = self._seq.get(table, -1) + 1
                 self._seq[table] = seq
@@ -104,9 +126,10 @@ class JournalWriter:
 class JournalSet:
     """The session's sink: one JournalWriter per rank partition, opened on first use."""
 
-    def __init__(self, run_path: Path, writer_id: str):
+    def __init__(self, run_path: Path, writer_id: str, on_rotate: OnRotate | None = None):
         self.run_path = Path(run_path)
         self.writer_id = writer_id
+        self.on_rotate = on_rotate
         self.writers: dict[int, JournalWriter] = {}
         self._lock = threading.Lock()
 
@@ -114,7 +137,8 @@ class JournalSet:
         with self._lock:
             w = self.writers.get(rank)
             if w is None:
-                w = self.writers[rank] = JournalWriter(rank_dir(self.run_path, rank), self.writer_id)
+                w = self.writers[rank] = JournalWriter(rank_dir(self.run_path, rank), self.writer_id,
+                                                       on_rotate=self.on_rotate)
         w.write(table, batch)
 
     def close(self) -> None:

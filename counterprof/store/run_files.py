@@ -5,10 +5,12 @@ lists them here and reads them by these rules, so that one damaged run reads the
 every subcommand.
 
 What is listed (rundir and journal find the names): each rank's Parquet files of a table
-(<table>-*.parquet in its dataset folder, or in the rank folder of the older layout) and the
-journal segments a live or killed writer left. Not listed: a symbolic link (skipped and named,
-safepath), a hidden or temporary name (.<file>.tmp: a compaction still writing it), a segment
-kept aside as <segment>.damaged after compaction (its readable rows are in the Parquet file).
+(<table>-*.parquet in its dataset folder, or in the rank folder of the older layout: one per
+writer, and the parts compacted while the run went on, <table>-<writer>~<seq>.parquet) and the
+journal segments a live or killed writer left (not one whose part is already there). Not
+listed: a symbolic link (skipped and named, safepath), a hidden or temporary name (.<file>.tmp:
+a compaction still writing it), a segment kept aside as <segment>.damaged after compaction (its
+readable rows are in the Parquet file).
 
 The damage policy: what cannot be read is left out and named, the rest is read.
   - a Parquet file whose footer cannot be read: the file is left out;
@@ -181,17 +183,23 @@ def list_files(run_path: str | os.PathLike[str], span: Any = None, table: str | 
     """Every file of the run's tables (or one table's; every rank or one), per rank: its
     Parquet files, then its journal segments. Every rank of the run is a key, the ranks with
     no file too."""
+    from .compact import part_path
     from .journal import segments
     from .rundir import TABLE_NAMES, rank_dirs, ranks, table_files
     run_path = Path(run_path)
     out: dict[int, list[RunFile]] = {r: [] for r in ranks(run_path) if rank is None or r == rank}
     journals = [(r, d) for r, d in rank_dirs(run_path) if rank is None or r == rank]
     for name in TABLE_NAMES if table is None else (table,):
-        for r, f in table_files(run_path, name, rank):
+        # segments first, then the Parquet files: a segment compacted in between is found in
+        # both (and read once, from its part), never in neither
+        segs = [(r, d, s) for r, d in journals for s in segments(d) if s.table == name]
+        parquet = table_files(run_path, name, rank)
+        have = {f for _r, f in parquet}
+        for r, f in parquet:
             out.setdefault(r, []).append(RunFile(r, name, f, span=span))
-        for r, d in journals:
-            out.setdefault(r, []).extend(RunFile(r, name, s.path, journal=True, span=span)
-                                         for s in segments(d) if s.table == name)
+        for r, d, s in segs:
+            if part_path(d, s) not in have:      # a part holds it: its rows are read there
+                out.setdefault(r, []).append(RunFile(r, name, s.path, journal=True, span=span))
     return out
 
 
