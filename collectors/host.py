@@ -277,7 +277,9 @@ class HostCollector(PollingCollector):
         self.reader.record()
 
     def last_sample(self) -> None:
-        self.sample()             # short regions would otherwise have no sample
+        # short regions would otherwise have no sample; the system's figures too, up to the end
+        self.reader.lib.cp_procstat_set_system_period(self.reader.handle, 0)
+        self.sample()
 
     def flush(self) -> None:
         self._last_flush = time.monotonic()
