@@ -173,6 +173,9 @@ enum {
 };
 /* Row times: CLOCK_MONOTONIC plus this offset (the session clock's). */
 void cp_procstat_set_time_offset(cp_procstat *h, int64_t offset_ns);
+/* The system rows (system.*) once per period_ns at most (0, the default: every record); their
+ * durations are the true span since the last system reading. */
+void cp_procstat_set_system_period(cp_procstat *h, int64_t period_ns);
 /* Rows added (0 for the baseline), or -errno. */
 int cp_procstat_record(cp_procstat *h);
 /* 1 once the root has exited (its rows stop), else 0. */

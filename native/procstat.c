@@ -191,6 +191,9 @@ struct cp_procstat {
     int have_prev, root_gone;
     struct cp_tree_stats prev_tree;
     struct cp_system_stats prev_sys;
+    /* /proc/stat and /proc/meminfo cost most of a record (the kernel builds all of /proc/stat
+     * per read): the system figures are read once per system_period_ns (0: every record) */
+    int64_t system_period_ns, prev_sys_ns;
     size_t nrows, cap;
     int64_t *r_time, *r_duration;   /* r_duration < 0: none (a gauge) */
     int32_t *r_metric;
@@ -1110,6 +1113,11 @@ int cp_threads_drain_walks(cp_threads *h, int max, int64_t *time_ns, int64_t *du
 /* ---- the host collector's rows ------------------------------------------------------------ */
 
 void cp_procstat_set_time_offset(cp_procstat *h, int64_t offset_ns) { h->time_offset_ns = offset_ns; }
+void cp_procstat_set_system_period(cp_procstat *h, int64_t period_ns) {
+    pthread_mutex_lock(&h->mu);
+    h->system_period_ns = period_ns > 0 ? period_ns : 0;
+    pthread_mutex_unlock(&h->mu);
+}
 
 int cp_procstat_root_gone(cp_procstat *h) {
     pthread_mutex_lock(&h->mu);
@@ -1183,9 +1191,13 @@ static int record_locked(cp_procstat *h) {
     int rc = 0;
     int read_tree = h->root > 0 && !h->root_gone;
     if (read_tree && (rc = cp_procstat_tree(h, &tree)) < 0) return rc;
-    if ((rc = cp_procstat_system(h, &sys)) < 0) return rc;
+    /* due a twentieth early: a 1 s period on a 100 ms tick reads every 10th tick, not 11th */
+    int64_t mono = monotonic_ns() + h->time_offset_ns;
+    int read_sys = !h->have_prev ||
+                   mono - h->prev_sys_ns >= h->system_period_ns - h->system_period_ns / 20;
+    if (read_sys && (rc = cp_procstat_system(h, &sys)) < 0) return rc;
     int64_t now = monotonic_ns() + h->time_offset_ns;
-    int64_t d = now - h->prev_ns;
+    int64_t d = now - h->prev_ns, d_sys = now - h->prev_sys_ns;
     size_t before = h->nrows;
     if (read_tree && !tree.root_alive) {
         h->root_gone = 1;
@@ -1209,21 +1221,26 @@ static int record_locked(cp_procstat *h) {
             if (rc == 0) rc = add_row(h, now, -1, CP_HOST_THREADS, (double)tree.threads);
             if (rc == 0) rc = add_row(h, now, -1, CP_HOST_PROCESSES, (double)tree.processes);
         }
+    }
+    if (h->have_prev && read_sys) {
         const struct cp_system_stats *p = &h->prev_sys;
         double total = sys.cpu_total_s - p->cpu_total_s;
         if (total > 0 && rc == 0) {
             double idle = sys.cpu_idle_s - p->cpu_idle_s, iowait = sys.cpu_iowait_s - p->cpu_iowait_s;
             double busy = total - idle - iowait;
-            rc = add_row(h, now, d, CP_HOST_SYS_CPU_UTIL, 100.0 * (busy > 0 ? busy : 0.0) / total);
-            if (rc == 0) rc = add_row(h, now, d, CP_HOST_SYS_CPU_IOWAIT, 100.0 * (iowait > 0 ? iowait : 0.0) / total);
+            rc = add_row(h, now, d_sys, CP_HOST_SYS_CPU_UTIL, 100.0 * (busy > 0 ? busy : 0.0) / total);
+            if (rc == 0) rc = add_row(h, now, d_sys, CP_HOST_SYS_CPU_IOWAIT, 100.0 * (iowait > 0 ? iowait : 0.0) / total);
         }
         if (rc == 0) rc = add_row(h, now, -1, CP_HOST_SYS_MEM_USED,
                                   (double)sys.mem_total_bytes - (double)sys.mem_available_bytes);
         if (rc == 0) rc = add_row(h, now, -1, CP_HOST_SYS_MEM_AVAILABLE, (double)sys.mem_available_bytes);
-        if (rc < 0) return rc;
     }
+    if (rc < 0) return rc;
     if (read_tree) h->prev_tree = tree;
-    h->prev_sys = sys;
+    if (read_sys) {
+        h->prev_sys = sys;
+        h->prev_sys_ns = now;
+    }
     h->prev_ns = now;
     h->have_prev = 1;
     return (int)(h->nrows - before);

@@ -109,3 +109,19 @@ def test_context_manager_gets_a_final_host_sample(tmp_path):
     with counterprof.profile(collectors=["host"], host_interval_ms=1000, path=tmp_path / "r") as run:
         pass      # far shorter than one interval
     assert metric(run, "proc.rss").num_rows == 1
+
+
+def test_system_rows_once_a_second_and_a_final_one(run_dir):
+    """The tree's rows every 100 ms, the system's (/proc/stat, the dearest read) once a second,
+    each spanning its true duration, plus one at the end: a run under a second still has them."""
+    proc = run_cli("run", "-q", "-o", str(run_dir), "--", "sleep", "2.5")
+    assert proc.returncode == 0, proc.stderr
+    run = counterprof.load(run_dir)
+    util, user = metric(run, "system.cpu_util"), metric(run, "proc.cpu_user")
+    assert user.num_rows >= 15
+    assert 2 <= util.num_rows <= 4                       # ~1 s, ~2 s and the final one
+    spans = sorted(util["duration_ns"].to_pylist())
+    assert spans[-1] >= 0.9e9 and max(user["duration_ns"].to_pylist()) < 0.5e9
+    short = run_cli("run", "-q", "-o", str(run_dir.parent / "short"), "--", "sleep", "0.3")
+    assert short.returncode == 0, short.stderr
+    assert metric(counterprof.load(run_dir.parent / "short"), "system.cpu_util").num_rows >= 1

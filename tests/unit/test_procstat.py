@@ -184,3 +184,28 @@ def test_a_child_of_another_thread_counts_between_full_walks(tmp_path):
         assert got[("proc.processes", "process")]["value"] == 1
     finally:
         reader.close()
+
+
+def test_system_figures_read_once_per_system_period(tmp_path):
+    """cp_procstat_set_system_period: the tree's rows every record, the system's only once the
+    period has passed, with the true span since the last system reading as their duration."""
+    import time
+    from counterprof.collectors.host import SYSTEM_FROM, METRICS, ProcReader
+    fake_system(tmp_path)
+    add_proc(tmp_path, 100, utime=10, rss=100, io=(10, 20))
+    reader = ProcReader(100, str(tmp_path))
+    try:
+        reader.lib.cp_procstat_set_system_period(reader.handle, 200_000_000)   # 200 ms
+        reader.record()                                            # the baseline reads both
+        (tmp_path / "stat").write_text("cpu  150 5 50 830 60 3 2 0 7 0\n")
+        assert reader.record() == SYSTEM_FROM                      # too soon: the tree only
+        assert {e for _, e in rows(reader)} == {"process"}
+        time.sleep(0.25)
+        assert reader.record() == len(METRICS)
+        got = rows(reader)
+        assert got[("system.cpu_util", "system")]["value"] == pytest.approx(50.0)
+        # the system rows span both records since the baseline, the tree's only the last
+        assert (got[("system.cpu_util", "system")]["duration_ns"]
+                > got[("proc.cpu_user", "process")]["duration_ns"])
+    finally:
+        reader.close()
