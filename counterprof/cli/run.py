@@ -78,6 +78,9 @@ def build_parser() -> ArgumentParser:
                         "record SECONDS every EVERY seconds (default 2/20)")
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
+    p.add_argument("--host-system-interval-ms", type=float, default=1000.0, metavar="MS",
+                   help="the system's CPU and memory figures (/proc/stat, /proc/meminfo) every MS "
+                        "(default 1000; 0: with every host sample)")
     p.add_argument("--threads-interval-ms", type=float, default=None, metavar="MS",
                    help="threads collector interval in ms (default: -I's, 10 at the finest): thread "
                         "states by role, which the verdict follows, so they sample as finely as the "
@@ -217,7 +220,8 @@ def _collector_config(args) -> tuple[dict, list[str] | None]:
     nvml_cfg: dict = {"interval_ms": args.nvml_interval_ms, "gpm_interval_ms": args.gpm_interval_ms}
     if args.gpus is not None:
         nvml_cfg["gpus"] = args.gpus
-    config = {"perf": perf_cfg, "host": {"interval_ms": args.host_interval_ms},
+    host_cfg = {"interval_ms": args.host_interval_ms, "system_interval_ms": args.host_system_interval_ms}
+    config = {"perf": perf_cfg, "host": host_cfg,
               "threads": {"interval_ms": args.threads_interval_ms if args.threads_interval_ms is not None
                           else max(args.interval_ms, THREADS_FINEST_DEFAULT_MS)}, "nvml": nvml_cfg,
               "neuron": {"interval_ms": args.neuron_interval_ms}}
