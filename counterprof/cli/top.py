@@ -71,7 +71,8 @@ def _main(argv: list[str]) -> int:
     perf_cfg: dict = {"interval_ms": args.interval_ms}
     if args.events:
         perf_cfg["events"] = ",".join(args.events)
-    config = {"perf": perf_cfg, "host": {"interval_ms": 100.0}}
+    # top is the machine's view: its CPU and memory figures with every refresh, not once a second
+    config = {"perf": perf_cfg, "host": {"interval_ms": 100.0, "system_interval_ms": 0.0}}
     collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
     machine = args.pid is None
     target = Target("pid", None, system_wide=True) if machine else Target("pid", args.pid)
