@@ -179,9 +179,8 @@ class KernelSampling:
             n = lib.cp_ks_poll(self.handle)
             if n == 0:
                 return 0
-            t, d = ffi.new("int64_t[]", n), ffi.new("int64_t[]", n)
-            slot, val = ffi.new("int32_t[]", n), ffi.new("double[]", n)
-            q, valid = ffi.new("float[]", n), ffi.new("uint8_t[]", (n + 7) // 8)
+            from . import drain_buffers
+            t, d, slot, val, q, valid = drain_buffers(ffi, n)
             got = lib.cp_ks_drain(self.handle, n, t, d, slot, val, q, valid)
             if got == 0:
                 return 0

@@ -65,11 +65,12 @@ def test_the_api_loads_on_first_use():
     assert "has no attribute 'nope'" in p.stderr
 
 
-def _run_in_process(tmp_path, args: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """`counterprof ARGS -o tmp/r -- true` in a fresh interpreter: (the process, sys.modules at
+def _run_in_process(tmp_path, args: list[str], tail: tuple[str, ...] = ("--", "true")
+                    ) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`counterprof ARGS -o tmp/r TAIL` in a fresh interpreter: (the process, sys.modules at
     the end; importtime would also list imports that failed, as pandas's must)."""
     code = ("import json, sys\nfrom counterprof.cli import main\n"
-            f"rc = main([*{args!r}, '-o', {str(tmp_path / 'r')!r}, '--', 'true'])\n"
+            f"rc = main([*{args!r}, '-o', {str(tmp_path / 'r')!r}, *{list(tail)!r}])\n"
             "print(json.dumps([rc, sorted(sys.modules)]))")
     p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -192,13 +193,7 @@ def test_an_import_loads_only_what_it_uses(tmp_path):
         X("cpu_op", "record_param_comms", 50, 5, **{"Collective name": "allreduce", "dtype": "Float",
                                                    "In msg nelems": 8, "Out msg nelems": 8, "Group size": 2}),
     ], {"schemaVersion": 1, "baseTimeNanoseconds": 1_700_000_000_000_000_000}, gz=True)
-    code = ("import json, sys\nfrom counterprof.cli import main\n"
-            f"rc = main(['import', {str(trace)!r}, '-o', {str(tmp_path / 'r')!r}, '-q'])\n"
-            "print(json.dumps([rc, sorted(sys.modules)]))")
-    p = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stderr[-2000:]
-    rc, names = json.loads(p.stdout.strip().splitlines()[-1])
-    assert rc == 0
+    _, names = _run_in_process(tmp_path, ["import", str(trace)], tail=("-q",))
     assert {"pyarrow", "numpy", "counterprof._native"} <= set(names)
     tops = {name.split(".")[0] for name in names}
     assert not tops & {"pandas", "rich", "duckdb", "torch", "polars", "psutil"}, sorted(tops & HEAVY)
