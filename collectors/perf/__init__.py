@@ -316,7 +316,7 @@ class PerfCollector(Collector):
             n = lib.cp_sampler_pending(self.sampler)
             if n == 0:
                 return 0
-            t, d, slot, val, q, valid = drain_buffers(ffi, n)
+            t, d, slot, val, q, valid = native.drain_buffers(ffi, n)
             got = lib.cp_sampler_drain(self.sampler, n, t, d, slot, val, q, valid)
             if got == 0:
                 return 0
@@ -445,13 +445,6 @@ class PerfCollector(Collector):
             worst = min(q for _, _, q in stats)
             if worst < 1.0:
                 entry["min_quality"] = round(worst, 4)
-
-
-def drain_buffers(ffi: Any, n: int) -> tuple[Any, ...]:
-    """The column arrays a drain of n records fills (the tick's and the kernel mode's alike):
-    time, duration, slot, value, quality, and the validity bitmap."""
-    return (ffi.new("int64_t[]", n), ffi.new("int64_t[]", n), ffi.new("int32_t[]", n),
-            ffi.new("double[]", n), ffi.new("float[]", n), ffi.new("uint8_t[]", (n + 7) // 8))
 
 
 def _short_reason(reason: str) -> str:

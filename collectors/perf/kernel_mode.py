@@ -179,8 +179,7 @@ class KernelSampling:
             n = lib.cp_ks_poll(self.handle)
             if n == 0:
                 return 0
-            from . import drain_buffers
-            t, d, slot, val, q, valid = drain_buffers(ffi, n)
+            t, d, slot, val, q, valid = native.drain_buffers(ffi, n)
             got = lib.cp_ks_drain(self.handle, n, t, d, slot, val, q, valid)
             if got == 0:
                 return 0

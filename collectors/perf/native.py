@@ -6,6 +6,7 @@ counterprof error for it (counterprof.errors.perf_error).
 from __future__ import annotations
 
 import struct
+from typing import Any
 from dataclasses import dataclass
 
 from counterprof.errors import native_missing, perf_error
@@ -33,6 +34,13 @@ def require_native():
     if lib is None:
         raise native_missing(_IMPORT_ERROR)
     return ffi, lib
+
+
+def drain_buffers(ffi: Any, n: int) -> tuple[Any, ...]:
+    """The column arrays a drain of n records fills (the tick's and the kernel mode's alike):
+    time, duration, slot, value, quality, and the validity bitmap."""
+    return (ffi.new("int64_t[]", n), ffi.new("int64_t[]", n), ffi.new("int32_t[]", n),
+            ffi.new("double[]", n), ffi.new("float[]", n), ffi.new("uint8_t[]", (n + 7) // 8))
 
 
 @dataclass(frozen=True)
