@@ -157,11 +157,11 @@ def test_sigkill_mid_run_then_recover_reads_every_row_once(tmp_path):
     finally:
         if p.poll() is None:
             p.kill()
-        p.communicate()
-        try:      # the workload outlives its killed profiler
+        try:      # the workload outlives its killed profiler, and holds its pipes open
             os.kill(int(Path(str(run) + ".pid").read_text()), signal.SIGKILL)
         except (OSError, ValueError):
             pass
+        p.communicate()
     left = segments(rundir.rank_dir(run, 0))
     assert left                                     # the open segment(s) a SIGKILL leaves
     rank = rundir.rank_dir(run, 0)
