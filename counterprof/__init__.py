@@ -22,7 +22,10 @@ def __getattr__(name: str) -> object:
     if module is None:
         raise AttributeError(f"module 'counterprof' has no attribute {name!r}")
     import importlib
-    value = getattr(importlib.import_module(module, __name__), name)
+
+    from .gil import quick_handoffs
+    with quick_handoffs():     # the first use imports pyarrow and numpy: beside a busy thread too
+        value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
 

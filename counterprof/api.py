@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from .collector import Target
+from .gil import quick_handoffs
 from .session import Session, job_from_env
 from .store.reader import Run
 
@@ -65,12 +66,14 @@ class profile(contextlib.ContextDecorator):
                                target=Target("self"), command=list(sys.argv), rank=self.rank,
                                replace=self.replace,
                                job=self.job or (job_from_env() if self.path is not None else None))
-        self.session.prepare()
-        self.session.start()
+        with quick_handoffs():
+            self.session.prepare()
+            self.session.start()
         self.run = Run(self.session.path)
         return self.run
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if self.session is not None:
-            self.session.stop()
+            with quick_handoffs():
+                self.session.stop()
         return False

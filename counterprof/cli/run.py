@@ -38,6 +38,17 @@ examples:
 # profiler's CPU (5% of a core against perf stat -I 1's 3.4%); 10 ms still resolves the
 # verdict's 100 ms regions. --threads-interval-ms goes finer.
 THREADS_FINEST_DEFAULT_MS = 10.0
+# Under --sampling kernel nothing else wakes per interval: a 10 ms threads tick would be most
+# of its cost (0.5-0.7% of a core on a VM, perf stat -I 10's whole cost is 0.9%), so its
+# threads default to the verdict's 100 ms regions there.
+THREADS_KERNEL_DEFAULT_MS = 100.0
+
+
+def _threads_interval_ms(args: argparse.Namespace) -> float:
+    if args.threads_interval_ms is not None:
+        return float(args.threads_interval_ms)
+    finest = THREADS_KERNEL_DEFAULT_MS if args.sampling == "kernel" else THREADS_FINEST_DEFAULT_MS
+    return max(float(args.interval_ms), finest)
 
 
 def build_parser() -> ArgumentParser:
@@ -82,9 +93,9 @@ def build_parser() -> ArgumentParser:
                    help="the system's CPU and memory figures (/proc/stat, /proc/meminfo) every MS "
                         "(default 1000; 0: with every host sample)")
     p.add_argument("--threads-interval-ms", type=float, default=None, metavar="MS",
-                   help="threads collector interval in ms (default: -I's, 10 at the finest): thread "
-                        "states by role, which the verdict follows, so they sample as finely as the "
-                        "counters down to 10 ms")
+                   help="threads collector interval in ms (default: -I's, 10 at the finest; 100 at "
+                        "the finest under --sampling kernel): thread states by role, which the "
+                        "verdict follows, so they sample as finely as the counters down to 10 ms")
     p.add_argument("--gpus", metavar="LIST",
                    help="GPUs to sample, by CUDA ordinal as the workload sees them (after "
                         "CUDA_VISIBLE_DEVICES), comma separated (default: every visible GPU)")
@@ -222,8 +233,7 @@ def _collector_config(args) -> tuple[dict, list[str] | None]:
         nvml_cfg["gpus"] = args.gpus
     host_cfg = {"interval_ms": args.host_interval_ms, "system_interval_ms": args.host_system_interval_ms}
     config = {"perf": perf_cfg, "host": host_cfg,
-              "threads": {"interval_ms": args.threads_interval_ms if args.threads_interval_ms is not None
-                          else max(args.interval_ms, THREADS_FINEST_DEFAULT_MS)}, "nvml": nvml_cfg,
+              "threads": {"interval_ms": _threads_interval_ms(args)}, "nvml": nvml_cfg,
               "neuron": {"interval_ms": args.neuron_interval_ms}}
     collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
     if args.gpus is not None and collectors is not None and "nvml" not in collectors:

@@ -220,23 +220,27 @@ def test_sigkill_of_the_workload_keeps_the_data(tmp_path):
 
 def test_the_riders_get_a_tick_of_their_own_at_their_finest_interval(tmp_path):
     """Kernel sampling wakes no thread per -I, but host and threads still read in C: on a tick
-    with no counter group, at the finest of their intervals (threads: 10 ms at -I 1), never on
-    a Python thread of theirs; their rows are the tick mode's."""
+    with no counter group, at the finest of their intervals (threads: 100 ms by default in this
+    mode, 10 ms when asked), never on a Python thread of theirs; their rows are the tick mode's
+    (whose threads follow -I down to 10 ms)."""
     got = {}
-    for mode in ("kernel", "tick"):
+    for mode, threads_ms, tick_ms in (("kernel", None, 100.0), ("kernel", "10", 10.0), ("tick", None, None)):
+        out = tmp_path / f"{mode}-{threads_ms}"
+        extra = ("--threads-interval-ms", threads_ms) if threads_ms else ()
         proc = run_cli("run", "-q", "-e", SW, "-I", "1", "--sampling", mode, "--collectors", "perf,host,threads",
-                       "-o", str(tmp_path / mode), "--", PYTHON, WORKLOADS, "burn", "0.6")
+                       *extra, "-o", str(out), "--", PYTHON, WORKLOADS, "burn", "0.6")
         assert proc.returncode == 0, proc.stderr
-        cols = json.loads((tmp_path / mode / "meta.json").read_text())["collectors"]
+        cols = json.loads((out / "meta.json").read_text())["collectors"]
         if mode == "kernel" and cols["perf"]["sampling"] != "kernel":
             pytest.skip(f"kernel sampling cannot run here: {cols['perf'].get('sampling_fallback')}")
-        got[mode] = (cols["threads"]["main_reads"], cols["threads"]["walks"], cols["host"]["samples"])
-        if mode == "kernel":
-            assert cols["perf"]["rider_tick_ms"] == pytest.approx(10.0)
-            assert cols["perf"]["rider_tick"]["ticks"] >= 30          # 0.6 s at 10 ms, start-up aside
-    assert got["kernel"] == got["tick"] == ("perf sampler tick",) * 3
-    r = counterprof.load(tmp_path / "kernel")
-    t = r.samples()
-    main = t.filter(pc.equal(t["metric"].cast("string"), "thread.main.running"))
-    assert main.num_rows >= 20                                         # the critical thread every 10 ms
-    assert pc.sum(main["value"]).as_py() == pytest.approx(0.6, rel=0.35)   # it burns 0.6 s of CPU
+        got[(mode, threads_ms)] = (cols["threads"]["main_reads"], cols["threads"]["walks"], cols["host"]["samples"])
+        t = counterprof.load(out).samples()
+        main = t.filter(pc.equal(t["metric"].cast("string"), "thread.main.running"))
+        assert pc.sum(main["value"]).as_py() == pytest.approx(0.6, rel=0.35)   # it burns 0.6 s of CPU
+        if tick_ms is not None:
+            assert cols["perf"]["rider_tick_ms"] == pytest.approx(tick_ms)
+            assert cols["perf"]["rider_tick"]["ticks"] >= 0.6 / (tick_ms / 1000) / 2   # start-up aside
+            assert cols["threads"]["config"]["interval_ms"] == pytest.approx(tick_ms)
+        # the critical thread every threads interval: 10 ms (tick at -I 1; kernel when asked), 100 ms
+        assert main.num_rows >= (4 if tick_ms == 100.0 else 20)
+    assert set(got.values()) == {("perf sampler tick",) * 3}
