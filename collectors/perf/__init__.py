@@ -31,6 +31,7 @@ from .sysfs import Sysfs
 DRAIN_PERIOD_S = 0.5
 RING_SECONDS = 4.0                 # how much the ring holds before ticks coalesce
 RING_MAX_RECORDS = 4 * 1024 * 1024
+LABEL_PATTERNS_KEPT = 8             # a drain's slot patterns whose label columns are kept
 RIDERS_DRAIN_S = 1.0               # the riders' rows leave once a second, as on their own threads
 
 
@@ -240,6 +241,7 @@ class PerfCollector(Collector):
         self._metric_idx = np.array([self._metric_names.index(k[0]) for k in slot_keys], np.int32)
         self._entity_idx = np.array([self._entity_names.index(k[1]) for k in slot_keys], np.int32)
         self._scale = np.array(scales, np.float64) if any(x != 1.0 for x in scales) else None
+        self._labels: dict[bytes, list[pa.Array]] = {}
 
     def _record_event_status(self, ctx: SessionContext) -> None:
         cs = self.counters
@@ -335,16 +337,37 @@ class PerfCollector(Collector):
         if self._scale is not None:
             values = values * self._scale[slots]   # null rows: scaled too, still masked
         validity = pa.py_buffer(ffi.buffer(valid, (n + 7) // 8))
-        zeros = col(pa.int32(), bytes(4 * n))
         return pa.RecordBatch.from_arrays([
             col(SAMPLES_SCHEMA.field("time").type, ffi.buffer(t, n * 8)),
             col(pa.int64(), ffi.buffer(d, n * 8)),
-            pa.DictionaryArray.from_arrays(zeros, self._source_dict),
-            pa.DictionaryArray.from_arrays(col(pa.int32(), self._metric_idx[slots]), self._metric_dict),
-            pa.DictionaryArray.from_arrays(col(pa.int32(), self._entity_idx[slots]), self._entity_dict),
+            *self._label_columns(slots),
             col(pa.float64(), values, validity),
             col(pa.float32(), ffi.buffer(q, n * 4)),
         ], schema=SAMPLES_SCHEMA)
+
+    def _label_columns(self, slots: np.ndarray) -> list[pa.Array]:
+        """source, metric and entity for these slots. A steady run drains the same slots in the
+        same order (a few patterns: ticks per drain vary by one): those columns are kept and reused
+        (immutable arrays), not three dictionary arrays built anew on each drain."""
+        key = slots.tobytes()
+        cached = self._labels.get(key)
+        if cached is not None:
+            return cached
+        n = len(slots)
+        zeros = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))])
+        metric = self._metric_idx[slots]
+        entity = self._entity_idx[slots]
+        columns = [
+            pa.DictionaryArray.from_arrays(zeros, self._source_dict),
+            pa.DictionaryArray.from_arrays(pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(metric)]),
+                                           self._metric_dict),
+            pa.DictionaryArray.from_arrays(pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(entity)]),
+                                           self._entity_dict),
+        ]
+        if len(self._labels) >= LABEL_PATTERNS_KEPT:
+            self._labels.clear()
+        self._labels[key] = columns
+        return columns
 
     # -- stop ----------------------------------------------------------------------------
 
