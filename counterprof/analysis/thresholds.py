@@ -177,7 +177,8 @@ T = {
         "lengthens the on-CPU time (caches refilled after each switch) and one run a side is "
         "noisy: 6-14% of the implied change was left in runs sharing CPU 0 with a busy loop on "
         "this VM with a Python loop, and up to 30% with a GPT-2 training step (a working set that "
-        "the busy neighbour's time slices evict); a small wait still cannot hide a large change "
+        "the busy neighbour's time slices evict), on some runs 67-72% (left as partly: that is what "
+        "a real regression on a contended core looks like); a small wait still cannot hide a large change "
         "(a 5% wait implies +5%: half of it leaves 2.6%) (our choice; --strict fails on all)"),
     "contention_own_share": Threshold(
         0.5, "of the added wait",
