@@ -25,7 +25,7 @@ from typing import Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.errors import UsageError
-from counterprof.schema import SAMPLES_SCHEMA, Metric
+from counterprof.schema import Metric, samples_from_columns
 
 METRICS = [
     Metric("proc.cpu_user", "s", "delta", "user CPU time of the process tree (reaped children included)", "host"),
@@ -97,7 +97,6 @@ class ProcReader:
     def drain(self, source_dict, metric_dict, entity_dict):
         """The rows recorded so far as one samples batch (None when there are none)."""
         import numpy as np
-        import pyarrow as pa
         ffi, lib = self.ffi, self.lib
         n = lib.cp_procstat_pending(self.handle)
         if n == 0:
@@ -107,20 +106,11 @@ class ProcReader:
         metric, value = ffi.new("int32_t[]", n), ffi.new("double[]", n)
         n = lib.cp_procstat_drain(self.handle, n, t, d, valid, metric, value)
 
-        def col(type_, data, validity=None):
-            return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(data)])
-
         metric_idx = np.frombuffer(ffi.buffer(metric, 4 * n), np.int32)
         entity_idx = (metric_idx >= SYSTEM_FROM).astype(np.int32)   # 0 process, 1 system
-        return pa.RecordBatch.from_arrays([
-            col(SAMPLES_SCHEMA.field("time").type, ffi.buffer(t, 8 * n)),
-            col(pa.int64(), ffi.buffer(d, 8 * n), pa.py_buffer(ffi.buffer(valid, (n + 7) // 8))),
-            pa.DictionaryArray.from_arrays(col(pa.int32(), bytes(4 * n)), source_dict),
-            pa.DictionaryArray.from_arrays(col(pa.int32(), metric_idx), metric_dict),
-            pa.DictionaryArray.from_arrays(col(pa.int32(), entity_idx), entity_dict),
-            col(pa.float64(), ffi.buffer(value, 8 * n)),
-            col(pa.float32(), np.ones(n, np.float32)),
-        ], schema=SAMPLES_SCHEMA)
+        return samples_from_columns(n, ffi.buffer(t, 8 * n), ffi.buffer(d, 8 * n), ffi.buffer(valid, (n + 7) // 8),
+                                    source_dict, metric_idx, metric_dict, entity_idx, entity_dict,
+                                    ffi.buffer(value, 8 * n))
 
     def close(self) -> None:
         if self.handle is not None:

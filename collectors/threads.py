@@ -45,7 +45,9 @@ import numpy as np
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.errors import UsageError
-from counterprof.schema import Metric, samples_batch
+from counterprof.schema import Metric
+
+from .thread_rows import COMM, EXCLUDED, INTRAOP, LOADER, MAIN, OTHER, ThreadRows
 
 SOURCE = "threads"
 
@@ -86,7 +88,13 @@ WALK_BIG_NS = 300_000_000
 WALK_SMALL_UP_TO = 64
 RIDDEN_CHECK_S = 3.0             # riding: how long without perf's drains before this thread drains
 FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a second (main threads': every sample)
-CONTENDERS_EVERY_S = 5.0         # the other processes' CPU, read this often (and at start and stop)
+# The other processes' CPU, read at start and stop and every CONTENDERS_EVERY_S between (a
+# contender that lives between two reads is missed) -- less often on a machine with so many
+# processes that a read costs more than CONTENDERS_CPU_SHARE of a core at that pace: ~9 µs a
+# process here, so a GPU node's ~1500 (kernel threads included) take ~15 ms, 0.3% of a core
+# every 5 s; paced, every ~30 s (tests/bench/contenders_cost.py).
+CONTENDERS_EVERY_S = 5.0
+CONTENDERS_CPU_SHARE = 0.0005
 
 # A process that only waits for its child: the critical thread is further down.
 WRAPPERS = frozenset({"sh", "bash", "dash", "zsh", "env", "time", "timeout", "taskset", "numactl", "nice",
@@ -99,9 +107,6 @@ COMM_PREFIXES = ("pt_gloo", "gloo", "pt_nccl", "nccl", "pt_tcpstore", "pt_dist",
 LOADER_WORKER = "pt_data_worker"     # torch.utils.data's worker loop names its process's thread so
 LOADER_PIN = "pt_data_pin"           # the pin-memory thread, in the main process
 
-MAIN, INTRAOP, LOADER, COMM, OTHER, EXCLUDED = range(6)
-_ROLE_METRICS = [(INTRAOP, "intraop", True), (LOADER, "loader", True), (COMM, "comm", False),
-                 (OTHER, "other", True)]
 
 
 @dataclass(frozen=True)
@@ -244,39 +249,39 @@ class ThreadReader:
             self.handle = None
 
 
-def process_cpu(proc: str = "/proc") -> dict[tuple[int, int], tuple[str, int, float]]:
-    """Every process's (pid, start ticks) -> (comm, ppid, utime+stime s); start ticks tell a
-    reused pid apart."""
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for name in os.listdir(proc):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"{proc}/{name}/stat", "rb") as f:
-                text = f.read().decode(errors="replace")
-        except OSError:
-            continue
-        head, _, rest = text.rpartition(")")
-        fields = rest.split()
-        if len(fields) < 20:
-            continue
-        comm = head.partition("(")[2]
-        out[(int(name), int(fields[19]))] = (comm, int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    return out
+def process_table(proc: str = "/proc", cap: int = 4096) -> tuple[np.ndarray, ...]:
+    """Every process under proc, read in C (~1500 on a big GPU node, kernel threads included: in
+    Python that took ~18 µs each): pid, start ticks, ppid, utime+stime ticks, comm (bytes)."""
+    from counterprof._native import ffi, lib
+    while True:
+        pid, ppid = ffi.new("int32_t[]", cap), ffi.new("int32_t[]", cap)
+        start, cpu = ffi.new("int64_t[]", cap), ffi.new("int64_t[]", cap)
+        comm = ffi.new("char[]", 16 * cap)
+        n = lib.cp_process_table(proc.encode(), cap, pid, start, ppid, cpu, comm)
+        if n < 0:
+            raise OSError(-n, os.strerror(-n), proc)
+        if n <= cap:
+            break
+        cap = 2 * n                        # more processes than room: again, with room for all
+
+    def arr(buf, dtype):
+        return np.frombuffer(ffi.buffer(buf, n * np.dtype(dtype).itemsize), dtype).copy()
+    return (arr(pid, np.int32), arr(start, np.int64), arr(ppid, np.int32), arr(cpu, np.int64),
+            arr(comm, "S16"))
 
 
-def descendants(root: int, parent: dict[int, int]) -> set[int]:
-    kids: dict[int, list[int]] = {}
-    for pid, ppid in parent.items():
-        kids.setdefault(ppid, []).append(pid)
-    out, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid not in out:
-            out.add(pid)
-            todo.extend(kids.get(pid, []))
-    return out
+def descendants(roots: list[int], pid: np.ndarray, ppid: np.ndarray) -> np.ndarray:
+    """Which of the processes (pid, ppid) are the roots or descend from them."""
+    ours = np.isin(pid, roots)
+    while True:
+        more = ~ours & np.isin(ppid, pid[ours])
+        if not more.any():
+            return ours
+        ours |= more
+
+
+# a process's key: its start ticks and pid in one int64 (a reused pid is another process)
+_PID_BITS = 22                       # pid_max is at most 2**22
 
 
 class Contenders:
@@ -285,27 +290,43 @@ class Contenders:
 
     def __init__(self, roots: list[int], proc: str = "/proc"):
         self.roots, self.proc = roots, proc
-        self.first: dict[tuple[int, int], float] = {}
-        self.last: dict[tuple[int, int], tuple[str, float]] = {}
-        self.start_ticks = time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")
+        self.tick = os.sysconf("SC_CLK_TCK")
+        self.start_ticks = time.clock_gettime(time.CLOCK_BOOTTIME) * self.tick
+        # every process seen outside our trees, by key (sorted): CPU ticks at the first and the
+        # last reading that saw it, and its name then
+        self.keys = np.zeros(0, np.int64)
+        self.first = np.zeros(0, np.int64)
+        self.last = np.zeros(0, np.int64)
+        self.comm = np.zeros(0, "S16")
+        self.reads = 0
 
     def read(self) -> None:
-        table = process_cpu(self.proc)
-        parent = {pid: ppid for (pid, _), (_, ppid, _) in table.items()}
-        ours = set().union(*(descendants(r, parent) for r in self.roots))
-        first_read = not self.last
-        for key, (comm, _ppid, cpu) in table.items():
-            if key[0] in ours:
-                continue
-            # a process born during the run counts from its birth, one seen at the start from then
-            born_since = not first_read and key[1] >= self.start_ticks
-            self.first.setdefault(key, 0.0 if born_since else cpu)
-            self.last[key] = (comm, cpu)
+        pid, start, ppid, cpu, comm = process_table(self.proc)
+        theirs = ~descendants(self.roots, pid, ppid)
+        pid, start, cpu, comm = pid[theirs], start[theirs], cpu[theirs], comm[theirs]
+        keys = (start << _PID_BITS) | pid.astype(np.int64)
+        at = np.searchsorted(self.keys, keys)
+        known = at < len(self.keys)
+        known[known] = self.keys[at[known]] == keys[known]
+        self.last[at[known]] = cpu[known]
+        self.comm[at[known]] = comm[known]
+        new = ~known
+        # a process born during the run counts from its birth, one seen at the start from then
+        born_since = (start[new] >= self.start_ticks) if self.reads else np.zeros(new.sum(), bool)
+        keys_ = np.concatenate([self.keys, keys[new]])
+        order = np.argsort(keys_, kind="stable")
+        self.keys = keys_[order]
+        self.first = np.concatenate([self.first, np.where(born_since, 0, cpu[new])])[order]
+        self.last = np.concatenate([self.last, cpu[new]])[order]
+        self.comm = np.concatenate([self.comm, comm[new]])[order]
+        self.reads += 1
 
     def top(self, n: int = 5) -> list[dict[str, Any]]:
-        used = [(cpu - self.first[key], key[0], comm) for key, (comm, cpu) in self.last.items()]
-        used.sort(reverse=True)
-        return [{"pid": pid, "comm": comm, "cpu_s": round(cpu, 3)} for cpu, pid, comm in used[:n] if cpu > 0]
+        used = self.last - self.first
+        best = [i for i in np.argsort(-used, kind="stable")[:n] if used[i] > 0]
+        return [{"pid": int(self.keys[i] & ((1 << _PID_BITS) - 1)),
+                 "comm": self.comm[i].decode(errors="replace"),
+                 "cpu_s": round(float(used[i]) / self.tick, 3)} for i in best]
 
 
 class ThreadsCollector(PollingCollector):
@@ -316,7 +337,7 @@ class ThreadsCollector(PollingCollector):
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
-        self._rows: list[tuple] = []
+        self._rows = ThreadRows(SOURCE)
         self.reader: ThreadReader | None = None
         self.critical: Critical | None = None
         self.root_gone = False
@@ -376,8 +397,9 @@ class ThreadsCollector(PollingCollector):
         self.root_gone = not alive
         self._restructure(arr)
         self._follow_main()
-        self._sample_main(self._prev_time, [])       # the critical thread's baseline
+        self._sample_main(self._prev_time)       # the critical thread's baseline
         self.contenders = Contenders([self.root] if self.in_process else [self.root, os.getpid()], self.proc)
+        self._contenders_every = CONTENDERS_EVERY_S
         self._read_contenders()
         self._last_contenders = time.monotonic()
         self.period_s = float(self.config["interval_ms"]) / 1000
@@ -387,11 +409,14 @@ class ThreadsCollector(PollingCollector):
         ctx.tick_riders.append(self)
         self.start_polling(ctx)
 
-    def _read_contenders(self) -> None:
+    def _read_contenders(self) -> float:
+        """Read them; the CPU seconds it took."""
+        cpu = time.thread_time()
         try:
             self.contenders.read()
         except OSError as exc:       # evidence only: never a reason to stop sampling
             self.details["contenders_error"] = str(exc)
+        return time.thread_time() - cpu
 
     def poll(self) -> None:
         wake_fd = self.reader.lib.cp_threads_wake_fd(self.reader.handle)
@@ -411,8 +436,10 @@ class ThreadsCollector(PollingCollector):
                 break
             else:
                 self.sample()
-            if time.monotonic() - self._last_contenders >= CONTENDERS_EVERY_S:
-                self._read_contenders()
+            if time.monotonic() - self._last_contenders >= self._contenders_every:
+                # paced by what a read costs (the start's read is cold: not that one)
+                self._contenders_every = max(CONTENDERS_EVERY_S, self._read_contenders() / CONTENDERS_CPU_SHARE)
+                self.details["contenders_every_s"] = round(self._contenders_every, 1)
                 self._last_contenders = time.monotonic()
 
     def halt(self) -> None:
@@ -510,18 +537,16 @@ class ThreadsCollector(PollingCollector):
                 self.flush()
 
     def _drain_ride_locked(self) -> None:
-        rows = self._rows
         walks = self.reader.drain_walks()
         if walks is not None:
-            for t, d, run_by, wait_by, intraop, loaders in zip(*walks):
-                self._role_rows(int(t), int(d), run_by, wait_by, int(intraop), int(loaders), rows)
-        self._drain_main(rows)
+            self._rows.walks(*walks)
+        self._drain_main()
         kept = self.reader.kept_walk()
         if kept is not None:
             t, d, alive, _changed, arr = kept
             self._prev_time = t
             # roles afresh whatever the reason it was kept (a thread without one, too)
-            if self._account(t, d, alive, True, arr, rows):
+            if self._account(t, d, alive, True, arr):
                 self._push_roles()
             return
         with self.ctx.lock:
@@ -533,18 +558,22 @@ class ThreadsCollector(PollingCollector):
             self._follow_main()
             self._push_roles()
 
-    def _drain_main(self, rows: list) -> None:
+    def _drain_main(self) -> None:
         """The critical thread's readings taken on the sampler's tick, into rows."""
-        from counterprof._native import lib
+        from counterprof._native import ffi, lib
         t, run, wait, epoch = self._ring
         n = lib.cp_sampler_drain_schedstat(self._ride[0], lib.CP_SCHED_RING, t, run, wait, epoch)
-        for i in range(n):
-            if epoch[i] != self._epoch:
-                continue                   # the previous critical thread's, read before the switch
-            if run[i] < 0:
-                self._main_gone()
-                return
-            self._main_reading(t[i], run[i], wait[i], rows)
+        if n == 0:
+            return
+        t_, run_, wait_ = (np.frombuffer(ffi.buffer(b, 8 * n), np.int64) for b in (t, run, wait))
+        # the previous critical thread's readings, taken before the switch, are not its
+        mine = np.frombuffer(ffi.buffer(epoch, 4 * n), np.int32) == self._epoch
+        t_, run_, wait_ = t_[mine], run_[mine], wait_[mine]
+        gone = np.flatnonzero(run_ < 0)
+        end = gone[0] if len(gone) else len(t_)
+        self._main_readings(t_[:end], run_[:end], wait_[:end])
+        if len(gone):
+            self._main_gone()
 
     # -- roles ---------------------------------------------------------------------------
 
@@ -613,7 +642,6 @@ class ThreadsCollector(PollingCollector):
         with self._lock:
             if self.reader is None or self.root_gone:
                 return
-            rows = self._rows
             if self._ride is not None:     # the sampler walks (perf did not stop first): drain only
                 self._drain_ride_locked()
                 return
@@ -622,13 +650,13 @@ class ThreadsCollector(PollingCollector):
             # half an interval early: at -I 100 every sample walks despite the timer's jitter
             due = now - self._prev_time >= walk_ns - self._interval_ns // 2
             if walk or self._main_fd is None or due or self._children_moved():
-                if not self._walk(now, rows):
+                if not self._walk(now):
                     return
-            self._sample_main(now, rows)
+            self._sample_main(now)
             if now - self._last_emit >= EMIT_EVERY_NS:
                 self.flush()
 
-    def _walk(self, now: int, rows: list) -> bool:
+    def _walk(self, now: int) -> bool:
         """The whole tree: helpers' rows over the time since the last walk; False once the
         root is gone."""
         full = now - self._last_full >= FULL_EVERY_NS
@@ -637,9 +665,9 @@ class ThreadsCollector(PollingCollector):
         alive, changed, _interval, arr = self.reader.sample(full)
         duration = now - self._prev_time
         self._prev_time = now
-        return self._account(now, duration, alive, changed, arr, rows)
+        return self._account(now, duration, alive, changed, arr)
 
-    def _account(self, now: int, duration: int, alive: bool, changed: bool, arr: np.ndarray, rows: list) -> bool:
+    def _account(self, now: int, duration: int, alive: bool, changed: bool, arr: np.ndarray) -> bool:
         """One walk's threads (taken by our thread or kept by the sampler's tick) into rows: roles
         worked out again if threads changed, the critical thread checked; False once the root is
         gone."""
@@ -659,8 +687,8 @@ class ThreadsCollector(PollingCollector):
         run_by = np.bincount(self._roles, weights=arr["run_s"], minlength=EXCLUDED + 1) if n else np.zeros(EXCLUDED + 1)
         wait_by = (np.bincount(self._roles, weights=arr["wait_s"], minlength=EXCLUDED + 1) if n
                    else np.zeros(EXCLUDED + 1))
-        self._role_rows(now, duration, run_by, wait_by, int(np.count_nonzero(self._roles == INTRAOP)),
-                        self._loader_workers, rows)
+        self._rows.walks(np.array([now]), np.array([duration]), run_by[None, :], wait_by[None, :],
+                         np.array([np.count_nonzero(self._roles == INTRAOP)]), np.array([self._loader_workers]))
         self._follow_main()
         if self._children_fd is not None:
             try:
@@ -668,16 +696,6 @@ class ThreadsCollector(PollingCollector):
             except OSError:
                 self._children_seen = b""
         return True
-
-    @staticmethod
-    def _role_rows(now: int, duration: int, run_by: Any, wait_by: Any, intraop: int, loaders: int,
-                   rows: list) -> None:
-        for role, word, runnable in _ROLE_METRICS:
-            rows.append((now, duration, f"thread.{word}.running", "process", float(run_by[role])))
-            if runnable:
-                rows.append((now, duration, f"thread.{word}.runnable", "process", float(wait_by[role])))
-        rows.append((now, None, "thread.intraop.count", "process", float(intraop)))
-        rows.append((now, None, "thread.loader.workers", "process", float(loaders)))
 
     def _follow_main(self) -> None:
         """Keep the critical thread's schedstat open; a new critical thread starts a new baseline."""
@@ -724,7 +742,7 @@ class ThreadsCollector(PollingCollector):
         except OSError:
             return True
 
-    def _sample_main(self, now: int, rows: list) -> None:
+    def _sample_main(self, now: int) -> None:
         if self._main_fd is None:
             return
         try:
@@ -732,33 +750,34 @@ class ThreadsCollector(PollingCollector):
         except (OSError, ValueError):
             self._main_gone()
             return
-        self._main_reading(now, run_ns, wait_ns, rows)
+        self._main_readings(np.array([now]), np.array([run_ns]), np.array([wait_ns]))
 
     def _main_gone(self) -> None:
         """The critical thread is gone: the next walk says what now."""
         self._close_main()
         self._main_key = None
 
-    def _main_reading(self, now: int, run_ns: int, wait_ns: int, rows: list) -> None:
+    def _main_readings(self, time_ns: np.ndarray, run_ns: np.ndarray, wait_ns: np.ndarray) -> None:
+        """Readings of the critical thread, oldest first, into rows: each the change since the
+        reading before; the first of a new critical thread is its baseline only."""
         prev = self._main_prev
-        if prev is not None and now <= prev[0]:
-            return                         # the sampler's last tick and our own read crossed
-        self._main_prev = (now, run_ns, wait_ns)
+        if prev is not None:               # the sampler's last tick and our own read may cross
+            later = time_ns > np.maximum.accumulate(np.concatenate(([prev[0]], time_ns[:-1])))
+            time_ns, run_ns, wait_ns = time_ns[later], run_ns[later], wait_ns[later]
+        if len(time_ns) == 0:
+            return
         if prev is None:
-            return                         # a new critical thread: this read is its baseline
-        duration = now - prev[0]
-        run, wait = max(0, run_ns - prev[1]) / 1e9, max(0, wait_ns - prev[2]) / 1e9
+            prev = (int(time_ns[0]), int(run_ns[0]), int(wait_ns[0]))
+            time_ns, run_ns, wait_ns = time_ns[1:], run_ns[1:], wait_ns[1:]
         entity = f"tid:{self.critical.tid}" if self.critical else "tid:?"
-        rows.append((now, duration, "thread.main.running", entity, run))
-        rows.append((now, duration, "thread.main.runnable", entity, wait))
-        rows.append((now, duration, "thread.main.blocked", entity, max(0.0, duration / 1e9 - run - wait)))
+        self._rows.main_readings(time_ns, run_ns, wait_ns, prev, entity)
+        self._main_prev = ((int(time_ns[-1]), int(run_ns[-1]), int(wait_ns[-1])) if len(time_ns) else prev)
 
     def flush(self) -> None:
-        rows, self._rows = self._rows, []
         self._last_emit = self.ctx.clock.now_ns()
-        if rows:
-            t, d, m, e, v = zip(*rows)
-            self.ctx.emit("samples", samples_batch(list(t), list(d), self.name, list(m), list(e), list(v)))
+        batch = self._rows.take()
+        if batch is not None:
+            self.ctx.emit("samples", batch)
 
     def last_sample(self) -> None:
         self.sample(walk=True)         # with a walk: the helpers' last time too

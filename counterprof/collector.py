@@ -24,8 +24,10 @@ from typing import Any, ClassVar, TypeVar
 from .clock import Clock
 from .errors import CounterprofError, UsageError, native_missing
 from .schema import Metric
+from .threadname import name_os_thread
 
 ENTRY_POINT_GROUP = "counterprof.collectors"
+
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class SessionContext:
 
         def run() -> None:
             ident.append(threading.get_native_id())
+            name_os_thread(name)
             ready.set()
             target()
 

@@ -5,6 +5,7 @@ spans:   intervals (torch ops, kernels, regions, steps, DataLoader waits) for th
 """
 from __future__ import annotations
 
+import array
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -84,6 +85,28 @@ def samples_batch(time_ns: list[int], duration_ns: list[int | None], source: str
         _dictionary(entity),
         pa.array(value, pa.float64()),
         pa.array(quality, pa.float32()),
+    ], schema=SAMPLES_SCHEMA)
+
+
+def samples_from_columns(n: int, time_ns: Any, duration_ns: Any, duration_valid: Any, source: pa.Array,
+                         metric_idx: Any, metrics: pa.Array, entity_idx: Any, entities: pa.Array,
+                         value: Any) -> pa.RecordBatch:
+    """A samples batch of n rows over column buffers (numpy arrays or C buffers; no per-row
+    Python): time and duration int64 ns, duration_valid a validity bitmap (None: every row has
+    one), metric and entity int32 indices into the string arrays `metrics` and `entities`, value
+    float64. source: the one-string dictionary of the collector's name. Quality is 1 (exact)."""
+
+    def col(type_: pa.DataType, data: Any, validity: Any = None) -> pa.Array:
+        return pa.Array.from_buffers(type_, n, [None if validity is None else pa.py_buffer(validity),
+                                                pa.py_buffer(data)])
+    return pa.RecordBatch.from_arrays([
+        col(SAMPLES_SCHEMA.field("time").type, time_ns),
+        col(pa.int64(), duration_ns, duration_valid),
+        pa.DictionaryArray.from_arrays(col(pa.int32(), bytes(4 * n)), source),
+        pa.DictionaryArray.from_arrays(col(pa.int32(), metric_idx), metrics),
+        pa.DictionaryArray.from_arrays(col(pa.int32(), entity_idx), entities),
+        col(pa.float64(), value),
+        col(pa.float32(), array.array("f", [1.0]) * n),
     ], schema=SAMPLES_SCHEMA)
 
 

@@ -155,9 +155,11 @@ class Workload:
             except ChildProcessError:
                 pass
 
-    def wait(self, poll_s: float = 0.5, stop: threading.Event | None = None) -> WorkloadResult | None:
+    def wait(self, poll_s: float = 5.0, stop: threading.Event | None = None) -> WorkloadResult | None:
         """Wait for the child, forwarding the signals someone sent us. Returns None, with
-        the child still running, once `stop` is set (wake us with wake_main_thread())."""
+        the child still running, once `stop` is set (wake us with wake_main_thread()).
+        SIGCHLD ends the wait at once (it stays pending while blocked, so none is missed):
+        poll_s is only a safety net, long so the main thread does not wake twice a second."""
         while True:
             res = self._try_reap(os.WNOHANG)
             if res is not None:

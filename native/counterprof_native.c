@@ -7,6 +7,7 @@
 #include <linux/perf_event.h>
 #include <math.h>
 #include <pthread.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -334,6 +335,8 @@ static void *sampler_main(void *arg) {
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);   /* signals belong to the Python main thread */
 
+    /* named for top -H, perf and ps: it lives in the workload's process under profile() */
+    prctl(PR_SET_NAME, "cp-sampler", 0, 0, 0);
     pthread_mutex_lock(&s->mu);
     s->tid = cp_gettid();
     pthread_cond_broadcast(&s->done);

@@ -208,6 +208,11 @@ struct cp_threads_stats {
     const struct cp_thread *threads;   /* valid until the next sample */
 };
 typedef struct cp_threads cp_threads;
+/* Every process under proc (the contenders' table): pid, start time and utime+stime in clock
+ * ticks, ppid, and comm (16 bytes each, NUL-padded). Writes at most cap; returns how many
+ * were found (more than cap: call again with room), or -errno when proc cannot be listed. */
+int cp_process_table(const char *proc, int cap, int32_t *pid, int64_t *start_ticks, int32_t *ppid,
+                     int64_t *cpu_ticks, char *comm);
 cp_threads *cp_threads_open(const char *proc, int root, int max_fds, int *err);
 void cp_threads_close(cp_threads *h);
 /* One walk of the tree. full: also re-read every thread's name and every thread's children

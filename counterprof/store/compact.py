@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import RunDirectoryError, os_error
+from ..threadname import name_os_thread
 from . import safepath
 from .journal import Segment, SegmentRead, read_segment, segments
 from .liveness import journal_writer_alive, profiler_elsewhere
@@ -255,6 +256,7 @@ class BackgroundCompactor:
         return self.report
 
     def _run(self) -> None:
+        name_os_thread("counterprof-compact")
         try:      # this thread only (Linux: a thread's nice is its own)
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.NICE)
         except (OSError, AttributeError):

@@ -188,18 +188,24 @@ def test_a_child_of_another_thread_counts_between_full_walks(tmp_path):
 
 def test_system_figures_read_once_per_system_period(tmp_path):
     """cp_procstat_set_system_period: the tree's rows every record, the system's only once the
-    period has passed, with the true span since the last system reading as their duration."""
+    period has passed, with the true span since the last system reading as their duration. The
+    context switches (the only figures of /proc/PID/status, its costliest file) come with them."""
     import time
     from counterprof.collectors.host import SYSTEM_FROM, METRICS, ProcReader
     fake_system(tmp_path)
-    add_proc(tmp_path, 100, utime=10, rss=100, io=(10, 20))
+    add_proc(tmp_path, 100, utime=10, rss=100, io=(10, 20), switches=(7, 1))
     reader = ProcReader(100, str(tmp_path))
+    ctx = {"proc.ctx_switches_voluntary", "proc.ctx_switches_involuntary"}
     try:
         reader.lib.cp_procstat_set_system_period(reader.handle, 200_000_000)   # 200 ms
         reader.record()                                            # the baseline reads both
         (tmp_path / "stat").write_text("cpu  150 5 50 830 60 3 2 0 7 0\n")
-        assert reader.record() == SYSTEM_FROM                      # too soon: the tree only
-        assert {e for _, e in rows(reader)} == {"process"}
+        status = tmp_path / "100" / "status"
+        status.write_text("Name:\tpython3\nvoluntary_ctxt_switches:\t12\nnonvoluntary_ctxt_switches:\t1\n")
+        assert reader.record() == SYSTEM_FROM - len(ctx)           # too soon: the tree, less status
+        first = rows(reader)
+        assert {e for _, e in first} == {"process"} and not ctx & {m for m, _ in first}
+        status.write_text("Name:\tpython3\nvoluntary_ctxt_switches:\t15\nnonvoluntary_ctxt_switches:\t2\n")
         time.sleep(0.25)
         assert reader.record() == len(METRICS)
         got = rows(reader)
@@ -207,5 +213,9 @@ def test_system_figures_read_once_per_system_period(tmp_path):
         # the system rows span both records since the baseline, the tree's only the last
         assert (got[("system.cpu_util", "system")]["duration_ns"]
                 > got[("proc.cpu_user", "process")]["duration_ns"])
+        # the switches of both records since the baseline, over the system rows' span
+        vol = got[("proc.ctx_switches_voluntary", "process")]
+        assert vol["value"] == 8 and got[("proc.ctx_switches_involuntary", "process")]["value"] == 1
+        assert vol["duration_ns"] == got[("system.cpu_util", "system")]["duration_ns"]
     finally:
         reader.close()

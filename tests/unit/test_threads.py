@@ -319,3 +319,37 @@ def test_contenders_count_cpu_used_during_the_run_outside_our_trees(tmp_path):
     proc(60, 1, "newcomer", TICK, start=_boot_ticks() + 1)     # born during the run: from birth
     c.read()
     assert c.top() == [{"pid": 50, "comm": "busy", "cpu_s": 3.0}, {"pid": 60, "comm": "newcomer", "cpu_s": 1.0}]
+
+
+def test_process_table_reads_every_process_and_skips_what_is_not_one(tmp_path):
+    from counterprof.collectors.threads import process_table
+
+    def stat(pid, comm, ppid, utime, stime, start):
+        return " ".join([str(pid), f"({comm})", "S", str(ppid)] + ["0"] * 9 + [str(utime), str(stime)]
+                        + ["0"] * 6 + [str(start)] + ["0"] * 20) + "\n"
+    for pid, comm, ppid, u, s_, start in ((1, "init", 0, 5, 5, 1), (7, "a) (b c", 1, 30, 12, 99),
+                                          (9, "x" * 15, 7, 0, 0, 123456789012)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(stat(pid, comm, ppid, u, s_, start))
+    (tmp_path / "self").mkdir()                                     # not a process
+    (tmp_path / "42").mkdir()                                       # gone: no stat
+    (tmp_path / "43").mkdir()
+    (tmp_path / "43" / "stat").write_text("43 (cut) S 1 0 0")        # cut short
+    for cap in (4096, 1):                                           # room for all, or too little
+        pid, start, ppid, cpu, comm = process_table(str(tmp_path), cap=cap)
+        got = sorted(zip(pid.tolist(), comm.tolist(), ppid.tolist(), cpu.tolist(), start.tolist()))
+        assert got == [(1, b"init", 0, 10, 1), (7, b"a) (b c", 1, 42, 99), (9, b"x" * 15, 7, 0, 123456789012)]
+
+
+def test_process_table_agrees_with_proc_for_this_process():
+    from counterprof.collectors.threads import process_table
+    pid, start, ppid, cpu, comm = process_table()
+    mine = pid == os.getpid()
+    assert mine.sum() == 1
+    with open(f"/proc/{os.getpid()}/stat") as f:
+        head, _, rest = f.read().rpartition(")")
+    fields = rest.split()
+    assert ppid[mine][0] == int(fields[1]) and start[mine][0] == int(fields[19])
+    assert comm[mine][0].decode() == head.partition("(")[2][:15]
+    assert abs(cpu[mine][0] - (int(fields[11]) + int(fields[12]))) <= 2      # it ran between the reads
+    assert {1, os.getppid()} <= set(pid.tolist())
