@@ -436,11 +436,16 @@ class ThreadsCollector(PollingCollector):
                 break
             else:
                 self.sample()
-            if time.monotonic() - self._last_contenders >= self._contenders_every:
-                # paced by what a read costs (the start's read is cold: not that one)
-                self._contenders_every = max(CONTENDERS_EVERY_S, self._read_contenders() / CONTENDERS_CPU_SHARE)
-                self.details["contenders_every_s"] = round(self._contenders_every, 1)
-                self._last_contenders = time.monotonic()
+            self._contenders_due()
+
+    def _contenders_due(self) -> None:
+        """Read the contenders if their time has come, and pace the next read by what this one
+        cost (the start's read is cold: not that one)."""
+        if time.monotonic() - self._last_contenders < self._contenders_every:
+            return
+        self._contenders_every = max(CONTENDERS_EVERY_S, self._read_contenders() / CONTENDERS_CPU_SHARE)
+        self.details["contenders_every_s"] = round(self._contenders_every, 1)
+        self._last_contenders = time.monotonic()
 
     def halt(self) -> None:
         self._stop.set()

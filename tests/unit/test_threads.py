@@ -353,3 +353,30 @@ def test_process_table_agrees_with_proc_for_this_process():
     assert comm[mine][0].decode() == head.partition("(")[2][:15]
     assert abs(cpu[mine][0] - (int(fields[11]) + int(fields[12]))) <= 2      # it ran between the reads
     assert {1, os.getppid()} <= set(pid.tolist())
+
+
+def test_contenders_are_read_less_often_where_a_read_costs_more_than_its_share():
+    from counterprof.collectors import threads as mod
+
+    class Costly:
+        def __init__(self, cpu_s):
+            self.cpu_s, self.reads = cpu_s, 0
+
+        def read(self):                       # burns CPU like a scan of that many processes
+            end = time.thread_time() + self.cpu_s
+            while time.thread_time() < end:
+                pass
+            self.reads += 1
+
+    col = ThreadsCollector()
+    col.details = {}
+    for cost, every in ((0.0001, mod.CONTENDERS_EVERY_S), (0.01, 0.01 / mod.CONTENDERS_CPU_SHARE)):
+        col.contenders = Costly(cost)
+        col._contenders_every, col._last_contenders = mod.CONTENDERS_EVERY_S, time.monotonic()
+        col._contenders_due()                 # not due yet: no read
+        assert col.contenders.reads == 0
+        col._last_contenders -= mod.CONTENDERS_EVERY_S
+        col._contenders_due()
+        assert col.contenders.reads == 1
+        assert col._contenders_every == pytest.approx(every, rel=0.3)
+        assert col.details["contenders_every_s"] == pytest.approx(every, rel=0.3)
