@@ -70,8 +70,20 @@ def test_the_figures_behind_it(runs):
     assert m["moved"] is True
     step = next(r for r in j["rows"] if r["key"] == "step_time")
     assert step["status"] == "regression" and step["contention"] == "explains", step
-    assert step["change"] > 0.3                   # about twice as long per step
-    assert abs(step["adjusted_change"]) < step["change"] / 2
+    # with the wait taken out each side is its step time x (1 - wait): the change left is the
+    # change in the time the main thread did not wait for a CPU
+    b, c = step["base_median"] * (1 - step["wait"][0]), step["cand_median"] * (1 - step["wait"][1])
+    assert step["adjusted_change"] == pytest.approx(c / b - 1, abs=0.02), step
+    if abs(step["adjusted_change"]) < 0.15:
+        assert step["change"] > 0.3               # about twice as long per step
+        assert abs(step["adjusted_change"]) < step["change"] / 2
+    else:
+        # This VM's speed per CPU-second can move ~2x between two runs a minute apart: once
+        # (CI, 2026-12-03) the contended run's steps took 31.8 ms against 29.8 ms while its
+        # main thread waited 50% of them, i.e. it did a step's work in half the CPU time, and
+        # the same CI run's calibrations moved 49%. Then the step time cannot show the
+        # contention; the wait still has to be what compare names, and it does above.
+        assert step["adjusted_change"] < -0.15, step      # the machine got faster, not slower
     assert j["regressions"] >= 1 and j["explained_by_contention"] == j["regressions"]
     assert j["failed"] is False
 
