@@ -78,7 +78,8 @@ _KIND_CATEGORY = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "s
                   CPU_OP: "cpu_op", RUNTIME: "runtime", ANNOT: "annotation",
                   GPU_ANNOT: "annotation"}
 _GPU_KINDS = (KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOT)
-_OP_CATS = pa.array(["cpu_op", "operator", "Operator"])   # torch ops: their shapes are kept
+# Arrays here are typed: a pa.array that infers its type loads dateutil (~1 ms of an import)
+_OP_CATS = pa.array(["cpu_op", "operator", "Operator"], pa.string())   # torch ops: their shapes are kept
 ABSOLUTE_NS = 10 ** 18        # ts beyond this (2001 as epoch µs) is absolute, not relative
 _RANK_IN_NAME = re.compile(r"rank[-_=]?(\d+)", re.IGNORECASE)
 _DTYPE_BYTES = {
@@ -118,7 +119,7 @@ def _costed_ops() -> pa.Array:
     global _COSTED
     if _COSTED is None:
         from counterprof.analysis.opcost import FORMULAS
-        _COSTED = pa.array(sorted(FORMULAS))
+        _COSTED = pa.array(sorted(FORMULAS), pa.string())
     return _COSTED
 
 
@@ -386,8 +387,8 @@ class TraceConversion:
             pc.cast(_ints(start), SPANS_SCHEMA.field("start").type),
             pc.cast(_ints(end), SPANS_SCHEMA.field("end").type),
             names,
-            pa.DictionaryArray.from_arrays(_int32_or_null(category), pa.array(CATEGORIES)),
-            pa.DictionaryArray.from_arrays(_int32_or_null(klass), pa.array(CLASSES)),
+            pa.DictionaryArray.from_arrays(_int32_or_null(category), pa.array(CATEGORIES, pa.string())),
+            pa.DictionaryArray.from_arrays(_int32_or_null(klass), pa.array(CLASSES, pa.string())),
             device_col,
             stream_col,
             pid_col,
@@ -414,10 +415,10 @@ class TraceConversion:
         return pa.RecordBatch.from_arrays([
             pc.cast(pa.array([start], pa.int64()), SPANS_SCHEMA.field("start").type),
             pc.cast(pa.array([end], pa.int64()), SPANS_SCHEMA.field("end").type),
-            pa.array([os.path.basename(self.path)]),
+            pa.array([os.path.basename(self.path)], pa.string()),
             pa.DictionaryArray.from_arrays(pa.array([_CAT_CODE["window"]], pa.int32()),
-                                           pa.array(CATEGORIES)),
-            pa.DictionaryArray.from_arrays(pa.array([None], pa.int32()), pa.array(CLASSES)),
+                                           pa.array(CATEGORIES, pa.string())),
+            pa.DictionaryArray.from_arrays(pa.array([None], pa.int32()), pa.array(CLASSES, pa.string())),
             pa.array([None], pa.int32()),
             pa.array([None], pa.int64()),
             pa.array([self.host_pid], pa.int64()),
@@ -426,7 +427,7 @@ class TraceConversion:
             pa.array([None], pa.string()),
             pa.array([None], pa.int64()),
             pa.array([None], pa.int32()),
-            pa.array([attrs]),
+            pa.array([attrs], pa.string()),
         ], schema=SPANS_SCHEMA)
 
     def _finish_info(self) -> None:
@@ -512,8 +513,9 @@ def _shift(batch: pa.RecordBatch, ns: int) -> pa.RecordBatch:
         return batch
     cols = batch.columns
     t = SPANS_SCHEMA.field("start").type
-    start = pc.cast(pc.add(pc.cast(cols[0], pa.int64()), ns), t)
-    end = pc.cast(pc.add(pc.cast(cols[1], pa.int64()), ns), t)
+    shift = pa.scalar(ns, pa.int64())        # typed: inferring a Python int's type loads dateutil
+    start = pc.cast(pc.add(pc.cast(cols[0], pa.int64()), shift), t)
+    end = pc.cast(pc.add(pc.cast(cols[1], pa.int64()), shift), t)
     return pa.RecordBatch.from_arrays([start, end, *cols[2:]], schema=SPANS_SCHEMA)
 
 

@@ -23,6 +23,7 @@ from counterprof import __version__
 from counterprof.errors import CounterprofError, RunDirectoryError, UsageError, os_error
 from counterprof.schema import SPANS_SCHEMA
 from counterprof.store import rundir, safepath
+from counterprof.store.parquet_writer import open_parquet
 
 from .convert import TraceConversion
 from .scan import TraceFileError
@@ -108,41 +109,9 @@ class _ParquetSink:
 
 
 def _parquet_writer(target: Path) -> Any:
-    """A Parquet writer of spans into target (write_table, close). pyarrow.parquet's
-    ParquetWriter wraps pyarrow._parquet's to resolve filesystems: importing it loads pyarrow.fs,
-    its S3 module and ssl (~12 ms of a `counterprof import` that writes one local file). The
-    same options (pyarrow.parquet's defaults but for the dictionaries) go to the writer beneath
-    it, where this pyarrow has one that takes them."""
-    options = dict(compression="zstd", use_dictionary=DICTIONARY_COLUMNS, version="2.6",
-                   write_statistics=True, data_page_version="1.0", store_schema=True)
-    try:
-        from pyarrow import _parquet
-        return _LocalParquetWriter(_parquet, target, options)
-    except (ImportError, TypeError, AttributeError):   # another pyarrow's private API
-        import pyarrow.parquet as pq
-        return pq.ParquetWriter(str(target), SPANS_SCHEMA, **options)
-
-
-class _LocalParquetWriter:
-    """pyarrow._parquet's writer over a local file it does not own (closed here after it)."""
-
-    def __init__(self, _parquet: Any, target: Path, options: dict[str, Any]):
-        self.file = pa.OSFile(str(target), "wb")
-        try:
-            self.writer = _parquet.ParquetWriter(self.file, SPANS_SCHEMA, writer_engine_version="V2",
-                                                 **options)
-        except BaseException:
-            self.file.close()
-            raise
-
-    def write_table(self, table: pa.Table, row_group_size: int) -> None:
-        self.writer.write_table(table, row_group_size=row_group_size)
-
-    def close(self) -> None:
-        try:
-            self.writer.close()
-        finally:
-            self.file.close()
+    """A Parquet writer of spans into target (write_table, close): pyarrow.parquet's defaults
+    but for the dictionaries."""
+    return open_parquet(target, SPANS_SCHEMA, compression="zstd", use_dictionary=DICTIONARY_COLUMNS)
 
 
 def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,

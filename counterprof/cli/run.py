@@ -143,6 +143,8 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)     # --help and usage errors: before any Arrow
+    from ..perf_warmup import warm_up
+    warm_up()          # the kernel's first-perf-event wait, overlapped with the imports below
     keep_pandas_out()
     import_arrow_with_one_blas_thread()
     use_system_allocator()

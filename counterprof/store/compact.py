@@ -28,7 +28,6 @@ from itertools import groupby
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import RunDirectoryError, os_error
 from ..threadname import name_os_thread
@@ -36,6 +35,7 @@ from . import safepath
 from .journal import Segment, SegmentRead, read_segment, segments
 from .liveness import journal_writer_alive, profiler_elsewhere
 from .meta import read_meta
+from .parquet_writer import open_parquet
 from .rundir import JOURNAL, META, make_dirs, run_of_rank, table_dir
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
@@ -175,7 +175,7 @@ def _write_parquet(rank_path: Path, table: str, group: list[Segment], target: Pa
             make_dirs(folder, run_of_rank(rank_path))
             safepath.unlink_in_run(tmp)          # a killed compaction's (one at a time)
             safepath.create_private(tmp)         # 0600 before a byte is in it; no link
-            writer_obj = pq.ParquetWriter(str(tmp), table_obj.schema, compression="zstd")
+            writer_obj = open_parquet(tmp, table_obj.schema, compression="zstd")
         writer_obj.write_table(table_obj)
         report.rows += table_obj.num_rows
         pending, pending_rows = [], 0

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ..errors import RunDirectoryError
 from ..schema import TABLES
@@ -132,6 +131,9 @@ class Run:
                 if batches:
                     parts.append(_with_rank(pa.Table.from_batches(batches), r, add))
                 elif not part.journal and not part.damage:      # no rows: its schema still counts
+                    # (pyarrow.parquet loads here, as in run_files: a run's summary reads
+                    # only the meta and catalog, and pyarrow.fs with ssl is ~20 ms)
+                    import pyarrow.parquet as pq
                     empty = pq.ParquetFile(part.path).schema_arrow.empty_table()
                     parts.append(_with_rank(empty, r, add))
         if not parts:

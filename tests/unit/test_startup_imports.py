@@ -94,10 +94,12 @@ def test_a_run_keeps_pandas_and_heavy_extras_out_of_its_process(tmp_path):
 def test_a_run_printing_its_summary_off_a_terminal_imports_no_rich_nor_pyarrow_compute(tmp_path):
     """`counterprof run -- true` with its summary table on stderr (a pipe here): the table is
     laid out without rich (~40 ms of import) and its sums are folded with numpy, not
-    pyarrow.compute and its group_by (~45 ms with acero and dataset); the table still prints."""
+    pyarrow.compute and its group_by (~45 ms with acero and dataset), nor pyarrow.parquet (~20
+    ms with pyarrow.fs and ssl: the summary reads the run's meta and catalog, no Parquet); the
+    table still prints."""
     p, names = _run_in_process(tmp_path, ['run', '-e', 'task-clock'])
     assert "Performance counter stats for 'true'" in p.stderr and "task-clock" in p.stderr
-    heavy = {"rich", "pyarrow.compute", "pyarrow.acero", "pyarrow.dataset"}
+    heavy = {"rich", "pyarrow.compute", "pyarrow.acero", "pyarrow.dataset", "pyarrow.parquet", "ssl"}
     assert not heavy & set(names) and "rich" not in {n.split(".")[0] for n in names}, sorted(heavy & set(names))
 
 
@@ -106,11 +108,15 @@ def test_a_default_run_imports_no_module_it_does_not_use(tmp_path):
     collectors' entry points are read from the .dist-info files), pynvml where there is no
     NVIDIA driver (the dlopen nvmlInit would make says so), secrets/hashlib (a writer id is
     os.urandom's hex), calibration's measuring code (only its cache is read), the redaction
-    used by the live view, and the neuron-monitor child (subprocess) with no Neuron device."""
+    used by the live view, the neuron-monitor child (subprocess) with no Neuron device,
+    pyarrow.parquet with pyarrow.fs, its cloud filesystems and ssl (~20 ms: the journal is
+    compacted through pyarrow._parquet's writer), and dateutil (pyarrow loads it when a pa.array
+    infers its type: the collectors' dictionaries are typed)."""
     from counterprof.collectors.nvml.library import no_driver_here
     p, names = _run_in_process(tmp_path, ['run', '-q'])
     left_out = {"importlib.metadata", "secrets", "hashlib", "counterprof.calibrate.measure",
-                "statistics", "counterprof.redact", "counterprof.collectors.neuron.child"}
+                "statistics", "counterprof.redact", "counterprof.collectors.neuron.child",
+                "pyarrow.parquet", "pyarrow.fs", "pyarrow._s3fs", "ssl", "dateutil"}
     if no_driver_here():
         left_out.add("pynvml")
     assert not left_out & set(names), sorted(left_out & set(names))
@@ -201,6 +207,7 @@ def test_an_import_loads_only_what_it_uses(tmp_path):
                 "importlib.metadata", "counterprof.collectors.host", "counterprof.collectors.perf",
                 # the torch collector's machinery: the package loads it on first use
                 "counterprof.collector", "counterprof.collectors.torch_trace.collector",
-                "counterprof.collectors.torch_trace.steps", "counterprof.store.journal"}
+                "counterprof.collectors.torch_trace.steps", "counterprof.store.journal",
+                "dateutil"}         # pyarrow loads it when a pa.array or scalar infers its type
     assert not unwanted & set(names), sorted(unwanted & set(names))
     assert list((tmp_path / "r" / "spans").glob("rank=0/*.parquet"))
