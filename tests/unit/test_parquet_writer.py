@@ -62,6 +62,43 @@ def test_another_pyarrow_gets_pyarrow_parquets_writer(tmp_path, monkeypatch):
                                                       [_samples(10)], compression="zstd")
 
 
+def test_a_private_writer_that_refuses_the_options_falls_back_and_closes_its_file(tmp_path, monkeypatch):
+    """Another pyarrow whose pyarrow._parquet.ParquetWriter takes other arguments (a TypeError,
+    as Cython raises for an unknown keyword): pyarrow.parquet's writer, the same file, and the
+    file the first attempt opened closed again (no descriptor left)."""
+    import os
+    from pyarrow import _parquet
+
+    opened: list = []
+    real_osfile = pa.OSFile
+
+    def osfile(*args, **kwargs):
+        f = real_osfile(*args, **kwargs)
+        opened.append(f)
+        return f
+
+    real_writer, calls = _parquet.ParquetWriter, []
+
+    def refuses(*args, **kwargs):      # the first call is ours; pyarrow.parquet's goes through
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise TypeError("__cinit__() got an unexpected keyword argument 'store_schema'")
+        return real_writer(*args, **kwargs)
+
+    monkeypatch.setattr(pa, "OSFile", osfile)
+    monkeypatch.setattr(_parquet, "ParquetWriter", refuses)
+    fds = set(os.listdir("/proc/self/fd"))
+    path = tmp_path / "fallback.parquet"
+    w = open_parquet(path, SAMPLES_SCHEMA, compression="zstd")
+    assert isinstance(w, pq.ParquetWriter) and len(calls) == 2
+    assert len(opened) == 1 and opened[0].closed
+    w.write_table(_samples(10))
+    w.close()
+    assert set(os.listdir("/proc/self/fd")) == fds
+    assert path.read_bytes() == _with_pyarrow_parquet(tmp_path / "pq.parquet", SAMPLES_SCHEMA,
+                                                      [_samples(10)], compression="zstd")
+
+
 def test_a_full_disk_and_a_missing_folder_are_oserrors(tmp_path):
     with pytest.raises(OSError) as full:
         w = open_parquet("/dev/full", SAMPLES_SCHEMA, compression="zstd")
