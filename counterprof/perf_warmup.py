@@ -2,7 +2,7 @@
 
 When no perf event exists on the machine, the first task event anyone opens enables the
 kernel's perf_sched_events static key, and perf_event_open waits for an RCU grace period
-before it returns: 8-23 ms on the 2-core VM (a fresh `counterprof run -- true` spent that in
+before it returns: 5-23 ms on the 2-core VM (a fresh `counterprof run -- true` spent that in
 its first perf_event_open). The key stays on for about a second after the last event closes.
 So `counterprof run` opens and closes one disabled task-clock counter on a thread of its own
 as it starts: that thread sleeps in the kernel while the main thread imports numpy and pyarrow,
