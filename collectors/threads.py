@@ -37,7 +37,6 @@ import resource
 import select
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable
 
@@ -48,6 +47,7 @@ from counterprof.errors import UsageError
 from counterprof.schema import Metric
 
 from .thread_rows import COMM, EXCLUDED, INTRAOP, LOADER, MAIN, OTHER, ThreadRows
+from counterprof.record import record
 
 SOURCE = "threads"
 
@@ -109,7 +109,7 @@ LOADER_PIN = "pt_data_pin"           # the pin-memory thread, in the main proces
 
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Critical:
     pid: int
     tid: int

@@ -15,7 +15,7 @@ import re
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import reduce
 from pathlib import Path
 from collections.abc import Callable, Iterable
@@ -25,12 +25,13 @@ from .clock import Clock
 from .errors import CounterprofError, UsageError, native_missing
 from .schema import Metric
 from .threadname import name_os_thread
+from counterprof.record import record
 
 ENTRY_POINT_GROUP = "counterprof.collectors"
 
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Availability:
     ok: bool
     reason: str = ""
@@ -39,7 +40,7 @@ class Availability:
         return self.ok
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Target:
     """What the session observes.
 
@@ -58,7 +59,7 @@ class Target:
             raise ValueError(f"target kind {self.kind!r}")
 
 
-@dataclass
+@record
 class SessionContext:
     """What a collector gets from the session in start()."""
 

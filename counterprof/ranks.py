@@ -39,12 +39,12 @@ import socket
 import stat
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .collector import Collector, Target, start_order, stop_order
 from .proctree import environ, multiprocessing_helper, pid_alive, rank_of, tree_order
+from counterprof.record import record
 
 # launchers whose children are ranks: per-rank profiling is on by default for them
 LAUNCHERS = ("torchrun", "mpirun", "mpiexec", "srun", "deepspeed", "accelerate", "horovodrun")
@@ -81,7 +81,7 @@ def per_rank_mode(command: list[str], asked: bool | None, torch: bool) -> bool |
     return "auto" if torch else False
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Announcement:
     """A process's own word on its rank, as torch.distributed knows it."""
     pid: int

@@ -6,10 +6,11 @@ spans:   intervals (torch ops, kernels, regions, steps, DataLoader waits) for th
 from __future__ import annotations
 
 import array
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import pyarrow as pa
+from counterprof.record import record
 
 _dict = pa.dictionary(pa.int32(), pa.string())
 
@@ -45,7 +46,7 @@ TABLES = {"samples": SAMPLES_SCHEMA, "spans": SPANS_SCHEMA}
 KINDS = ("delta", "gauge", "ratio")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Metric:
     """One catalog entry. `kind`: delta (change over duration_ns), gauge (instant), ratio."""
 

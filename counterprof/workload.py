@@ -18,9 +18,10 @@ import shutil
 import signal
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from .errors import CounterprofError, native_missing
+from counterprof.record import record
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 WATCHED = set(FORWARDED) | {signal.SIGCHLD}
@@ -35,7 +36,7 @@ class WorkloadStartError(CounterprofError):
         self.exit_code = exit_code
 
 
-@dataclass
+@record
 class WorkloadResult:
     pid: int
     exit_status: int          # what counterprof run returns: the code, or 128+N for signal N

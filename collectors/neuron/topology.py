@@ -12,8 +12,9 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+from counterprof.record import record
 
 NEURON_LS_TIMEOUT_S = 10.0
 NEURON_LS_MAX_BYTES = 4 << 20       # a device list; 16 devices are a few kB
@@ -45,7 +46,7 @@ def parse_core_list(text: str | None) -> list[int] | None:
     return list(out)
 
 
-@dataclass
+@record
 class Topology:
     """What the machine is: cores per device (logical), device memory, device count."""
 

@@ -15,16 +15,17 @@ NVML gives no utilization or GPM for a GPU in MIG mode through these calls).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from collections.abc import Mapping
 
 from counterprof.errors import UsageError
 
 from .library import Nvml
+from counterprof.record import record
 
 
-@dataclass
+@record
 class Gpu:
     nvml_index: int
     handle: Any

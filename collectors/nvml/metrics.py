@@ -7,9 +7,9 @@ the interval. Entities: `gpu:N` (CUDA ordinal), `gpu:N/nvlink:L` for one NVLink 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from counterprof.schema import Metric
+from counterprof.record import record
 
 SOURCE = "nvml"
 
@@ -18,7 +18,7 @@ def _m(name: str, unit: str, kind: str, description: str) -> Metric:
     return Metric(name, unit, kind, description, SOURCE)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FieldSpec:
     """One NVML field read with nvmlDeviceGetFieldValues. counter: a cumulative counter whose
     difference between two reads is the metric (a delta over the fields' own timestamps);

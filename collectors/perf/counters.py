@@ -10,23 +10,24 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from counterprof.errors import (EventNotSupported, PerfEventError, PerfPermissionError,
                                 TargetGone)
 
 from . import native
 from .events import PERF_TYPE_SOFTWARE, EventGroup, EventSpec
+from counterprof.record import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Unit:
     pid: int        # perf_event_open's pid (-1 for a CPU)
     cpu: int        # perf_event_open's cpu (-1 for a task)
     label: str      # entity when not aggregated: process, tid:123, cpu:3
 
 
-@dataclass
+@record
 class OpenedGroup:
     unit: Unit
     leader_fd: int
@@ -34,7 +35,7 @@ class OpenedGroup:
     events: list[EventSpec]     # the members that opened, leader first
 
 
-@dataclass
+@record
 class EventStatus:
     status: str = "counted"     # counted | not supported | not counted | failed
     reason: str = ""
@@ -42,7 +43,7 @@ class EventStatus:
     spec: EventSpec | None = None
 
 
-@dataclass
+@record
 class CounterSet:
     groups: list[OpenedGroup] = field(default_factory=list)
     status: dict[str, EventStatus] = field(default_factory=dict)

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from counterprof.errors import EventSyntaxError
 
 from .sysfs import Pmu, Sysfs, parse_terms
+from counterprof.record import record
 
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_SOFTWARE = 1
@@ -89,7 +90,7 @@ _MODIFIER = re.compile(r"^[ukhHGIDpPSWe]*$")
 _RAW = re.compile(r"^r([0-9a-fA-F]{1,16})$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Modifiers:
     exclude_user: bool = False
     exclude_kernel: bool = False
@@ -144,7 +145,7 @@ def parse_modifiers(text: str, event_text: str) -> Modifiers:
     )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EventSpec:
     """One event as perf_event_open takes it, and how to name and present it."""
 
@@ -165,7 +166,7 @@ class EventSpec:
         return replace(self, modifiers=mods)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EventGroup:
     events: tuple[EventSpec, ...]
     grouped: bool           # written as {a,b}: scheduled onto the PMU together

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import struct
 from typing import Any
-from dataclasses import dataclass
 
 from counterprof.errors import native_missing, perf_error
 
 from .events import EventSpec
+from counterprof.record import record
 
 try:
     from counterprof._native import ffi, lib
@@ -43,7 +43,7 @@ def drain_buffers(ffi: Any, n: int) -> tuple[Any, ...]:
             ffi.new("double[]", n), ffi.new("float[]", n), ffi.new("uint8_t[]", (n + 7) // 8))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OpenFlags:
     """How a counter is opened, the perf stat way."""
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from pathlib import Path
 
 from counterprof.errors import EventSyntaxError
+from counterprof.record import record
 
 DEVICES = "bus/event_source/devices"
 CONFIG_FIELDS = ("config", "config1", "config2")
@@ -73,7 +74,7 @@ def parse_terms(text: str) -> list[tuple[str, str | None]]:
     return terms
 
 
-@dataclass
+@record
 class Pmu:
     name: str
     type: int

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
@@ -27,6 +27,7 @@ from counterprof.store.parquet_writer import open_parquet
 
 from .convert import TraceConversion
 from .scan import TraceFileError
+from counterprof.record import record
 
 SUFFIXES = (".json", ".json.gz")
 ROW_GROUP_ROWS = 32 * 1024
@@ -37,7 +38,7 @@ DICTIONARY_COLUMNS = ["name", "category", "kernel_class", "device", "stream", "p
                       "collective", "group_size", "attrs"]
 
 
-@dataclass
+@record
 class ImportedTrace:
     path: str
     rank: int | None = None

@@ -23,7 +23,7 @@ import decimal
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 from collections.abc import Callable, Iterator
 
@@ -31,6 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from . import arrow_compute as pc
+from counterprof.record import record
 
 try:   # ISA-L inflates gzip twice as fast as zlib (x86-64, Arm); the same API
     from isal import isal_zlib as _zlib
@@ -57,7 +58,7 @@ class TraceFileError(Exception):
     """The file cannot be read as a trace at all (missing, not gzip, not JSON)."""
 
 
-@dataclass
+@record
 class RawEvents:
     """One batch of complete events. columns: cat, name (string) and INT_COLUMNS (int64, null
     when absent); args: the decoded args of the rows the scanner was asked to keep them for."""

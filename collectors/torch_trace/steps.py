@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,6 +28,7 @@ from counterprof.store import rundir, safepath
 from counterprof.store.journal import read_segment, segments
 
 from .claim import Claim
+from counterprof.record import record
 
 SUFFIX = ".steps"
 
@@ -49,7 +50,7 @@ def steps_file_of_trace(trace: Path) -> bool:
     return bool(rundir.trace_files(run, prefix + SUFFIX))
 
 
-@dataclass
+@record
 class StepsFile:
     """One process's steps file and what has been read of it."""
 

@@ -14,7 +14,7 @@ were actually counted (perf's "(xx.xx%)" when counters were multiplexed).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 from collections.abc import Iterable
 
@@ -24,9 +24,10 @@ import pyarrow as pa
 from ..redact import redact_argv
 from ..render import units       # perf stat's words for the notes
 from ..store.meta import PerfEventStatus, RunMeta
+from counterprof.record import record
 
 
-@dataclass
+@record
 class SummaryRow:
     source: str
     metric: str
@@ -42,7 +43,7 @@ class SummaryRow:
     stddev: float | None = None  # over the runs of `run -r N` (analysis/repeat.py); else None
 
 
-@dataclass
+@record
 class Summary:
     command: list[str] | None
     elapsed_s: float | None

@@ -23,7 +23,7 @@ import queue
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import groupby
 from pathlib import Path
 
@@ -37,12 +37,13 @@ from .liveness import journal_writer_alive, profiler_elsewhere
 from .meta import read_meta
 from .parquet_writer import open_parquet
 from .rundir import JOURNAL, META, make_dirs, run_of_rank, table_dir
+from counterprof.record import record
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
 ROW_GROUP_ROWS = 64 * 1024
 
 
-@dataclass
+@record
 class CompactionReport:
     files: list[Path] = field(default_factory=list)
     rows: int = 0

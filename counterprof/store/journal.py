@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from collections.abc import Callable, Iterator
 
@@ -21,6 +20,7 @@ import pyarrow as pa
 from ..schema import TABLES
 from . import safepath
 from .rundir import JOURNAL, rank_dir
+from counterprof.record import record
 
 SUFFIX = ".arrows"
 # What the end of a run has left to compact is at most one segment per table: 16 MB is about
@@ -37,7 +37,7 @@ def rotation_bytes() -> int:
     return int(raw) if raw.isdigit() and int(raw) > 0 else SEGMENT_BYTES
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Segment:
     path: Path
     table: str
@@ -169,7 +169,7 @@ def segments(rank_path: Path) -> list[Segment]:
     return sorted(found, key=lambda s: (s.table, s.writer, s.seq))
 
 
-@dataclass
+@record
 class SegmentRead:
     """What reading one segment found: a clean end, where a killed writer stopped, or batches
     left out because their bytes are damaged (a flipped bit: Arrow would crash on them)."""

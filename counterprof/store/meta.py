@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, get_args
 from collections.abc import Callable
 
 from ..errors import RunDirectoryError, os_error
 from . import safepath
+from counterprof.record import record
 
 _INT = (int,)
 _NUM = (int, float)
@@ -203,14 +204,14 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PerfEventStatus:
     """One perf event's entry: counted, or why not."""
     status: EventState = "counted"      # an entry without one: counted (what summaries assume)
     reason: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CollectorStatus:
     """One collector's entry under meta.json's "collectors": whether it ran, and why not."""
     name: str
@@ -251,7 +252,7 @@ class CollectorStatus:
         return self.raw.get(key)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostFacts:
     """meta.json's "host": the machine the run was recorded on."""
     hostname: str | None = None
@@ -261,7 +262,7 @@ class HostFacts:
     cpu_model: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProfilerFacts:
     """meta.json's "profiler": the process that wrote the run, and its cost."""
     pid: int | None = None
@@ -270,7 +271,7 @@ class ProfilerFacts:
     max_rss_bytes: int | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WorkloadFacts:
     """meta.json's "workload": the launched workload's life (absent for profile() runs)."""
     status: str | None = None           # "exited", "not started", "exec failed", ...: words for people
@@ -297,7 +298,7 @@ def _facts(cls: type[_Facts], doc: Any) -> _Facts:
     return cls(**{k: doc.get(k) for k in cls.__dataclass_fields__})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunMeta:
     """A run's meta.json, checked once: the fields counterprof reads, typed. Build it with
     read_run_meta(path) or RunMeta.of(dict); `raw` is the document itself."""

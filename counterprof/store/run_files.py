@@ -24,11 +24,12 @@ less (Run's default) turns the first damage into an error instead of a warning.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 from collections.abc import Iterator
 from .meta import RunMeta
+from counterprof.record import record
 
 BATCH_ROWS = 64 * 1024
 
@@ -39,7 +40,7 @@ def read_errors() -> tuple[type[BaseException], ...]:
     return (pa.ArrowException, OSError, ValueError, IndexError)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Damage:
     """What of one file could not be read: the whole file (group None) or one row group."""
 
@@ -64,7 +65,7 @@ def _reason(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
-@dataclass
+@record
 class RunFile:
     """One file of a rank's table: a Parquet file, or a journal segment not yet compacted."""
 
@@ -229,7 +230,7 @@ def earliest_ns(files: list[RunFile]) -> int | None:
     return min((v for v in first if v is not None), default=None)
 
 
-@dataclass
+@record
 class Window:
     """A time window in epoch ns (either side None: open), and what it kept of what it saw."""
 

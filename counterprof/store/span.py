@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Iterable
 
 import pyarrow as pa
+from counterprof.record import record
 
 # A rank on another host (clock skew), a trace's ops before the profiler's start, a workload
 # still writing when the profiler stopped: rows this far outside the recorded span are real.
@@ -22,7 +22,7 @@ SLACK_NS = 3600 * 1_000_000_000
 TIME_COLUMNS = {"samples": ("time", "duration_ns"), "spans": ("start", "end")}   # what mask() reads
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Span:
     lo: int                 # ns since the epoch
     hi: int
