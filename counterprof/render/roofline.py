@@ -45,7 +45,7 @@ def ceilings_table(docs: dict[str, dict], out: IO[str]) -> None:
         sheet = ds.get("peaks") or {}
         t = _table(f"{device}: {doc.get('device_name', '')} ({doc.get('host')}, "
                    f"{'quick' if doc.get('quick') else 'full'}, {doc.get('wall_s', '?')} s)",
-                   "ceiling", "detail", "median", "spread", "repeats", "datasheet", "measured/datasheet")
+                   "ceiling", "detail", "measured", "spread", "repeats", "datasheet", "measured/datasheet")
         for dtype, m in (doc.get("matmul") or {}).items():
             shape = "x".join(map(str, m.get("best_shape", [])))
             ref = sheet.get(dtype)
@@ -58,6 +58,8 @@ def ceilings_table(docs: dict[str, dict], out: IO[str]) -> None:
                 m = mem[kind]
                 detail = (f"{mem.get('array_bytes', m.get('bytes', 0)) >> 20} MiB arrays" if kind != "d2d"
                           else "device to device")
+                if "rep_s" in m:           # cpu_stream's figure: the best repetition, not the median
+                    detail += f", best of {m.get('repeats', '?')} x {1000 * m['rep_s']:.0f} ms"
                 ref = ds.get("bandwidth_bytes_per_s")
                 t.add_row(f"memory {kind}", detail, si(m["bytes_per_s"], "B/s"), pct(m.get("spread")),
                           str(m.get("repeats", "")), si(ref, "B/s") if ref else "-",

@@ -219,16 +219,34 @@ def _median_rate(fn, work: float, segments: int = 5, seconds: float = 0.2) -> fl
     return statistics.median(rates)
 
 
+def _best_rate(fn, work: float, seconds: float = 2.0, segment: float = 0.02) -> float:
+    """work / time of fn, the best of timed loops of `segment` seconds each over `seconds`: a
+    ceiling as STREAM reports it (and as calibrate's copy and triad are: the best repetition).
+    On a VM the all-core copy bandwidth comes in modes that switch within seconds (the vCPUs'
+    placement on the host); over the ~2 s that calibrate's copy and triad span, the best of
+    short loops sees the fast mode whenever the machine visits it, as calibrate's figure does."""
+    fn()
+    best, t_start = 0.0, time.perf_counter()
+    while time.perf_counter() - t_start < seconds:
+        calls, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < segment:
+            fn()
+            calls += 1
+        best = max(best, work * calls / (time.perf_counter() - t0))
+    return best
+
+
 def _reference_matmul(n: int = 2048) -> float:
     a, b = torch.randn(n, n), torch.randn(n, n)
     return _median_rate(lambda: torch.matmul(a, b), 2 * n ** 3)
 
 
 def _reference_copy() -> float:
-    """STREAM copy over 4x the last-level cache, all cores (torch's parallel copy)."""
+    """STREAM copy over 4x the last-level cache, all cores (torch's parallel copy), the best of
+    short loops like calibrate's (a median of long ones is a sample of the machine's mode)."""
     n = max(4 * (measure.llc_bytes() or 32 << 20), 64 << 20) // 8
     src, dst = torch.rand(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
-    return _median_rate(lambda: dst.copy_(src), 2 * 8 * n)
+    return _best_rate(lambda: dst.copy_(src), 2 * 8 * n)
 
 
 def _idle_enough() -> None:
@@ -264,9 +282,11 @@ def test_calibration_agrees_with_plain_loops():
 
 
 def test_two_calibrations_agree():
-    """One calibration's medians against the next one's: within 10%. On a machine shared with
-    other jobs the machine itself moves more than that (seen at load 1.4 on 2 CPUs: 69 to 172
-    GFLOP/s between consecutive calibrations, while the reference loop moved with them), so
+    """One calibration's figures (matmul: a median; copy: the best repetition) against the next
+    one's: within 10%. On a machine shared with other jobs the machine itself moves more than
+    that (seen at load 1.4 on 2 CPUs: 69 to 172 GFLOP/s between consecutive calibrations, while
+    the reference loop moved with them; on an idle 2-core VM, copy 33 or 52 GB/s as the vCPUs'
+    placement on the host switches, for seconds to minutes at a time), so
     each batch times the plain reference loops between the calibrations: a batch that misses is
     measured again (up to 5 batches), and when every batch that missed saw the reference loops
     move by 10% or more themselves, the bound cannot be held on this machine then, said as a
