@@ -64,7 +64,7 @@ def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     for key, value in kwargs.items():
         if key in given:
             raise TypeError(f"{name}.__init__() got multiple values for argument '{key}'")
-        if key not in spec.names or key not in spec.init:
+        if key not in spec.init:             # no such field, or one with init=False
             raise TypeError(f"{name}.__init__() got an unexpected keyword argument '{key}'")
         given[key] = value
     missing = [n for n in spec.init if n in spec.required and n not in given]
