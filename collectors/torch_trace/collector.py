@@ -75,6 +75,9 @@ class TorchCollector(PollingCollector):
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
+        # the default schedule adapts (the driver's first window warms up, windows are paced
+        # by their cost); one the user gave is followed to the step
+        self.paced = not any(k in (config or {}) for k in ("every", "active", "warmup"))
         self.run_path: Path | None = None
         self.driver = None
         self.done: set[str] = set()
@@ -131,7 +134,7 @@ class TorchCollector(PollingCollector):
     def driver_config(self) -> dict[str, Any]:
         keys = ("every", "active", "warmup", "record_shapes", "with_stack", "profile_memory",
                 "window_s", "window_every_s")
-        return {k: self.config[k] for k in keys}
+        return {**{k: self.config[k] for k in keys}, "paced": self.paced}
 
     def launch_environment(self, run_path) -> dict[str, str]:
         self.run_path = Path(run_path)

@@ -434,18 +434,20 @@ def counter_signals(view: MetricView, ranks: int = 1) -> dict[str, Signal]:
             out["td_memory"] = Signal(mem / arm_cyc, "perf", "stall_backend_mem / cpu_cycles")
 
     # --- GPU: from NVML/GPM samples ----------------------------------------------------------
+    # All in percent (the nvml collector's catalog). Never guessed from the value: a mean
+    # under 1 % is a percent too (an embedding job's tensor cores, 0.9 %, read as 90 % once).
     util_metric = view.first(GPU_UTIL)
     if util_metric:
         u = mean(util_metric)
         if u is not None:
-            out["gpu_util"] = Signal(u / 100 if u > 1.0 else u, view.source(util_metric) or "nvml",
+            out["gpu_util"] = Signal(u / 100, view.source(util_metric) or "nvml",
                                      f"{util_metric} mean (share of time a kernel ran)")
     for key, names in GPM.items():
         m = view.first(names)
         if m:
             v = mean(m)
             if v is not None:
-                out[f"gpm_{key}"] = Signal(v / 100 if v > 1.0 else v, view.source(m) or "gpm", f"{m} mean")
+                out[f"gpm_{key}"] = Signal(v / 100, view.source(m) or "gpm", f"{m} mean")
     out.update(_neuron_signals(delta, view.device_mean))
     return out
 

@@ -82,8 +82,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--torch", action="store_true",
                    help="record torch.profiler traces in every Python process of the command that "
                         "imports torch (a window of steps every N), converted into spans")
-    p.add_argument("--torch-window", metavar="ACTIVE/EVERY", default="5/50",
-                   help="with --torch: record ACTIVE steps every EVERY steps (default 5/50)")
+    p.add_argument("--torch-window", metavar="ACTIVE/EVERY", default=None,
+                   help="with --torch: record ACTIVE steps every EVERY steps, exactly (default: 5 "
+                        "every 50 or more, paced so the profiler's own calls take under 5%% of "
+                        "the run)")
     p.add_argument("--torch-time-window", metavar="SECONDS/EVERY", default="2/20",
                    help="with --torch, in a process with no step marks and no module forwards: "
                         "record SECONDS every EVERY seconds (default 2/20)")
@@ -242,10 +244,12 @@ def _collector_config(args) -> tuple[dict, list[str] | None]:
         raise _usage("--gpus selects GPUs for the nvml collector, which --collectors leaves out")
     if args.torch:
         from ..collector import resolve
-        active, _, every = args.torch_window.partition("/")
-        if not (active.isdigit() and every.isdigit()):
-            raise _usage(f"--torch-window {args.torch_window!r}: give ACTIVE/EVERY, e.g. 5/50")
-        config["torch"] = {"active": int(active), "every": int(every)}
+        config["torch"] = {}
+        if args.torch_window is not None:      # given: followed to the step (else the paced default)
+            active, _, every = args.torch_window.partition("/")
+            if not (active.isdigit() and every.isdigit()):
+                raise _usage(f"--torch-window {args.torch_window!r}: give ACTIVE/EVERY, e.g. 5/50")
+            config["torch"] = {"active": int(active), "every": int(every)}
         seconds, _, every_s = args.torch_time_window.partition("/")
         try:
             config["torch"].update(window_s=float(seconds), window_every_s=float(every_s))

@@ -110,7 +110,7 @@ print(steps, os.getpid(), threading.get_native_id())
 
 
 def test_every_optimizer_step_is_a_step_span_traced_or_not(tmp_path):
-    run, proc = run_torch(tmp_path, script(tmp_path, TRAINING))       # default window: 5/50
+    run, proc = run_torch(tmp_path, script(tmp_path, TRAINING), "--torch-window", "5/50")   # exactly
     taken, pid, tid = map(int, proc.stdout.split())
     steps = steps_of(run)
     assert step_numbers(steps) == list(range(taken))           # all 60, each once
@@ -125,6 +125,50 @@ def test_every_optimizer_step_is_a_step_span_traced_or_not(tmp_path):
               pc.cast(windows["end"], pa.int64()).to_pylist())
     inside = [s for s, e in zip(start, end) if any(a <= s and e <= b for a, b in zip(w0, w1))]
     assert 2 <= len(inside) < taken            # traced steps are among the 60, not added to them
+
+
+SERVING = """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).eval()
+with torch.inference_mode():
+    for _ in range(3000):                        # batch-1 requests: each forward a step of ~50 us
+        model(torch.randn(1, 32)).argmax().item()
+"""
+
+
+def test_the_default_windows_are_paced_by_their_cost(tmp_path):
+    """3000 steps of ~50 µs: an exact 5/50 schedule starts 60 windows, each costing more than
+    the steps it records; the default paces them (what a window cost in profiler calls stays
+    under 5% of the time to the next) and warms the first one up, so step 0, which pays for
+    the profiler's start, is never recorded. Every step is timed either way."""
+    work = script(tmp_path, SERVING)
+    exact, _ = run_torch(tmp_path, work, "--torch-window", "5/50", run_name="exact")
+    paced, _ = run_torch(tmp_path, work, run_name="paced")
+    windows = {}
+    for name, run in (("exact", exact), ("paced", paced)):
+        spans = counterprof.load(run).table("spans")
+        windows[name] = by_category(spans, "window")
+        assert step_numbers(steps_of(run)) == list(range(3000)), name
+    assert windows["exact"].num_rows >= 50
+    assert 1 <= windows["paced"].num_rows <= 3, windows["paced"].num_rows
+
+
+def test_the_default_first_window_warms_up(tmp_path):
+    """The first optimizer step marks step 1's start and starts the profiler. An exact schedule
+    records step 1 at once, with the profiler's own start in it (on a GPU, CUPTI's set-up made
+    such a step 3x its length); the default warms up through step 1 and records from step 2."""
+    work = script(tmp_path, TRAINING)
+    ops_in = {}
+    for name, args in (("exact", ("--torch-window", "5/50")), ("paced", ())):
+        run, _ = run_torch(tmp_path, work, *args, run_name=name)
+        spans = counterprof.load(run).table("spans")
+        steps = steps_of(run)
+        bounds = dict(zip(step_numbers(steps), zip(pc.cast(steps["start"], pa.int64()).to_pylist(),
+                                                   pc.cast(steps["end"], pa.int64()).to_pylist())))
+        ops = pc.cast(by_category(spans, "cpu_op")["start"], pa.int64()).to_pylist()
+        ops_in[name] = {n: sum(1 for t in ops if bounds[n][0] <= t < bounds[n][1]) for n in (1, 2)}
+    assert ops_in["exact"][1] > 0, ops_in
+    assert ops_in["paced"][1] == 0 and ops_in["paced"][2] > 0, ops_in
 
 
 DATALOADER = """

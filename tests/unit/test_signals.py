@@ -72,3 +72,22 @@ def test_regions_and_cpu_collectives_from_spans():
     assert data.region_count == {"dataloader": 2, "ProfilerStep": 1}
     s = signals(data, [(0, 100 * MS)])
     assert s["cpu_collective"].value == pytest.approx(0.2)
+
+
+def test_gpu_percentages_under_one_percent_stay_percentages():
+    """NVML and GPM record percent. A mean under 1 % is still a percent: the tensor cores of
+    an embedding-table training job on an H200 averaged 0.9 % over its steps, once read as 90 %
+    (a fraction) and called compute-bound."""
+    catalog = {"gpu.util": {"kind": "gauge"}, "gpm.tensor_util": {"kind": "ratio"},
+               "gpm.dram_bw_util": {"kind": "ratio"}}
+    rows = []
+    for k in range(1, 11):
+        rows += [(k * 100 * MS, 100 * MS, "gpu.util", "gpu:0", 0.8),
+                 (k * 100 * MS, 100 * MS, "gpm.tensor_util", "gpu:0", 0.86),
+                 (k * 100 * MS, 100 * MS, "gpm.dram_bw_util", "gpu:0", 53.0)]
+    data = RunData()
+    load_samples(data, [samples(rows)], catalog)
+    s = signals(data, [(0, 1000 * MS)])
+    assert s["gpu_util"].value == pytest.approx(0.008)
+    assert s["gpm_tensor"].value == pytest.approx(0.0086)
+    assert s["gpm_dram"].value == pytest.approx(0.53)

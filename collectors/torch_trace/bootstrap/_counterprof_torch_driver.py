@@ -54,6 +54,7 @@ import warnings
 import weakref
 
 ENV = "COUNTERPROF_TORCH"
+WINDOW_COST_SHARE = 0.05       # the most of a run's time that step windows' profiler calls may take
 DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "record_shapes": True, "with_stack": False,
             "profile_memory": False, "rank": None, "start_now": False, "window_s": 2.0,
             "window_every_s": 20.0, "clock_offset_ns": None}
@@ -81,6 +82,18 @@ def _step_quietly(prof) -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
         prof.step()
+
+
+def _capturing() -> bool:
+    """A CUDA graph is being captured on this thread's stream (a server capturing its decode
+    step at start-up): a profiler started or stepped now would call into CUPTI inside the
+    capture, so that step is left alone and the window comes a step later. torch.cuda is only
+    asked where the script already initialized CUDA."""
+    cuda = sys.modules.get("torch.cuda")
+    try:
+        return cuda is not None and cuda.is_initialized() and cuda.is_current_stream_capturing()
+    except Exception:
+        return False
 
 
 def _say(message: str) -> None:
@@ -125,7 +138,14 @@ class Driver:
             self.offset_ns = time.time_ns() - _monotonic_ns()
         self.marks = ""               # what marks the steps (RANKS), once known
         self.steps = 0                # steps recorded
-        self.sched = 0                # the schedule's next step
+        # The default schedule adapts; one the user gave (--torch-window) is followed to the step.
+        # Adapting: the first window warms up too, so the profiler's own start (CUPTI's set-up on
+        # a GPU: a recorded step 3x its length on an H200) is not recorded; and windows are paced
+        # (WINDOW_COST_SHARE, in _stop_ours).
+        self.paced = bool(cfg.get("paced", False))
+        self.sched = self.every - self.warmup if self.paced and 0 < self.warmup < self.every else 0
+        self.window_cost_s = 0.0      # time spent in torch.profiler calls for this window
+        self.next_window_at = 0.0     # monotonic s before which no step window starts
         self.open_start = None        # monotonic ns the step in progress started (mark kinds)
         self.forwards = 0             # outermost forwards seen
         self.pending = None           # [start, end, tid] of the last outermost forward
@@ -404,11 +424,16 @@ class Driver:
         if self.user_profilers or self.window_prof is not None:
             return                    # the script's own profiler, or a time window, records
         if self.prof is not None:
+            if _capturing():
+                return
+            t = time.monotonic()
             _step_quietly(self.prof)
+            self.window_cost_s += time.monotonic() - t
             from torch.profiler import ProfilerAction
             if self.prof.current_action == ProfilerAction.NONE:
                 self._stop_ours(discard=True)     # the window is written; none until the next
-        elif not self.active <= step % self.every < self.every - self.warmup:   # not NONE
+        elif not self.active <= step % self.every < self.every - self.warmup \
+                and time.monotonic() >= self.next_window_at and not _capturing():
             self.start(step)
 
     def start(self, step: int | None = None) -> None:
@@ -429,7 +454,9 @@ class Driver:
                                on_trace_ready=self._export, record_shapes=self.record_shapes,
                                with_stack=self.with_stack, profile_memory=self.profile_memory)
                 prof._counterprof = True
+                t = time.monotonic()
                 prof.start()
+                self.window_cost_s = time.monotonic() - t
                 self.prof = prof
             except Exception as exc:
                 self._fail(exc)
@@ -439,10 +466,18 @@ class Driver:
         if prof is None:
             return
         self.discard = discard
+        t = time.monotonic()
         try:
             prof.stop()
         finally:
             self.discard = False
+            # pace the windows: what this one cost in profiler calls (start, steps, stop and
+            # export) stays under WINDOW_COST_SHARE of the time until the next one starts, so
+            # a loop of 1 ms steps (batch-1 inference) is not traced every 50 ms
+            now = time.monotonic()
+            self.window_cost_s += now - t
+            if self.paced:
+                self.next_window_at = now + self.window_cost_s / WINDOW_COST_SHARE
 
     def close(self) -> None:
         """Stop recording; the window in progress is written (at exit, or by the collector),
