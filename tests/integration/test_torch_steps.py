@@ -153,6 +153,16 @@ def test_the_default_windows_are_paced_by_their_cost(tmp_path):
     assert 1 <= windows["paced"].num_rows <= 3, windows["paced"].num_rows
 
 
+def test_a_window_does_not_import_inductor_into_the_workload(tmp_path):
+    """torch.profiler's start asks hasattr(torch, "_inductor"), which imports inductor, dynamo
+    and sympy (~820 modules, about a second) inside the workload's step; a workload that never
+    imported inductor keeps it unloaded."""
+    work = script(tmp_path, SERVING + 'import sys\nprint("torch._inductor" in sys.modules)\n')
+    run, proc = run_torch(tmp_path, work)
+    assert proc.stdout.split() == ["False"], proc.stdout
+    assert counterprof.load(run).meta["collectors"]["torch"]["traces"] >= 1
+
+
 def test_the_default_first_window_warms_up(tmp_path):
     """The first optimizer step marks step 1's start and starts the profiler. An exact schedule
     records step 1 at once, with the profiler's own start in it (on a GPU, CUPTI's set-up made

@@ -79,9 +79,37 @@ _driver: Driver | None = None
 
 def _step_quietly(prof) -> None:
     """torch warns at every window that events do not accumulate across cycles: intended here."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _inductor_left_unloaded():
         warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
         prof.step()
+
+
+class _inductor_left_unloaded:
+    """torch.profiler's prepare_trace asks `hasattr(torch, "_inductor")`, and torch's lazy
+    module __getattr__ answers by importing torch._inductor, dynamo and sympy (~820 modules,
+    1.1 s on these VMs) inside the workload's step. Where the workload never imported inductor
+    the answer is False (what torch means to ask: is inductor in use), without the import."""
+
+    def __enter__(self):
+        self.torch = torch = sys.modules.get("torch")
+        self.lazy = torch.__dict__.get("__getattr__") if torch is not None else None
+        if self.lazy is None or "torch._inductor" in sys.modules:
+            self.lazy = None
+            return self
+        lazy = self.lazy
+
+        def unloaded(name):
+            if name == "_inductor" and "torch._inductor" not in sys.modules:
+                raise AttributeError(name)
+            return lazy(name)
+        self.unloaded = unloaded
+        torch.__getattr__ = unloaded
+        return self
+
+    def __exit__(self, *exc):
+        if self.lazy is not None and self.torch.__dict__.get("__getattr__") is self.unloaded:
+            self.torch.__getattr__ = self.lazy
+        return False
 
 
 def _capturing() -> bool:
@@ -455,7 +483,8 @@ class Driver:
                                with_stack=self.with_stack, profile_memory=self.profile_memory)
                 prof._counterprof = True
                 t = time.monotonic()
-                prof.start()
+                with _inductor_left_unloaded():
+                    prof.start()
                 self.window_cost_s = time.monotonic() - t
                 self.prof = prof
             except Exception as exc:
@@ -559,7 +588,8 @@ class Driver:
                                record_shapes=self.record_shapes, with_stack=self.with_stack,
                                profile_memory=self.profile_memory, **extra)
                 prof._counterprof = True
-                prof.start()
+                with _inductor_left_unloaded():
+                    prof.start()
                 self.window_prof = prof
                 self.windows += 1
                 self.window_end = time.monotonic() + self.window_s
