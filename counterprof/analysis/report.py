@@ -203,7 +203,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
 
     ranked = sorted(data.regions.items(), key=lambda kv: iv.total(kv[1]), reverse=True)
     for name, occ in ranked[:MAX_REGIONS]:
-        v = classify(signals(data, occ), name, facts_for(occ))
+        v = classify(signals(data, occ, steps=data.region_kind.get(name) == "step"), name, facts_for(occ))
         sp = iv.span(occ)
         v.start_ns, v.end_ns = sp if sp else (None, None)
         mean_ns = iv.total(occ) / max(1, data.region_count.get(name, 1))

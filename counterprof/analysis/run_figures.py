@@ -377,7 +377,7 @@ def verdicts(data: RunData, roofline: Any = None
                      key=lambda kv: iv.total(kv[1]), reverse=True)
     for name, occ in steps + regions[:MAX_VERDICT_REGIONS]:
         key = STEP if data.region_kind.get(name) == "step" else f"region:{name}"
-        s = signals(data, occ)
+        s = signals(data, occ, steps=key == STEP)
         scoped[key] = classify(s, key, scope_facts(roofline, occ))
         scope_signals[key] = _key_signals(s)
     return overall, scoped, scope_signals

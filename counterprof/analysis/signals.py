@@ -41,6 +41,9 @@ NEURON_EXEC_ERRORS = tuple(f"neuron.exec_errors_{k}" for k in
 NEURON_ECC = ("neuron.ecc_mem_uncorrected", "neuron.ecc_sram_uncorrected",
               "neuron.ecc_mem_corrected", "neuron.ecc_sram_corrected")
 GPU_KERNEL_CATEGORIES = ("kernel", "memcpy", "memset", "sync")
+# the torch driver's time-window traces (<host>_<pid>.<n>.time.pt.trace.json): recorded while
+# nothing marked steps; a window span is named after its trace file
+TIME_WINDOW_SUFFIXES = (".time.pt.trace.json", ".time.pt.trace.json.gz")
 
 
 @dataclass
@@ -102,6 +105,9 @@ class RunData:
     short_kernels: int = 0                                       # shorter than the threshold
     cpu_collectives: iv.Intervals = field(default_factory=list)  # gloo & co. on the CPU
     windows: iv.Intervals = field(default_factory=list)          # where traces were recorded
+    # where traces were recorded by the step schedule: a time window (recorded while nothing
+    # marked steps: a long set-up) can hold the first step, not what steps are like
+    step_windows: iv.Intervals = field(default_factory=list)
     regions: dict[str, iv.Intervals] = field(default_factory=dict)   # name -> its occurrences
     region_kind: dict[str, str] = field(default_factory=dict)    # name -> region|annotation|step
     region_count: dict[str, int] = field(default_factory=dict)
@@ -209,7 +215,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     tid = (spans["tid"].to_pylist() if "tid" in spans.column_names else [None] * n_rows)
     by_class: dict[str, iv.Intervals]
     regions: dict[str, iv.Intervals]
-    busy, by_class, cpu_coll, regions, windows = [], {}, [], {}, []
+    busy, by_class, cpu_coll, regions, windows, step_windows = [], {}, [], {}, [], []
     inputs: dict[int, iv.Intervals] = {}
     annotated_inputs: dict[int, iv.Intervals] = {}
     coll_by_rank: dict[int, iv.Intervals] = {}
@@ -236,6 +242,8 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                 by_class.setdefault("communication", []).append((s, e))
         elif c == "window":
             windows.append((s, e))
+            if not (n or "").endswith(TIME_WINDOW_SUFFIXES):
+                step_windows.append((s, e))
         elif c == "input":
             inputs.setdefault(r, []).append((s, e))
         elif c == "cpu_op" and d is None:
@@ -260,6 +268,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     data.cpu_collectives = iv.merge(cpu_coll)
     data.regions = {k: iv.merge(v) for k, v in regions.items()}
     data.windows = iv.merge(windows)
+    data.step_windows = iv.merge(step_windows)
     data.input_whole_run = bool(inputs)
     data.input_waits = {r: iv.merge(v) for r, v in (inputs or annotated_inputs).items()}
     data.rank_collectives = {r: iv.merge(v) for r, v in coll_by_rank.items()}
@@ -471,9 +480,13 @@ def _neuron_signals(delta: Callable[[str], float | None],
     return out
 
 
-def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
-    """Every signal measurable over `scope` (a merged interval set)."""
+def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str, Signal]:
+    """Every signal measurable over `scope` (a merged interval set). `steps`: the scope is the
+    steps, whose span-derived shares come from the step schedule's windows where there are any
+    (a time window that caught the first step is left out: the first step allocates the
+    optimizer's state, the GPU waiting, and is not what a step is like)."""
     out: dict[str, Signal] = {}
+    trace_windows = data.step_windows if steps and data.step_windows else data.windows
     wall = iv.total(scope)
     if wall <= 0:
         return out
@@ -487,7 +500,7 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
     # DataLoader next() waits: recorded for the whole run by the torch driver, or else only
     # inside trace windows (torch's own annotation of them)
     if data.input_waits:
-        where = scope if data.input_whole_run else (iv.intersect(scope, data.windows) if data.windows else scope)
+        where = scope if data.input_whole_run else (iv.intersect(scope, trace_windows) if trace_windows else scope)
         where_ns = iv.total(where)
         if where_ns > 0:
             waited = sum(iv.total(iv.intersect(w, where)) for w in data.input_waits.values())
@@ -514,9 +527,9 @@ def signals(data: RunData, scope: iv.Intervals) -> dict[str, Signal]:
     # --- GPU and collectives: from spans -----------------------------------------------------
     # Traces are recorded in windows (a few steps every N): span-derived shares are measured
     # over the recorded part of the scope only, never counting unrecorded time as idle.
-    traced = iv.intersect(scope, data.windows) if data.windows else scope
+    traced = iv.intersect(scope, trace_windows) if trace_windows else scope
     traced_ns = iv.total(traced)
-    if data.windows:
+    if trace_windows:
         out["trace_coverage"] = Signal(traced_ns / wall, "spans", "recorded trace windows / wall")
         if traced_ns == 0:
             return out

@@ -91,3 +91,31 @@ def test_gpu_percentages_under_one_percent_stay_percentages():
     assert s["gpu_util"].value == pytest.approx(0.008)
     assert s["gpm_tensor"].value == pytest.approx(0.0086)
     assert s["gpm_dram"].value == pytest.approx(0.53)
+
+
+def test_the_steps_span_signals_leave_out_a_time_window_that_caught_the_first_step():
+    """A set-up over 20 s: a time window records the end of it and step 0, in which the GPU
+    waits while the optimizer's state is allocated; then the step schedule's windows record
+    steady steps, the GPU busy. The steps' GPU idle share comes from the step windows; the run's
+    from every window."""
+    step_ns = 100 * MS
+    spans = [
+        # the time window: 0-300 ms, step 0 at 100-300 ms: 20 ms of GPU work, then 180 ms idle
+        (0, 300 * MS, "vm_7.1.time.pt.trace.json", "window"),
+        (100 * MS, 300 * MS, "ProfilerStep#0", "step"),
+        (100 * MS, 120 * MS, "adam_init", "kernel"),
+    ]
+    for k in range(1, 6):              # the step window: 1000-1500 ms, five busy steps
+        lo = 1000 * MS + (k - 1) * step_ns
+        spans += [(lo, lo + step_ns, f"ProfilerStep#{k}", "step"), (lo + 2 * MS, lo + step_ns, "gemm", "kernel")]
+    spans.append((1000 * MS, 1500 * MS, "vm_7.2.pt.trace.json", "window"))
+    t = pa.Table.from_batches([spans_batch(
+        start=[s for s, *_ in spans], end=[e for _, e, *_ in spans], name=[n for _, _, n, _ in spans],
+        category=[c for *_, c in spans], kernel_class=["compute" if c == "kernel" else None for *_, c in spans],
+        device=[0 if c == "kernel" else None for *_, c in spans],
+        stream=[7 if c == "kernel" else None for *_, c in spans])])
+    data = RunData()
+    load_spans(data, t, short_kernel_us=10)
+    steps = data.regions["ProfilerStep"]
+    assert signals(data, steps, steps=True)["gpu_idle"].value == pytest.approx(0.02, abs=0.01)
+    assert signals(data, steps)["gpu_idle"].value > 0.2        # step 0's 180 ms idle counted

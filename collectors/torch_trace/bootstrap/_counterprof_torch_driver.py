@@ -31,8 +31,9 @@ the previous one; the first at the first outermost forward before it (else it op
 A step marked by a forward is that forward call.
 
 Each finished window is written by torch (export_chrome_trace) to
-<run>/_ranks/rank=<rank>/traces/<host>_<pid>.<n>.pt.trace.json under a temporary name, then
-renamed: the profiler converts only complete files. rank: torch.distributed's rank when
+<run>/_ranks/rank=<rank>/traces/<host>_<pid>.<n>.pt.trace.json (a time window's
+<host>_<pid>.<n>.time.pt.trace.json) under a temporary name, then renamed: the profiler
+converts only complete files. rank: torch.distributed's rank when
 initialised, else $RANK, else the configured rank, else 0.
 
 Nothing here may raise into the workload: a failure stops profiling in this process, with one
@@ -584,7 +585,7 @@ class Driver:
                     pass
                 if not self.windows:
                     self._set_marks_note("window")
-                prof = profile(activities=activities, on_trace_ready=self._export,
+                prof = profile(activities=activities, on_trace_ready=self._export_time_window,
                                record_shapes=self.record_shapes, with_stack=self.with_stack,
                                profile_memory=self.profile_memory, **extra)
                 prof._counterprof = True
@@ -712,12 +713,18 @@ class Driver:
             seq = self.seq
         return os.path.join(folder, f"{self.host}_{self.pid}.{seq}{suffix}")
 
-    def _export(self, prof) -> None:
+    def _export_time_window(self, prof) -> None:
+        """A time window's trace is named apart (<host>_<pid>.<n>.time.pt.trace.json): recorded
+        while nothing marked steps, it may hold the first step, which the step verdict leaves
+        out (analysis/signals.py)."""
+        self._export(prof, ".time.pt.trace.json")
+
+    def _export(self, prof, suffix: str = ".pt.trace.json") -> None:
         if self.discard or os.getpid() != self.pid:
             return
         try:
             self.flush(touch=True)
-            path = self._next_path(".pt.trace.json")
+            path = self._next_path(suffix)
             tmp = path + ".tmp"
             prof.export_chrome_trace(tmp)
             os.chmod(tmp, 0o600)
