@@ -53,7 +53,7 @@ from counterprof.analysis.kernels import (COMMUNICATION, collective_in_kernel_na
 from counterprof.schema import SPANS_SCHEMA
 
 from . import arrow_compute as pc
-from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner, op_shapes, scan_ahead
+from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner, adopt, op_shapes, scan_ahead
 
 CATEGORIES = ("kernel", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation",
               "step", "collective", "window", "input")
@@ -155,9 +155,11 @@ class TraceConversion:
         self.drop_marks = drop_marks
         self.spill_dir = spill_dir
         self.native = native
-        self.scanner = KinetoScanner(self.path, native=native, chunk_bytes=chunk_bytes,
-                                     batch_rows=batch_rows, wants_args=wants_args,
-                                     wants_shapes=wants_shapes)
+        early = adopt(self.path, native=native, chunk_bytes=chunk_bytes, batch_rows=batch_rows,
+                      wants_args=wants_args, wants_shapes=wants_shapes) if scan_ahead else None
+        self.scanner = early or KinetoScanner(self.path, native=native, chunk_bytes=chunk_bytes,
+                                              batch_rows=batch_rows, wants_args=wants_args,
+                                              wants_shapes=wants_shapes)
         self.problems: list[str] = []
         self.rank: int | None = None
         self.rank_source = ""

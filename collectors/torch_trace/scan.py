@@ -23,15 +23,16 @@ import decimal
 import json
 import os
 import re
-from dataclasses import field
-from typing import Any
+import stat
+import threading
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
 
-import numpy as np
-import pyarrow as pa
-
-from . import arrow_compute as pc
-from counterprof.record import record
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+# numpy and pyarrow load where a batch is finished, not with this module: `counterprof import`
+# starts scanning its first trace while they load (start_early), ~90 ms of its start-up
 
 try:   # ISA-L inflates gzip twice as fast as zlib (x86-64, Arm); the same API
     from isal import isal_zlib as _zlib
@@ -52,21 +53,29 @@ NAME_BYTES = 8 << 20          # name text per batch (kernel names run to kilobyt
 CAT_BYTES = 1 << 20
 SHAPES_BYTES = 4 << 20        # op shapes text per batch (a full buffer ends the batch)
 SHAPES_NONE, SHAPES_TEXT, SHAPES_PYTHON = 0, 1, 2   # kineto.c's shapes_state
+# batches parsed before the libraries are there, held unfinished (their text with them, for
+# the args taken at finish): the memory an early start may hold, ~10 MB each
+EARLY_BATCHES = 4
+EARLY_CHUNK_BYTES = 8 << 20
 
 
 class TraceFileError(Exception):
     """The file cannot be read as a trace at all (missing, not gzip, not JSON)."""
 
 
-@record
 class RawEvents:
     """One batch of complete events. columns: cat, name (string) and INT_COLUMNS (int64, null
-    when absent); args: the decoded args of the rows the scanner was asked to keep them for."""
+    when absent); args: the decoded args of the rows the scanner was asked to keep them for;
+    shapes: per row, op_shapes() of the rows the scanner was asked shapes for (null elsewhere).
+    (A plain class: a record would load dataclasses, ~6 ms, before start_early can start.)"""
 
-    columns: dict[str, pa.Array]
-    args: dict[int, dict] = field(default_factory=dict)
-    # per row, op_shapes() of the rows the scanner was asked for shapes (null elsewhere)
-    shapes: pa.Array | None = None
+    __slots__ = ("columns", "args", "shapes")
+
+    def __init__(self, columns: dict[str, pa.Array], args: dict[int, dict] | None = None,
+                 shapes: pa.Array | None = None):
+        self.columns = columns
+        self.args = {} if args is None else args
+        self.shapes = shapes
 
     @property
     def num_rows(self) -> int:
@@ -204,15 +213,20 @@ class _ReadAhead:
         return data
 
     def close(self) -> None:
-        import queue
         self._stop.set()
-        try:
-            while True:
-                self._chunks.get_nowait()
-        except queue.Empty:
-            pass
+        _empty(self._chunks)
         self._thread.join()
         self.src.close()
+
+
+def _empty(q: Any) -> None:
+    """Take what is left in a queue, so that its producer, blocked on put, sees the stop."""
+    import queue
+    try:
+        while True:
+            q.get_nowait()
+    except queue.Empty:
+        pass
 
 
 # ---- the top-level walk, shared by both decoders ------------------------------------------
@@ -259,12 +273,19 @@ class KinetoScanner:
         self.too_long = 0                 # of those: events whose name outgrew the buffers
         self.bytes_read = 0
         self.compressed = False
+        # start_early's scanner: set once numpy and pyarrow are loaded (adopt); until then the
+        # native scan parses ahead and holds its batches unfinished (None: finish at once)
+        self.libraries_ready: threading.Event | None = None
+        self._held: list[_NativeBatch] = []
+        self.early: _ScanAhead | None = None      # start_early's thread, once adopted
 
     # -- buffer ---------------------------------------------------------------------------
 
     def _open(self) -> None:
         self.src = _Source(self.path)
-        if self.src.compressed:
+        # an early scan inflates in its own thread while the libraries load (two cores: the
+        # imports keep one); the inflate thread starts once they are loaded (_fill)
+        if self.src.compressed and not self._holding():
             self.src = _ReadAhead(self.src, self.chunk_bytes)
         self.compressed = self.src.compressed
         if self.native:
@@ -281,6 +302,8 @@ class KinetoScanner:
         """Drop what was consumed, append the next chunk (raises _Incomplete at the end)."""
         if self.eof:
             raise _Incomplete()
+        if self.src.compressed and isinstance(self.src, _Source) and not self._holding():
+            self.src = _ReadAhead(self.src, self.chunk_bytes)
         data = self.src.read(self.chunk_bytes)
         self.bytes_read += len(data)
         if not data:
@@ -505,6 +528,7 @@ class KinetoScanner:
     def _flush_python(self, rows: list[tuple], args: dict[int, dict]) -> Iterator[RawEvents]:
         if not rows:
             return
+        import pyarrow as pa
         cols = list(zip(*rows))
         columns = {"cat": pa.array(cols[0], pa.string()), "name": pa.array(cols[1], pa.string())}
         for i, name in enumerate(INT_COLUMNS):
@@ -541,7 +565,11 @@ class KinetoScanner:
             r0 = batch.cols.rows
             status = lib.cp_kineto_events(cbuf, len(buf), 1 if self.eof else 0, batch.cols, scan)
             if batch.cols.rows > r0:
-                batch.take_args(buf, r0, self.wants_args, self.wants_shapes)
+                # the args are taken while their text is in the buffer (kept with the batch
+                # while it is held)
+                batch.segments.append((buf, r0, batch.cols.rows))
+                if not self._holding():
+                    batch.take_args(self.wants_args, self.wants_shapes)
             self.pos = scan.pos
             self.skipped = int(scan.skipped)
             self.bad_time, self.too_long = int(scan.bad_time), int(scan.too_long)
@@ -549,15 +577,14 @@ class KinetoScanner:
                 break
             if status == lib.CP_KINETO_FULL:
                 self.events += batch.cols.rows
-                yield batch.finish()
+                yield from self._finished(batch)
                 batch = _NativeBatch(ffi, self.batch_rows)
                 continue
             if status == lib.CP_KINETO_ERROR:
                 message = ffi.string(scan.error).decode()
                 pos = self.consumed + int(scan.error_pos)
                 self.events += batch.cols.rows
-                if batch.cols.rows:
-                    yield batch.finish()
+                yield from self._finished(batch, last=True)
                 if "ends inside" in message:
                     raise _Incomplete()
                 raise _Corrupt(message, pos)
@@ -567,12 +594,72 @@ class KinetoScanner:
                 self._fill()
             except _Incomplete:
                 self.events += batch.cols.rows
-                if batch.cols.rows:
-                    yield batch.finish()
+                yield from self._finished(batch, last=True)
                 raise
         self.events += batch.cols.rows
+        yield from self._finished(batch, last=True)
+
+    def _holding(self) -> bool:
+        return self.libraries_ready is not None and not self.libraries_ready.is_set()
+
+    def _finished(self, batch: _NativeBatch, last: bool = False) -> Iterator[RawEvents]:
+        """batch as RawEvents, after the batches held before it. Before the libraries are
+        loaded, batches are held (up to EARLY_BATCHES, or the last), then waited for."""
         if batch.cols.rows:
-            yield batch.finish()
+            self._held.append(batch)
+        if self._holding():
+            if len(self._held) < EARLY_BATCHES and not last:
+                return
+            assert self.libraries_ready is not None
+            self.libraries_ready.wait()
+        while self._held:
+            held = self._held.pop(0)
+            held.take_args(self.wants_args, self.wants_shapes)
+            yield held.finish()
+
+
+class _ScanAhead:
+    """A thread that scans `scanner` up to `depth` batches ahead of its reader (scan_ahead)."""
+
+    def __init__(self, scanner: KinetoScanner, depth: int = 2):
+        import queue
+        self.scanner = scanner
+        self.items: queue.Queue = queue.Queue(depth)
+        self.stop = threading.Event()
+        self.done = object()
+        self.thread = threading.Thread(target=self._run, name="counterprof-scan", daemon=True)
+        self.thread.start()
+
+    def _put(self, item: Any) -> bool:
+        import queue
+        while not self.stop.is_set():
+            try:
+                self.items.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        batches = iter(self.scanner)
+        try:
+            for raw in batches:
+                if not self._put((raw, dict(self.scanner.meta))):
+                    return
+            self._put(self.done)
+        except BaseException as exc:            # raised in the caller, in line with the batches
+            self._put(exc)
+        finally:
+            close = getattr(batches, "close", None)
+            if close is not None:
+                close()
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.scanner.libraries_ready is not None:
+            self.scanner.libraries_ready.set()      # a held scan stops waiting (and then stops)
+        _empty(self.items)
+        self.thread.join()
 
 
 def scan_ahead(scanner: KinetoScanner, depth: int = 2) -> Iterator[tuple[RawEvents, dict[str, Any]]]:
@@ -582,102 +669,129 @@ def scan_ahead(scanner: KinetoScanner, depth: int = 2) -> Iterator[tuple[RawEven
     writing of this one (~40% of a `counterprof import`). The meta snapshot keeps what the
     caller sees what it would see scanning in line (keys that follow traceEvents arrive once
     the events are scanned). When the generator ends (or is closed early), the thread has
-    finished: scanner's counters and problems are final."""
-    import queue
-    import threading
-    items: queue.Queue = queue.Queue(depth)
-    stop = threading.Event()
-    done = object()
-
-    def put(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                items.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def run() -> None:
-        batches = iter(scanner)
-        try:
-            for raw in batches:
-                if not put((raw, dict(scanner.meta))):
-                    return
-            put(done)
-        except BaseException as exc:            # raised in the caller, in line with the batches
-            put(exc)
-        finally:
-            close = getattr(batches, "close", None)
-            if close is not None:
-                close()
-
-    thread = threading.Thread(target=run, name="counterprof-scan", daemon=True)
-    thread.start()
+    finished: scanner's counters and problems are final. A scanner start_early started
+    (adopt) goes on in its own thread."""
+    ahead, scanner.early = scanner.early, None
+    if ahead is None:
+        ahead = _ScanAhead(scanner, depth)
     try:
         while True:
-            item = items.get()
-            if item is done:
+            item = ahead.items.get()
+            if item is ahead.done:
                 return
             if isinstance(item, BaseException):
                 raise item
             yield item
     finally:
-        stop.set()
-        try:
-            while True:
-                items.get_nowait()
-        except queue.Empty:
-            pass
-        thread.join()
+        ahead.close()
+
+
+# ---- the early start: `counterprof import` scans its first trace while numpy and pyarrow load
+
+_early: dict[tuple[int, int], _ScanAhead] = {}
+
+
+def start_early(path: str | os.PathLike) -> None:
+    """Start scanning the regular file `path` on a thread now, before the libraries load: the
+    inflate and the C parse run without the GIL, beside the imports (the Python of each batch
+    waits for adopt). Anything unusual (not a regular file, not readable) is left to the
+    conversion to find and say."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    # bigger chunks: each one's parse hands the GIL back and waits for it (up to the 5 ms
+    # switch interval while the imports run), so fewer, longer parses
+    scanner = KinetoScanner(path, chunk_bytes=EARLY_CHUNK_BYTES)
+    scanner.libraries_ready = threading.Event()
+    _early[(st.st_dev, st.st_ino)] = _ScanAhead(scanner)
+
+
+def adopt(path: str | os.PathLike, *, native: bool, chunk_bytes: int, batch_rows: int,
+          wants_args: Callable, wants_shapes: Callable) -> KinetoScanner | None:
+    """The scanner start_early started on this same file with these settings, now given what
+    the conversion wants (read once the libraries are loaded); None: there is none."""
+    if not _early:
+        return None
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    ahead = _early.pop((st.st_dev, st.st_ino), None)
+    if ahead is None:
+        return None
+    scanner = ahead.scanner
+    if (native, chunk_bytes, max(1, int(batch_rows))) != (scanner.native, CHUNK_BYTES, scanner.batch_rows):
+        ahead.close()
+        return None
+    scanner.wants_args, scanner.wants_shapes = wants_args, wants_shapes
+    scanner.chunk_bytes = CHUNK_BYTES               # the rest of the file in the usual chunks
+    src = getattr(scanner, "src", None)
+    if isinstance(src, _ReadAhead):
+        src._n = CHUNK_BYTES
+    scanner.early = ahead
+    assert scanner.libraries_ready is not None
+    scanner.libraries_ready.set()
+    return scanner
 
 
 class _NativeBatch:
-    """Column arrays for cp_kineto_events, handed over to Arrow without copying."""
+    """Column arrays for cp_kineto_events, handed over to Arrow without copying. The memory is
+    cffi's (numpy's views of it are made once numpy is loaded: a batch can be parsed before)."""
+
+    _alloc = None      # cffi's allocator that leaves memory as it comes (np.empty's)
 
     def __init__(self, ffi, capacity: int):
         self.ffi = ffi
         self.capacity = capacity
-        self.ints = {name: np.empty(capacity, np.int64) for name in (*INT_COLUMNS, "args_start", "args_end")}
-        self.ph = np.empty(capacity, np.uint8)
-        self.cat_valid = np.empty(capacity, np.uint8)
-        self.name_valid = np.empty(capacity, np.uint8)
-        self.cat_off = np.zeros(capacity + 1, np.int32)
-        self.name_off = np.zeros(capacity + 1, np.int32)
-        self.cat_data = np.empty(CAT_BYTES, np.uint8)
-        self.name_data = np.empty(NAME_BYTES, np.uint8)
-        self.shapes_state = np.zeros(capacity, np.uint8)
-        self.shapes_off = np.zeros(capacity + 1, np.int32)
-        self.shapes_data = np.empty(SHAPES_BYTES, np.uint8)
+        if _NativeBatch._alloc is None:
+            _NativeBatch._alloc = ffi.new_allocator(should_clear_after_alloc=False)
+        empty = _NativeBatch._alloc
+        # name: (C type, length, zeroed)
+        self._mem = {name: empty("int64_t[]", capacity) for name in (*INT_COLUMNS, "args_start", "args_end")}
+        for name, ctype, n, zeroed in (
+                ("ph", "uint8_t[]", capacity, False), ("cat_valid", "uint8_t[]", capacity, False),
+                ("name_valid", "uint8_t[]", capacity, False),
+                ("cat_off", "int32_t[]", capacity + 1, True), ("name_off", "int32_t[]", capacity + 1, True),
+                ("cat_data", "char[]", CAT_BYTES, False), ("name_data", "char[]", NAME_BYTES, False),
+                ("shapes_state", "uint8_t[]", capacity, True), ("shapes_off", "int32_t[]", capacity + 1, True),
+                ("shapes_data", "char[]", SHAPES_BYTES, False)):
+            self._mem[name] = ffi.new(ctype, n) if zeroed else empty(ctype, n)
         self.shapes_wanted: np.ndarray | None = None    # rows wants_shapes selected
         self.shapes_python: dict[int, str | None] = {}   # rows whose text kineto.c left to Python
+        # (buffer, first row, end row) of each cp_kineto_events call whose args are not taken yet
+        self.segments: list[tuple[bytes, int, int]] = []
         c = self.cols = ffi.new("struct cp_kineto_cols *")
-        self._keep = []
-
-        def ptr(arr, ctype):
-            self._keep.append(arr)
-            return ffi.cast(ctype, arr.ctypes.data)
-
         c.capacity = capacity
         c.rows = 0
-        for name, arr in self.ints.items():
-            setattr(c, name, ptr(arr, "int64_t *"))
-        c.ph = ptr(self.ph, "uint8_t *")
-        c.cat_valid = ptr(self.cat_valid, "uint8_t *")
-        c.name_valid = ptr(self.name_valid, "uint8_t *")
-        c.cat_off = ptr(self.cat_off, "int32_t *")
-        c.name_off = ptr(self.name_off, "int32_t *")
-        c.cat_data = ptr(self.cat_data, "char *")
-        c.name_data = ptr(self.name_data, "char *")
-        c.shapes_state = ptr(self.shapes_state, "uint8_t *")
-        c.shapes_off = ptr(self.shapes_off, "int32_t *")
-        c.shapes_data = ptr(self.shapes_data, "char *")
+        for name in (*INT_COLUMNS, "args_start", "args_end", "ph", "cat_valid", "name_valid",
+                     "cat_off", "name_off", "cat_data", "name_data", "shapes_state",
+                     "shapes_off", "shapes_data"):
+            setattr(c, name, self._mem[name])
         c.cat_cap = CAT_BYTES
         c.name_cap = NAME_BYTES
         c.shapes_cap = SHAPES_BYTES
         self.args: dict[int, dict] = {}
+        self._views = False
+
+    def _numpy(self) -> None:
+        """numpy views of the C arrays (the first time the batch is read)."""
+        if self._views:
+            return
+        import numpy as np
+        dtypes = {"int64_t[]": np.int64, "int32_t[]": np.int32, "uint8_t[]": np.uint8, "char[]": np.uint8}
+        views = {name: np.frombuffer(self.ffi.buffer(mem), dtypes[self.ffi.typeof(mem).cname])
+                 for name, mem in self._mem.items()}
+        self.ints = {name: views.pop(name) for name in (*INT_COLUMNS, "args_start", "args_end")}
+        for name, arr in views.items():
+            setattr(self, name, arr)     # ph, cat_valid, cat_off, cat_data, shapes_state, ...
+        self._views = True
 
     def _strings(self, which: str, r0: int, r1: int) -> pa.Array:
+        import numpy as np
+        import pyarrow as pa
         off = self.cat_off if which == "cat" else self.name_off
         data = self.cat_data if which == "cat" else self.name_data
         valid = self.cat_valid if which == "cat" else self.name_valid
@@ -686,30 +800,33 @@ class _NativeBatch:
         return pa.StringArray.from_buffers(n, pa.py_buffer(off[r0:r1 + 1]),
                                            pa.py_buffer(data[:off[r1]]), mask)
 
-    def take_args(self, buf, r0: int, wants, wants_shapes) -> None:
-        """Decode the args of the new rows [r0, rows) that `wants` selects, and the shapes
-        kineto.c left to Python of those `wants_shapes` selects, while their text is still
-        in the buffer."""
+    def take_args(self, wants, wants_shapes) -> None:
+        """For each segment not taken yet: decode the args of its rows that `wants` selects,
+        and the shapes kineto.c left to Python of those `wants_shapes` selects, from the
+        buffer they were parsed from."""
+        segments, self.segments = self.segments, []
         if wants is wants_nothing and wants_shapes is wants_nothing:
             return
-        r1 = self.cols.rows
-        cat, name = self._strings("cat", r0, r1), self._strings("name", r0, r1)
-        mask = wants(cat, name)
-        if mask is not None:
-            for i in _true_indices(mask):
-                args = self._args(buf, r0 + i)
-                if args is not None:
-                    self.args[r0 + i] = args
-        mask = wants_shapes(cat, name)
-        if mask is None:
-            return
-        if self.shapes_wanted is None:
-            self.shapes_wanted = np.zeros(self.capacity, bool)
-        rows = r0 + np.asarray(_true_indices(mask), np.int64)
-        self.shapes_wanted[rows] = True
-        for row in rows[self.shapes_state[rows] == SHAPES_PYTHON].tolist():
-            args = self._args(buf, row)
-            self.shapes_python[row] = None if args is None else op_shapes(args)
+        import numpy as np
+        self._numpy()
+        for buf, r0, r1 in segments:
+            cat, name = self._strings("cat", r0, r1), self._strings("name", r0, r1)
+            mask = wants(cat, name)
+            if mask is not None:
+                for i in _true_indices(mask):
+                    args = self._args(buf, r0 + i)
+                    if args is not None:
+                        self.args[r0 + i] = args
+            mask = wants_shapes(cat, name)
+            if mask is None:
+                continue
+            if self.shapes_wanted is None:
+                self.shapes_wanted = np.zeros(self.capacity, bool)
+            rows = r0 + np.asarray(_true_indices(mask), np.int64)
+            self.shapes_wanted[rows] = True
+            for row in rows[self.shapes_state[rows] == SHAPES_PYTHON].tolist():
+                args = self._args(buf, row)
+                self.shapes_python[row] = None if args is None else op_shapes(args)
 
     def _args(self, buf, row: int) -> dict | None:
         start = self.ints["args_start"][row]
@@ -723,6 +840,8 @@ class _NativeBatch:
     def _shapes(self, n: int) -> pa.Array | None:
         if self.shapes_wanted is None:
             return None
+        import numpy as np
+        import pyarrow as pa
         valid = self.shapes_wanted[:n] & (self.shapes_state[:n] == SHAPES_TEXT)
         shapes = pa.StringArray.from_buffers(
             n, pa.py_buffer(self.shapes_off[:n + 1]),
@@ -736,6 +855,9 @@ class _NativeBatch:
         return shapes
 
     def finish(self) -> RawEvents:
+        import numpy as np
+        import pyarrow as pa
+        self._numpy()
         n = self.cols.rows
         columns = {"cat": self._strings("cat", 0, n), "name": self._strings("name", 0, n)}
         for name in INT_COLUMNS:
@@ -747,6 +869,8 @@ class _NativeBatch:
 
 
 def _true_indices(mask) -> list[int]:
+    import pyarrow as pa
+    from . import arrow_compute as pc
     if isinstance(mask, (pa.Array, pa.ChunkedArray)):
         mask = pc.fill_null(mask, False)
         return pc.indices_nonzero(mask).to_pylist()

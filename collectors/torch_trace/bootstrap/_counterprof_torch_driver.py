@@ -78,11 +78,25 @@ def _compiling() -> bool:     # torch.compiler.is_compiling, once torch is impor
 _driver: Driver | None = None
 
 
-def _step_quietly(prof) -> None:
-    """torch warns at every window that events do not accumulate across cycles: intended here."""
-    with warnings.catch_warnings(), _inductor_left_unloaded():
+class _calling_profiler:
+    """Around every call into a torch profiler the driver owns (start, step, stop): torch
+    warns, once per process, that events do not accumulate across cycles. That is intended
+    here, and the warning is not the workload's to read (torch 2.11 gives it from a start or
+    a stop, 2.13 from a step). It also keeps inductor unloaded (below)."""
+
+    def __enter__(self):
+        self.filters = warnings.catch_warnings()
+        self.filters.__enter__()
         warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
-        prof.step()
+        self.inductor = _inductor_left_unloaded().__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.inductor.__exit__(*exc)
+        finally:
+            self.filters.__exit__(*exc)
+        return False
 
 
 class _inductor_left_unloaded:
@@ -456,7 +470,8 @@ class Driver:
             if _capturing():
                 return
             t = time.monotonic()
-            _step_quietly(self.prof)
+            with _calling_profiler():
+                self.prof.step()
             self.window_cost_s += time.monotonic() - t
             from torch.profiler import ProfilerAction
             if self.prof.current_action == ProfilerAction.NONE:
@@ -484,7 +499,7 @@ class Driver:
                                with_stack=self.with_stack, profile_memory=self.profile_memory)
                 prof._counterprof = True
                 t = time.monotonic()
-                with _inductor_left_unloaded():
+                with _calling_profiler():
                     prof.start()
                 self.window_cost_s = time.monotonic() - t
                 self.prof = prof
@@ -498,7 +513,8 @@ class Driver:
         self.discard = discard
         t = time.monotonic()
         try:
-            prof.stop()
+            with _calling_profiler():
+                prof.stop()
         finally:
             self.discard = False
             # pace the windows: what this one cost in profiler calls (start, steps, stop and
@@ -589,7 +605,7 @@ class Driver:
                                record_shapes=self.record_shapes, with_stack=self.with_stack,
                                profile_memory=self.profile_memory, **extra)
                 prof._counterprof = True
-                with _inductor_left_unloaded():
+                with _calling_profiler():
                     prof.start()
                 self.window_prof = prof
                 self.windows += 1
@@ -606,7 +622,8 @@ class Driver:
     def _stop_window(self) -> None:
         prof, self.window_prof = self.window_prof, None
         if prof is not None:
-            prof.stop()               # writes the window (on_trace_ready)
+            with _calling_profiler():
+                prof.stop()           # writes the window (on_trace_ready)
 
     # -- writing the steps --------------------------------------------------------------------
 
@@ -742,7 +759,8 @@ class Driver:
             prof, self.prof = self.prof, None
             if prof is not None:
                 self.discard = True
-                prof.stop()
+                with _calling_profiler():
+                    prof.stop()
         except Exception:
             pass
         try:
