@@ -107,6 +107,19 @@ def test_a_file_replaced_before_the_conversion_is_read_anew(tmp_path):
     assert len(scan._early) == 1             # never adopted: left to the process's exit
 
 
+def test_a_trace_named_through_a_symlink_is_adopted(tmp_path):
+    """The command starts on the name given; the importer converts the resolved path."""
+    real = tmp_path / "real.json"
+    write_trace(real, [X("cpu_op", f"aten::op{i}", 10 + i, 1) for i in range(20)])
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    scan.start_early(link)
+    ahead = next(iter(scan._early.values()))
+    table, conv = convert(real.resolve(), tmp_path)
+    assert conv.scanner is ahead.scanner and not scan._early
+    same((table, conv), convert(real, tmp_path))
+
+
 def test_only_regular_files_start_early(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
