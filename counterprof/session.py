@@ -168,6 +168,8 @@ class Session:
         self._lock = threading.RLock()
         self._ctx: SessionContext | None = None
         self._start_cpu = 0.0
+        self._facts: dict[str, Any] | None = None
+        self._catalog_written: list[dict[str, Any]] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -519,9 +521,7 @@ class Session:
             "status": "running",
             "command": self.command,
             "argv": list(sys.argv),
-            "cwd": os.getcwd(),
-            "git_revision": git_revision(os.getcwd()),
-            "host": host_facts(),
+            **self._machine_facts(),
             "gpus": [],
             "start_time": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(self.start_ns / 1e9)),
             "start_ns": self.start_ns,
@@ -531,10 +531,18 @@ class Session:
             "env": env,
             "target": {"kind": self.target.kind, "pid": self.target.pid,
                        "system_wide": self.target.system_wide},
-            "profiler": {"pid": os.getpid(), "host": socket.gethostname()},
+            "profiler": {"pid": os.getpid(), "host": self._machine_facts()["host"]["hostname"]},
             "collectors": self.statuses,
-            "ceilings": _cached_ceilings(),
         }
+
+    def _machine_facts(self) -> dict[str, Any]:
+        """cwd, git revision, host facts and cached ceilings: read once (the creator's first
+        meta.json and start()'s both carry them; /proc/cpuinfo alone is ~200 KB on a big node)."""
+        if self._facts is None:
+            cwd = os.getcwd()
+            self._facts = {"cwd": cwd, "git_revision": git_revision(cwd), "host": host_facts(),
+                           "ceilings": _cached_ceilings()}
+        return self._facts
 
     def _refresh_statuses(self) -> None:
         with self._lock:
@@ -571,7 +579,10 @@ class Session:
     def _write_catalog(self) -> None:
         with self._lock:
             entries = [m.to_json() for m in sorted(self.metrics.values(), key=lambda m: (m.source, m.name))]
+            if entries == self._catalog_written:
+                return        # on disk already (stop's, when no metric came after start's)
             rundir.write_json(self._own(rundir.CATALOG), entries)
+            self._catalog_written = entries
 
 
 def _self_cpu() -> float:

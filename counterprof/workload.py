@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 import threading
 import time
 from dataclasses import asdict
 
 from .errors import CounterprofError, native_missing
+from .pathsearch import which
 from counterprof.record import record
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -85,7 +85,7 @@ def check_command(argv: list[str]) -> str:
             raise WorkloadStartError(f"{name}: permission denied (not executable; chmod +x it "
                                      "or run it through its interpreter)", 126)
         return name
-    found = shutil.which(name)
+    found = which(name)
     if found is None:
         raise WorkloadStartError(f"{name}: command not found (not in PATH)", 127)
     return found

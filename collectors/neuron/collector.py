@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
 from counterprof.collector import Availability, Collector, SessionContext
 from counterprof.errors import UsageError
+from counterprof.pathsearch import which
 from counterprof.proctree import environ, rank_of, tree_order
 from counterprof.schema import samples_batch
 
@@ -75,13 +75,14 @@ def sweep_stale_dirs(tmp: str | None = None) -> list[str]:
             pass
         except PermissionError:
             continue
+        import shutil
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     return removed
 
 
 def _monitor_path() -> str | None:
-    return shutil.which(MONITOR_COMMAND)
+    return which(MONITOR_COMMAND)
 
 
 class NeuronCollector(Collector):
@@ -205,6 +206,7 @@ class NeuronCollector(Collector):
 
     def _remove_tmp(self) -> None:
         if self._tmp is not None:
+            import shutil
             shutil.rmtree(self._tmp, ignore_errors=True)
 
     # -- the workload's tree ---------------------------------------------------------------

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import field
 from typing import Any
+from counterprof.pathsearch import which
 from counterprof.record import record
 
 NEURON_LS_TIMEOUT_S = 10.0
@@ -105,7 +105,7 @@ def neuron_ls(command: str = "neuron-ls") -> list[dict[str, Any]] | None:
     import subprocess
     from .child import MonitorProcess
 
-    exe = shutil.which(command)
+    exe = which(command)
     if exe is None:
         return None
     ls = MonitorProcess([exe, "-j"])

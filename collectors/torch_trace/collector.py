@@ -41,15 +41,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.errors import CounterprofError, UsageError
 from counterprof.store import rundir
 
-from .claim import Claim
-from .steps import StepsFile, steps_file_of_trace, steps_files
-from .trace_files import TRACE_PATTERNS, rank_of_trace_dir
+
+if TYPE_CHECKING:
+    from .steps import StepsFile
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 DRIVER = "_counterprof_torch_driver"
@@ -184,6 +184,7 @@ class TorchCollector(PollingCollector):
                 return []
             root = str(self.run_path.resolve()) + os.sep
             return [Path(p) for p in list(self.driver.written) if p.startswith(root)]
+        from .trace_files import TRACE_PATTERNS   # here: a run without --torch loads none of it
         return rundir.trace_files(self.run_path, *TRACE_PATTERNS)      # no link followed
 
     def sweep(self) -> int:
@@ -191,6 +192,7 @@ class TorchCollector(PollingCollector):
         through its claim first (claim.py): one being converted by another process (a recovery,
         another profiler of the run) is looked at again next time, one already converted is
         left alone."""
+        from .claim import Claim
         found = []
         for path in self.candidates():
             if str(path) not in self.done:
@@ -219,12 +221,14 @@ class TorchCollector(PollingCollector):
             if self.driver is None:
                 return []
             return [Path(p) for p in list(self.driver.steps_paths)]
+        from .steps import steps_files
         return steps_files(self.run_path)
 
     def sweep_steps(self) -> int:
         """Emit the step and input spans written since the last sweep; returns how many. Each
         steps file's claim is held from its first read to stop (a recovery meanwhile leaves
         it to us)."""
+        from .steps import StepsFile
         rows = 0
         for path in self.steps_candidates():
             sf = self.steps_files.get(str(path))
@@ -242,6 +246,8 @@ class TorchCollector(PollingCollector):
     def convert(self, path: Path) -> None:
         from .convert import TraceConversion
         from .scan import TraceFileError
+        from .steps import steps_file_of_trace
+        from .trace_files import rank_of_trace_dir
         rank = rank_of_trace_dir(path)
         conv = TraceConversion(path, default_rank=rank, spill_dir=path.parent,
                                drop_marks=steps_file_of_trace(path))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
@@ -16,6 +17,26 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         raise UsageFailure(message, self.format_usage())
+
+    def _get_formatter(self):
+        # argparse finds its width through shutil, which imports bz2, lzma and zlib (~2 ms of
+        # every run's start-up, as add_argument checks each option's format): the same width here
+        return self.formatter_class(prog=self.prog, width=help_width())
+
+
+def help_width() -> int:
+    """argparse's help width: shutil.get_terminal_size's columns (COLUMNS, else stdout's
+    terminal, else 80), less 2."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns   # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return (columns or 80) - 2
 
 
 class UsageFailure(Exception):

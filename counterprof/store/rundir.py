@@ -432,9 +432,9 @@ def write_json(path: Path, data: Any) -> None:
     """Atomic replace: a reader, or a profiler killed mid-write, never sees half a file."""
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     safepath.unlink_in_run(tmp)         # one a killed process of this pid left (or a planted link)
+    text = json.dumps(data, indent=2, default=str) + "\n"   # one write, not one per token
     with os.fdopen(safepath.create_new(tmp), "w") as f:
-        json.dump(data, f, indent=2, default=str)
-        f.write("\n")
+        f.write(text)
     os.replace(tmp, path)
 
 

@@ -1249,10 +1249,13 @@ def report(results: dict) -> str:
                 f"{name.replace('baseline ', '')}: {r['median']:.2f} [{r['min']:.2f}–{r['max']:.2f}]"
                 for name, r in ratios)]
         cp = (s.get("counterprof run") or {}).get("wall_s")
+        cs = (s.get("counterprof run (summary)") or {}).get("wall_s")
         hp = (s.get("counterprof --help") or {}).get("wall_s")
+        # the goal names `run -- true` as a user types it (its summary printed); -q beside it
         lines += ["", f"targets: `counterprof --help` < {TARGET_HELP_S * 1000:g} ms: "
                   f"{ok(None if not hp else hp['median'] < TARGET_HELP_S)}; `counterprof run -- true` < "
-                  f"{TARGET_RUN_TRUE_S * 1000:g} ms: {ok(None if not cp else cp['median'] < TARGET_RUN_TRUE_S)}", ""]
+                  f"{TARGET_RUN_TRUE_S * 1000:g} ms: {ok(None if not cs else cs['median'] < TARGET_RUN_TRUE_S)}"
+                  f" (`run -q`: {ok(None if not cp else cp['median'] < TARGET_RUN_TRUE_S)})", ""]
     c = results.get("cm")
     if c and "modes" in c:
         lines += [f"### `counterprof.profile()` in-process ({results['args']['rounds']} rounds × "

@@ -112,13 +112,16 @@ def test_a_default_run_imports_no_module_it_does_not_use(tmp_path):
     os.urandom's hex), calibration's measuring code (only its cache is read), the redaction
     used by the live view, the neuron-monitor child (subprocess) with no Neuron device,
     pyarrow.parquet with pyarrow.fs, its cloud filesystems and ssl (~20 ms: the journal is
-    compacted through pyarrow._parquet's writer), and dateutil (pyarrow loads it when a pa.array
-    infers its type: the collectors' dictionaries are typed)."""
+    compacted through pyarrow._parquet's writer), dateutil (pyarrow loads it when a pa.array
+    infers its type: the collectors' dictionaries are typed), shutil with bz2 and lzma (~2.5 ms:
+    argparse's width and the PATH search are counterprof's own), difflib (only a misspelt
+    event's suggestions) and the torch collector's steps files (no --torch)."""
     from counterprof.collectors.nvml.library import no_driver_here
     p, names = _run_in_process(tmp_path, ['run', '-q'])
     left_out = {"importlib.metadata", "secrets", "hashlib", "counterprof.calibrate.measure",
                 "statistics", "counterprof.redact", "counterprof.collectors.neuron.child",
-                "pyarrow.parquet", "pyarrow.fs", "pyarrow._s3fs", "ssl", "dateutil"}
+                "pyarrow.parquet", "pyarrow.fs", "pyarrow._s3fs", "ssl", "dateutil",
+                "shutil", "bz2", "lzma", "difflib", "counterprof.collectors.torch_trace.steps"}
     if no_driver_here():
         left_out.add("pynvml")
     assert not left_out & set(names), sorted(left_out & set(names))
