@@ -10,12 +10,11 @@ Then `counterprof breakdown RUN`.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 
 from .common import ArgumentParser, err, guarded
-from .process_setup import keep_pandas_out, use_system_allocator
+from .process_setup import keep_pandas_out, pause_gc, resume_gc, use_system_allocator
 
 
 def build_parser() -> ArgumentParser:
@@ -47,15 +46,13 @@ def _main(argv: list[str]) -> int:
     start_early(args.traces[0])
     # the libraries' imports (numpy, pyarrow: ~250 modules) make no garbage worth the cyclic
     # collector's passes over their new objects (~5 ms of start-up)
-    collecting = gc.isenabled()
-    gc.disable()
+    pause_gc()
     try:
         use_system_allocator()      # after the arguments: --help and a usage error load no pyarrow
         from ..trace_import import check_run_target, import_traces
         check_run_target(args.output, args.force)    # (loads the importer)
     finally:
-        if collecting:
-            gc.enable()
+        resume_gc()
 
     def report(trace) -> None:
         if args.quiet and not trace.failed and not trace.problems:

@@ -3,6 +3,7 @@ BLAS loaded with one thread, Arrow on the system allocator. Only the CLI's proce
 leaves the user's process alone."""
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -47,3 +48,28 @@ def use_system_allocator() -> None:
     long run peak ~30 MB lower. (The context manager leaves the user's process alone.)"""
     import pyarrow as pa
     pa.set_memory_pool(pa.system_memory_pool())
+
+
+_gc_paused = False
+
+
+def pause_gc() -> None:
+    """The cyclic collector off while numpy, pyarrow and the command's modules load (~300
+    modules, ~200k objects, none of them garbage): 62 collections in a `run -q -- true`, ~6 ms."""
+    global _gc_paused
+    if gc.isenabled():
+        gc.disable()
+        _gc_paused = True
+
+
+def resume_gc() -> None:
+    """The collector on again once the command is set up (only what pause_gc turned off), with
+    what start-up made frozen: gc.freeze moves it out of the collector's generations without a
+    pass over it. Re-enabled without that, the first collections walk all of it and cost as
+    much as the ones avoided. 7 collections and ~1 ms are left of a `run -q -- true` (0.96x wall
+    paired; with its summary 0.93x); a long run's full collections skip those objects too."""
+    global _gc_paused
+    if _gc_paused:
+        _gc_paused = False
+        gc.freeze()
+        gc.enable()

@@ -15,7 +15,8 @@ import os
 import sys
 
 from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err, guarded)
-from .process_setup import import_arrow_with_one_blas_thread, keep_pandas_out, use_system_allocator
+from .process_setup import (import_arrow_with_one_blas_thread, keep_pandas_out, pause_gc, resume_gc,
+                            use_system_allocator)
 
 EPILOG = """\
 examples:
@@ -136,11 +137,15 @@ def build_parser() -> ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    # Before any thread exists: threads inherit the mask, so signals stay pending for
-    # the main thread to take with sigtimedwait and forward.
-    from ..workload import block_signals
-    block_signals()
-    return guarded(lambda: _main(argv))
+    pause_gc()        # until the run is prepared (_run): imports and set-up make no garbage
+    try:
+        # Before any thread exists: threads inherit the mask, so signals stay pending for
+        # the main thread to take with sigtimedwait and forward.
+        from ..workload import block_signals
+        block_signals()
+        return guarded(lambda: _main(argv))
+    finally:
+        resume_gc()   # a usage error before prepare (a caller in-process goes on collecting)
 
 
 def _main(argv: list[str]) -> int:
@@ -215,6 +220,7 @@ def _run(args) -> int:
         exporter.attach(session, scope="machine" if machine else "process",
                         cpus=os.cpu_count(), perf_system_wide=args.all_cpus)
     session.prepare()               # bad events, bad collectors, existing run: exit 2/1 here
+    resume_gc()
 
     if command:
         exit_status = profile_run.launch(session, command, view, say=err).exit_status
