@@ -67,7 +67,8 @@ def resume_gc() -> None:
     what start-up made frozen: gc.freeze moves it out of the collector's generations without a
     pass over it. Re-enabled without that, the first collections walk all of it and cost as
     much as the ones avoided. 7 collections and ~1 ms are left of a `run -q -- true` (0.96x wall
-    paired; with its summary 0.93x); a long run's full collections skip those objects too."""
+    paired; with its summary 0.93x). A steady run collects about once a minute (its drains make
+    few container objects), so this is start-up's figure only."""
     global _gc_paused
     if _gc_paused:
         _gc_paused = False
