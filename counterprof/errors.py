@@ -245,11 +245,11 @@ class DiskFull(RunDirectoryError):
     """No space left (ENOSPC, EDQUOT) where counterprof writes."""
 
 
-def os_error(exc: OSError, path: str | os.PathLike[str] | None = None, doing: str = "use",
+def os_error(exc: OSError, path: str | os.PathLike[str] | None = None, doing: str = "using it",
              kept: str = "") -> CounterprofError:
     """The counterprof error for an OSError met while doing something to path (a run's file,
-    an output): one line that names the file, what failed and what to do. kept: what was kept
-    anyway (said on a full disk)."""
+    an output): one line that names the file, what failed and what to do. doing: what was being
+    done, as "writing meta.json". kept: what was kept anyway (said on a full disk)."""
     where = str(path if path is not None else (exc.filename or "a file"))
     err = exc.errno
     name = _errno.errorcode.get(err, str(err)) if err else type(exc).__name__
@@ -274,4 +274,4 @@ def os_error(exc: OSError, path: str | os.PathLike[str] | None = None, doing: st
     if err == _errno.EIO:
         return RunDirectoryError(f"{where}: input/output error ({doing}): the disk or network "
                                  "file system failed; copy what is readable elsewhere")
-    return RunDirectoryError(f"{where}: cannot {doing}: {exc.strerror or exc} ({name})")
+    return RunDirectoryError(f"{where}: {doing} failed: {exc.strerror or exc} ({name})")

@@ -8,10 +8,13 @@ import stat
 
 def which(name: str, path: str | None = None) -> str | None:
     """The first executable regular file `name` on PATH (shutil.which's answer on POSIX): a name
-    with a slash is checked as given; an empty PATH entry is the current directory."""
+    with a slash is checked as given; an empty PATH finds nothing, an empty entry in one is the
+    current directory (answered as ./name, where shutil says name)."""
     if os.sep in name:
         return name if _executable(name) else None
     search = os.environ.get("PATH", os.defpath) if path is None else path
+    if not search:
+        return None
     for folder in search.split(os.pathsep):
         candidate = os.path.join(folder or os.curdir, name)
         if _executable(candidate):

@@ -10,6 +10,7 @@ two processes, and the import stops with a message naming them.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 from dataclasses import field
@@ -68,6 +69,10 @@ def find_traces(paths: list[str | os.PathLike]) -> list[Path]:
             found += sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(SUFFIXES)
                             and not f.name.startswith("."))
         elif p.exists():
+            kind = _special_kind(p)
+            if kind is not None:      # a pipe would block the open and cannot be re-read
+                raise UsageError(f"{p}: not a regular file ({kind}); save the trace to a file "
+                                 "and import that")
             found.append(p)
         else:
             raise UsageError(f"{p}: no such file or directory")
@@ -75,6 +80,16 @@ def find_traces(paths: list[str | os.PathLike]) -> list[Path]:
         raise UsageError(f"no trace files (*.json, *.json.gz) in {', '.join(map(str, paths))}")
     unique = list(dict.fromkeys(f.resolve() for f in found))
     return unique
+
+
+def _special_kind(path: Path) -> str | None:
+    """What a path that is neither a directory nor a regular file is (links followed)."""
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISFIFO, "a pipe"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return None
 
 
 class _ParquetSink:

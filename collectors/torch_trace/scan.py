@@ -342,7 +342,11 @@ class KinetoScanner:
                     if max_chars is not None and end - self.pos > max_chars:
                         self.big, self.pos = end - self.pos, end
                         return TOO_BIG
-                    value = json.loads(self.buf[self.pos:end].decode("utf-8", "replace"))
+                    text = self.buf[self.pos:end].decode("utf-8", "replace")
+                    try:      # as the reference reads it: a raw tab or control character in a string is kept
+                        value = _META_DECODER.decode(text)
+                    except ValueError as exc:    # what the skipper let through: said where, not raised
+                        raise _Corrupt(getattr(exc, "msg", str(exc)), self._here()) from None
                 else:
                     value, end = _decode_one(self.buf, self.pos, self.eof, decoder or _META_DECODER)
             except _Incomplete:
@@ -368,6 +372,7 @@ class KinetoScanner:
         self._open()
         try:
             yield from self._walk()
+            self._check_after_end()
         except _Incomplete:
             self._problem_end()
         except _Corrupt as exc:
@@ -376,6 +381,13 @@ class KinetoScanner:
                                  f"(kept what came before it)")
         finally:
             self.src.close()
+
+    def _check_after_end(self) -> None:
+        """Past the trace's closing bracket: whitespace, or text that is said, not silently
+        dropped (a second trace appended to the file, as `cat a.json.gz b.json.gz` makes)."""
+        if self._peek() != "":
+            self.problems.append(f"text follows the trace's end at {self._where(self._here())} "
+                                 "and was not read (a second trace appended to this file?)")
 
     def _where(self, pos: int) -> str:
         unit = "character" if not self.native else "byte"
@@ -833,7 +845,8 @@ class _NativeBatch:
         if start < 0:
             return None
         try:
-            return json.loads(buf[start:self.ints["args_end"][row]].decode("utf-8", "replace"))
+            # not strict, as the reference decoder: a raw tab in an argument's string keeps the args
+            return _META_DECODER.decode(buf[start:self.ints["args_end"][row]].decode("utf-8", "replace"))
         except ValueError:
             return None
 

@@ -160,7 +160,9 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
 
     run_info = {"id": meta.id, "command": redact_argv(meta.command) if meta.command else None,
                 "status": meta.status, "start_time": meta.start_time,
-                "host": meta.raw.get("host"), "rank": meta.rank}       # host: shown as recorded
+                "host": meta.raw.get("host"), "rank": meta.rank,       # host: shown as recorded
+                # what the recording said of its data (a trace cut off, events not supported)
+                "warnings": [str(w) for w in meta.raw.get("warnings") or [] if w]}
     collectors = {k: {"status": c.status, "reason": c.reason} for k, c in meta.collectors.items()}
     if data.end_ns <= data.start_ns:
         overall = Verdict("run", "unknown", "none", missing=["samples or spans: the run holds none"])

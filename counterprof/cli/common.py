@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from ..errors import CounterprofError
 
@@ -37,6 +40,10 @@ def help_width() -> int:
         except (AttributeError, ValueError, OSError):
             columns = 0
     return (columns or 80) - 2
+
+
+class Terminated(Exception):
+    """SIGTERM arrived (terminated_on_sigterm): the command ends as an interrupt does."""
 
 
 class UsageFailure(Exception):
@@ -115,7 +122,7 @@ def guarded(fn: Callable[[], int]) -> int:
         from ..errors import os_error
         if isinstance(exc, BrokenPipeError):
             return _broken_pipe()
-        e = os_error(exc, doing="read or write it")
+        e = os_error(exc, doing="reading or writing it")
         err(str(e))
         return e.exit_code
     except MemoryError:
@@ -125,6 +132,28 @@ def guarded(fn: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         err("interrupted")
         return 130
+    except Terminated:
+        err("terminated (SIGTERM)")
+        return 143
+
+
+@contextmanager
+def terminated_on_sigterm() -> Iterator[None]:
+    """SIGTERM (`timeout`, a batch system, `docker stop`) raises Terminated in the main thread
+    while the block runs, so the command cleans up as on Ctrl-C instead of dying where it
+    stands; the handler before is restored after (a caller in-process keeps its own)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(_signum, _frame):
+        raise Terminated()
+
+    before = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def _broken_pipe() -> int:

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-from .common import ArgumentParser, err, guarded
+from .common import ArgumentParser, err, guarded, terminated_on_sigterm
 from .process_setup import keep_pandas_out, pause_gc, resume_gc, use_system_allocator
 
 
@@ -36,7 +36,8 @@ def main(argv: list[str]) -> int:
     # numpy's OpenBLAS starts a thread per core that spins at start-up; no BLAS is used here
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     keep_pandas_out()
-    return guarded(lambda: _main(argv))
+    with terminated_on_sigterm():      # cleaned up as on Ctrl-C: no part-files, no half run
+        return guarded(lambda: _main(argv))
 
 
 def _main(argv: list[str]) -> int:

@@ -96,10 +96,23 @@ def device_tables(devices: list[dict]) -> list[tuple[str, str, list[dict]]]:
             if t[2]]
 
 
+WARNINGS_SHOWN = 5
+
+
+def warning_lines(warnings: list[str]) -> list[Text]:
+    """What the recording warned of its data (a trace cut off, an event not supported), above
+    the verdict that rests on that data; the rest are in meta.json."""
+    out = [Text(f"  ! {inert(w)}", style="yellow") for w in warnings[:WARNINGS_SHOWN]]
+    if len(warnings) > WARNINGS_SHOWN:
+        out.append(Text(f"  ! … {len(warnings) - WARNINGS_SHOWN} more in meta.json", style="yellow"))
+    return out
+
+
 def report_renderable(r: Report):
     parts = []
     cmd = inert(shlex.join(r.run.get("command") or [])) or "(no command)"
     parts.append(Text(f"counterprof report: {inert(r.run.get('id'))}  '{cmd}'", style="bold"))
+    parts.extend(warning_lines(r.run.get("warnings") or []))
     o = r.overall
     head = Text("\nverdict: ", style="bold")
     head.append(describe(o), style=f"bold {COLORS.get(o.verdict, 'white')}")

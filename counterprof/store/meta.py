@@ -119,7 +119,7 @@ def load_json(path: Path) -> Any:
     except FileNotFoundError:
         raise RunDirectoryError(f"{path.parent} is not a counterprof run (no {path.name})") from None
     except OSError as exc:
-        raise os_error(exc, path, "read") from None
+        raise os_error(exc, path, "reading it") from None
     except (ValueError, RecursionError) as exc:     # bad JSON, bad UTF-8, absurd nesting
         raise RunDirectoryError(f"{path} is corrupt: {str(exc)[:200]}") from None
 

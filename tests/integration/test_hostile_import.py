@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from helpers import COUNTERPROF
-from kineto_traces import X
+from kineto_traces import X, launch
 
 
 def _import(tmp_path, doc, name="t.json", limit_mb: int | None = None):
@@ -69,3 +69,66 @@ def test_a_50_mb_device_properties_is_left_out_within_a_memory_limit(tmp_path):
                            "traceEvents": [X("cpu_op", "a", 1, 1)]}, limit_mb=1500)
     assert p.returncode == 0, p.stderr
     assert "'deviceProperties' is 47.7 MB: left out" in p.stderr
+
+
+def test_a_pipe_is_refused_before_anything_is_opened(tmp_path):
+    """A FIFO given as the trace (no writer: an open would block for ever; with one: the reader
+    cannot seek back) is named as a pipe, and no run directory is made."""
+    import os
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    p = subprocess.run([*COUNTERPROF, "import", str(fifo), "-o", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert f"{fifo}: not a regular file (a pipe)" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_sigterm_mid_import_removes_the_part_files_and_the_run(tmp_path):
+    """SIGTERM (timeout, a batch system) while a trace converts ends the import as Ctrl-C does:
+    exit 143, one line, the part-file and the new run directory removed (the default action
+    left a directory that was no run but refused the next import without --force)."""
+    import signal
+    import time
+    events = [X("cpu_op", f"aten::op{i % 50}", 10 * i, 5, tid=1 + i % 4) for i in range(300_000)]
+    trace = tmp_path / "big.json"
+    trace.write_text(json.dumps({"traceEvents": events}))
+    out = tmp_path / "run"
+    p = subprocess.Popen([*COUNTERPROF, "import", str(trace), "-o", str(out)],
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(out.glob(".import-*.parquet.tmp")):     # converting: spans being written
+            assert p.poll() is None and time.monotonic() < deadline, "the import ended before it was caught"
+            time.sleep(0.005)
+        p.send_signal(signal.SIGTERM)
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, stderr
+    assert "counterprof: terminated (SIGTERM)" in stderr and "Traceback" not in stderr
+    assert not out.exists()
+
+
+def test_a_cut_trace_is_imported_as_far_as_it_goes_and_the_report_says_so(tmp_path):
+    """A trace cut off mid-file keeps what came before the cut (exit 0), and `counterprof
+    report` shows the import's warning above its verdict (and in --json), not only meta.json."""
+    import gzip
+    events = [e for i in range(10_000) for e in launch("gemm", 100 * i, 3, i, 100 * i + 5, 60)]
+    whole = gzip.compress(json.dumps({"traceEvents": events}).encode())
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(whole[: len(whole) // 3])
+    p = subprocess.run([*COUNTERPROF, "import", str(cut), "-o", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "cut off" in p.stderr, p.stderr
+    assert 0 < len(_spans(tmp_path)) < 20_000        # the runtime calls and kernels before the cut
+    import os
+    r = subprocess.run([*COUNTERPROF, "report", str(tmp_path / "run")], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "COLUMNS": "400"})
+    assert r.returncode == 0, r.stderr
+    head = r.stdout.split("verdict:")[0]
+    assert f"! {cut}: the gzip stream is cut off" in head, r.stdout[:800]
+    j = subprocess.run([*COUNTERPROF, "report", "--json", str(tmp_path / "run")], capture_output=True,
+                       text=True, timeout=120)
+    assert any("cut off" in w for w in json.loads(j.stdout)["run"]["warnings"])

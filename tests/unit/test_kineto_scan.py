@@ -221,3 +221,68 @@ def test_scan_ahead_hands_each_batch_the_metadata_of_its_time(tmp_path):
     rest = list(batches)
     assert first.num_rows + sum(b.num_rows for b, _ in rest) == 20
     assert scanner.events == 20
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_a_raw_control_character_in_a_string_is_read_by_both_decoders(tmp_path, gz):
+    """JSON forbids a raw tab inside a string, yet traces carry them (a device's name, a
+    trace name, an op's argument): the reference decoder reads them (strict=False), and the
+    native one read the top-level values with a strict json.loads, so the whole import of
+    every trace given stopped with a traceback."""
+    evs = [X("cpu_op", "aten::mm", 10, 20, **{"Input Dims": [[2, 3], [3, 4]], "note": "a\u0001b"}),
+           X("kernel", "gemm", 40, 5)]
+    p = write_trace(tmp_path / "t.json", evs, {"traceName": "x\u0002y", "deviceProperties": [{"name": "H\u0003100"}]},
+                    after=("deviceProperties",))
+    text = p.read_text().replace("\\u0001", "\t").replace("\\u0002", "\t").replace("\\u0003", "\t")
+    assert text.count("\t") == 3
+    if gz:
+        p = tmp_path / "t.json.gz"
+        p.write_bytes(gzip.compress(text.encode()))
+    else:
+        p.write_text(text)
+    native, s1 = events_of(p, native=True)
+    ref, s2 = events_of(p, native=False)
+    assert native.num_rows == 2 and native.equals(ref)
+    assert s1.meta == s2.meta
+    assert s1.meta["traceName"] == "x\ty" and s1.meta["deviceProperties"][0]["name"] == "H\t100"
+    assert not s1.problems and not s2.problems
+
+
+def test_a_top_level_value_the_decoder_refuses_is_named_not_raised(tmp_path, monkeypatch):
+    """Should the skipper pass a value the decoder then refuses, the scan says where the JSON
+    is damaged and keeps what came before it, as for any other damage."""
+    p = write_trace(tmp_path / "t.json", [X("kernel", "gemm", 40, 5)], {"traceName": "n"},
+                    after=("traceName",))
+
+    class Refusing(json.JSONDecoder):
+        def decode(self, s, *a, **k):
+            if s == '"n"':             # the trace name's value, after the events
+                raise json.JSONDecodeError("refused here", s, 0)
+            return super().decode(s, *a, **k)
+
+    monkeypatch.setattr(scan, "_META_DECODER", Refusing(strict=False))
+    t, s = events_of(p, native=True)
+    assert t.num_rows == 1
+    assert any("damaged" in problem and "refused here" in problem for problem in s.problems)
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("gz", [False, True])
+def test_text_after_the_trace_is_said_not_dropped(tmp_path, native, gz):
+    """Two traces in one file (`cat a.json.gz b.json.gz > c.json.gz`: gzip members one after
+    another): the first is read, and the rest is named as not read."""
+    a = write_trace(tmp_path / "a.json", [X("kernel", "gemm", 40, 5)])
+    b = write_trace(tmp_path / "b.json", [X("kernel", "gemv", 50, 5), X("kernel", "gemv", 60, 5)])
+    both = tmp_path / ("c.json.gz" if gz else "c.json")
+    if gz:
+        both.write_bytes(gzip.compress(a.read_bytes()) + gzip.compress(b.read_bytes()))
+    else:
+        both.write_bytes(a.read_bytes() + b"\n" + b.read_bytes())
+    t, s = events_of(both, native=native)
+    assert t.num_rows == 1
+    assert len(s.problems) == 1 and "follows the trace's end" in s.problems[0], s.problems
+    alone, s1 = events_of(a, native=native)      # whitespace after the end is no problem
+    assert alone.num_rows == 1 and not s1.problems
+    trailing = tmp_path / "d.json"
+    trailing.write_bytes(a.read_bytes() + b"\n\n  \t\n")
+    assert not events_of(trailing, native=native)[1].problems

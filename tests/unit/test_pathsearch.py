@@ -51,6 +51,14 @@ def test_an_empty_entry_is_the_current_directory(path_dirs, monkeypatch):
     assert which("tool", os.pathsep) == os.path.join(os.curdir, "tool")
 
 
+def test_an_empty_path_finds_nothing(path_dirs, monkeypatch):
+    _, b, _ = path_dirs
+    monkeypatch.chdir(b)
+    assert which("tool", "") is None and shutil.which("tool", path="") is None
+    monkeypatch.setenv("PATH", "")
+    assert which("tool") is None
+
+
 def test_path_from_the_environment(path_dirs, monkeypatch):
     _, b, _ = path_dirs
     monkeypatch.setenv("PATH", str(b))
