@@ -80,7 +80,11 @@ def exit_without_teardown(status: int) -> None:
 
 
 def console_main() -> None:
-    status = main()
+    try:
+        status = main()
+    except KeyboardInterrupt:    # Ctrl-C before a subcommand's own handling is in place (its imports)
+        print("counterprof: interrupted", file=sys.stderr)
+        sys.exit(130)
     # a profiler or tracer (python -m cProfile, coverage) writes its data at the usual exit
     traced = sys.getprofile() is not None or sys.gettrace() is not None
     if len(sys.argv) > 1 and sys.argv[1] in FAST_EXIT and isinstance(status, int) and not traced:

@@ -252,3 +252,19 @@ def test_an_import_loads_only_what_it_uses(tmp_path):
                 "dateutil"}         # pyarrow loads it when a pa.array or scalar infers its type
     assert not unwanted & set(names), sorted(unwanted & set(names))
     assert list((tmp_path / "r" / "spans").glob("rank=0/*.parquet"))
+
+
+def test_ctrl_c_during_start_up_is_one_line(monkeypatch, capsys):
+    """Ctrl-C while a subcommand's modules still import (before its own handler): one line and
+    130, not a traceback."""
+    import counterprof.cli as cli
+
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "main", interrupted)
+    monkeypatch.setattr("sys.argv", ["counterprof", "run", "--", "true"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.console_main()
+    assert exit_.value.code == 130
+    assert capsys.readouterr().err == "counterprof: interrupted\n"
