@@ -106,7 +106,35 @@ MARKER_FORMAT = "counterprof-run/1"
 
 
 def already_holds_a_run(path: str | os.PathLike[str], words: Words = CLI_WORDS) -> str:
+    gone = _killed_claimer(Path(path))
+    if gone is not None:
+        return (f"{path} holds what a counterprof process left when it was killed before writing "
+                f"its {META} (pid {gone} is gone): {words.replace} to replace it, or {words.other}")
     return f"{path} already holds a run; {words.other}, or {words.replace} to replace it"
+
+
+def _killed_claimer(path: Path) -> int | None:
+    """The pid that claimed this run (its marker), when the run has no meta.json and that
+    process is gone from this host: an import or a start killed mid-way. None otherwise (a run
+    being written, another host's, or a marker that cannot be read)."""
+    from socket import gethostname
+    if safepath.plain_file(path / META, report=False):
+        return None
+    try:
+        with open(safepath.open_read(path / MARKER), encoding="utf-8") as f:
+            made = json.load(f).get("created_by") or {}
+        pid = int(made["pid"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if made.get("host") != gethostname() or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return pid
+    except OSError:
+        return None
+    return None
 
 
 class _claim_lock:

@@ -132,3 +132,35 @@ def test_a_cut_trace_is_imported_as_far_as_it_goes_and_the_report_says_so(tmp_pa
     j = subprocess.run([*COUNTERPROF, "report", "--json", str(tmp_path / "run")], capture_output=True,
                        text=True, timeout=120)
     assert any("cut off" in w for w in json.loads(j.stdout)["run"]["warnings"])
+
+
+def test_what_a_killed_import_left_is_named_as_such(tmp_path):
+    """A SIGKILLed import leaves its claimed directory without meta.json: a second import says
+    a killed process left it (not that it holds a run) and --force replaces it; a claim whose
+    process still lives keeps the plain refusal."""
+    import socket
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": launch("gemm", 10, 3, 1, 15, 60)}))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    out = tmp_path / "run"
+    out.mkdir(mode=0o700)
+    (out / ".counterprof").write_text(json.dumps({"format": "counterprof-run/1", "created_by": {
+        "pid": gone.pid, "host": socket.gethostname()}}))
+    (out / f".import-{gone.pid}-0.parquet.tmp").write_bytes(b"PAR1 half")
+    p = subprocess.run([*COUNTERPROF, "import", str(trace), "-o", str(out)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 1, p.stderr
+    assert f"killed before writing its meta.json (pid {gone.pid} is gone): pass --force" in p.stderr
+    p = subprocess.run([*COUNTERPROF, "import", str(trace), "-o", str(out), "--force"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert (out / "meta.json").exists() and not list(out.glob(".import-*"))
+    import os
+    alive = tmp_path / "alive"
+    alive.mkdir(mode=0o700)
+    (alive / ".counterprof").write_text(json.dumps({"format": "counterprof-run/1", "created_by": {
+        "pid": os.getpid(), "host": socket.gethostname()}}))
+    p = subprocess.run([*COUNTERPROF, "import", str(trace), "-o", str(alive)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 1 and "already holds a run" in p.stderr, p.stderr
