@@ -116,8 +116,12 @@ def test_export_and_compare_of_the_torchrun_job(straggler_run, tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = {(r["key"], r["rank"]): r for r in json.loads(proc.stdout)["rows"]}
     for key in ("step_time", "region:work"):
-        for rank in (None, 0, 1):
-            assert rows[(key, rank)]["status"] == "unchanged", rows[(key, rank)]
+        assert rows[(key, None)]["status"] == "unchanged", rows[(key, None)]
+        # each rank's own row has half the job's steps: its interval can straddle the threshold
+        # on a busy 2-core machine (CI, 2026-12-05: rank 1's step_time), and then it says
+        # inconclusive; never flagged either way
+        for rank in (0, 1):
+            assert rows[(key, rank)]["status"] in ("unchanged", "inconclusive"), rows[(key, rank)]
 
 
 def test_per_rank_without_ranks_says_so(tmp_path):
