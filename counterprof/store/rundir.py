@@ -117,24 +117,13 @@ def _killed_claimer(path: Path) -> int | None:
     """The pid that claimed this run (its marker), when the run has no meta.json and that
     process is gone from this host: an import or a start killed mid-way. None otherwise (a run
     being written, another host's, or a marker that cannot be read)."""
-    from socket import gethostname
     if safepath.plain_file(path / META, report=False):
         return None
-    try:
-        with open(safepath.open_read(path / MARKER), encoding="utf-8") as f:
-            made = json.load(f).get("created_by") or {}
-        pid = int(made["pid"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    by = _marker_creator(path)
+    pid = by.get("pid") if by is not None else None
+    if by is None or not isinstance(pid, int) or pid == os.getpid() or claimer_alive(by):
         return None
-    if made.get("host") != gethostname() or pid <= 0:
-        return None
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return pid
-    except OSError:
-        return None
-    return None
+    return pid
 
 
 class _claim_lock:
@@ -320,13 +309,19 @@ def _finished(path: Path) -> bool:
         if safepath.plain_file(d / META))
 
 
-def _marker_creator_alive(path: Path) -> bool:
+def _marker_creator(path: Path) -> dict[str, Any] | None:
+    """The marker's created_by (pid, host); None when the marker cannot be read."""
     try:
         with os.fdopen(safepath.open_read(path / MARKER), "rb") as f:
             by = json.loads(f.read(4096)).get("created_by") or {}
     except (OSError, ValueError, AttributeError):
-        return False
-    return claimer_alive(by)
+        return None
+    return by if isinstance(by, dict) else None
+
+
+def _marker_creator_alive(path: Path) -> bool:
+    by = _marker_creator(path)
+    return by is not None and claimer_alive(by)
 
 
 _CLEARED_DIRS = (RANKS, *TABLE_NAMES, ".ranks")
