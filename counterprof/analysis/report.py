@@ -161,9 +161,13 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     run_info = {"id": meta.id, "command": redact_argv(meta.command) if meta.command else None,
                 "status": meta.status, "start_time": meta.start_time,
                 "host": meta.raw.get("host"), "rank": meta.rank,       # host: shown as recorded
-                # what the recording said of its data (a trace cut off, events not supported)
-                "warnings": [str(w) for w in meta.raw.get("warnings") or [] if w]}
+                "warnings": []}
     collectors = {k: {"status": c.status, "reason": c.reason} for k, c in meta.collectors.items()}
+    # what the recording said of its data (a trace cut off, events not supported); a collector
+    # that was unavailable is said in the collectors' section, not again here
+    unavailable = tuple(f"{k} collector unavailable" for k, c in collectors.items() if c["status"] == "unavailable")
+    run_info["warnings"] = [str(w) for w in meta.raw.get("warnings") or []
+                            if w and not str(w).startswith(unavailable)]
     if data.end_ns <= data.start_ns:
         overall = Verdict("run", "unknown", "none", missing=["samples or spans: the run holds none"])
         return Report(run_info, overall, window_s, summary=summary, collectors=collectors)

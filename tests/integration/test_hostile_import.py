@@ -164,3 +164,24 @@ def test_what_a_killed_import_left_is_named_as_such(tmp_path):
     p = subprocess.run([*COUNTERPROF, "import", str(trace), "-o", str(alive)], capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 1 and "already holds a run" in p.stderr, p.stderr
+
+
+def test_the_reports_warnings_leave_out_what_its_collectors_section_says(tmp_path):
+    """A collector asked for by name and unavailable here is warned of when the run is recorded
+    (meta.json) and shown in the report's collectors section: not again above the verdict."""
+    from counterprof.collectors.nvml.library import no_driver_here
+    if not no_driver_here():
+        pytest.skip("an NVIDIA driver is here: nvml is available")
+    out = tmp_path / "run"
+    p = subprocess.run([*COUNTERPROF, "run", "-q", "--collectors", "perf,nvml", "-e", "task-clock", "-o",
+                        str(out), "--", "python3", "-c", "sum(range(3_000_000))"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert any(w.startswith("nvml collector unavailable")
+               for w in json.loads((out / "meta.json").read_text())["warnings"])
+    j = subprocess.run([*COUNTERPROF, "report", "--json", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert j.returncode == 0, j.stderr
+    report = json.loads(j.stdout)
+    assert not any("collector unavailable" in w for w in report["run"]["warnings"])
+    assert report["collectors"]["nvml"]["status"] == "unavailable"
