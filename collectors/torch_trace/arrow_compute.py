@@ -3,6 +3,9 @@ defaults, called through pyarrow._compute. Importing pyarrow.compute builds a Py
 docstring included, for each of Arrow's ~300 functions (~20 ms of a `counterprof import` that
 calls eighteen of them); the Array methods that call them (cast, fill_null, drop_null, take,
 filter) import it too, so the conversion calls these instead.
+
+No numpy: `counterprof import` loads pyarrow without it (~45 ms of its start-up), so the
+conversion's array work is Arrow's, and Python reads integer arrays through int_view.
 """
 from __future__ import annotations
 
@@ -40,6 +43,10 @@ def invert(a: Any) -> Any:
 
 def equal(a: Any, b: Any) -> Any:
     return _call("equal", [a, _scalar(b)])
+
+
+def not_equal(a: Any, b: Any) -> Any:
+    return _call("not_equal", [a, _scalar(b)])
 
 
 def add(a: Any, b: Any) -> Any:
@@ -95,6 +102,20 @@ def min(arr: Any) -> Any:
     return _call("min", [arr], _compute.ScalarAggregateOptions(skip_nulls=True, min_count=1))
 
 
+def max(arr: Any) -> Any:
+    return _call("max", [arr], _compute.ScalarAggregateOptions(skip_nulls=True, min_count=1))
+
+
+def any_(arr: Any) -> bool:
+    """Whether a boolean array holds a true (nulls skipped), as a Python bool."""
+    return bool(_call("any", [arr], _compute.ScalarAggregateOptions(skip_nulls=True, min_count=1)).as_py())
+
+
+def replace_with_mask(values: Any, mask: Any, replacements: Any) -> Any:
+    """values with those where mask is true replaced by replacements, in order (a scatter)."""
+    return _call("replace_with_mask", [values, mask, replacements])
+
+
 def value_counts(arr: Any) -> Any:
     return _call("value_counts", [arr])
 
@@ -105,3 +126,28 @@ def dictionary_encode(arr: Any) -> Any:
 
 def indices_nonzero(arr: Any) -> Any:
     return _call("indices_nonzero", [arr])
+
+
+# ---- Arrow arrays read from Python, without numpy ------------------------------------------
+
+_FORMATS = {pa.int64(): "q", pa.uint64(): "Q", pa.int32(): "i", pa.uint32(): "I", pa.int8(): "b",
+            pa.uint8(): "B"}
+
+
+def int_view(arr: pa.Array) -> memoryview:
+    """The values of an integer array without nulls as a memoryview over its buffer (indexing
+    gives Python ints; tolist() is C's loop, where to_pylist makes an Arrow scalar per value)."""
+    fmt = _FORMATS[arr.type]
+    size = arr.type.bit_width // 8
+    data = arr.buffers()[1]
+    n = len(arr)
+    if data is None:              # an empty array
+        return memoryview(b"").cast(fmt)
+    return memoryview(data)[arr.offset * size:(arr.offset + n) * size].cast(fmt)
+
+
+def bitmap(mask: pa.Array) -> pa.Buffer:
+    """The bits of a boolean array without nulls, as a validity buffer of len(mask) values."""
+    if mask.offset:             # (a slice: the kernels here make arrays at offset 0)
+        mask = pa.concat_arrays([pa.array([], pa.bool_()), mask])
+    return mask.buffers()[1]

@@ -40,12 +40,12 @@ from __future__ import annotations
 import json
 import os
 from array import array
+from bisect import bisect_left
 import re
 from collections import Counter
 from typing import Any
 from collections.abc import Iterator
 
-import numpy as np
 import pyarrow as pa
 
 from counterprof.analysis.kernels import (COMMUNICATION, collective_in_kernel_name,
@@ -77,7 +77,16 @@ _KIND_OF_CAT = {
 _KIND_CATEGORY = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "sync",
                   CPU_OP: "cpu_op", RUNTIME: "runtime", ANNOT: "annotation",
                   GPU_ANNOT: "annotation"}
-_GPU_KINDS = (KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOT)
+# the kinds as Arrow sets and tables (the conversion's array work is Arrow's: no numpy)
+_GPU_KINDS = pa.array([KERNEL, MEMCPY, MEMSET, SYNC, GPU_ANNOT], pa.int64())
+_GPU_WORK_KINDS = pa.array([KERNEL, MEMCPY, MEMSET, SYNC], pa.int64())
+_COPY_KINDS = pa.array([MEMCPY, MEMSET], pa.int64())
+_HOST_KINDS = pa.array([CPU_OP, RUNTIME, ANNOT], pa.int64())
+_HOSTISH_KINDS = pa.array([CPU_OP, ANNOT], pa.int64())
+_DROPPED_KINDS = pa.array([SKIP, TRACE], pa.int64())
+# kind -> category code (SKIP and TRACE rows are dropped before: 0 stands in for them)
+_CATEGORY_OF_KIND = pa.array([_CAT_CODE[_KIND_CATEGORY[k]] if k in _KIND_CATEGORY else 0
+                              for k in range(TRACE + 1)], pa.int32())
 # Arrays here are typed: a pa.array that infers its type loads dateutil (~1 ms of an import)
 _OP_CATS = pa.array(["cpu_op", "operator", "Operator"], pa.string())   # torch ops: their shapes are kept
 ABSOLUTE_NS = 10 ** 18        # ts beyond this (2001 as epoch µs) is absolute, not relative
@@ -248,82 +257,86 @@ class TraceConversion:
     def _convert(self, raw, base: int) -> pa.RecordBatch | None:
         cols = raw.columns
         cat_enc = pc.dictionary_encode(cols["cat"])
-        cat_kinds = np.array([kind_of_category(c) for c in cat_enc.dictionary.to_pylist()] + [SKIP],
-                             dtype=np.uint8)
-        idx = cat_enc.indices.to_numpy(zero_copy_only=False)
-        idx = np.where(pc.is_null(cat_enc.indices).to_numpy(zero_copy_only=False),
-                       len(cat_kinds) - 1, idx).astype(np.int64)
-        kind = cat_kinds[idx]
+        cat_names = cat_enc.dictionary.to_pylist() + [None]
+        cat_kinds = [kind_of_category(c) for c in cat_names]       # the last: no cat
+        idx = pc.fill_null(cat_enc.indices, len(cat_names) - 1)
+        kind = pc.take(pa.array(cat_kinds, pa.int64()), idx)
         names = pc.fill_null(cols["name"], "")
-        skip_counts = np.bincount(idx[kind == SKIP], minlength=len(cat_kinds))
-        for i, c in enumerate(cat_enc.dictionary.to_pylist() + [None]):
-            if skip_counts[i]:
-                self._skipped_categories[c if c is not None else "(no cat)"] += int(skip_counts[i])
+        counts = [0] * len(cat_names)
+        for item in pc.value_counts(idx).to_pylist():
+            counts[item["values"]] = item["counts"]
+        for c, k, count in zip(cat_names, cat_kinds, counts):
+            if k == SKIP and count:
+                self._skipped_categories[c if c is not None else "(no cat)"] += count
 
-        ts = _np(cols["ts_ns"])
-        dur = _np(cols["dur_ns"])
+        ts = _filled(cols["ts_ns"])
+        dur = _filled(cols["dur_ns"])
         pid = cols["pid"]
         # the Trace span: the recorded window's extent
-        trace_rows = np.nonzero(kind == TRACE)[0]
-        for r in trace_rows:
-            self._trace_extent = (int(ts[r]), int(ts[r] + dur[r]))
-        host = (kind == CPU_OP) | (kind == RUNTIME) | (kind == ANNOT)
-        if host.any():
-            host_pids = pc.filter(pid, _bools(host))
+        trace_rows = pc.int_view(pc.indices_nonzero(pc.equal(kind, TRACE))).tolist()
+        if trace_rows:
+            ts_v, dur_v = pc.int_view(ts), pc.int_view(dur)
+            for r in trace_rows:
+                self._trace_extent = (ts_v[r], _wrap64(ts_v[r] + dur_v[r]))
+        host = pc.is_in(kind, _HOST_KINDS)
+        if pc.any_(host):
+            host_pids = pc.filter(pid, host)
             vc = pc.value_counts(pc.drop_null(host_pids))
             for item in vc.to_pylist():
                 self._pids[item["values"]] += item["counts"]
             if self._pids:
                 self.host_pid = self._pids.most_common(1)[0][0]
 
-        keep = (kind != SKIP) & (kind != TRACE)
+        keep = pc.invert(pc.is_in(kind, _DROPPED_KINDS))
         if self.drop_marks:
-            hostish_all = (kind == CPU_OP) | (kind == ANNOT)
-            if hostish_all.any():
-                marks = _np_bool(pc.or_(pc.starts_with(names, "ProfilerStep#"),
-                                        pc.starts_with(names, INPUT_PREFIX)))
-                keep &= ~(hostish_all & marks)
-        if not keep.any():
+            hostish_all = pc.is_in(kind, _HOSTISH_KINDS)
+            if pc.any_(hostish_all):
+                marks = pc.or_(pc.starts_with(names, "ProfilerStep#"), pc.starts_with(names, INPUT_PREFIX))
+                keep = pc.and_(keep, pc.invert(pc.and_(hostish_all, marks)))
+        if not pc.any_(keep):
             return None
-        rows = np.nonzero(keep)[0]
-        kind = kind[rows]
-        take = _ints(rows)
+        take = pc.indices_nonzero(keep)          # the rows kept (uint64, ascending)
+        n = len(take)
+        kind = pc.take(kind, take)
         names = pc.take(names, take)
-        gpu = np.isin(kind, _GPU_KINDS)
+        gpu_mask = pc.is_in(kind, _GPU_KINDS)
 
         # category codes, then the name-based refinements
-        category = np.empty(len(rows), np.int32)
-        for k, c in _KIND_CATEGORY.items():
-            category[kind == k] = _CAT_CODE[c]
-        hostish = (kind == CPU_OP) | (kind == ANNOT)
-        is_step = hostish & _np_bool(pc.starts_with(names, "ProfilerStep#"))
-        category[is_step] = _CAT_CODE["step"]
-        category[hostish & _np_bool(pc.starts_with(names, INPUT_PREFIX))] = _CAT_CODE["input"]
-        is_rpc = (kind == CPU_OP) & _np_bool(pc.equal(names, "record_param_comms"))
-        is_gloo = (kind == ANNOT) & _np_bool(pc.starts_with(names, "gloo:"))
-        category[is_rpc | is_gloo] = _CAT_CODE["collective"]
+        category = pc.take(_CATEGORY_OF_KIND, kind)
+        hostish = pc.is_in(kind, _HOSTISH_KINDS)
+        is_step = pc.and_(hostish, pc.starts_with(names, "ProfilerStep#"))
+        category = pc.if_else(is_step, _code(_CAT_CODE["step"]), category)
+        is_input = pc.and_(hostish, pc.starts_with(names, INPUT_PREFIX))
+        category = pc.if_else(is_input, _code(_CAT_CODE["input"]), category)
+        is_rpc = pc.and_(pc.equal(kind, CPU_OP), pc.equal(names, "record_param_comms"))
+        is_gloo = pc.and_(pc.equal(kind, ANNOT), pc.starts_with(names, "gloo:"))
+        category = pc.if_else(pc.or_(is_rpc, is_gloo), _code(_CAT_CODE["collective"]), category)
 
         # kernel classes, per distinct name
-        klass = np.full(len(rows), -1, np.int32)
-        gpu_work = np.nonzero(np.isin(kind, (KERNEL, MEMCPY, MEMSET, SYNC)))[0]
+        gpu_work_mask = pc.is_in(kind, _GPU_WORK_KINDS)
+        gpu_work = pc.indices_nonzero(gpu_work_mask)
+        klass = pa.nulls(n, pa.int32())
         comm_rows: list[int] = []
         if len(gpu_work):
-            enc = pc.dictionary_encode(pc.take(names, _ints(gpu_work)))
+            enc = pc.dictionary_encode(pc.take(names, gpu_work))
             dict_names = enc.dictionary.to_pylist()
-            codes = enc.indices.to_numpy(zero_copy_only=False)
-            kinds_here = kind[gpu_work]
+            codes = enc.indices
+            kinds_here = pc.take(kind, gpu_work)
             cat_name = {KERNEL: "kernel", MEMCPY: "memcpy", MEMSET: "memset", SYNC: "sync"}
-            for k in np.nonzero(np.bincount(kinds_here))[0]:   # (np.unique imports numpy.ma)
-                sel = kinds_here == k
-                per_name = np.array([_CLASS_CODE[kernel_class(cat_name[int(k)], nm)] for nm in dict_names],
-                                    np.int32)
-                klass[gpu_work[sel]] = per_name[codes[sel]]
-            comm_rows = gpu_work[klass[gpu_work] == _CLASS_CODE[COMMUNICATION]].tolist()
+            classes = None
+            for k in sorted(item["values"] for item in pc.value_counts(kinds_here).to_pylist()):
+                per_name = pa.array([_CLASS_CODE[kernel_class(cat_name[k], nm)] for nm in dict_names],
+                                    pa.int32())
+                here = pc.take(per_name, codes)
+                classes = here if classes is None else pc.if_else(pc.equal(kinds_here, k), here, classes)
+            klass = pc.replace_with_mask(klass, gpu_work_mask, classes)
+            comm_rows = pc.int_view(pc.indices_nonzero(
+                pc.fill_null(pc.equal(klass, _CLASS_CODE[COMMUNICATION]), False))).tolist()
 
-        ts_r, dur_r = ts[rows], dur[rows]
-        start = ts_r + base
-        end = start + dur_r
-        lo, hi = int(ts_r.min()), int((ts_r + dur_r).max())   # kept relative to the base
+        ts_r, dur_r = pc.take(ts, take), pc.take(dur, take)
+        start = pc.add(ts_r, pa.scalar(base, pa.int64()))
+        end = pc.add(start, dur_r)
+        lo, hi = pc.min(ts_r).as_py(), pc.max(pc.add(ts_r, dur_r)).as_py()   # kept relative to the base
         if self._extent[0] is None or lo < self._extent[0]:
             self._extent[0] = lo
         if self._extent[1] is None or hi > self._extent[1]:
@@ -333,7 +346,6 @@ class TraceConversion:
         tid_r = pc.take(cols["tid"], take)
         device_r = pc.take(cols["device"], take)
         stream_r = pc.take(cols["stream"], take)
-        gpu_mask = _bools(gpu)
         # GPU spans: the device (args.device, else Kineto's pid), the stream (args.stream, else
         # Kineto's tid), and the host process's pid
         device_col = pc.cast(pc.if_else(gpu_mask, pc.coalesce(device_r, pid_r), None), pa.int32())
@@ -341,56 +353,56 @@ class TraceConversion:
         pid_col = pc.if_else(gpu_mask, pa.scalar(self.host_pid, pa.int64()), pid_r)
         tid_col = pc.if_else(gpu_mask, pa.scalar(None, pa.int64()), tid_r)
         correlation = pc.take(cols["correlation"], take)
-        bytes_col = pc.if_else(_bools(np.isin(kind, (MEMCPY, MEMSET))),
-                               pc.take(cols["bytes"], take), None)
+        bytes_col = pc.if_else(pc.is_in(kind, _COPY_KINDS), pc.take(cols["bytes"], take), None)
 
         # collectives: a few rows, handled one by one
-        collective: list[str | None] = [None] * len(rows)
-        group: list[int | None] = [None] * len(rows)
-        attrs: list[str | None] = [None] * len(rows)
+        collective: list[str | None] = [None] * n
+        group: list[int | None] = [None] * n
+        attrs: list[str | None] = [None] * n
         bytes_list = None
         special = {}
         if raw.args:
+            rows = pc.int_view(take)
             for raw_row, args in raw.args.items():
-                i = int(np.searchsorted(rows, raw_row))
-                if i < len(rows) and rows[i] == raw_row:
+                i = bisect_left(rows, raw_row)
+                if i < n and rows[i] == raw_row:
                     special[i] = args
         if special or comm_rows:
-            ext = cols["external_id"]
-            ext_np = np.where(_np_bool(pc.is_null(ext)), -1, _np(ext))[rows]
+            ext_r = pc.int_view(pc.take(pc.fill_null(cols["external_id"], -1), take))
+            category_v, kind_v = pc.int_view(category), pc.int_view(kind)
             bytes_list = bytes_col.to_pylist()
             idx = sorted(special)
             for i, name in zip(idx, pc.take(names, pa.array(idx, pa.int64())).to_pylist()):
                 args = special[i]
-                if category[i] == _CAT_CODE["collective"] and name == "record_param_comms":
+                if category_v[i] == _CAT_CODE["collective"] and name == "record_param_comms":
                     info = _record_param_comms(args)
-                    if ext_np[i] >= 0:
-                        self._collectives.add(int(ext_np[i]), info)
+                    if ext_r[i] >= 0:
+                        self._collectives.add(ext_r[i], info)
                 elif name.startswith("gloo:"):
                     info = _shaped_collective(name[5:], args, self._single_group)
                 elif name.startswith("c10d::"):
                     info = _shaped_collective(name[6:].rstrip("_"), args, None)
                 else:
-                    if kind[i] == CPU_OP:
+                    if kind_v[i] == CPU_OP:
                         attrs[i] = op_shapes(args)
                     continue
                 collective[i], bytes_list[i], group[i], attrs[i] = info
             if comm_rows:
-                found = self._collectives.lookup(ext_np[comm_rows])
+                found = self._collectives.lookup([ext_r[i] for i in comm_rows])
                 comm_names = pc.take(names, pa.array(comm_rows, pa.int64())).to_pylist()
                 for i, info, name in zip(comm_rows, found, comm_names):
                     if info is None:
                         info = (collective_in_kernel_name(name), None, None, None)
                     collective[i], bytes_list[i], group[i], attrs[i] = info
 
-        self.spans += len(rows)
-        self.gpu_spans += int(np.count_nonzero(np.isin(kind, (KERNEL, MEMCPY, MEMSET, SYNC))))
+        self.spans += n
+        self.gpu_spans += len(gpu_work)
         return pa.RecordBatch.from_arrays([
-            pc.cast(_ints(start), SPANS_SCHEMA.field("start").type),
-            pc.cast(_ints(end), SPANS_SCHEMA.field("end").type),
+            pc.cast(start, SPANS_SCHEMA.field("start").type),
+            pc.cast(end, SPANS_SCHEMA.field("end").type),
             names,
-            pa.DictionaryArray.from_arrays(_int32_or_null(category), pa.array(CATEGORIES, pa.string())),
-            pa.DictionaryArray.from_arrays(_int32_or_null(klass), pa.array(CLASSES, pa.string())),
+            pa.DictionaryArray.from_arrays(category, pa.array(CATEGORIES, pa.string())),
+            pa.DictionaryArray.from_arrays(klass, pa.array(CLASSES, pa.string())),
             device_col,
             stream_col,
             pid_col,
@@ -455,32 +467,18 @@ class TraceConversion:
 
 # ---- helpers ------------------------------------------------------------------------------
 
-# numpy -> Arrow through buffers: pa.array(ndarray) imports numpy.ma (15 ms) to look for masks
-
-def _ints(values: np.ndarray) -> pa.Array:
-    values = np.ascontiguousarray(values, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+def _filled(arr: pa.Array) -> pa.Array:
+    """An int64 column with its nulls as 0."""
+    return pc.fill_null(arr, 0) if arr.null_count else arr
 
 
-def _bools(mask: np.ndarray) -> pa.Array:
-    bits = np.packbits(np.asarray(mask, bool), bitorder="little")
-    return pa.Array.from_buffers(pa.bool_(), len(mask), [None, pa.py_buffer(bits)])
+def _code(code: int) -> pa.Scalar:
+    return pa.scalar(code, pa.int32())
 
 
-def _int32_or_null(codes: np.ndarray) -> pa.Array:
-    """int32 codes with negative ones as nulls (without pa.array's mask=, which imports numpy.ma)."""
-    codes = codes.astype(np.int32, copy=False)
-    missing = codes < 0
-    validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing.any() else None
-    return pa.Array.from_buffers(pa.int32(), len(codes), [validity, pa.py_buffer(codes)])
-
-
-def _np(arr: pa.Array) -> np.ndarray:
-    return pc.fill_null(arr, 0).to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy(zero_copy_only=False)
-
-
-def _np_bool(arr: pa.Array) -> np.ndarray:
-    return pc.fill_null(arr, False).to_numpy(zero_copy_only=False)
+def _wrap64(v: int) -> int:
+    """v as int64 arithmetic leaves it (wrapped around, as the arrays' sums are)."""
+    return (v + 2**63) % 2**64 - 2**63
 
 
 _INT64 = (-2**63, 2**63 - 1)
@@ -543,7 +541,7 @@ class _CollectiveIndex:
         self.idx = array("i")
         self.infos: list[tuple] = []
         self._ids: dict[tuple, int] = {}
-        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
+        self._sorted: tuple[list[int], list[int]] | None = None
 
     def add(self, ext: int, info: tuple) -> None:
         i = self._ids.get(info)
@@ -554,17 +552,19 @@ class _CollectiveIndex:
         self.idx.append(i)
         self._sorted = None
 
-    def lookup(self, exts: np.ndarray) -> list[tuple | None]:
+    def lookup(self, exts: list[int]) -> list[tuple | None]:
         if not self.ext:
             return [None] * len(exts)
         if self._sorted is None:
-            keys = np.array(self.ext, np.int64)
-            order = np.argsort(keys, kind="stable")
-            self._sorted = keys[order], np.array(self.idx, np.int32)[order]
+            order = sorted(range(len(self.ext)), key=self.ext.__getitem__)    # stable
+            self._sorted = [self.ext[o] for o in order], [self.idx[o] for o in order]
         keys, ids = self._sorted
-        pos = np.clip(np.searchsorted(keys, exts), 0, len(keys) - 1)
-        hit = (keys[pos] == exts) & (exts >= 0)
-        return [self.infos[ids[p]] if h else None for p, h in zip(pos.tolist(), hit.tolist())]
+        last = len(keys) - 1
+        found: list[tuple | None] = []
+        for e in exts:
+            p = min(bisect_left(keys, e), last)       # the first entry of that id
+            found.append(self.infos[ids[p]] if keys[p] == e and e >= 0 else None)
+        return found
 
 
 _RPC_FIELDS = ("Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size",

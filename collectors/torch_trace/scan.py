@@ -24,15 +24,17 @@ import json
 import os
 import re
 import stat
+import sys
 import threading
-from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
 
+TYPE_CHECKING = False     # (typing.TYPE_CHECKING without importing typing: ~2 ms before the scan starts)
 if TYPE_CHECKING:
-    import numpy as np
+    from typing import Any
+
     import pyarrow as pa
-# numpy and pyarrow load where a batch is finished, not with this module: `counterprof import`
-# starts scanning its first trace while they load (start_early), ~90 ms of its start-up
+# pyarrow loads where a batch is finished, not with this module: `counterprof import` starts
+# scanning its first trace while it loads (start_early), ~60 ms of its start-up
 
 try:   # ISA-L inflates gzip twice as fast as zlib (x86-64, Arm); the same API
     from isal import isal_zlib as _zlib
@@ -57,6 +59,7 @@ SHAPES_NONE, SHAPES_TEXT, SHAPES_PYTHON = 0, 1, 2   # kineto.c's shapes_state
 # the args taken at finish): the memory an early start may hold, ~10 MB each
 EARLY_BATCHES = 4
 EARLY_CHUNK_BYTES = 8 << 20
+EARLY_SWITCH_INTERVAL = 0.0005    # s: sys.setswitchinterval while the libraries load
 
 
 class TraceFileError(Exception):
@@ -273,7 +276,7 @@ class KinetoScanner:
         self.too_long = 0                 # of those: events whose name outgrew the buffers
         self.bytes_read = 0
         self.compressed = False
-        # start_early's scanner: set once numpy and pyarrow are loaded (adopt); until then the
+        # start_early's scanner: set once pyarrow is loaded (adopt); until then the
         # native scan parses ahead and holds its batches unfinished (None: finish at once)
         self.libraries_ready: threading.Event | None = None
         self._held: list[_NativeBatch] = []
@@ -698,7 +701,7 @@ def scan_ahead(scanner: KinetoScanner, depth: int = 2) -> Iterator[tuple[RawEven
         ahead.close()
 
 
-# ---- the early start: `counterprof import` scans its first trace while numpy and pyarrow load
+# ---- the early start: `counterprof import` scans its first trace while pyarrow loads
 
 _early: dict[tuple[int, int], _ScanAhead] = {}
 
@@ -714,11 +717,18 @@ def start_early(path: str | os.PathLike) -> None:
         return
     if not stat.S_ISREG(st.st_mode):
         return
-    # bigger chunks: each one's parse hands the GIL back and waits for it (up to the 5 ms
-    # switch interval while the imports run), so fewer, longer parses
+    # bigger chunks: each one's parse hands the GIL back and waits for it (up to the switch
+    # interval while the imports run), so fewer, longer parses
     scanner = KinetoScanner(path, chunk_bytes=EARLY_CHUNK_BYTES)
     scanner.libraries_ready = threading.Event()
     _early[(st.st_dev, st.st_ino)] = _ScanAhead(scanner)
+    # the scan thread's Python between its C calls (the walk to traceEvents, each refill)
+    # waits for the GIL the imports hold: up to the switch interval each time (5 ms); a
+    # shorter one while they load (-5% of an a100_rank3of8 import), the usual one from adopt
+    global _switch_interval
+    if _switch_interval is None:
+        _switch_interval = sys.getswitchinterval()
+        sys.setswitchinterval(EARLY_SWITCH_INTERVAL)
 
 
 def adopt(path: str | os.PathLike, *, native: bool, chunk_bytes: int, batch_rows: int,
@@ -727,6 +737,7 @@ def adopt(path: str | os.PathLike, *, native: bool, chunk_bytes: int, batch_rows
     the conversion wants (read once the libraries are loaded); None: there is none."""
     if not _early:
         return None
+    _restore_switch_interval()
     try:
         st = os.stat(path)
     except (OSError, ValueError):
@@ -749,11 +760,22 @@ def adopt(path: str | os.PathLike, *, native: bool, chunk_bytes: int, batch_rows
     return scanner
 
 
+_switch_interval: float | None = None     # the interpreter's, while start_early's is set
+
+
+def _restore_switch_interval() -> None:
+    global _switch_interval
+    if _switch_interval is not None:
+        sys.setswitchinterval(_switch_interval)
+        _switch_interval = None
+
+
 class _NativeBatch:
     """Column arrays for cp_kineto_events, handed over to Arrow without copying. The memory is
-    cffi's (numpy's views of it are made once numpy is loaded: a batch can be parsed before)."""
+    cffi's (Arrow's buffers over it are made once pyarrow is loaded: a batch can be parsed
+    before). No numpy: `counterprof import` loads pyarrow without it."""
 
-    _alloc = None      # cffi's allocator that leaves memory as it comes (np.empty's)
+    _alloc = None      # cffi's allocator that leaves memory as it comes (as np.empty does)
 
     def __init__(self, ffi, capacity: int):
         self.ffi = ffi
@@ -771,7 +793,7 @@ class _NativeBatch:
                 ("shapes_state", "uint8_t[]", capacity, True), ("shapes_off", "int32_t[]", capacity + 1, True),
                 ("shapes_data", "char[]", SHAPES_BYTES, False)):
             self._mem[name] = ffi.new(ctype, n) if zeroed else empty(ctype, n)
-        self.shapes_wanted: np.ndarray | None = None    # rows wants_shapes selected
+        self.shapes_wanted: bytearray | None = None     # rows wants_shapes selected (1 each)
         self.shapes_python: dict[int, str | None] = {}   # rows whose text kineto.c left to Python
         # (buffer, first row, end row) of each cp_kineto_events call whose args are not taken yet
         self.segments: list[tuple[bytes, int, int]] = []
@@ -786,31 +808,25 @@ class _NativeBatch:
         c.name_cap = NAME_BYTES
         c.shapes_cap = SHAPES_BYTES
         self.args: dict[int, dict] = {}
-        self._views = False
+        self._buffers: dict[str, pa.Buffer] | None = None
 
-    def _numpy(self) -> None:
-        """numpy views of the C arrays (the first time the batch is read)."""
-        if self._views:
-            return
-        import numpy as np
-        dtypes = {"int64_t[]": np.int64, "int32_t[]": np.int32, "uint8_t[]": np.uint8, "char[]": np.uint8}
-        views = {name: np.frombuffer(self.ffi.buffer(mem), dtypes[self.ffi.typeof(mem).cname])
-                 for name, mem in self._mem.items()}
-        self.ints = {name: views.pop(name) for name in (*INT_COLUMNS, "args_start", "args_end")}
-        for name, arr in views.items():
-            setattr(self, name, arr)     # ph, cat_valid, cat_off, cat_data, shapes_state, ...
-        self._views = True
+    def _arrow(self) -> dict[str, pa.Buffer]:
+        """Arrow buffers over the C arrays (made the first time the batch is read)."""
+        if self._buffers is None:
+            import pyarrow as pa
+            self._buffers = {name: pa.py_buffer(self.ffi.buffer(mem)) for name, mem in self._mem.items()}
+        return self._buffers
 
     def _strings(self, which: str, r0: int, r1: int) -> pa.Array:
-        import numpy as np
         import pyarrow as pa
-        off = self.cat_off if which == "cat" else self.name_off
-        data = self.cat_data if which == "cat" else self.name_data
-        valid = self.cat_valid if which == "cat" else self.name_valid
+        from . import arrow_compute as pc
+        bufs = self._arrow()
+        off = self._mem["cat_off" if which == "cat" else "name_off"]
         n = r1 - r0
-        mask = pa.py_buffer(np.packbits(valid[r0:r1].astype(bool), bitorder="little"))
-        return pa.StringArray.from_buffers(n, pa.py_buffer(off[r0:r1 + 1]),
-                                           pa.py_buffer(data[:off[r1]]), mask)
+        valid = pa.Array.from_buffers(pa.uint8(), n, [None, bufs[f"{which}_valid"]], offset=r0)
+        mask = pc.bitmap(pc.cast(valid, pa.bool_()))
+        return pa.StringArray.from_buffers(n, bufs[f"{which}_off"].slice(4 * r0, 4 * (n + 1)),
+                                           bufs[f"{which}_data"].slice(0, off[r1]), mask)
 
     def take_args(self, wants, wants_shapes) -> None:
         """For each segment not taken yet: decode the args of its rows that `wants` selects,
@@ -819,8 +835,6 @@ class _NativeBatch:
         segments, self.segments = self.segments, []
         if wants is wants_nothing and wants_shapes is wants_nothing:
             return
-        import numpy as np
-        self._numpy()
         for buf, r0, r1 in segments:
             cat, name = self._strings("cat", r0, r1), self._strings("name", r0, r1)
             mask = wants(cat, name)
@@ -833,33 +847,37 @@ class _NativeBatch:
             if mask is None:
                 continue
             if self.shapes_wanted is None:
-                self.shapes_wanted = np.zeros(self.capacity, bool)
-            rows = r0 + np.asarray(_true_indices(mask), np.int64)
-            self.shapes_wanted[rows] = True
-            for row in rows[self.shapes_state[rows] == SHAPES_PYTHON].tolist():
-                args = self._args(buf, row)
-                self.shapes_python[row] = None if args is None else op_shapes(args)
+                self.shapes_wanted = bytearray(self.capacity)
+            wanted, state = self.shapes_wanted, self._mem["shapes_state"]
+            for i in _true_indices(mask):
+                row = r0 + i
+                wanted[row] = 1
+                if state[row] == SHAPES_PYTHON:
+                    args = self._args(buf, row)
+                    self.shapes_python[row] = None if args is None else op_shapes(args)
 
     def _args(self, buf, row: int) -> dict | None:
-        start = self.ints["args_start"][row]
+        start = self._mem["args_start"][row]
         if start < 0:
             return None
         try:
             # not strict, as the reference decoder: a raw tab in an argument's string keeps the args
-            return _META_DECODER.decode(buf[start:self.ints["args_end"][row]].decode("utf-8", "replace"))
+            return _META_DECODER.decode(buf[start:self._mem["args_end"][row]].decode("utf-8", "replace"))
         except ValueError:
             return None
 
     def _shapes(self, n: int) -> pa.Array | None:
         if self.shapes_wanted is None:
             return None
-        import numpy as np
         import pyarrow as pa
-        valid = self.shapes_wanted[:n] & (self.shapes_state[:n] == SHAPES_TEXT)
+        from . import arrow_compute as pc
+        bufs = self._arrow()
+        wanted = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(self.shapes_wanted)])
+        state = pa.Array.from_buffers(pa.uint8(), n, [None, bufs["shapes_state"]])
+        valid = pc.and_(pc.cast(wanted, pa.bool_()), pc.equal(state, pa.scalar(SHAPES_TEXT, pa.uint8())))
         shapes = pa.StringArray.from_buffers(
-            n, pa.py_buffer(self.shapes_off[:n + 1]),
-            pa.py_buffer(self.shapes_data[:self.shapes_off[n]]),
-            pa.py_buffer(np.packbits(valid, bitorder="little")))
+            n, bufs["shapes_off"].slice(0, 4 * (n + 1)),
+            bufs["shapes_data"].slice(0, self._mem["shapes_off"][n]), pc.bitmap(valid))
         if self.shapes_python:    # rare: escapes, floats, objects in the shapes
             texts = shapes.to_pylist()
             for row, text in self.shapes_python.items():
@@ -868,16 +886,17 @@ class _NativeBatch:
         return shapes
 
     def finish(self) -> RawEvents:
-        import numpy as np
         import pyarrow as pa
-        self._numpy()
+        from . import arrow_compute as pc
+        bufs = self._arrow()
         n = self.cols.rows
         columns = {"cat": self._strings("cat", 0, n), "name": self._strings("name", 0, n)}
+        absent = pa.scalar(NONE, pa.int64())
         for name in INT_COLUMNS:
-            values = self.ints[name][:n]
-            missing = values == NONE
-            validity = pa.py_buffer(np.packbits(~missing, bitorder="little")) if missing.any() else None
-            columns[name] = pa.Array.from_buffers(pa.int64(), n, [validity, pa.py_buffer(values)])
+            values = pa.Array.from_buffers(pa.int64(), n, [None, bufs[name]])
+            present = pc.not_equal(values, absent)
+            validity = pc.bitmap(present) if present.false_count else None
+            columns[name] = pa.Array.from_buffers(pa.int64(), n, [validity, bufs[name]])
         return RawEvents(columns, self.args, self._shapes(n))
 
 
@@ -886,7 +905,8 @@ def _true_indices(mask) -> list[int]:
     from . import arrow_compute as pc
     if isinstance(mask, (pa.Array, pa.ChunkedArray)):
         mask = pc.fill_null(mask, False)
-        return pc.indices_nonzero(mask).to_pylist()
+        found = pc.indices_nonzero(mask)
+        return pc.int_view(found).tolist() if isinstance(found, pa.Array) else found.to_pylist()
     return [i for i, m in enumerate(mask) if m]
 
 

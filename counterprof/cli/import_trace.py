@@ -14,7 +14,8 @@ import os
 import sys
 
 from .common import ArgumentParser, err, guarded, terminated_on_sigterm
-from .process_setup import keep_pandas_out, pause_gc, resume_gc, use_system_allocator
+from .process_setup import (keep_pandas_out, numpy_left_out, pause_gc, resume_gc,
+                            use_system_allocator)
 
 
 def build_parser() -> ArgumentParser:
@@ -42,16 +43,19 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    # the first trace's inflate and parse go on beside the libraries' imports (~90 ms)
+    # the first trace's inflate and parse go on beside the libraries' imports (~50 ms)
     from ..collectors.torch_trace.scan import start_early
     start_early(args.traces[0])
-    # the libraries' imports (numpy, pyarrow: ~250 modules) make no garbage worth the cyclic
-    # collector's passes over their new objects (~5 ms of start-up)
+    # the libraries' imports (pyarrow: ~100 modules) make no garbage worth the cyclic
+    # collector's passes over their new objects
     pause_gc()
     try:
-        use_system_allocator()      # after the arguments: --help and a usage error load no pyarrow
-        from ..trace_import import check_run_target, import_traces
-        check_run_target(args.output, args.force)    # (loads the importer)
+        # after the arguments: --help and a usage error load no pyarrow; the conversion uses
+        # no numpy, so pyarrow loads without it (~45 ms)
+        with numpy_left_out():
+            use_system_allocator()
+            from ..trace_import import check_run_target, import_traces
+            check_run_target(args.output, args.force)    # (loads the importer)
     finally:
         resume_gc()
 

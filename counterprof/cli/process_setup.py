@@ -6,6 +6,8 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class _NoPandas:
@@ -40,6 +42,58 @@ def import_arrow_with_one_blas_thread() -> None:
     finally:
         if set_here:
             del os.environ["OPENBLAS_NUM_THREADS"]
+
+
+@contextmanager
+def numpy_left_out() -> Iterator[None]:
+    """pyarrow (pyarrow.lib and pyarrow._compute) imports numpy when it is installed, for its
+    numpy conversions: ~45 ms of the ~110 that loading the libraries takes (numpy's ~150
+    modules and its OpenBLAS). `counterprof import` makes none (its conversion is Arrow's
+    compute functions), so while the body imports, `import numpy` fails as where numpy is
+    absent, and pyarrow loads without it. numpy is importable again afterwards (pyarrow's
+    numpy conversions then say NumPy is not present). A pyarrow that requires numpy (before
+    18: its numpy C API import would print an error before failing) loads with it. Only for
+    counterprof's own process, where neither is loaded yet."""
+    hide = ("numpy" not in sys.modules and "pyarrow" not in sys.modules
+            and (_pyarrow_major() or 0) >= NUMPY_OPTIONAL_PYARROW)
+    if hide:
+        sys.modules["numpy"] = None              # type: ignore[assignment]  # ImportError
+        try:
+            import pyarrow
+            import pyarrow._compute  # noqa: F401
+        except ImportError:                      # a pyarrow that requires numpy
+            for name in [m for m in sys.modules if m == "pyarrow" or m.startswith("pyarrow.")]:
+                del sys.modules[name]
+            del sys.modules["numpy"]
+            hide = False
+    try:
+        yield
+    finally:
+        if hide and "numpy" in sys.modules and sys.modules["numpy"] is None:
+            del sys.modules["numpy"]
+
+
+NUMPY_OPTIONAL_PYARROW = 18     # the first pyarrow whose lib and _compute import without numpy
+
+
+def _pyarrow_major() -> int | None:
+    """The installed pyarrow's major version, from its _generated_version.py (not
+    importlib.metadata: ~9 ms); None where it cannot be told."""
+    import importlib.util
+    import re
+    try:
+        spec = importlib.util.find_spec("pyarrow")
+    except (ImportError, ValueError):
+        return None
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        try:
+            with open(os.path.join(folder, "_generated_version.py"), encoding="utf-8") as f:
+                m = re.search(r"""version_tuple = \((\d+),""", f.read())
+        except OSError:
+            continue
+        if m:
+            return int(m.group(1))
+    return None
 
 
 def use_system_allocator() -> None:

@@ -1,4 +1,4 @@
-"""`counterprof import` starts scanning its first trace before numpy and pyarrow load
+"""`counterprof import` starts scanning its first trace before pyarrow loads
 (scan.start_early): the batches parsed then are held unfinished until the conversion adopts the
 scanner. What it converts must be what a conversion that scans from the start converts, on
 whole, big, cut and damaged files; a file it cannot adopt is scanned anew."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import os
 import shutil
+import sys
 import time
 
 import pyarrow as pa
@@ -24,6 +25,7 @@ def no_early_left():
     for ahead in scan._early.values():      # a test that failed before adopting
         ahead.close()
     scan._early.clear()
+    scan._restore_switch_interval()
 
 
 def convert(path, tmp_path) -> tuple[pa.Table, TraceConversion]:
@@ -118,6 +120,18 @@ def test_a_trace_named_through_a_symlink_is_adopted(tmp_path):
     table, conv = convert(real.resolve(), tmp_path)
     assert conv.scanner is ahead.scanner and not scan._early
     same((table, conv), convert(real, tmp_path))
+
+
+def test_the_switch_interval_is_short_only_until_adopt(tmp_path):
+    """The scan thread gets the GIL sooner while the libraries load; the conversion runs with
+    the interpreter's interval."""
+    path = tmp_path / "t.json"
+    write_trace(path, [X("cpu_op", f"aten::op{i}", 10 + i, 1) for i in range(20)])
+    before = sys.getswitchinterval()
+    scan.start_early(path)
+    assert sys.getswitchinterval() == pytest.approx(scan.EARLY_SWITCH_INTERVAL)
+    table, conv = convert(path, tmp_path)
+    assert sys.getswitchinterval() == before and conv.spans == 20
 
 
 def test_only_regular_files_start_early(tmp_path):
