@@ -42,7 +42,13 @@ def main(argv: list[str]) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # "" reads as the current directory, which would import every trace below it: an empty
+    # argument is an unset shell variable far more often than a wish to import "."
+    if "" in args.traces or args.output == "":
+        parser.error("an empty path was given (an unset shell variable?); name the trace, the "
+                     "directory or the run (. for the current directory)")
     # the first trace's inflate and parse go on beside the libraries' imports (~50 ms)
     from ..collectors.torch_trace.scan import start_early
     start_early(args.traces[0])

@@ -185,3 +185,13 @@ def test_the_reports_warnings_leave_out_what_its_collectors_section_says(tmp_pat
     report = json.loads(j.stdout)
     assert not any("collector unavailable" in w for w in report["run"]["warnings"])
     assert report["collectors"]["nvml"]["status"] == "unavailable"
+
+
+def test_an_empty_path_is_refused_not_read_as_the_current_directory(tmp_path):
+    # `counterprof import "$TRACE" -o run` with TRACE unset: "" would import every trace below "."
+    (tmp_path / "stray.json").write_text(json.dumps({"traceEvents": [X("cpu_op", "op", 1, 2)]}))
+    for args in (["", "-o", "run"], ["stray.json", "-o", ""]):
+        p = subprocess.run([*COUNTERPROF, "import", *args], cwd=tmp_path, capture_output=True, text=True)
+        assert p.returncode == 2, p.stderr
+        assert "an empty path was given" in p.stderr
+        assert not (tmp_path / "run").exists() and not (tmp_path / "meta.json").exists()
