@@ -53,6 +53,7 @@ METRICS = [
 SYSTEM_FROM = [m.name for m in METRICS].index("system.cpu_util")
 EMIT_EVERY_S = 1.0   # journal writes once a second: a killed profiler loses < 1 s
 RIDDEN_CHECK_S = 3.0   # riding: how long without perf's flushes before this thread flushes
+RIDDEN_SPILL_CHECK_S = 25.0   # the same when perf spills (its drain wakes every 10 s)
 _DELTAS = ("user_s", "system_s", "read_bytes", "write_bytes", "ctx_voluntary", "ctx_involuntary",
            "run_delay_s")     # the cumulative fields of struct cp_tree_stats ...
 _GAUGES = ("rss_bytes", "threads", "processes")    # ... and the others
@@ -203,9 +204,10 @@ class HostCollector(PollingCollector):
         while not self._stop.is_set():
             if self._ride is not None:
                 # the sampler records, perf's drain thread flushes; flush here only if it stopped
-                self._mode.wait(RIDDEN_CHECK_S)
+                check_s = RIDDEN_CHECK_S if self.ctx.spill is None else RIDDEN_SPILL_CHECK_S
+                self._mode.wait(check_s)
                 self._mode.clear()
-                if self._ride is not None and time.monotonic() - self._last_flush > RIDDEN_CHECK_S:
+                if self._ride is not None and time.monotonic() - self._last_flush > check_s:
                     self.drain_ridden()
                 continue
             if self._stop.wait(period):
@@ -232,8 +234,10 @@ class HostCollector(PollingCollector):
             if self._stop.is_set() or self.reader.handle is None:
                 return
             lib = self.reader.lib
+            lib.cp_procstat_set_spill(self.reader.handle, lib.cp_sampler_spill(sampler))  # NULL: none
             rider = lib.cp_sampler_ride_procstat(sampler, self.reader.handle, max(1, period_ns // interval_ns))
             if rider < 0:
+                lib.cp_procstat_set_spill(self.reader.handle, self.reader.ffi.NULL)
                 raise OSError(-rider, os.strerror(-rider), "sampler rider")
             self._ride = (sampler, rider)
             self.details["samples"] = "perf sampler tick"
@@ -248,7 +252,10 @@ class HostCollector(PollingCollector):
                 return
             sampler, rider = self._ride
             self.reader.lib.cp_sampler_remove_rider(sampler, rider)   # no call runs once it returns
+            self.reader.lib.cp_procstat_set_spill(self.reader.handle, self.reader.ffi.NULL)
             self._ride = None
+        # the tick's rows out now: perf removes its spill once its riders have left
+        self.flush()
         self._mode.set()
 
     def drain_ridden(self) -> None:

@@ -87,6 +87,7 @@ WALK_NS = 100_000_000
 WALK_BIG_NS = 300_000_000
 WALK_SMALL_UP_TO = 64
 RIDDEN_CHECK_S = 3.0             # riding: how long without perf's drains before this thread drains
+RIDDEN_SPILL_CHECK_S = 25.0      # the same when perf spills (its drain wakes every 10 s)
 FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a second (main threads': every sample)
 # The other processes' CPU, read at start and stop and every CONTENDERS_EVERY_S between (a
 # contender that lives between two reads is missed) -- less often on a machine with so many
@@ -338,6 +339,7 @@ class ThreadsCollector(PollingCollector):
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
         self._rows = ThreadRows(SOURCE)
+        self._contenders_lock = threading.Lock()   # our thread, or perf's drain while it spills
         self.reader: ThreadReader | None = None
         self.critical: Critical | None = None
         self.root_gone = False
@@ -428,14 +430,17 @@ class ThreadsCollector(PollingCollector):
             if self._ride is not None:
                 # the sampler walks and perf's drain thread drains: wake for a walk kept for us, a
                 # stop, the contenders, or to drain should perf's drains stop
-                if select.select([wake_fd], [], [], RIDDEN_CHECK_S)[0]:
+                # perf spilling: the contenders are read on its drain's wake-up, not on one of ours
+                spilling = self.ctx.spill is not None
+                check_s = RIDDEN_SPILL_CHECK_S if spilling else RIDDEN_CHECK_S
+                if select.select([wake_fd], [], [], check_s if spilling else min(check_s, CONTENDERS_EVERY_S))[0]:
                     try:
                         os.read(wake_fd, 8)
                     except BlockingIOError:
                         pass
                 if self._stop.is_set():
                     break
-                self.drain_ride(kept_only=self.ctx.clock.now_ns() - self._last_emit < RIDDEN_CHECK_S * 1e9)
+                self.drain_ride(kept_only=self.ctx.clock.now_ns() - self._last_emit < check_s * 1e9)
             elif self._stop.wait(self.period_s):
                 break
             else:
@@ -444,12 +449,14 @@ class ThreadsCollector(PollingCollector):
 
     def _contenders_due(self) -> None:
         """Read the contenders if their time has come, and pace the next read by what this one
-        cost (the start's read is cold: not that one)."""
-        if time.monotonic() - self._last_contenders < self._contenders_every:
-            return
-        self._contenders_every = max(CONTENDERS_EVERY_S, self._read_contenders() / CONTENDERS_CPU_SHARE)
-        self.details["contenders_every_s"] = round(self._contenders_every, 1)
-        self._last_contenders = time.monotonic()
+        cost (the start's read is cold: not that one). Our thread, or perf's drain thread while
+        perf spills (then the reads come with its wake-up, every 10 s)."""
+        with self._contenders_lock:
+            if time.monotonic() - self._last_contenders < self._contenders_every:
+                return
+            self._contenders_every = max(CONTENDERS_EVERY_S, self._read_contenders() / CONTENDERS_CPU_SHARE)
+            self.details["contenders_every_s"] = round(self._contenders_every, 1)
+            self._last_contenders = time.monotonic()
 
     def halt(self) -> None:
         self._stop.set()
@@ -481,8 +488,10 @@ class ThreadsCollector(PollingCollector):
                 raise OSError(-rc, os.strerror(-rc), "threads rider")
             self._push_roles()
             lib.cp_threads_watch_children(h, -1 if self._children_fd is None else self._children_fd)
+            lib.cp_threads_set_spill(h, lib.cp_sampler_spill(sampler))     # NULL: none
             rider = lib.cp_sampler_ride_threads(sampler, h, every)
             if rider < 0:
+                lib.cp_threads_set_spill(h, ffi.NULL)
                 lib.cp_threads_watch_children(h, -1)
                 raise OSError(-rider, os.strerror(-rider), "sampler rider")
             n = lib.CP_SCHED_RING
@@ -504,6 +513,8 @@ class ThreadsCollector(PollingCollector):
             self._drain_ride_locked()
             self._unwatch()
             self._prev_time = lib.cp_threads_last_walk_ns(self.reader.handle)
+            if not self.root_gone:
+                self.flush()          # the tick's rows out now: perf removes its spill once its riders left
             lib.cp_threads_wake(self.reader.handle)
 
     def _watch(self, fd: int) -> None:
@@ -512,12 +523,16 @@ class ThreadsCollector(PollingCollector):
         from counterprof._native import lib
         sampler, every, _rider = self._ride
         self._epoch = lib.cp_sampler_watch_schedstat(sampler, fd, every)
+        spill = self.ctx.spill
+        if spill is not None and fd >= 0:     # what a killed profiler's readings are recovered as
+            spill.note_epoch(self._epoch, f"tid:{self.critical.tid}" if self.critical else "tid:?")
 
     def _unwatch(self) -> None:
-        from counterprof._native import lib
+        from counterprof._native import ffi, lib
         lib.cp_sampler_remove_rider(self._ride[0], self._ride[2])
         lib.cp_sampler_watch_schedstat(self._ride[0], -1, 1)
         lib.cp_threads_watch_children(self.reader.handle, -1)
+        lib.cp_threads_set_spill(self.reader.handle, ffi.NULL)
         self._ride = None
 
     def _push_roles(self) -> None:
@@ -525,8 +540,11 @@ class ThreadsCollector(PollingCollector):
         self.reader.set_roles([t for t, _p, _c in self._threads], self._roles.tolist(), self._loader_workers)
 
     def drain_ridden(self) -> None:
-        """Riding: the drain, on perf's drain thread (once a second)."""
+        """Riding: the drain, on perf's drain thread (once a second; every 10 s when it spills,
+        and then the contenders too: our thread need not wake for them)."""
         self.drain_ride()
+        if self.ctx.spill is not None:
+            self._contenders_due()
 
     def drain_ride(self, kept_only: bool = False) -> None:
         """The drain while riding: the walks and readings taken on the tick into rows, the walk

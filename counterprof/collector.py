@@ -81,6 +81,11 @@ class SessionContext:
     # sampler runs, perf calls rider.ride(sampler, interval_ns); rider.unride() before it frees
     # it. A rider keeps its own thread for when no perf collector runs (or it failed).
     tick_riders: list[Any] = field(default_factory=list)
+    # A sink shows rows as they come (the live view, --serve): drains stay at least once a second
+    fresh_rows: bool = False
+    # perf's spill (collectors/perf/spill.py) while riders ride a sampler that spills: the
+    # threads collector names its critical thread's readings there
+    spill: Any = None
 
     def start_thread(self, name: str, target: Callable[[], None]) -> threading.Thread:
         """Start a collector's daemon thread and register it as the profiler's, before

@@ -213,6 +213,8 @@ class Exporter:
     """A session sink that serves /metrics while the session runs; close() stops serving.
     Binds at construction, so a port in use is an error before anything starts."""
 
+    fresh_rows = True          # a scrape wants the last seconds
+
     def __init__(self, host: str, port: int, window=None):
         from prometheus_client import CollectorRegistry, start_http_server
         from .live.window import LiveWindow

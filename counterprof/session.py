@@ -240,7 +240,7 @@ class Session:
         self._ctx = SessionContext(
             clock=self.clock, target=self.target, config=self.config, rank=self.rank,
             emit=self.emit, add_metrics=self.add_metrics, fail=self.fail, warn=self.warn,
-            run_path=self.path)
+            run_path=self.path, fresh_rows=self._fresh_rows())
         self._ctx.profiler_tids.add(self.compactor.native_id)
         plan = list(self.plan)
         per_rank_classes = []
@@ -464,8 +464,13 @@ class Session:
         return SessionContext(clock=self.clock, target=target, config=self.config, rank=rank,
                               emit=emit, add_metrics=self.add_metrics,
                               fail=lambda name, reason: self.warn(f"{name} on rank {rank} failed: {reason}"),
-                              warn=self.warn, run_path=self.path,
+                              warn=self.warn, run_path=self.path, fresh_rows=self._fresh_rows(),
                               profiler_tids=base.profiler_tids, lock=base.lock)
+
+    def _fresh_rows(self) -> bool:
+        """A sink shows rows as they come (the live view, --serve): no collector may hold them
+        back for seconds (perf's drain with its spill)."""
+        return any(getattr(sink, "fresh_rows", False) for sink in self.extra_sinks)
 
     def stop_root_per_rank(self, classes: list[type[Collector]]) -> list[str]:
         """Per-rank auto mode, when ranks appear below the root: stop the root's collectors of

@@ -26,7 +26,7 @@ ffibuilder.set_source(
     "counterprof._native",
     '#include "counterprof_native.h"\n#include "kernel_sampler.h"',
     sources=[str((HERE / name).relative_to(HERE.parent))
-             for name in ("counterprof_native.c", "procstat.c", "kineto.c", "kernel_sampler.c")],
+             for name in ("counterprof_native.c", "procstat.c", "kineto.c", "kernel_sampler.c", "spill.c")],
     include_dirs=[str(HERE.relative_to(HERE.parent))],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-std=gnu11"],
     libraries=["pthread"],

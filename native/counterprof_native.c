@@ -175,6 +175,10 @@ struct cp_sampler {
     int sched_head, sched_count;
     int64_t sched_time[CP_SCHED_RING], sched_run[CP_SCHED_RING], sched_wait[CP_SCHED_RING];
     int32_t sched_tag[CP_SCHED_RING];
+    int64_t sched_last[3];     /* the last reading (time, run, wait), for the spill's deltas */
+    int32_t sched_last_epoch;  /* 0: none */
+
+    cp_spill *spill;           /* NULL: no spill (cp_sampler_set_spill) */
 
     /* riders (cp_sampler_add_rider): called on the tick, outside mu, under rider_mu, so a
      * removal that returns guarantees no call is running or will run */
@@ -238,6 +242,20 @@ static void sched_tick(cp_sampler *s, int64_t now, int force) {
     s->sched_run[idx] = run;
     s->sched_wait[idx] = wait;
     s->sched_tag[idx] = s->sched_epoch;
+    if (s->spill) {
+        int64_t rec[8] = {now + s->time_offset_ns, run, wait, 0,
+                          s->sched_last[0], s->sched_last[1], s->sched_last[2], 0};
+        int32_t tags[2] = {s->sched_epoch, s->sched_last_epoch};
+        memcpy(&rec[3], &tags[0], 4);
+        memcpy(&rec[7], &tags[1], 4);
+        const void *parts[1] = {rec};
+        uint32_t lens[1] = {sizeof(rec)};
+        cp_spill_add(s->spill, CP_SPILL_SCHED, 1, parts, lens);
+    }
+    s->sched_last[0] = now + s->time_offset_ns;
+    s->sched_last[1] = run;
+    s->sched_last[2] = wait;
+    s->sched_last_epoch = run < 0 ? 0 : s->sched_epoch;
 }
 
 /* The riders due on this tick, in the order they were added. */
@@ -309,6 +327,16 @@ static int sampler_tick(cp_sampler *s, int store) {
         s->count++;
         s->stats.ticks++;
         stored = 1;
+        if (s->spill) {
+            size_t r0 = (size_t)idx * s->nslots;
+            int64_t head[3] = {now + s->time_offset_ns, s->r_dur[idx], 0};
+            int32_t n32 = s->nslots;
+            memcpy(&head[2], &n32, 4);
+            const void *parts[4] = {head, s->r_value + r0, s->r_quality + r0, s->r_valid + r0};
+            uint32_t lens[4] = {sizeof(head), (uint32_t)(s->nslots * sizeof(double)),
+                                (uint32_t)(s->nslots * sizeof(float)), (uint32_t)s->nslots};
+            cp_spill_add(s->spill, CP_SPILL_PERF, 4, parts, lens);
+        }
     } else {
         /* Ring full: keep the old baseline, so the next tick covers both intervals
          * and no count is lost, only resolution. */
@@ -613,6 +641,14 @@ int cp_sampler_ride_procstat(cp_sampler *s, cp_procstat *h, int every_ticks) {
 int cp_sampler_ride_threads(cp_sampler *s, cp_threads *h, int every_ticks) {
     return cp_sampler_add_rider(s, cp_threads_tick, h, every_ticks);
 }
+
+void cp_sampler_set_spill(cp_sampler *s, cp_spill *sp) {
+    pthread_mutex_lock(&s->mu);
+    s->spill = sp;
+    pthread_mutex_unlock(&s->mu);
+}
+
+cp_spill *cp_sampler_spill(cp_sampler *s) { return s->spill; }
 
 void cp_sampler_set_time_offset(cp_sampler *s, int64_t offset_ns) {
     pthread_mutex_lock(&s->mu);

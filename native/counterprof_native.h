@@ -270,6 +270,37 @@ int cp_procstat_tick_error(cp_procstat *h);
 int cp_sampler_ride_procstat(cp_sampler *s, cp_procstat *h, int every_ticks);
 int cp_sampler_ride_threads(cp_sampler *s, cp_threads *h, int every_ticks);
 
+/* The spill (spill.c): what the sampler's thread takes, in one of two mapped files of the run as
+ * it is taken (a memcpy per record; the page cache keeps it when the process is killed), so a
+ * killed profiler loses nothing it had read while the drain wakes only every few seconds.
+ * Records: uint32 kind, uint32 bytes, payload. cp_spill_rotate (the drain, before it takes the
+ * rings) empties the other file and makes it current. The fds stay the caller's. Blocks are
+ * allocated before they are mapped: a full disk turns the spill off (-errno in the stats). */
+typedef struct cp_spill cp_spill;
+enum { CP_SPILL_PERF = 1, CP_SPILL_HOST = 2, CP_SPILL_WALK = 3, CP_SPILL_SCHED = 4 };
+struct cp_spill_stats {
+    uint64_t records;
+    uint64_t bytes;          /* written to the files since start */
+    int error;               /* 0, or the -errno that turned it off */
+};
+cp_spill *cp_spill_new(int fd0, int fd1, int *err);
+int cp_spill_add(cp_spill *sp, uint32_t kind, int nparts, const void *const *parts, const uint32_t *lens);
+int cp_spill_rotate(cp_spill *sp);
+void cp_spill_get_stats(cp_spill *sp, struct cp_spill_stats *out);
+void cp_spill_free(cp_spill *sp);
+/* Who adds to it (NULL: nobody): the sampler its ticks and readings; the host and threads
+ * handles their rows taken on its tick (set while they ride; clear before the
+ * spill is freed). Payloads: PERF: int64 time, int64 duration, int32 nslots, int32 0, double
+ * value[nslots], float quality[nslots], uint8 valid[nslots]; HOST: int32 n, int32 0, int64
+ * time[n], int64 duration[n] (-1: none), int32 metric[n], double value[n]; WALK: int64 time,
+ * int64 duration, double run_s[CP_ROLES], double wait_s[CP_ROLES], int32 intraop, int32
+ * loader_workers; SCHED: int64 time, run, wait, int32 epoch, int32 0, then the reading before
+ * it the same way (epoch 0: none). Times are on the session's axis (monotonic + offset). */
+void cp_sampler_set_spill(cp_sampler *s, cp_spill *sp);
+cp_spill *cp_sampler_spill(cp_sampler *s);
+void cp_procstat_set_spill(cp_procstat *h, cp_spill *sp);
+void cp_threads_set_spill(cp_threads *h, cp_spill *sp);
+
 /* fork, then the child waits on a pipe before exec so counters can be opened on
  * its pid first (perf stat's handshake). Write one byte to *go_fd to let it
  * exec; close *go_fd without writing to make it exit 255. *status_fd reads EOF

@@ -208,6 +208,7 @@ struct cp_procstat {
     size_t npf, cap_pf;
     uint32_t gen;
     int held_fds, max_fds;
+    cp_spill *spill;              /* riding perf's tick with a spill: rows added to it too */
 };
 
 static int open_ro(const char *proc, int pid, const char *name) {
@@ -609,6 +610,7 @@ struct cp_threads {
     char children_seen[4096];
     struct walk_row *rows;
     int nrows, rows_cap;
+    cp_spill *spill;               /* riding perf's tick with a spill: walk rows added to it too */
 };
 
 /* What one sample needs to know while it walks. */
@@ -1132,6 +1134,11 @@ int cp_threads_tick(void *arg, int64_t now) {
         r->wait_s[role] += h->slots[i].pub.wait_s;
         r->intraop += role == CP_ROLE_INTRAOP;
     }
+    if (h->spill) {
+        const void *parts[1] = {r};
+        uint32_t lens[1] = {sizeof(*r)};
+        cp_spill_add(h->spill, CP_SPILL_WALK, 1, parts, lens);
+    }
     read_children(h);
 out:
     pthread_mutex_unlock(&h->mu);
@@ -1199,6 +1206,18 @@ int cp_threads_drain_walks(cp_threads *h, int max, int64_t *time_ns, int64_t *du
 /* ---- the host collector's rows ------------------------------------------------------------ */
 
 void cp_procstat_set_time_offset(cp_procstat *h, int64_t offset_ns) { h->time_offset_ns = offset_ns; }
+
+void cp_procstat_set_spill(cp_procstat *h, cp_spill *sp) {
+    pthread_mutex_lock(&h->mu);
+    h->spill = sp;
+    pthread_mutex_unlock(&h->mu);
+}
+
+void cp_threads_set_spill(cp_threads *h, cp_spill *sp) {
+    pthread_mutex_lock(&h->mu);
+    h->spill = sp;
+    pthread_mutex_unlock(&h->mu);
+}
 void cp_procstat_set_system_period(cp_procstat *h, int64_t period_ns) {
     pthread_mutex_lock(&h->mu);
     h->system_period_ns = period_ns > 0 ? period_ns : 0;
@@ -1329,6 +1348,14 @@ static int record_locked(cp_procstat *h) {
         if (rc == 0) rc = add_row(h, now, -1, CP_HOST_SYS_MEM_AVAILABLE, (double)sys.mem_available_bytes);
     }
     if (rc < 0) return rc;
+    if (h->spill && h->nrows > before) {
+        int32_t head[2] = {(int32_t)(h->nrows - before), 0};
+        uint32_t n = (uint32_t)(h->nrows - before);
+        const void *parts[5] = {head, h->r_time + before, h->r_duration + before, h->r_metric + before,
+                                h->r_value + before};
+        uint32_t lens[5] = {sizeof(head), n * 8, n * 8, n * 4, n * 8};
+        cp_spill_add(h->spill, CP_SPILL_HOST, 5, parts, lens);
+    }
     if (read_tree) {
         if (!read_sys) {                   /* not read this time: the last counts stay the baseline */
             tree.ctx_voluntary = h->prev_tree.ctx_voluntary;

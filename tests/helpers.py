@@ -62,9 +62,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def spilled_rows(run_dir: Path) -> int:
+    """Sample rows in a running (or killed) run's perf spills: from -I 100 the drain hands rows
+    to the journal every 10 s, and until then they are there (collectors/perf/spill.py)."""
+    import json
+    from counterprof.collectors.perf import spill
+    n = 0
+    for folder in Path(run_dir).glob(f"_ranks/rank=*/{spill.SPILL_DIR}"):
+        for labels in folder.glob("perf*.json"):
+            name = labels.name[:-len(".json")]
+            try:
+                n += spill.spill_rows(spill.spill_records(folder, name), json.loads(labels.read_text())).num_rows
+            except (OSError, ValueError):     # created, not written yet
+                pass
+    return n
+
+
 def wait_for_samples(run_dir: Path, rows: int = 1, timeout: float = 60.0) -> int:
-    """Wait until a running run's journal holds `rows` sample rows (a test that kills the
-    profiler then knows there is data, whatever the machine's speed); their number."""
+    """Wait until a running run holds `rows` sample rows, in its journal or its perf spill (a
+    test that kills the profiler then knows there is data a recovery keeps, whatever the
+    machine's speed); their number."""
     import time
     import counterprof
     deadline = time.monotonic() + timeout
@@ -73,6 +90,7 @@ def wait_for_samples(run_dir: Path, rows: int = 1, timeout: float = 60.0) -> int
             n = counterprof.load(run_dir).samples().num_rows
         except Exception:              # not created yet, or no segment written yet
             n = 0
+        n = max(n, spilled_rows(run_dir))
         if n >= rows:
             return n
         if time.monotonic() > deadline:

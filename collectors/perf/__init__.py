@@ -30,6 +30,11 @@ from .sysfs import Sysfs
 # twice a second keeps that rare while a SIGKILLed profiler still loses under a second.
 DRAIN_PERIOD_S = 0.5               # below -I 50
 DRAIN_PERIOD_MAX_S = 1.0           # from -I 100 on
+# From -I 100 on, unless a live view or --serve wants rows as they come: every tick (riders'
+# rows included) goes to the spill as it is taken (spill.py), and the drain wakes every 10 s
+# (its wake-up was ~0.11% of a core at once a second, the sampler's whole tick ~0.13%)
+DRAIN_PERIOD_SPILL_S = 10.0
+SPILL_FROM_MS = 100.0
 RING_SECONDS = 4.0                 # how much the ring holds before ticks coalesce
 RING_MAX_RECORDS = 4 * 1024 * 1024
 LABEL_PATTERNS_KEPT = 8             # a drain's slot patterns whose label columns are kept
@@ -61,6 +66,7 @@ class PerfCollector(Collector):
         self._drain_cpu_s = 0.0
         self._riders: list = []
         self._kernel: kernel_mode.KernelSampling | None = None
+        self._spill: Any = None            # spill.Spill while the sampler spills
 
     # -- availability ------------------------------------------------------------------
 
@@ -90,6 +96,12 @@ class PerfCollector(Collector):
     def inventory(cls, config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         from .probe import inventory_tables
         return inventory_tables(cls.with_defaults(config)["sysfs_root"])
+
+    @classmethod
+    def recover(cls, run_path) -> list[str]:
+        """A killed profiler's spill: the rows its last drains had not taken."""
+        from .spill import recover
+        return recover(run_path)
 
     @staticmethod
     def parse(events: str, sysfs_root: str = "/sys"):
@@ -185,7 +197,10 @@ class PerfCollector(Collector):
             for og in cs.groups:
                 native.enable(og.leader_fd)
         nslots = len(self.slot_keys)
-        ring = max(64, min(int(RING_SECONDS * 1000 / interval_ms), RING_MAX_RECORDS // nslots))
+        self._open_spill(ctx, interval_ms)
+        # the ring holds two drain periods at least: ticks coalesce only if a drain is late
+        ring_s = max(RING_SECONDS, 2.5 * self._drain_period())
+        ring = max(64, min(int(ring_s * 1000 / interval_ms), RING_MAX_RECORDS // nslots))
         lib.cp_sampler_set_time_offset(self.sampler, ctx.clock.offset_ns)
         rc = lib.cp_sampler_start(self.sampler, nslots, ring, int(interval_ms * 1e6))
         if rc < 0:
@@ -194,6 +209,45 @@ class PerfCollector(Collector):
                              "entity": aggregate or ("cpu:N" if target.system_wide else "tid:N")})
         self._go.set()
         self._hand_riders(ctx, int(interval_ms * 1e6))
+
+    def _open_spill(self, ctx: SessionContext, interval_ms: float) -> None:
+        """The spill, where it lets the drain wake every 10 s: from -I 100, in a run directory,
+        in counterprof's own process, with no live view or exporter waiting for rows. Without it
+        (or where it could not be created), the drain wakes every second, as before."""
+        # not in the workload's own process (profile()): a mapped file's page the disk cannot
+        # back is a SIGBUS, and even with its blocks allocated first that is not the workload's risk
+        if (interval_ms < SPILL_FROM_MS or ctx.run_path is None or ctx.fresh_rows
+                or ctx.target.kind == "self"):
+            return
+        from .spill import Spill
+        scales = None if self._scale is None else [float(x) for x in self._scale]
+        try:
+            self._spill = Spill.open(ctx.run_path, ctx.rank, self.slot_keys, scales)
+        except Exception as exc:
+            ctx.warn(f"perf: no spill ({exc}): the samples drain every second instead")
+            return
+        native.lib.cp_sampler_set_spill(self.sampler, self._spill.handle)
+        ctx.spill = self._spill
+        self.details["drain_every_s"] = DRAIN_PERIOD_SPILL_S
+
+    def _close_spill(self) -> None:
+        """After the last drain, the riders gone: every row is in the journal."""
+        if self._spill is None:
+            return
+        if self.sampler is not None:
+            native.lib.cp_sampler_set_spill(self.sampler, native.ffi.NULL)
+        stats = self._spill.stats()
+        self.details["spill"] = stats
+        if "error" in stats:
+            self.ctx.warn(f"perf: the spill stopped ({stats['error']}): a profiler killed after that "
+                          f"would have lost up to {DRAIN_PERIOD_SPILL_S:g} s of samples")
+        if self.ctx.spill is self._spill:
+            self.ctx.spill = None
+        try:
+            self._spill.close()
+        except OSError as exc:
+            self.ctx.warn(f"perf: the spill's files could not be removed: {exc}")
+        self._spill = None
 
     def _hand_riders(self, ctx: SessionContext, tick_ns: int) -> None:
         self._riders = list(ctx.tick_riders)
@@ -281,10 +335,12 @@ class PerfCollector(Collector):
         n = 0
         # the first drain after DRAIN_PERIOD_S whatever the period: the live view's first line
         # (at 1 s) then has the counters' first half second, as at finer intervals
-        wait = DRAIN_PERIOD_S
+        wait = DRAIN_PERIOD_S if self._spill is None else period
         try:
             while not self._stop.wait(wait):
                 wait = period
+                if self._spill is not None:
+                    self._spill.rotate()     # before the rings are taken: see spill.c
                 self._drain_once()
                 n += 1
                 if n % riders_every == 0:
@@ -316,6 +372,9 @@ class PerfCollector(Collector):
         # caches): from -I 100 (the default) on, one a second, on the riders' wake-up, instead
         # of two. The live view is no staler (it shows the last second every collector has
         # handed over, and host's rows come once a second); a killed profiler loses up to 1 s.
+        # With the spill a killed profiler loses nothing the sampler read: every 10 s.
+        if self._spill is not None:
+            return DRAIN_PERIOD_SPILL_S
         return max(DRAIN_PERIOD_S, min(DRAIN_PERIOD_MAX_S, float(self.config["interval_ms"]) / 100))
 
     def _drain_once(self) -> int:
@@ -421,6 +480,7 @@ class PerfCollector(Collector):
             for i in range(len(self.slot_keys)):
                 if lib.cp_sampler_slot_stats(self.sampler, i, slot) == 0:
                     per_slot[i] = (slot.known, slot.unknown, slot.min_quality)
+            self._close_spill()
             lib.cp_sampler_free(self.sampler)
             with self._lock:
                 self.sampler = None

@@ -117,6 +117,8 @@ def _trim(store: dict, oldest: int, keep: int) -> list:
 class LiveWindow:
     """A sink: write(table, batch, rank) / close(); snapshot() for the view."""
 
+    fresh_rows = True          # it shows the last seconds: collectors hand rows over every second
+
     def __init__(self, tick_ns: int = TICK_NS, window_s: float = WINDOW_S,
                  history_ticks: int = HISTORY_TICKS, recent_s: float = RECENT_S):
         self.tick_ns = tick_ns

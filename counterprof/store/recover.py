@@ -77,7 +77,8 @@ def recover(path: str | os.PathLike[str], force: bool = False) -> Recovery:
         lost = meta.get("journal_failed")
         missing = (f"samples after {lost.get('after_s')} s are missing: the journal could not be "
                    f"written ({lost.get('reason')})" if isinstance(lost, dict)
-                   else "at most the last second before it died is missing")
+                   else "what it had read was kept up to its last tick, or its last second where "
+                        "its samples were not spilled (below -I 100, a live view)")
         meta.setdefault("warnings", []).append(
             "the profiler stopped without finishing; the run was recovered afterwards (journal "
             f"compacted, unconverted torch traces converted; {missing})")

@@ -159,6 +159,12 @@ def create_new(path: str | os.PathLike[str]) -> int:
     return _open(path, NEW_FILE_FLAGS, "nothing was written through it")
 
 
+def create_mapped(path: str | os.PathLike[str]) -> int:
+    """A new file, 0600, opened to read and write (a shared mapping needs both), that did not
+    exist (a link planted at its name is never written through)."""
+    return _open(path, (NEW_FILE_FLAGS & ~os.O_WRONLY) | os.O_RDWR, "nothing was written through it")
+
+
 def create_private(path: str | os.PathLike[str]) -> None:
     """Create path empty and 0600 (exclusively), for a writer that opens it by name next
     (pyarrow's file and Parquet writers): the file is ours and private before a byte is in it."""
