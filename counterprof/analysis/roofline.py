@@ -538,24 +538,29 @@ def _mfu(walk: _Walk, windows: list[tuple[str, int, int, int]], ceilings: dict[s
 # ---- for the classifier -----------------------------------------------------------------------
 
 def busy_split(spans: pa.Table | Roofline, ceilings: dict[str, Any] | None,
-               scope: tuple[int, int] | None = None) -> tuple[float | None, list[dict[str, Any]], list[str]]:
+               scope: tuple[int, int] | list[tuple[int, int]] | None = None
+               ) -> tuple[float | None, list[dict[str, Any]], list[str]]:
     """Share of the ops' busy time that is compute-bound (the rest memory-bound), by the
-    time-weighted bound of the ops that started in scope. Pass a Roofline of the whole run to
+    time-weighted bound of the ops that started in scope (one interval, or a merged interval set:
+    a region's occurrences, so a region is judged by the ops inside it, not by those between
+    its first and last occurrence). Pass a Roofline of the whole run to
     split many windows cheaply (each window cuts its ops' time out of it; the bounds stay the
     whole run's per op+shape); (None, evidence, missing) when it
     cannot say (no ceilings, no shapes, or ops with a cost model below the
     roofline_modelled threshold of the time). Evidence: dicts with the fields of
     classify.Evidence (metric, value, threshold, source, text), the top ops first."""
-    r = spans if isinstance(spans, Roofline) else roofline(spans, ceilings, scope=scope)
+    ivs = [scope] if isinstance(scope, tuple) else scope
+    span = (ivs[0][0], ivs[-1][1]) if ivs else None
+    r = spans if isinstance(spans, Roofline) else roofline(spans, ceilings, scope=span)
     evidence: list[dict[str, Any]] = []
     if r.missing and (r.ceilings is None or not r.ops):
         return None, evidence, list(r.missing)
     # time per row in scope: a Roofline of the whole run is cut by its ops' start times
     in_scope = {id(o): o.time_ns for o in r.ops}
     total = r.total_time_ns
-    if scope is not None and isinstance(spans, Roofline) and r._atoms is not None:
+    if ivs is not None and (isinstance(spans, Roofline) or len(ivs) > 1) and r._atoms is not None:
         start, ns, row = r._atoms
-        sel = (start >= scope[0]) & (start < scope[1])
+        sel = _started_in(start, ivs)
         total = int(ns[sel].sum())
         per_row = np.bincount(row[sel & (row >= 0)], weights=ns[sel & (row >= 0)], minlength=len(r.ops))
         in_scope = {id(o): int(per_row[j]) for j, o in enumerate(r.ops)}
@@ -590,13 +595,21 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict[str, Any] | None,
     return split, evidence, []
 
 
+def _started_in(start: np.ndarray, ivs: list[tuple[int, int]]) -> np.ndarray:
+    """Which of the start times fall inside one of the (sorted, disjoint) intervals."""
+    lo = np.asarray([a for a, _ in ivs], np.int64)
+    hi = np.asarray([b for _, b in ivs], np.int64)
+    i = np.searchsorted(lo, start, side="right") - 1
+    return (i >= 0) & (start < hi[np.clip(i, 0, None)])
+
+
 def scope_facts(r: Roofline | None, scope: list[tuple[int, int]]) -> dict[str, Any]:
-    """The classifier's roofline fact for a scope (intervals): busy_split over its span; {}
-    without a roofline. What report, compare and history pass classify, so that their verdicts
-    are decided alike."""
+    """The classifier's roofline fact for a scope (intervals): busy_split over the ops that
+    started inside its intervals; {} without a roofline. What report, compare and history pass
+    classify, so that their verdicts are decided alike."""
     if r is None or not scope:
         return {}
-    return {"roofline": busy_split(r, None, (scope[0][0], scope[-1][1]))}
+    return {"roofline": busy_split(r, None, scope)}
 
 
 # ---- for compare and history ------------------------------------------------------------------
