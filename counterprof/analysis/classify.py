@@ -30,6 +30,17 @@ NEXT_STEPS = {
                    "compare bus bandwidth to the link's peak, look for stragglers",
 }
 
+# the host's next step by its leading part (what the user would change)
+HOST_NEXT_STEPS = {
+    "Python outside torch ops": "the host: the main thread's Python between ops (tokenization, collation, "
+                                "augmentation in the loop): move it into DataLoader workers (num_workers > 0) "
+                                "or do it once ahead (pre-tokenize the dataset); for framework overhead between "
+                                "small ops, torch.compile or larger batches",
+    "CPU contention": "the host: the main thread waits for a CPU: fewer processes or threads per core "
+                      "(torch.set_num_threads / OMP_NUM_THREADS against the cores each rank has), or a "
+                      "machine to itself",
+}
+
 
 @dataclass
 class Evidence:
@@ -129,8 +140,12 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
     from_running = min(run, waits - from_blocked)
     from_ready = min(ready, waits - from_blocked - from_running)
     blocked, run, ready = blocked - from_blocked, run - from_running, ready - from_ready
-    v.host_parts = {"input pipeline": inp, "CPU contention": ready, "blocked": blocked}
-    v.shares = {"collectives": coll, "host": inp + ready + blocked}
+    # on-CPU outside torch ops is the loop's Python (tokenization, collation, framework
+    # overhead): host, however busy the CPU was; only time inside ops is compute or memory
+    python = run * (1 - sig["main_in_ops"].value) if "main_in_ops" in sig else 0.0
+    run -= python
+    v.host_parts = {"input pipeline": inp, PYTHON: python, "CPU contention": ready, "blocked": blocked}
+    v.shares = {"collectives": coll, "host": inp + python + ready + blocked}
     who = _who(sig, facts)
     v.evidence.append(Evidence(
         "main_thread", round(sig["main_running"].value, 6), None, "threads",
@@ -164,6 +179,8 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
                      "and carried to every step")
         v.evidence.append(Evidence("cpu_collective_exposed", round(coll, 6), value("collective_share"),
                                    "spans", text))
+    if "main_in_ops" in sig:
+        v.evidence.append(_python_evidence(sig, python, facts))
     if ready >= value("contention_share"):
         text = f"runnable but waiting for a CPU {units.share(ready)} of the time: CPU contention"
         others = [c for c in facts.get("contenders") or [] if isinstance(c, dict) and c.get("cpu_s")]
@@ -188,6 +205,25 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
                                    text + ": evidence, not the step's time"))
     _split_busy(v, run, *_compute_or_memory_cpu(sig, facts))
     return v
+
+
+PYTHON = "Python outside torch ops"
+
+
+def _python_evidence(sig: dict[str, Signal], python: float, facts: dict[str, Any]) -> Evidence:
+    """The main thread's on-CPU time outside its own ops, and where it went: the user's regions
+    and record_function annotations that cover it (facts' host_where)."""
+    in_ops = sig["main_in_ops"].value
+    text = (f"on-CPU outside torch ops {units.share(python)} of the time (the loop's Python: "
+            f"tokenization, collation, framework overhead); inside ops {units.share(in_ops)} of its "
+            "time outside waits")
+    where = [(n, s) for n, s in facts.get("host_where") or [] if isinstance(n, str)]
+    if where:
+        text += "; of that time, " + ", ".join(f"{n} {units.share(s)}" for n, s in where)
+    if "trace_coverage" in sig and sig["trace_coverage"].value < 0.99:
+        text += (f" (measured over the traced {units.share(sig['trace_coverage'].value)} of the time "
+                 "and carried to the rest)")
+    return Evidence("main_in_ops", round(in_ops, 6), None, "spans", text)
 
 
 def _blocking_reasons(sig: dict[str, Signal]) -> list[str]:
@@ -416,10 +452,10 @@ def _split_busy(v: Verdict, busy: float, split: float | None, evidence: list[Evi
     else:
         v.shares["compute"] = v.shares.get("compute", 0.0) + busy * split
         v.shares["memory"] = v.shares.get("memory", 0.0) + busy * (1 - split)
-    _decide(v, ("compute", "memory") if split is None else None)
+    decide(v, ("compute", "memory") if split is None else None)
 
 
-def _decide(v: Verdict, undecided_pair: tuple[str, str] | None) -> None:
+def decide(v: Verdict, undecided_pair: tuple[str, str] | None) -> None:
     """The leading class, if it leads clearly; else unknown, naming the candidates."""
     ranked = sorted(v.shares.items(), key=lambda kv: kv[1], reverse=True)
     if not ranked:

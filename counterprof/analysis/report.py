@@ -15,8 +15,9 @@ import pyarrow.compute as pc
 from ..redact import redact_argv
 from ..store.meta import RunMeta
 from . import intervals as iv
-from .classify import NEXT_STEPS, Evidence, Verdict, classify
-from .signals import BUCKET_NS, MAX_BUCKETS, RunData, bucket_table, load_buckets, load_spans, signals
+from .classify import HOST_NEXT_STEPS, NEXT_STEPS, Evidence, Verdict, classify
+from .headline import headline, too_short
+from .signals import BUCKET_NS, MAX_BUCKETS, RunData, bucket_table, host_where, load_buckets, load_spans, signals
 from .summary import Summary, summary_from_totals
 from .thresholds import value
 
@@ -47,6 +48,9 @@ class Report:
     plot_step_s: float = 0.0
     plot: list[dict[str, float]] = field(default_factory=list)   # signals at plot resolution
     regions: list[RegionVerdict] = field(default_factory=list)
+    # with steps, the headline is the steps'; the time before the first step (start-up: imports,
+    # model build, the first batches) and after the last (tear-down) are judged on their own
+    phases: list[Verdict] = field(default_factory=list)
     summary: Summary | None = None
     collectors: dict[str, dict[str, Any]] = field(default_factory=dict)
     devices: list[dict[str, Any]] = field(default_factory=list)          # per GPU: metric means/peaks
@@ -174,15 +178,16 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
 
     base_facts = verdict_facts(meta)
 
-    def facts_for(scope: iv.Intervals) -> dict[str, Any]:
-        """The facts, with the roofline's split of busy time over the scope's span."""
+    def facts_for(scope: iv.Intervals, steps: bool = False, name: str | None = None) -> dict[str, Any]:
+        """The facts, with the roofline's split of busy time over the scope and where the main
+        thread's time outside ops went."""
         from .roofline import scope_facts
-        return {**base_facts, **scope_facts(inputs.roofline, scope)}
+        return {**base_facts, **scope_facts(inputs.roofline, scope),
+                "host_where": host_where(data, scope, steps, exclude=name)}
 
     whole = [workload_span(meta, data)]
-    overall = classify(signals(data, whole), "run", facts_for(whole))
-    overall.start_ns, overall.end_ns = data.start_ns, data.end_ns
-    report = Report(run_info, overall, window_s, summary=summary, collectors=collectors)
+    overall, phases = headline(data, whole, facts_for)
+    report = Report(run_info, overall, window_s, summary=summary, collectors=collectors, phases=phases)
 
     def point(t: int, sig: Any) -> dict[str, float]:
         return {"t_s": (t - data.start_ns) / 1e9, **{k: round(sig[k].value, 6) for k in PLOT_SIGNALS if k in sig}}
@@ -195,6 +200,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         hi = min(t + step, data.end_ns)
         sig = signals(data, [(t, hi)])
         w = classify(sig, f"{(t - data.start_ns) / 1e9:.1f}s", facts_for([(t, hi)]))
+        w = too_short(w, sig, hi - t, bucket)
         w.start_ns, w.end_ns = t, hi
         report.windows.append(w)
         window_points.append(point(t, sig))
@@ -209,16 +215,13 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
 
     ranked = sorted(data.regions.items(), key=lambda kv: iv.total(kv[1]), reverse=True)
     for name, occ in ranked[:MAX_REGIONS]:
-        v = classify(signals(data, occ, steps=data.region_kind.get(name) == "step"), name, facts_for(occ))
+        is_step = data.region_kind.get(name) == "step"
+        sig = signals(data, occ, steps=is_step)
+        v = classify(sig, name, facts_for(occ, is_step, name))
+        # back-to-back occurrences (steps) merge: their neighbours are their own kind
+        v = too_short(v, sig, iv.total(occ) / max(1, len(occ)), bucket)
         sp = iv.span(occ)
         v.start_ns, v.end_ns = sp if sp else (None, None)
-        mean_ns = iv.total(occ) / max(1, data.region_count.get(name, 1))
-        if mean_ns < 2 * bucket:
-            v.secondary.append(Evidence(
-                "region_length", mean_ns / 1e9, 2 * bucket / 1e9, "spans",
-                f"occurrences last {mean_ns / 1e6:.1f} ms on average, under twice the sampling "
-                f"interval ({bucket / 1e6:g} ms): counters are smeared across neighbours; sample "
-                "faster (-I 1) to resolve them"))
         marks = [((a - data.start_ns) / 1e9, (b - data.start_ns) / 1e9) for a, b in occ[:MAX_MARKS]]
         report.regions.append(RegionVerdict(name, data.region_kind.get(name, "region"),
                                             data.region_count.get(name, 0), iv.total(occ) / 1e9, v, marks))
@@ -247,6 +250,9 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     for cls, text in NEXT_STEPS.items():
         share = shares.get(cls, 0.0) + (shares.get("compute|memory", 0.0) if cls in ("compute", "memory") else 0.0)
         if share >= value("next_step_share") or overall.verdict == cls:
+            if cls == "host" and overall.host_parts:
+                lead = max(overall.host_parts.items(), key=lambda kv: kv[1])[0]
+                text = HOST_NEXT_STEPS.get(lead, text)
             report.next_steps.append(text)
     return report
 

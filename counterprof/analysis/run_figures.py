@@ -366,11 +366,15 @@ def verdicts(data: RunData, roofline: Any = None
     analysis.roofline.Roofline, which splits busy time where no PMU or GPM does (as in report)."""
     if data.end_ns <= data.start_ns:
         return None, {}, {}
+    from .headline import headline
     from .roofline import scope_facts
+    from .signals import host_where
+
+    def facts_for(scope: iv.Intervals, steps: bool = False, name: str | None = None) -> dict[str, Any]:
+        return {**scope_facts(roofline, scope), "host_where": host_where(data, scope, steps, exclude=name)}
     whole = [(data.start_ns, data.end_ns)]
-    sig = signals(data, whole)
-    overall = classify(sig, "run", scope_facts(roofline, whole))
-    scope_signals = {"run": _key_signals(sig)}
+    overall, _ = headline(data, whole, facts_for)      # the steps' when the run has steps, as report's
+    scope_signals = {"run": _key_signals(signals(data, whole))}
     scoped: dict[str, Verdict] = {}
     steps = [(n, occ) for n, occ in data.regions.items() if data.region_kind.get(n) == "step"]
     regions = sorted(((n, occ) for n, occ in data.regions.items() if data.region_kind.get(n) != "step"),
@@ -378,7 +382,7 @@ def verdicts(data: RunData, roofline: Any = None
     for name, occ in steps + regions[:MAX_VERDICT_REGIONS]:
         key = STEP if data.region_kind.get(name) == "step" else f"region:{name}"
         s = signals(data, occ, steps=key == STEP)
-        scoped[key] = classify(s, key, scope_facts(roofline, occ))
+        scoped[key] = classify(s, key, facts_for(occ, key == STEP, name))
         scope_signals[key] = _key_signals(s)
     return overall, scoped, scope_signals
 

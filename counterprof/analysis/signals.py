@@ -121,6 +121,20 @@ class RunData:
     # facts from meta.json the evidence names: the critical threads, other processes' CPU
     main_threads: list[dict[str, Any]] = field(default_factory=list)
     contenders: list[dict[str, Any]] = field(default_factory=list)
+    # interval sets prepared for clipping by bisection (every verdict window clips the ops)
+    _indexed: dict[int, iv.Indexed] = field(default_factory=dict, repr=False)
+    steps_in_ops: float | None = None     # the traced steps' share in ops (-1: none), computed once
+
+    def clipped(self, sets: iv.Intervals, scope: iv.Intervals) -> iv.Intervals:
+        """The part of one of this run's interval sets within the span of scope, found by
+        bisection: a window's intersect then walks its own few intervals, not the run's."""
+        sp = iv.span(scope)
+        if not sp or not sets:
+            return []
+        ix = self._indexed.get(id(sets))
+        if ix is None or ix.iv is not sets:
+            ix = self._indexed[id(sets)] = iv.Indexed(sets)
+        return ix.clip(*sp)
 
     def has(self, metric: str) -> bool:
         return metric in self.series
@@ -532,7 +546,10 @@ def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str
     if trace_windows:
         out["trace_coverage"] = Signal(traced_ns / wall, "spans", "recorded trace windows / wall")
         if traced_ns == 0:
+            out.update(_carried_op_share(data, scope, wall))
             return out
+    if data.main_ops:
+        out.update(main_op_signals(data, traced))
     if data.gpu_busy:
         busy = iv.intersect(data.gpu_busy, traced)
         sp = iv.span(busy)
@@ -603,3 +620,76 @@ def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str
                     out["cpu_busy_outside_collectives"] = Signal(task_rest / rest_ns, "perf",
                                                                  "task-clock / wall, outside collectives")
     return out
+
+
+def _outside_ops(data: RunData, traced: iv.Intervals) -> tuple[int, int, dict[int, iv.Intervals]]:
+    """Per rank with a traced main thread: its traced time outside its own torch ops and
+    outside its waits (DataLoader next(), collectives not under its own ops): the Python of
+    the loop. -> (ns in ops, ns outside ops and waits, rank -> those outside intervals)."""
+    in_ops = outside = 0
+    where: dict[int, iv.Intervals] = {}
+    for r, ops in data.main_ops.items():
+        ops_r = iv.intersect(data.clipped(ops, traced), traced)
+        waits = iv.merge([*data.clipped(data.input_waits.get(r, []), traced),
+                          *data.clipped(data.rank_collectives.get(r, []), traced)])
+        rest = iv.subtract(iv.subtract(traced, ops_r), waits)
+        in_ops += iv.total(ops_r)
+        outside += iv.total(rest)
+        where[r] = rest
+    return in_ops, outside, where
+
+
+def main_op_signals(data: RunData, traced: iv.Intervals) -> dict[str, Signal]:
+    """The share of the main thread's traced time (outside its waits) spent inside its own
+    torch ops; the rest is Python between ops (tokenization, collation, framework overhead):
+    host time, however busy the CPU was. Measured over the traced part of the scope and
+    carried to the whole of it, as the collective waits are."""
+    in_ops, outside, _ = _outside_ops(data, traced)
+    if in_ops + outside <= 0:
+        return {}
+    return {"main_in_ops": Signal(in_ops / (in_ops + outside), "spans",
+                                  "the main thread's time inside its own torch ops / its traced time "
+                                  "outside input and collective waits")}
+
+
+def _carried_op_share(data: RunData, scope: iv.Intervals, wall: int) -> dict[str, Signal]:
+    """An untraced scope (a verdict window between trace windows) that holds steps: their part
+    of it gets the traced steps' share of time in ops, the rest counts as in ops (unknown, as
+    before traces were read this way)."""
+    if not data.main_ops or not data.rank_steps:
+        return {}
+    if data.steps_in_ops is None:
+        steps = iv.merge(p for occ in data.rank_steps.values() for p in occ)
+        traced = iv.intersect(steps, data.step_windows or data.windows)
+        in_ops, outside, _ = _outside_ops(data, traced)
+        data.steps_in_ops = in_ops / (in_ops + outside) if in_ops + outside > 0 else -1.0
+    if data.steps_in_ops < 0:
+        return {}
+    in_steps = sum(iv.total(iv.intersect(data.clipped(occ, scope), scope)) for occ in data.rank_steps.values())
+    f = min(1.0, in_steps / (wall * max(1, len(data.rank_steps))))
+    if f <= 0:
+        return {}
+    return {"main_in_ops": Signal(data.steps_in_ops * f + (1 - f), "spans",
+                                  "the traced steps' share of time inside torch ops, carried to this "
+                                  "untraced time's steps")}
+
+
+def host_where(data: RunData, scope: iv.Intervals, steps: bool = False, exclude: str | None = None,
+               most: int = 3) -> list[tuple[str, float]]:
+    """Where the main thread's time outside ops went, by the user's regions and record_function
+    annotations that cover it: [(name, share of that time outside ops)], largest first, those of
+    at least 5%. exclude: the scope's own region."""
+    trace_windows = data.step_windows if steps and data.step_windows else data.windows
+    traced = iv.intersect(scope, trace_windows) if trace_windows else scope
+    in_ops, outside, where = _outside_ops(data, traced)
+    if outside <= 0:
+        return []
+    found = []
+    for name, occ in data.regions.items():
+        if name == exclude or data.region_kind.get(name) == "step" or name.startswith(DATALOADER_NEXT):
+            continue
+        ns = sum(iv.total(iv.intersect(rest, data.clipped(occ, rest))) for rest in where.values())
+        share = ns / outside
+        if share >= 0.05:
+            found.append((name, share))
+    return sorted(found, key=lambda kv: -kv[1])[:most]

@@ -39,20 +39,25 @@ def _host_parts(v: Verdict) -> str:
 
 def roofline_line(rl: dict) -> Text:
     """MFU and how much of the op time has a cost model (details: `counterprof roofline RUN`)."""
+    from .roofline import above_peak, caveats
     mfu = rl.get("mfu") or {}
     text = Text("roofline: ", style="bold")
     if mfu.get("mfu_measured") is not None or mfu.get("mfu_datasheet") is not None:
         parts = []
         if mfu.get("mfu_measured") is not None:
-            parts.append(f"MFU {units.share(mfu['mfu_measured'], 1)} of the measured {mfu.get('dtype')} peak")
+            parts.append(f"MFU {units.share(mfu['mfu_measured'], 1)} of the measured {mfu.get('dtype')} peak"
+                         + above_peak(mfu["mfu_measured"]))
         if mfu.get("mfu_datasheet") is not None:
-            parts.append(f"{units.share(mfu['mfu_datasheet'], 1)} of the datasheet's")
+            parts.append(f"{units.share(mfu['mfu_datasheet'], 1)} of the datasheet's"
+                         + above_peak(mfu["mfu_datasheet"]))
         text.append(", ".join(parts) + f" (median of {len(mfu.get('steps') or [])} traced steps)")
     elif rl.get("missing"):
         text.append("; ".join(rl["missing"]))
     if rl.get("modelled_share") is not None:
         text.append(f"; ops with a cost model: {units.share(rl['modelled_share'])} of op time", style="dim")
     text.append("  [counterprof roofline RUN]", style="dim")
+    for n in caveats(rl.get("notes") or []):      # the ceilings do not fit, or are not the run's own
+        text.append(f"\n  ! {inert(n)}", style="yellow")
     return text
 
 
@@ -108,6 +113,18 @@ def warning_lines(warnings: list[str]) -> list[Text]:
     return out
 
 
+def steps_words(r: Report) -> str:
+    """What the headline was judged over: "30 steps, 7.67 s"."""
+    steps = next((rv for rv in r.regions if rv.kind == "step"), None)
+    return f"{steps.count} steps, {units.secs(steps.total_s)}" if steps else "the steps"
+
+
+def phase_words(p: Verdict) -> str:
+    what = {"start-up": "before the first step", "tear-down": "after the last step"}.get(p.scope, "")
+    length = units.secs((p.end_ns - p.start_ns) / 1e9) if p.start_ns is not None and p.end_ns is not None else ""
+    return f"{length} {what}".strip()
+
+
 def report_renderable(r: Report):
     parts = []
     cmd = inert(shlex.join(r.run.get("command") or [])) or "(no command)"
@@ -120,9 +137,16 @@ def report_renderable(r: Report):
         head.append(f"   confidence {o.confidence:.2f}", style="dim")
     head.append(f"   (compute device: {o.device})", style="dim")
     parts.append(head)
+    if o.scope == "steps":
+        parts.append(Text(f"  judged over its steps ({steps_words(r)}); the time before and after them apart",
+                          style="dim"))
     if o.shares:
         parts.append(Text("time: ") + shares_bar(o))
     parts.extend(evidence_lines(o))
+    for p in r.phases:
+        line = Text(f"{p.scope} ({phase_words(p)}): ", style="dim")
+        line.append(describe(p), style=COLORS.get(p.verdict, "white"))
+        parts.append(line)
     if r.roofline:
         parts.append(roofline_line(r.roofline))
 
