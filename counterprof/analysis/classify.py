@@ -36,9 +36,11 @@ HOST_NEXT_STEPS = {
                                 "augmentation in the loop): move it into DataLoader workers (num_workers > 0) "
                                 "or do it once ahead (pre-tokenize the dataset); for framework overhead between "
                                 "small ops, torch.compile or larger batches",
-    "CPU contention": "the host: the main thread waits for a CPU: fewer processes or threads per core "
-                      "(torch.set_num_threads / OMP_NUM_THREADS against the cores each rank has), or a "
-                      "machine to itself",
+    "CPU contention": "the host: the main thread waits for a CPU that other processes hold: a machine "
+                      "(or cores: taskset, cgroups) to itself",
+    "oversubscribed by its own threads": "the host: the job's own threads outnumber the CPUs: "
+                                         "torch.set_num_threads / OMP_NUM_THREADS at most the cores "
+                                         "each rank has, or fewer ranks per host",
 }
 
 
@@ -144,8 +146,12 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
     # overhead): host, however busy the CPU was; only time inside ops is compute or memory
     python = run * (1 - sig["main_in_ops"].value) if "main_in_ops" in sig else 0.0
     run -= python
-    v.host_parts = {"input pipeline": inp, PYTHON: python, "CPU contention": ready, "blocked": blocked}
-    v.shares = {"collectives": coll, "host": inp + python + ready + blocked}
+    # runnable without a CPU: the CPUs were held by someone, and the time lost is theirs
+    lost = _who_held_the_cpus(sig, ready)
+    v.host_parts = {"input pipeline": inp + lost["loader"], PYTHON: python,
+                    "CPU contention": lost["others"], OVERSUBSCRIBED: lost["own"], "blocked": blocked}
+    coll += lost["comm"]
+    v.shares = {"collectives": coll, "host": inp + python + ready - lost["comm"] + blocked}
     who = _who(sig, facts)
     v.evidence.append(Evidence(
         "main_thread", round(sig["main_running"].value, 6), None, "threads",
@@ -170,7 +176,7 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
             text += "; the loading runs in the main process (num_workers=0?): workers would overlap it"
         v.evidence.append(_ev(sig, "input_wait", None, text))
     if coll > 0 or "cpu_collective" in sig:
-        text = f"waiting on collectives with no own compute {units.share(coll)} of the time"
+        text = f"waiting on collectives with no own compute {units.share(coll - lost['comm'])} of the time"
         if "cpu_collective_overlap" in sig:
             text += (f" ({units.share(sig['cpu_collective_overlap'].value)} of its collective time "
                      "overlapped by its own ops)")
@@ -182,12 +188,7 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
     if "main_in_ops" in sig:
         v.evidence.append(_python_evidence(sig, python, facts))
     if ready >= value("contention_share"):
-        text = f"runnable but waiting for a CPU {units.share(ready)} of the time: CPU contention"
-        others = [c for c in facts.get("contenders") or [] if isinstance(c, dict) and c.get("cpu_s")]
-        if others:
-            text += "; other processes used the CPUs meanwhile: " + ", ".join(
-                f"{c.get('comm', '?')} (pid {c.get('pid')}, {float(c['cpu_s']):.1f} CPU-s)" for c in others[:3])
-        v.evidence.append(Evidence("main_runnable", round(ready, 6), value("contention_share"), "threads", text))
+        v.evidence.append(_contention_evidence(sig, ready, lost, facts))
     if blocked >= value("contention_share"):
         why = [f"blocked {units.share(blocked)} of the time outside input and collective waits (sleep, I/O, locks)"]
         v.evidence.append(Evidence("main_blocked", round(blocked, 6), None, "threads",
@@ -208,6 +209,62 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
 
 
 PYTHON = "Python outside torch ops"
+OVERSUBSCRIBED = "oversubscribed by its own threads"
+# who held the CPUs while the main thread waited for one: (signal, words, where the time goes)
+HOLDERS = (("comm_cpus", "its communication threads", "comm"),
+           ("intraop_cpus", "its intra-op threads", "own"),
+           ("other_ranks_cpus", "its other ranks' main threads", "own"),
+           ("other_cpus", "its other threads", "own"),
+           ("loader_cpus", "its DataLoader workers", "loader"),
+           ("others_cpus", "other processes", "others"))
+
+
+def _holders(sig: dict[str, Signal]) -> list[tuple[str, str, float]]:
+    """(words, where the time goes, CPUs held over the scope) of everyone who ran beside the
+    main thread: the job's own threads by role, its other ranks' main threads, other processes."""
+    cpus = {k: sig[k].value for k, _, _ in HOLDERS if k in sig}
+    if "main_threads" in sig and "main_running" in sig:
+        cpus["other_ranks_cpus"] = sig["main_running"].value * max(0.0, sig["main_threads"].value - 1)
+    return [(words, to, cpus[k]) for k, words, to in HOLDERS if cpus.get(k, 0.0) > 0]
+
+
+def _who_held_the_cpus(sig: dict[str, Signal], ready: float) -> dict[str, float]:
+    """The main thread's runnable time shared out in proportion to the CPU time each holder
+    took meanwhile: the job's communication threads (collectives: on a CPU a collective costs
+    the step the CPU its threads take), its own intra-op threads and other ranks
+    (oversubscription), its DataLoader workers (input), other processes (contention). Without
+    any of those figures it all stays contention, as before."""
+    lost = {"comm": 0.0, "own": 0.0, "loader": 0.0, "others": 0.0}
+    held = _holders(sig)
+    total = sum(c for _, _, c in held)
+    if not total:
+        lost["others"] = ready
+        return lost
+    for _, to, c in held:
+        lost[to] += ready * c / total
+    return lost
+
+
+def _contention_evidence(sig: dict[str, Signal], ready: float, lost: dict[str, float],
+                         facts: dict[str, Any]) -> Evidence:
+    text = f"runnable but waiting for a CPU {units.share(ready)} of the time"
+    held = sorted(_holders(sig), key=lambda h: -h[2])
+    if held:
+        text += "; the CPUs were held meanwhile by " + ", ".join(f"{w} {c:.2f} CPUs" for w, _, c in held
+                                                                 if c >= 0.005)
+        parts = [(lost["comm"], "collectives"), (lost["own"], "oversubscription"),
+                 (lost["loader"], "input pipeline"), (lost["others"], "contention")]
+        text += " (so " + ", ".join(f"{name} {units.share(x)}" for x, name in parts if x >= 0.005) + ")"
+    others = [c for c in facts.get("contenders") or [] if isinstance(c, dict) and c.get("cpu_s")]
+    if others and lost["others"] >= value("contention_share"):
+        text += "; other processes: " + ", ".join(
+            f"{c.get('comm', '?')} (pid {c.get('pid')}, {float(c['cpu_s']):.1f} CPU-s)" for c in others[:3])
+    cpus, ranks = facts.get("cpus"), sig["ranks"].value if "ranks" in sig else 1.0
+    if lost["own"] >= value("contention_share") and isinstance(cpus, int) and cpus > 0:
+        text += (f"; the job runs more busy threads than its {cpus} CPUs ({cpus / ranks:g} per rank): "
+                 "torch.set_num_threads / OMP_NUM_THREADS at most that, fewer ranks per host, or "
+                 "fewer gloo threads")
+    return Evidence("main_runnable", round(ready, 6), value("contention_share"), "threads", text)
 
 
 def _python_evidence(sig: dict[str, Signal], python: float, facts: dict[str, Any]) -> Evidence:

@@ -155,7 +155,7 @@ def workload_span(meta: RunMeta | dict[str, Any], data: RunData) -> tuple[int, i
 
 def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     meta, catalog = RunMeta.of(inputs.meta), inputs.catalog
-    data = RunData(ranks=max(1, inputs.ranks or 1))
+    data = RunData(ranks=max(1, inputs.ranks or 1), cpus=meta.host.cpus)
     load_buckets(data, inputs.buckets, catalog)
     load_spans(data, inputs.spans, value("short_kernel_us"))
     summary = summary_from_totals(inputs.totals, catalog, meta, ranks=inputs.ranks)
@@ -265,7 +265,8 @@ def verdict_facts(meta: RunMeta | dict[str, Any]) -> dict[str, Any]:
         return {}
     main, others = entry.detail("main"), entry.detail("contenders")
     return {"main_threads": main if isinstance(main, list) else [],
-            "contenders": others if isinstance(others, list) else []}
+            "contenders": others if isinstance(others, list) else [],
+            "cpus": RunMeta.of(meta).host.cpus}
 
 
 def bucket_ns(meta: RunMeta | dict[str, Any]) -> int:

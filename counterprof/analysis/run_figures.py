@@ -473,6 +473,7 @@ def run_figures(path: str, meta: RunMeta | dict[str, Any], catalog: dict[str, di
     per_window, totals, units, data = samples_pass(batches_of_rank, ranks, catalog, start_ns, end_ns,
                                                    window_ns, finest)
     load_spans(data, spans, value("short_kernel_us"))
+    data.cpus = meta.host.cpus
     overall, scoped, scope_signals = verdicts(data, roofline)
     busy = contention(data, catalog, len(ranks), meta.host.cpus)
     kinds = {m: (catalog.get(m) or {}).get("kind", "delta") for m in per_window}

@@ -124,6 +124,7 @@ class RunData:
     # interval sets prepared for clipping by bisection (every verdict window clips the ops)
     _indexed: dict[int, iv.Indexed] = field(default_factory=dict, repr=False)
     steps_in_ops: float | None = None     # the traced steps' share in ops (-1: none), computed once
+    cpus: int | None = None               # the machine's CPUs (meta.json host.cpus): who held them
 
     def clipped(self, sets: iv.Intervals, scope: iv.Intervals) -> iv.Intervals:
         """The part of one of this run's interval sets within the span of scope, found by
@@ -509,6 +510,11 @@ def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str
         out["ranks"] = Signal(float(data.ranks), "run", "rank partitions in the run")
     out.update(counter_signals(RunDataView(data, scope), data.ranks))
     ranks = max(1, data.ranks)
+    # the CPUs other processes held: the machine's busy CPUs less the workload tree's
+    util = RunDataView(data, scope).mean("system.cpu_util") if data.cpus else None
+    if util is not None and data.cpus and "cpu_busy" in out:
+        out["others_cpus"] = Signal(max(0.0, util / 100 * data.cpus - out["cpu_busy"].value), "host",
+                                    "system.cpu_util x CPUs - the workload's CPUs")
 
     # --- the main thread's waits, from spans ----------------------------------------------
     # DataLoader next() waits: recorded for the whole run by the torch driver, or else only

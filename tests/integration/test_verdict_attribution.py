@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import COUNTERPROF, PYTHON, REPO, run_cli
+from helpers import COUNTERPROF, PYTHON, REPO, free_port, run_cli
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers", reason="transformers is not installed (pip install -e .[test])")
@@ -143,3 +143,46 @@ def test_start_up_is_its_own_line(tokenize_in_loop):
     (first, _, _, _), (second, _, _, _) = t["step_log"][:2]
     end = phases["start-up"]["end_ns"]
     assert first - 0.3e9 <= end <= second + 0.3e9, (end, first, second)
+
+
+# ---- DDP over gloo whose gradient sync is the cost ----------------------------------------------
+
+def ddp_truth(lines: list[dict]) -> float:
+    """The collectives' share of the loop by the job's own no_sync() comparison, over ranks."""
+    assert len(lines) == 2, lines
+    return sum(t["collectives_s"] / t["loop_s"] for t in lines) / len(lines)
+
+
+def profile_ddp(out: Path, launcher: str) -> tuple[dict, list[dict]]:
+    out.mkdir(parents=True, exist_ok=True)
+    run_dir, truth = out / "run", out / "truth.jsonl"
+    env = dict(os.environ, JOB_TRUTH=str(truth))
+    job = str(JOBS / "ddp_big_grads.py")
+    cmd = ([str(Path(PYTHON).parent / "torchrun"), "--standalone", "--nproc_per_node", "2", job]
+           if launcher == "torchrun" else [PYTHON, job, "--spawn", "2", "--port", str(free_port())])
+    proc = subprocess.run([*COUNTERPROF, "run", "--torch", "-q", "-o", str(run_dir), "--", *cmd],
+                          env=env, capture_output=True, text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rep = run_cli("report", str(run_dir), "--json")
+    assert rep.returncode == 0, rep.stderr
+    return json.loads(rep.stdout), [json.loads(ln) for ln in truth.read_text().splitlines()]
+
+
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
+@pytest.mark.parametrize("launcher", ["torchrun", "spawn"])
+def test_ddp_whose_gradient_sync_costs_a_third_is_collectives(launcher, tmp_path):
+    report, lines = profile_ddp(tmp_path, launcher)
+    truth = ddp_truth(lines)
+    assert truth >= 0.2, lines         # by construction: 67 MB of gradients for a batch of 4 rows
+    o = report["overall"]
+    got = o["shares"].get("collectives", 0.0)
+    assert abs(got - truth) <= TOLERANCE, (o["shares"], truth, o["host_parts"])
+    assert_can_exist(o)
+    # the job's own threads are not "other processes"
+    ev = " ".join(e["text"] for e in o["evidence"])
+    if o["host_parts"].get("CPU contention", 0.0) >= 0.05:
+        assert "other processes" in ev, ev
+    # collectives lead, unless other processes held the machine (then that is said, with figures)
+    others = o["host_parts"].get("CPU contention", 0.0)
+    if others < 0.1:
+        assert o["verdict"] == "collectives", (o["verdict"], o["shares"], truth)
