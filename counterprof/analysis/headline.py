@@ -20,18 +20,22 @@ def step_scope(data: RunData, whole: iv.Intervals) -> iv.Intervals:
     return iv.intersect(steps, whole) if steps else []
 
 
-def headline(data: RunData, whole: iv.Intervals,
-             facts_for: Callable[..., dict[str, Any]]) -> tuple[Verdict, list[Verdict]]:
+def headline(data: RunData, whole: iv.Intervals, facts_for: Callable[..., dict[str, Any]],
+             bucket: int | None = None) -> tuple[Verdict, list[Verdict]]:
     """The headline verdict and the phases judged apart from it. A run with steps is judged by
     its steps (scope "steps"): a DataLoader-starved job's 2 s of imports before its first step
     are not what its steps are like. The stretch before the first step is "start-up", after the
-    last "tear-down", each its own verdict when it lasts at least a second."""
+    last "tear-down", each its own verdict when it lasts at least a second. bucket: the run's
+    sampling resolution, below which steps apart from each other are judged from their trace."""
     steps = step_scope(data, whole)
     if iv.total(steps) <= 0:
         v = classify(signals(data, whole), "run", facts_for(whole))
         v.start_ns, v.end_ns = data.start_ns, data.end_ns
         return v, []
-    v = classify(signals(data, steps, steps=True), "steps", facts_for(steps, True))
+    sig = signals(data, steps, steps=True)
+    v = classify(sig, "steps", facts_for(steps, True))
+    if bucket:      # a server's 8 ms requests as steps, apart: their states are smeared
+        v = too_short(v, sig, iv.total(steps) / len(steps), bucket)
     v.start_ns, v.end_ns = data.start_ns, data.end_ns     # the run's extent: times are told from its start
     phases = []
     lo, hi = whole[0][0], whole[-1][1]

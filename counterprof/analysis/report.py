@@ -186,7 +186,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
                 "host_where": host_where(data, scope, steps, exclude=name)}
 
     whole = [workload_span(meta, data)]
-    overall, phases = headline(data, whole, facts_for)
+    overall, phases = headline(data, whole, facts_for, bucket)
     report = Report(run_info, overall, window_s, summary=summary, collectors=collectors, phases=phases)
 
     def point(t: int, sig: Any) -> dict[str, float]:

@@ -359,7 +359,7 @@ def span_times(spans: pa.Table) -> dict[str, dict[int, np.ndarray]]:
     return out
 
 
-def verdicts(data: RunData, roofline: Any = None
+def verdicts(data: RunData, roofline: Any = None, bucket: int | None = None
              ) -> tuple[Verdict | None, dict[str, Verdict], dict[str, dict[str, float]]]:
     """The run's verdict, the step's and each region's (the MAX_VERDICT_REGIONS longest), and the
     key signals over each of those scopes (what `history` keeps). roofline: the run's
@@ -373,7 +373,7 @@ def verdicts(data: RunData, roofline: Any = None
     def facts_for(scope: iv.Intervals, steps: bool = False, name: str | None = None) -> dict[str, Any]:
         return {**scope_facts(roofline, scope), "host_where": host_where(data, scope, steps, exclude=name)}
     whole = [(data.start_ns, data.end_ns)]
-    overall, _ = headline(data, whole, facts_for)      # the steps' when the run has steps, as report's
+    overall, _ = headline(data, whole, facts_for, bucket)      # the steps' when the run has steps, as report's
     scope_signals = {"run": _key_signals(signals(data, whole))}
     scoped: dict[str, Verdict] = {}
     steps = [(n, occ) for n, occ in data.regions.items() if data.region_kind.get(n) == "step"]
@@ -474,7 +474,7 @@ def run_figures(path: str, meta: RunMeta | dict[str, Any], catalog: dict[str, di
                                                    window_ns, finest)
     load_spans(data, spans, value("short_kernel_us"))
     data.cpus = meta.host.cpus
-    overall, scoped, scope_signals = verdicts(data, roofline)
+    overall, scoped, scope_signals = verdicts(data, roofline, finest)
     busy = contention(data, catalog, len(ranks), meta.host.cpus)
     kinds = {m: (catalog.get(m) or {}).get("kind", "delta") for m in per_window}
     return RunFigures(path=path, run_id=str(meta.id or path), command=redact_argv(meta.command),
