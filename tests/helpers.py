@@ -232,7 +232,8 @@ def calibrated(home) -> tuple[dict, dict]:
     calibrate --quick` saves them; the CPU's ceilings document)."""
     import json
     env = {**os.environ, "XDG_CACHE_HOME": str(home)}
-    proc = run_cli("calibrate", "--quick", "--no-collectives", "--json", timeout=300, env=env)
+    # --force: on a shared machine others often hold the CPUs; the tests need a ceilings file
+    proc = run_cli("calibrate", "--quick", "--no-collectives", "--json", "--force", timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "saved" in proc.stderr and list((Path(home) / "counterprof" / "ceilings").glob("*-cpu.json"))
     return env, json.loads(proc.stdout)["cpu"]

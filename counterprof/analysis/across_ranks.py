@@ -29,6 +29,20 @@ import pyarrow.compute as pc
 SKEW_REPORT_NS = 1_000_000        # under 1 ms of disagreement is not worth a line
 
 
+DEFINITIONS = {
+    "steps": "the steps every rank recorded; with collectives, those every rank traced",
+    "step_mean_s": "the rank's mean step time over those steps",
+    "collective_s_per_step": "time inside collective calls per step (overlapped by its own ops or "
+                             "not): the calls' length, not what they cost the step",
+    "waited_s_per_step": "per step, how much longer the rank was inside collectives than the "
+                         "straggler (which arrived last and waited least): its wait for the straggler",
+    "straggler_lag_s": "the mean of the other ranks' waited_s_per_step, over the same steps",
+    "verdict shares": "the headline's collectives share is what collectives cost the steps: waits with "
+                      "no own op running, plus the CPU the job's communication threads took from the "
+                      "main thread (over every step, traced steps carried to the rest)",
+}
+
+
 @dataclass
 class RankFigures:
     rank: int
@@ -46,11 +60,14 @@ class RankAnalysis:
     ranks: list[RankFigures] = field(default_factory=list)
     steps: int = 0                    # steps every rank has
     straggler: int | None = None      # the rank most often slowest
-    # the others' mean wait for it per step, over the steps it was the straggler of: the mean,
-    # as the ranks table's waited_s_per_step (independent ranks: its step minus the mean step)
+    # the others' mean wait for the straggler per step, over the same steps as the ranks table
+    # (the `steps` every rank has, traced ones where there are collectives): the mean of the
+    # other ranks' waited_s_per_step, so the bullet and the table say one number
     straggler_lag_s: float | None = None
     skew_max_ms: float | None = None
     notes: list[str] = field(default_factory=list)
+    # what each figure is, and over which steps: report --json states it with the figures
+    definitions: dict[str, str] = field(default_factory=lambda: dict(DEFINITIONS))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -269,6 +286,10 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
         if lags:
             counts = {r: figures[r].slowest_in for r in named}
             out.straggler = max(counts, key=counts.__getitem__)
-            out.straggler_lag_s = float(np.mean([lag for r, lag in lags if r == out.straggler])) / 1e9
+            others = [w for r in named if r != out.straggler and (w := figures[r].waited_s_per_step) is not None]
+            if any(any(c) for c in per_rank_coll.values()) and others:
+                out.straggler_lag_s = float(np.mean(others))
+            else:      # independent ranks: the straggler's step over the mean step
+                out.straggler_lag_s = float(np.mean([lag for r, lag in lags if r == out.straggler])) / 1e9
     out.ranks = [figures[r] for r in present]
     return out

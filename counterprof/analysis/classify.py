@@ -558,10 +558,13 @@ def describe(v: Verdict) -> str:
         if share >= 0.5 * v.shares.get("host", 0):
             return f"host-bound ({units.share(v.shares.get('host', 0))} of the time; {part} {units.share(share)})"
     if v.verdict == "unknown":
+        if v.undecided and set(v.undecided) == {"compute", "memory"}:
+            return f"unknown (busy {v.device.upper()}: compute vs memory cannot be told apart)"
         if v.undecided:
-            lead = "mixed"
-            if set(v.undecided) == {"compute", "memory"}:
-                lead = f"busy {v.device.upper()}"
-            return f"unknown ({lead}: {' vs '.join(v.undecided)} cannot be told apart)"
+            # the two leaders with their shares: they are within the margin, not indistinct
+            ranked = sorted(v.shares.items(), key=lambda kv: -kv[1])[:2]
+            words = " vs ".join(f"{'busy ' + v.device.upper() if k == 'compute|memory' else k} {units.share(x)}"
+                                for k, x in ranked)
+            return f"unknown (mixed: {words}, within the {100 * value('verdict_margin'):.0f}-point margin)"
         return "unknown (" + ("; ".join(v.missing) or "no signal") + ")"
     return f"{v.verdict}-bound ({units.share(v.shares.get(v.verdict, 0))} of the time)"

@@ -341,6 +341,14 @@ def _elementwise(arity: int) -> Callable[[_Args], OpCost | None]:
     return cost
 
 
+def _fill(a: _Args) -> OpCost | None:
+    """fill_(self, value) / zero_(self): self written, nothing read (the value is a scalar); no
+    FLOPs (FlopCounterMode counts none)."""
+    if 0 not in a.tensors:
+        return None
+    return OpCost(0, a.nbytes(0), a.dtype, "elementwise")
+
+
 def _copy(a: _Args) -> OpCost | None:
     """copy_(self, src): src read, self written."""
     if 0 not in a.tensors:
@@ -398,13 +406,13 @@ def _embedding(a: _Args) -> OpCost | None:
 _ARITY = {"add": 3, "sub": 3, "rsub": 3, "where": 3, "masked_fill": 3, "lerp": 3,
           "threshold_backward": 3, "addcmul": 4, "addcdiv": 4, "clamp": 3, "clamp_min": 2,
           "clamp_max": 2, "hardtanh": 3, "leaky_relu": 2, "elu": 4, "softplus": 3, "gelu": 2,
-          "fill": 2, "nan_to_num": 4, "round": 2, "gelu_backward": 3, "hardtanh_backward": 4,
+          "nan_to_num": 4, "round": 2, "gelu_backward": 3, "hardtanh_backward": 4,
           "pow": 2, "div": 3}
 _UNARY = ("abs", "neg", "exp", "exp2", "log", "log2", "log1p", "sqrt", "rsqrt", "reciprocal",
           "sin", "cos", "tanh", "sigmoid", "relu", "gelu", "silu", "mish", "erf", "sign",
           "floor", "ceil", "round", "trunc", "square", "hardtanh", "leaky_relu", "elu",
           "softplus", "hardswish", "hardsigmoid", "clamp", "clamp_min", "clamp_max", "logical_not",
-          "bitwise_not", "nan_to_num", "fill")
+          "bitwise_not", "nan_to_num")
 _BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "remainder", "fmod",
            "eq", "ne", "lt", "le", "gt", "ge", "where", "masked_fill", "logical_and",
            "logical_or", "bitwise_and", "bitwise_or", "bitwise_xor", "lerp", "addcmul",
@@ -447,6 +455,8 @@ def _table() -> dict[str, Callable[[_Args], OpCost | None]]:
         t[f"aten::{base}"] = t[f"aten::{base}_"] = _elementwise(arity)
     for base in _REDUCE:
         t[f"aten::{base}"] = _reduction
+    for name in ("aten::fill", "aten::fill_", "aten::zero_"):
+        t[name] = _fill          # written only: a unary op's read would double its bytes
     return t
 
 

@@ -307,7 +307,7 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
                 f"rank {analysis.straggler} is the straggler in "
                 f"{next(f.slowest_in for f in analysis.ranks if f.rank == analysis.straggler)} of "
                 f"{analysis.steps} steps: the others wait {analysis.straggler_lag_s * 1e3:.1f} ms per step "
-                "for it in collectives"))
+                "for it in collectives (mean over those steps, as the ranks table's 'waited')"))
 
 
 def metric_set_notes(rank_buckets: pa.Table, most: int = 8) -> list[str]:

@@ -22,6 +22,13 @@ without FLOPs (copies, embeddings), achieved bytes/s over the bandwidth. An op w
 is mostly host<->device copies is bound by the "host link" (held to the measured pinned
 host<->device bandwidth when there is one). Bytes are a lower
 bound (each tensor read or written once), so intensity is an upper bound.
+
+Fit: no figure may pass its roof unremarked. An op holding roofline_over_roof_share of the op
+time or more, a step (CPU runs: a GPU step's FLOPs follow its launches, not its kernels) or the
+MFU above roofline_over_roof of its ceiling means the ceilings do not fit this run (measured on
+a loaded machine or another one, a dtype or cache level they do not have): `over_roof` names
+each such figure, a note says where the ceilings came from (when, on how loaded a machine),
+and busy_split does not split busy time by them.
 """
 from __future__ import annotations
 
@@ -84,16 +91,33 @@ class Roofline:
     modelled_share: float | None = None
     missing: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the figures above their ceiling (fit_check): {"what": op | step | mfu, "name", "fraction",
+    # "ceiling", "text", ...}; empty: the ceilings fit (or there are none)
+    over_roof: list[dict[str, Any]] = field(default_factory=list)
+    origin: str | None = None       # where the ceilings came from (run_roofline.choose_ceilings)
     # (op start ns, ns, row index or -1)
     _atoms: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
+    @property
+    def ceilings_fit(self) -> bool | None:
+        """False when a figure passed its ceiling (over_roof); None without ceilings."""
+        if not self.ceilings:
+            return None
+        return not self.over_roof
+
     def to_json(self) -> dict[str, Any]:
         c = self.ceilings or {}
+        keys = ("source", "device", "device_name", "host", "measured_at", "quick", "peaks",
+                "bandwidth_bytes_per_s", "datasheet_entry", "reference")
+        ceil: dict[str, Any] | None = {k: c.get(k) for k in keys if k in c} if self.ceilings else None
+        if ceil is not None:
+            ceil["load"] = load_facts(c.get("load"))
+            ceil["origin"] = self.origin
         return {
-            "device": self.device, "basis": self.basis,
-            "ceilings": {k: c.get(k) for k in ("source", "device", "device_name", "host", "measured_at",
-                                               "peaks", "bandwidth_bytes_per_s", "datasheet_entry",
-                                               "reference") if k in c} if self.ceilings else None,
+            "device": self.device, "basis": self.basis, "ceilings": ceil,
+            "ceilings_fit": None if self.ceilings_fit is None else {
+                "fits": self.ceilings_fit, "threshold": value("roofline_over_roof"),
+                "min_op_share": value("roofline_over_roof_share"), "over_roof": self.over_roof},
             "ops": [o.to_json() for o in self.ops],
             "unmodelled": self.unmodelled, "mfu": self.mfu, "total_time_ns": self.total_time_ns,
             "modelled_share": self.modelled_share, "missing": self.missing, "notes": self.notes,
@@ -336,28 +360,32 @@ class _Walk:
 
 def roofline(spans: pa.Table | RunQuery | OpRows, ceilings: dict[str, Any] | None, rank: int | None = None,
              scope: tuple[int, int] | None = None, device: str | None = None,
-             datasheet: dict[str, Any] | None = None, keep_atoms: bool = True) -> Roofline:
+             datasheet: dict[str, Any] | None = None, keep_atoms: bool = True,
+             origin: str | None = None) -> Roofline:
     """Per-op roofline rows of the spans (one rank or all), against `ceilings` (one device's
     document; None: rows without bounds, and `missing` says to calibrate).
     spans: a spans table (pyarrow) or a store.query.RunQuery (read in batches, memory flat in
     the run's size). datasheet: the vendor's figures for the device, for MFU against the
-    datasheet too. keep_atoms: keep each op's time and start for busy_split over windows."""
+    datasheet too. keep_atoms: keep each op's time and start for busy_split over windows.
+    origin: where the ceilings came from (a note, and the words of the fit check's)."""
     from ..store.op_rows import OpRows
     if isinstance(spans, OpRows):
-        return _roofline(spans, ceilings, scope, device, datasheet, keep_atoms)
+        return _roofline(spans, ceilings, scope, device, datasheet, keep_atoms, origin)
     src = OpRows.of(spans, rank)
     try:
-        return _roofline(src, ceilings, scope, device, datasheet, keep_atoms)
+        return _roofline(src, ceilings, scope, device, datasheet, keep_atoms, origin)
     finally:
         src.close()
 
 
 def _roofline(src: OpRows, ceilings: dict[str, Any] | None, scope: tuple[int, int] | None, device: str | None,
-              datasheet: dict[str, Any] | None, keep_atoms: bool) -> Roofline:
+              datasheet: dict[str, Any] | None, keep_atoms: bool, origin: str | None = None) -> Roofline:
     n_ops, gpu_total_ns = src.counts()
     gpu = gpu_total_ns > 0
     basis = "gpu kernel time" if gpu else "cpu self time"
-    r = Roofline(device or ("gpu" if gpu else "cpu"), basis, ceilings)
+    r = Roofline(device or ("gpu" if gpu else "cpu"), basis, ceilings, origin=origin)
+    if origin:
+        r.notes.append(origin)
     if n_ops == 0:
         r.missing.append("torch op spans (counterprof run --torch, or import a torch profiler trace)")
         return r
@@ -410,6 +438,9 @@ def _roofline(src: OpRows, ceilings: dict[str, Any] | None, scope: tuple[int, in
         r.missing.append("memory bandwidth in the ceilings")
     r.missing.extend(sorted(missing_peaks))
     r.mfu = _mfu(walk, windows, ceilings, datasheet, gpu)
+    r.over_roof = fit_check(r, gpu)
+    if r.over_roof:
+        r.notes.append(misfit_note(r))
     return r
 
 
@@ -535,6 +566,150 @@ def _mfu(walk: _Walk, windows: list[tuple[str, int, int, int]], ceilings: dict[s
             "counted": "ops with time on the device" + (" (GPU kernels)" if gpu else "")}
 
 
+# ---- do the ceilings fit the run? -----------------------------------------------------------
+
+MISFIT = "the ceilings do not fit this run"     # how the note begins (renderers show it in front)
+
+
+def load_facts(load: Any) -> dict[str, Any] | None:
+    """The load record of a calibration without its per-step detail (for JSON next to a run)."""
+    if not isinstance(load, dict):
+        return None
+    return {k: load.get(k) for k in ("cpus", "others_share", "others_cpus", "steal_share", "worst",
+                                     "loadavg_before", "loadavg_after", "loaded", "threshold",
+                                     "saved_anyway") if k in load}
+
+
+def ceilings_words(c: dict[str, Any] | None) -> str:
+    """Where a ceilings document came from, when, on how loaded a machine: the words of the
+    fit note and of `roofline`'s ceilings line."""
+    from ..calibrate.load import words
+    if not c:
+        return "none"
+    source = c.get("source")
+    if source == "datasheet":
+        return f"the datasheet's figures for {c.get('datasheet_entry') or c.get('device')}"
+    when = c.get("measured_at")
+    text = "from a file" if source == "file" else "measured"
+    if when:
+        text += (" " if source != "file" else ", measured ") + str(when)
+        if c.get("host"):
+            text += f" on {c['host']}"
+        if c.get("quick"):
+            text += " (`calibrate --quick`)"
+        text += ", " + words(c.get("load") if isinstance(c.get("load"), dict) else None)
+        if isinstance(c.get("load"), dict) and c["load"].get("saved_anyway"):
+            text += " (saved with --force)"
+    elif source == "file":
+        text += " (when, where and on how loaded a machine they were measured is not in it)"
+    return text
+
+
+def _sourced(c: dict[str, Any] | None) -> str:
+    source = str((c or {}).get("source"))
+    return {"measured": "measured", "datasheet": "datasheet's", "file": "given"}.get(source, "")
+
+
+def _dims(dims: Any, width: int = 40) -> str:
+    if not isinstance(dims, list):
+        return ""
+    text = ", ".join("x".join(map(str, d)) for d in dims
+                     if isinstance(d, list) and d and all(isinstance(v, int) for v in d))
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def fit_check(r: Roofline, gpu: bool) -> list[dict[str, Any]]:
+    """The figures of a Roofline above roofline_over_roof of their ceiling: ops with
+    roofline_over_roof_share of the op time or more, the MFU (median of the steps, against the
+    measured and the datasheet peak) and, on the CPU, the steps (the fastest named). Ops in the
+    order of r.ops (the longest first), then the MFU and the steps."""
+    from ..render import units
+    if not r.ceilings:
+        return []
+    limit, min_share = value("roofline_over_roof"), value("roofline_over_roof_share")
+    c = r.ceilings
+    src = _sourced(c)
+    out: list[dict[str, Any]] = []
+    total = r.total_time_ns
+    for o in r.ops:                                    # (the longest first)
+        if o.roof_fraction is None or o.roof_fraction <= limit:
+            continue
+        op_share = o.time_ns / total if total else 0.0
+        if op_share < min_share:
+            continue
+        if o.bound == "host link":
+            ceiling = "host<->device pinned bandwidth"
+            figure = (o.achieved_bytes_per_s or 0) / 2
+            unit = "B/s"
+        elif o.bound == "compute":
+            ceiling = o.peak_name or "peak"
+            figure, unit = o.achieved_flops_per_s or 0, "FLOP/s"
+        else:
+            ceiling = "memory bandwidth"
+            figure, unit = o.achieved_bytes_per_s or 0, "B/s"
+        dims = _dims(o.input_dims)
+        text = (f"{o.name}{f' ({dims})' if dims else ''} ran at {units.share(o.roof_fraction)} of the "
+                f"{src} {ceiling} ({units.si(figure, unit)}, {units.share(op_share)} of op time)")
+        hint = None
+        llc = ((c.get("memory") or {}).get("llc_bytes") if isinstance(c.get("memory"), dict) else None)
+        if o.bound == "memory" and llc and 0 < o.bytes_per_call <= llc:
+            text += f", {units.si(o.bytes_per_call, 'B')} per call"
+            hint = (f"an op whose data fit in the {units.si(llc, 'B')} last-level cache may run from it, "
+                    "faster than the memory bandwidth (DRAM's) the ceilings hold")
+        if gpu and o.bound == "compute" and o.dtype == "fp32" and o.family in ("conv", "gemm"):
+            hint = ("fp32 matrix ops may run on TF32 tensor cores (cuDNN convolutions by default, matmuls "
+                    "under torch.set_float32_matmul_precision('high')), which the fp32 peak does not cover")
+        out.append({"what": "op", "name": o.name, "input_dims": o.input_dims, "dtype": o.dtype,
+                    "fraction": o.roof_fraction, "share": op_share, "ceiling": f"{src} {ceiling}".strip(),
+                    "text": text, "hint": hint})
+    m = r.mfu or {}
+    steps = m.get("steps") or []
+    for key, peak_key, which in (("mfu_measured", "peak_measured_flops_per_s", src or "measured"),
+                                 ("mfu_datasheet", "peak_datasheet_flops_per_s", "datasheet's")):
+        v = m.get(key)
+        if v is not None and v > limit:
+            out.append({"what": "mfu", "name": key, "fraction": v,
+                        "ceiling": f"{which} {m.get('dtype')} peak",
+                        "text": f"MFU {units.share(v)} of the {which} {m.get('dtype')} peak "
+                                f"({units.si(m.get(peak_key), 'FLOP/s')}; median of {len(steps)} step(s))"})
+        if gpu:
+            continue     # a GPU step's FLOPs are those of the ops it launched, not of the kernels it ran
+        over = [s for s in steps if s.get(key) is not None and s[key] > limit]
+        if over and not (v is not None and v > limit and len(over) == len(steps)):
+            worst = max(over, key=lambda s: s[key])
+            rank = f" (rank {worst['rank']})" if worst.get("rank") is not None else ""
+            out.append({"what": "step", "name": str(worst.get("step")), "rank": worst.get("rank"),
+                        "fraction": worst[key], "ceiling": f"{which} {m.get('dtype')} peak",
+                        "steps_over": len(over), "steps": len(steps),
+                        "text": f"{len(over)} of {len(steps)} step(s) above {units.share(limit)} of the "
+                                f"{which} {m.get('dtype')} peak, step {worst.get('step')}{rank} at "
+                                f"{units.share(worst[key])}"})
+    return out
+
+
+def misfit_note(r: Roofline) -> str:
+    """The note of a Roofline whose figures pass their ceilings: which, where the ceilings came
+    from (when, how loaded), that no verdict rests on them, and what to do."""
+    items = [x["text"] for x in r.over_roof]
+    shown = "; ".join(items[:3]) + (f"; {len(items) - 3} more" if len(items) > 3 else "")
+    hints = list(dict.fromkeys(x["hint"] for x in r.over_roof[:3] if x.get("hint")))
+    if hints:
+        shown += " (" + "; ".join(hints) + ")"
+    c = r.ceilings or {}
+    where = ceilings_words(c)
+    # where the run found them, when it is not already said (the datasheet, a file)
+    origin = f"; {r.origin.removeprefix('ceilings ')}" if r.origin and c.get("source") == "measured" else ""
+    if c.get("source") == "datasheet":
+        todo = ("measure this machine (`counterprof calibrate`) and hold the run to that "
+                "(`counterprof roofline RUN --ceilings FILE`)")
+    else:
+        todo = ("calibrate on a quiet machine (`counterprof calibrate`: the next runs copy it) and hold "
+                "this run to that (`counterprof roofline RUN --ceilings FILE`, a `calibrate --json` output)")
+    return (f"{MISFIT}: {shown}. The ceilings: {where}{origin}. A figure above its ceiling means "
+            f"they are lower than what this machine did here (or the op's cost is counted too high): "
+            f"no verdict rests on them; {todo}.")
+
+
 # ---- for the classifier -----------------------------------------------------------------------
 
 def busy_split(spans: pa.Table | Roofline, ceilings: dict[str, Any] | None,
@@ -555,6 +730,17 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict[str, Any] | None,
     evidence: list[dict[str, Any]] = []
     if r.missing and (r.ceilings is None or not r.ops):
         return None, evidence, list(r.missing)
+    if r.over_roof:           # the ceilings do not fit the run: no split rests on them
+        worst = r.over_roof[0]
+        src = f"roofline ({(r.ceilings or {}).get('source', '?')} ceilings)"
+        items = "; ".join(x["text"] for x in r.over_roof[:2])
+        evidence.append({"metric": "roofline_over_roof", "value": round(worst["fraction"], 6),
+                         "threshold": value("roofline_over_roof"), "source": src,
+                         "text": f"{MISFIT} ({ceilings_words(r.ceilings)}): {items}; the roofline's "
+                                 "compute/memory split is left out"})
+        return None, evidence, [f"ceilings that fit this run ({worst['text']}): calibrate on a quiet "
+                                "machine (`counterprof calibrate`), then `counterprof roofline RUN "
+                                "--ceilings FILE`"]
     # time per row in scope: a Roofline of the whole run is cut by its ops' start times
     in_scope = {id(o): o.time_ns for o in r.ops}
     total = r.total_time_ns
@@ -583,6 +769,11 @@ def busy_split(spans: pa.Table | Roofline, ceilings: dict[str, Any] | None,
         source = (r.ceilings or {}).get("source", "")
         frac = f", at {100 * o.roof_fraction:.0f}% of the {'measured' if source == 'measured' else source} " \
                f"{o.peak_name if o.bound == 'compute' else 'memory bandwidth'}" if o.roof_fraction is not None else ""
+        if o.roof_fraction is not None and o.roof_fraction > 1:
+            frac += (f" (above it, within the {100 * value('roofline_over_roof') - 100:.0f}% a "
+                     "calibration's spread allows)" if o.roof_fraction <= value("roofline_over_roof") else
+                     f" (above it: an op under {100 * value('roofline_over_roof_share'):.0f}% of the op "
+                     "time, too short to judge the ceilings by)")
         ridge = f", ridge {o.ridge:.0f}" if o.ridge is not None else ""
         inten = f"intensity {o.intensity:.1f} FLOP/B" if o.intensity is not None else "no FLOPs"
         evidence.append({"metric": "roofline_op", "value": round(t(o) / total, 6), "threshold": None,

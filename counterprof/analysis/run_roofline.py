@@ -2,9 +2,12 @@
 `history` and the live MFU share).
 
 Ceilings: the file given (`calibrate --json` output), else the ones the run copied from its
-host's `counterprof calibrate` at its start, else this host's cache when the run was recorded
-here, else (GPUs) the datasheet for the device the trace names. None: the ops are listed
-without bounds, and a note says so.
+host's `counterprof calibrate` at its start (meta.json "ceilings", written by the session when
+the run starts; null: there were none then), else (GPUs) the datasheet for the device the trace
+names. A run keeps the ceilings it started with: a later `counterprof calibrate` changes no
+run's roofline or verdict. Only a run from before counterprof copied them (no "ceilings" key in
+its meta.json) recorded on this host falls back to this host's cache as it is today, and a
+note says so. None: the ops are listed without bounds, and a note says so.
 """
 from __future__ import annotations
 
@@ -21,6 +24,9 @@ if TYPE_CHECKING:
     from ..store.reader import Run
 
 Doc = dict[str, Any]      # a ceilings document (`counterprof calibrate --json`, a datasheet entry)
+
+# how the note of a run without a copy of its ceilings begins (renderers show it in front)
+TODAYS = "ceilings from this host's cache as it is today"
 
 
 def run_roofline(run: Run, spans: Any, rank: int | None = None, file_docs: dict[str, Doc] | None = None,
@@ -42,11 +48,10 @@ def spans_roofline(spans: Any, meta: dict[str, Any], file_docs: dict[str, Doc] |
         gpu, device_name = _device(src)
         ceilings, note = choose_ceilings(gpu, device_name, file_docs, meta)
         sheet = datasheet.lookup(device_name) if gpu else None
-        r = roofline(src, ceilings, device=device_name if gpu else "cpu", datasheet=sheet, keep_atoms=keep_atoms)
+        r = roofline(src, ceilings, device=device_name if gpu else "cpu", datasheet=sheet, keep_atoms=keep_atoms,
+                     origin=note or None)
     finally:
         src.close()
-    if note:
-        r.notes.append(note)
     return r
 
 
@@ -105,13 +110,16 @@ def choose_ceilings(gpu: bool, name: str | None, file_docs: dict[str, Doc] | Non
     m = RunMeta.of(meta)
     doc = _pick(m.ceilings, gpu, name)
     if doc is not None:
-        return doc, "ceilings copied into the run at its start (counterprof calibrate on its host)"
+        return doc, "ceilings copied into the run at its start, from `counterprof calibrate` on its host"
+    snapshot = "ceilings" in m.raw          # the run copied what there was at its start (null: none)
     recorded_on = m.host.hostname
-    if recorded_on and recorded_on == socket.gethostname():
+    if not snapshot and recorded_on and recorded_on == socket.gethostname():
         from ..calibrate import cached
         doc = _pick(cached(), gpu, name)
         if doc is not None:
-            return doc, f"ceilings from this host's cache (measured {doc.get('measured_at')}, not copied into the run)"
+            return doc, (f"{TODAYS} (measured {doc.get('measured_at')}), not the ones in force when the run "
+                         "started: the run is older than counterprof's copy of them, and a later "
+                         "`counterprof calibrate` changes this roofline")
     if gpu:
         from ..calibrate import datasheet
         doc = datasheet.lookup(name)
@@ -119,4 +127,8 @@ def choose_ceilings(gpu: bool, name: str | None, file_docs: dict[str, Doc] | Non
             return doc, f"ceilings from the datasheet of {doc['datasheet_entry']} ({doc['reference']})"
         return None, (f"no datasheet entry for the device {name!r}: pass --ceilings FILE" if name
                       else "the trace names no device: pass --ceilings FILE")
+    if snapshot and recorded_on:
+        return None, ("no ceilings when this run started (`counterprof calibrate` had saved none on "
+                      f"{recorded_on}), and a run keeps the ceilings it started with: run `counterprof "
+                      "calibrate` before the next run, or hold this one to a file (--ceilings FILE)")
     return None, "no ceilings: run `counterprof calibrate` on the machine that ran it (or pass --ceilings FILE)"

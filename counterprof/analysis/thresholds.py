@@ -88,6 +88,25 @@ T = {
         "the roofline splits busy time into compute and memory only when ops with a cost model "
         "hold at least half of the ops' time; below that the unmodelled ops could tip it "
         "(our choice)"),
+    "roofline_over_roof": Threshold(
+        1.05, "of the ceiling",
+        "an op, a step or the MFU above 105% of its ceiling means the ceilings do not fit the run "
+        "(measured on a loaded machine, another machine, a ceiling the op's dtype or cache level "
+        "does not have): the roofline is not used for the verdict. 5% is room for the spread of "
+        "a calibration (its figure is the median of repeats) and of a run's timing (our choice)"),
+    "roofline_over_roof_share": Threshold(
+        0.02, "of op time",
+        "an op above its ceiling counts only when it holds 2% of the op time or more: below that "
+        "a short op's timer granularity can put it anywhere (our choice, as evidence_share)"),
+    "calibrate_others_share": Threshold(
+        0.25, "of the CPUs measured on",
+        "`counterprof calibrate` does not save ceilings measured while other processes held a "
+        "quarter of the CPUs it ran on (in its busiest step) without --force: on this project's "
+        "2-core VM that is half a core, and a matmul on both cores then measures ~25% low, so "
+        "every run held to it would look that much nearer its roof (our choice). Measured there "
+        "with `calibrate --quick`: beside two busy loops others held 83-88%; alone while three "
+        "other engineers' tests ran (load average 4.5-6), 16-68% (its busiest step 28-75%); an "
+        "observer outside calibrate agreed within 2 points (tests/integration/test_ceilings_fit.py)"),
     # --- collectives ------------------------------------------------------------------------
     "collective_share": Threshold(
         0.3, "of time",

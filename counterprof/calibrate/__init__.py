@@ -8,7 +8,14 @@
 A ceilings document: {"schema", "source": measured | datasheet | file, "host", "device",
 "kind": cpu | gpu, "measured_at", "quick", "peaks": {dtype: FLOP/s}, "bandwidth_bytes_per_s",
 "matmul": {dtype: detail}, "memory": {...}, "collectives": {...}, "host_device": {...},
-"skipped": {what: why}, "datasheet": the vendor's figures where the device is known}.
+"skipped": {what: why}, "datasheet": the vendor's figures where the device is known,
+"load": how loaded the machine was while it measured (calibrate/load.py: other processes'
+share of the CPUs, per step and over all; "loaded" when others held
+thresholds.calibrate_others_share or more in a step: `counterprof calibrate` then saves only
+with --force, and "saved_anyway" says so)}.
+
+A run copies the documents in force at its start into its meta.json ("ceilings"; null when
+there were none) and keeps them: a later calibrate changes no run's roofline.
 """
 from __future__ import annotations
 
@@ -130,6 +137,8 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     fresh_process: this process has run no torch op yet (the CLI), so the collectives' ranks
     may fork from it (seconds faster than starting interpreters); otherwise they are spawned."""
     from . import datasheet, measure    # here: every run reads cached(), ~3 ms of imports
+    from .load import LoadMeter
+    meter = LoadMeter()
     mode = MODES[quick]
     host = socket.gethostname()
     started = time.time()
@@ -139,18 +148,23 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
                            "quick": quick, "cpus": os.cpu_count(), "matmul": {}, "skipped": {},
                            "datasheet": None}
     if collectives:     # first: its ranks fork from this process before torch starts threads
-        coll = measure.collectives("gloo", world, mode["coll_sizes"], mode["repeats"], progress=progress,
-                                   fork=fresh_process)
+        with meter.phase("the gloo collectives"):
+            coll = measure.collectives("gloo", world, mode["coll_sizes"], mode["repeats"], progress=progress,
+                                       fork=fresh_process)
         if "skipped" in coll:
             cpu["skipped"]["collectives gloo"] = coll["skipped"]
+            meter.phases.pop("the gloo collectives", None)
         cpu["collectives"] = {"gloo": coll}
     for dtype, sizes in (("fp32", mode["cpu_sizes"]), ("bf16", mode["bf16_sizes"])):
-        r = measure.cpu_matmul(dtype, sizes, mode["repeats"], mode["min_s"], progress)
+        with meter.phase(f"the CPU {dtype} matmul"):
+            r = measure.cpu_matmul(dtype, sizes, mode["repeats"], mode["min_s"], progress)
         if "skipped" in r:
             cpu["skipped"][f"matmul {dtype}"] = r["skipped"]
+            meter.phases.pop(f"the CPU {dtype} matmul", None)
         else:
             cpu["matmul"][dtype] = r
-    cpu["memory"] = measure.cpu_stream(mode["repeats"], mode["stream_min_s"], progress=progress)
+    with meter.phase("the CPU memory bandwidth"):
+        cpu["memory"] = measure.cpu_stream(mode["repeats"], mode["stream_min_s"], progress=progress)
     cpu["peaks"] = {dt: r["flops_per_s"] for dt, r in cpu["matmul"].items()}
     cpu["bandwidth_bytes_per_s"] = cpu["memory"]["bytes_per_s"]
     docs = {"cpu": cpu}
@@ -163,7 +177,8 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
         nccl = measure.collectives("nccl", torch.cuda.device_count(), mode["coll_sizes"], mode["repeats"],
                                    progress=progress) if collectives else None
         for i in range(torch.cuda.device_count()):
-            g = measure.gpu_device(i, mode["gpu_sizes"], mode["repeats"], mode["min_s"], progress)
+            with meter.phase(f"the GPU{i} measurements"):
+                g = measure.gpu_device(i, mode["gpu_sizes"], mode["repeats"], mode["min_s"], progress)
             name = g["device"] if torch.cuda.device_count() == 1 else f"{g['device']} #{i}"
             g.update({"schema": SCHEMA, "source": "measured", "host": host, "device": name,
                       "device_name": g["device"], "measured_at": stamp, "quick": quick,
@@ -173,6 +188,18 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
             if nccl is not None:
                 g["collectives"] = {"nccl": nccl}
             docs[name] = g
+    load = meter.summary()
     for doc in docs.values():
         doc["wall_s"] = round(time.time() - started, 2)
+        doc["load"] = load
     return docs
+
+
+def loaded(docs: dict[str, dict]) -> dict[str, Any] | None:
+    """The load record of a calibration that others' CPU use spoiled (None: a quiet one, or
+    not known)."""
+    for doc in docs.values():
+        load = doc.get("load")
+        if isinstance(load, dict) and load.get("loaded"):
+            return load
+    return None

@@ -4,7 +4,10 @@
     counterprof calibrate --quick --json  the short sweep (under 30 s on 2 cores), as JSON
 
 Saved to $XDG_CACHE_HOME/counterprof/ceilings/<host>-<device>.json; later runs on this host
-copy them into their meta.json, and `counterprof roofline` reads them.
+copy them into their meta.json at their start, and `counterprof roofline` and `report` read
+that copy. It records how loaded the machine was while it measured; when other processes held
+a quarter of its CPUs or more (in its busiest step), the ceilings would be too low: it says so,
+saves nothing and exits 1, unless --force.
 """
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--quick", action="store_true", help="fewer shapes and shorter timings (< 30 s on 2 cores)")
     p.add_argument("--json", action="store_true", help="print the ceilings as JSON on stdout")
     p.add_argument("--no-save", action="store_true", help="do not write the cache")
+    p.add_argument("--force", action="store_true",
+                   help="save the ceilings even when other processes held the CPUs while measuring")
     p.add_argument("--no-collectives", action="store_true", help="skip the gloo/NCCL collectives")
     p.add_argument("--no-gpu", action="store_true", help="measure the CPU only")
     p.add_argument("--world", type=int, default=2, metavar="N",
@@ -35,14 +40,36 @@ def _main(argv: list[str]) -> int:
     from .. import calibrate as cal
     from ..render.roofline import ceilings_table
     docs = _measure(cal, args)
-    if not args.no_save:
+    load = cal.loaded(docs)
+    refused = False
+    if load is not None:
+        err(loaded_message(load, saving=not args.no_save, force=args.force))
+        if args.force and not args.no_save:
+            load["saved_anyway"] = True
+        refused = not args.force and not args.no_save
+    if not args.no_save and not refused:
         for path in cal.save(docs):
             err(f"saved {path}")
     if args.json:
         print(json.dumps(docs, indent=1, default=float))
     else:
         ceilings_table(docs, sys.stdout)
-    return 0
+    return 1 if refused else 0
+
+
+def loaded_message(load: dict, saving: bool, force: bool) -> str:
+    """What a calibration on a loaded machine tells the user, and what to do."""
+    from ..calibrate.load import words
+    text = (f"the machine was busy while calibrate measured: {words(load)}; at "
+            f"{100 * load['threshold']:.0f}% or more the ceilings come out too low, and every run "
+            "held to them looks nearer its roof than it is.")
+    if not saving:
+        return text + " (--no-save: nothing saved)"
+    if force:
+        return text + " Saved anyway (--force); a roofline held to them names where they came from."
+    return (text + " Not saved (the ceilings saved before, if any, stay): run `counterprof calibrate` "
+            "again when the machine is quiet (`top` shows what holds the CPUs), or pass --force "
+            "to save these.")
 
 
 def _measure(cal, args) -> dict:

@@ -6,8 +6,11 @@
     counterprof roofline RUN --ceilings FILE  roofs from a file (a `calibrate --json` output)
 
 Ceilings: --ceilings FILE, else the ones the run copied from this host's `counterprof calibrate`
-at its start, else this host's cache when the run was recorded here, else (GPUs) the datasheet
-for the device the trace names. None: the ops are listed without bounds, and it says so.
+at its start (a later calibrate does not change them), else (GPUs) the datasheet for the device
+the trace names; a run from before counterprof copied them falls back to this host's cache as
+it is today, and says so. None: the ops are listed without bounds, and it says so. An op, step
+or MFU above 105% of its ceiling: a note says the ceilings do not fit this run (where they came
+from, when, on how loaded a machine), and the verdict does not rest on them.
 """
 from __future__ import annotations
 

@@ -90,6 +90,10 @@ def report_html(r: Report, roofline=None) -> str:
     body = [f"<h1>counterprof report: {_e(r.run.get('id'))}</h1><div class='dim'>{_e(cmd)}</div>",
             f"<p class='verdict' style='color:{COLORS.get(o.verdict, '#333')}'>{_e(describe(o))}</p>",
             _bar(o), f"<div class='legend dim'>{legend}</div>", _evidence(o)]
+    if r.roofline:            # the roofline's ceilings do not fit the run (or are not its own): first
+        from .roofline import caveats
+        body.extend(f"<p class='caveat' style='background:#fff3cd;border-left:4px solid #e0a800;"
+                    f"padding:6px 10px'>{_e(n)}</p>" for n in caveats(r.roofline.get("notes") or []))
     plots = [_plot(r, k, t, m) for k, t, m in PLOTS]
     plots = [p for p in plots if p]
     if plots:

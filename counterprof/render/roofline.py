@@ -9,7 +9,9 @@ from typing import IO, Any
 from rich.console import Console
 from rich.table import Table
 
-from ..analysis.roofline import Roofline
+from ..analysis.roofline import MISFIT, Roofline, ceilings_words
+from ..analysis.run_roofline import TODAYS
+from ..analysis.thresholds import value
 from . import svg
 from .units import duration, ratio, seconds, share, si
 
@@ -82,6 +84,12 @@ def ceilings_table(docs: dict[str, dict], out: IO[str]) -> None:
                 t.add_row(f"{coll} latency", f"{backend}, {m['latency_bytes']} B message",
                           seconds(m['latency_s']), "", "", "-", "-")
         console.print(t)
+        load = doc.get("load")
+        if isinstance(load, dict):
+            from ..calibrate.load import words
+            console.print(f"  while measuring: {words(load)}"
+                          + ("  (saved anyway: --force)" if load.get("saved_anyway") else ""),
+                          style="yellow" if load.get("loaded") else "dim")
         for what, why in (doc.get("skipped") or {}).items():
             console.print(f"  skipped {what}: {why}", style="dim")
         for backend, c in (doc.get("collectives") or {}).items():
@@ -100,18 +108,45 @@ def _ceilings_line(r: Roofline) -> str:
     if not c:
         return "ceilings: none (run `counterprof calibrate`, or pass --ceilings FILE)"
     peaks = ", ".join(f"{k} {si(v, 'FLOP/s')}" for k, v in (c.get("peaks") or {}).items())
-    where = c.get("source", "?") + (f" ({c.get('datasheet_entry')})" if c.get("datasheet_entry") else "") + \
-        (f", {c.get('measured_at')}" if c.get("measured_at") else "")
-    return f"ceilings: {where}: {peaks}; memory {si(c.get('bandwidth_bytes_per_s'), 'B/s')}"
+    return (f"ceilings: {c.get('source', '?')}, {ceilings_words(c)}: {peaks}; "
+            f"memory {si(c.get('bandwidth_bytes_per_s'), 'B/s')}")
+
+
+def above_peak(x: float | None) -> str:
+    """What follows a fraction of a ceiling above 1: never a plain fact."""
+    if x is None or x <= 1:
+        return ""
+    if x <= value("roofline_over_roof"):
+        return " (above the peak, within the spread of a calibration)"
+    return " (above the peak: the ceilings do not fit this run)"
 
 
 def _mfu_words(m: dict) -> str:
     parts = []
     for key, what in (("measured", "the measured peak"), ("datasheet", "the datasheet's")):
         peak = m[f"peak_{key}_flops_per_s"]
-        parts.append(f"{pct(m[f'mfu_{key}'])} of {what} ({si(peak, 'FLOP/s')})" if peak
+        x = m[f"mfu_{key}"]
+        parts.append(f"{pct(x)} of {what} ({si(peak, 'FLOP/s')}){above_peak(x)}" if peak
                      else f"no {key} {m['dtype']} peak")
     return ", ".join(parts)
+
+
+def caveats(notes: list[str]) -> list[str]:
+    """The notes a reader must see before any figure: the ceilings do not fit the run, or they
+    are this host's today and not the run's own."""
+    return [n for n in notes if n.startswith(MISFIT) or n.startswith(TODAYS)]
+
+
+def _of_roof(x: float | None) -> str:
+    """A fraction of the roof; above it, marked (OF_ROOF_MARKS says what the marks mean)."""
+    if x is None or x <= 1:
+        return pct(x)
+    return pct(x) + (" !" if x > value("roofline_over_roof") else " ~")
+
+
+def of_roof_marks() -> str:
+    return (f"of roof: ! above {pct(value('roofline_over_roof'))} of its ceiling; ~ above 100%, within the "
+            "spread of a calibration")
 
 
 def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
@@ -119,6 +154,8 @@ def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
     console.print(f"[bold]roofline[/bold]: {r.device}, op time = {r.basis}, {duration(r.total_time_ns)} in ops; "
                   f"{pct(r.modelled_share)} of it with a cost model")
     console.print(_ceilings_line(r))
+    for n in caveats(r.notes):
+        console.print(f"! {n}", style="bold yellow")
     if r.ops:
         t = _table(f"top ops by time (of {len(r.ops)} op+shape rows)", "op", "input dims", "dtype", "calls",
                    "time", "share", "FLOP/s", "B/s", "FLOP/B", "ridge", "bound", "of roof")
@@ -126,8 +163,10 @@ def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
             t.add_row(o.name, dims_text(o.input_dims), o.dtype or "-", str(o.calls), duration(o.time_ns),
                       pct(o.time_ns / r.total_time_ns if r.total_time_ns else None),
                       si(o.achieved_flops_per_s), si(o.achieved_bytes_per_s),
-                      ratio(o.intensity), ratio(o.ridge), o.bound or "-", pct(o.roof_fraction))
+                      ratio(o.intensity), ratio(o.ridge), o.bound or "-", _of_roof(o.roof_fraction))
         console.print(t)
+        if any((o.roof_fraction or 0) > 1 for o in r.ops[:top]):
+            console.print(of_roof_marks(), style="dim")
     u = r.unmodelled
     if u.get("ops"):
         names = "; ".join(f"{x['name']} {pct(x['share'])} ({x['why']})" for x in u["ops"][:5])
@@ -137,7 +176,8 @@ def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
         console.print(f"MFU ({m['dtype']}, median of {len(m['steps'])} step(s)): "
                       f"{si(m['flops_per_s'], 'FLOP/s')} = " + _mfu_words(m))
     for n in r.notes:
-        console.print(n, style="dim")
+        if n not in caveats([n]):
+            console.print(n, style="dim")
     for m in r.missing:
         console.print(f"missing: {m}")
     console.print("bytes are the tensors read and written once each: a lower bound on traffic "
@@ -220,12 +260,17 @@ def roofline_section(r: Roofline, top: int = 25) -> str:
         f"<td class=n>{si(o.achieved_flops_per_s, 'FLOP/s')}</td><td class=n>{si(o.achieved_bytes_per_s, 'B/s')}</td>"
         f"<td class=n>{ratio(o.intensity)}</td>"
         f"<td style='color:{BOUND_COLORS.get(o.bound)}'>{_e(o.bound or '-')}</td>"
-        f"<td class=n>{pct(o.roof_fraction)}</td></tr>"
+        f"<td class=n>{_e(_of_roof(o.roof_fraction))}</td></tr>"
         for o in r.ops[:top])
     parts = [f"<h2>roofline ({_e(r.device)}, op time = {_e(r.basis)})</h2>",
-             f"<div class='dim'>{_e(_ceilings_line(r))}</div>", roofline_svg(r),
+             f"<div class='dim'>{_e(_ceilings_line(r))}</div>",
+             *(f"<p class='caveat' style='background:#fff3cd;border-left:4px solid #e0a800;padding:6px 10px'>"
+               f"<b>{_e(n)}</b></p>" for n in caveats(r.notes)),
+             roofline_svg(r),
              "<table><tr><th>op</th><th>input dims</th><th>dtype</th><th>calls</th><th>time</th><th>share</th>"
-             f"<th>FLOP/s</th><th>B/s</th><th>FLOP/B</th><th>bound</th><th>of roof</th></tr>{rows}</table>"]
+             f"<th>FLOP/s</th><th>B/s</th><th>FLOP/B</th><th>bound</th><th>of roof</th></tr>{rows}</table>",
+             *([f"<div class='dim'>{_e(of_roof_marks())}</div>"]
+               if any((o.roof_fraction or 0) > 1 for o in r.ops[:top]) else [])]
     u = r.unmodelled
     if u.get("ops"):
         parts.append("<div class='dim'>without a roofline: " + _e(f"{pct(u.get('share'))} of op time: ") +
@@ -234,6 +279,7 @@ def roofline_section(r: Roofline, top: int = 25) -> str:
         m = r.mfu
         parts.append(f"<p>MFU ({_e(m['dtype'])}, median of {len(m['steps'])} step(s)): "
                      f"{_e(si(m['flops_per_s'], 'FLOP/s'))} = {_e(_mfu_words(m))}</p>")
+    parts.extend(f"<div class='dim'>{_e(n)}</div>" for n in r.notes if n not in caveats([n]))
     parts.extend(f"<div>missing: {_e(x)}</div>" for x in r.missing)
     parts.append("<div class='dim'>bytes are the tensors read and written once each: a lower bound on "
                  "traffic (intensity an upper bound)</div>")

@@ -118,7 +118,7 @@ def test_gpu_panels_are_generic_and_ordered():
     assert throttle.unit == "percent" and throttle.value == pytest.approx(20.0) and throttle.alert
     assert [x.key for x in g0.figures if x.headline] == ["gpu:0.gpu.util", "gpu:0.gpm.sm_util"]
     # no CPU figures: the classifier judges the GPUs (mean utilization 52%) and GPM (tensor 60%)
-    assert f.verdict.label == "unknown (mixed: compute vs host cannot be told apart)"
+    assert f.verdict.label == "unknown (mixed: compute 52% vs host 48%, within the 10-point margin)"
     assert f.verdict.evidence == "GPU busy 52% of the time (NVML); tensor cores busy 60% (GPM)"
 
 

@@ -339,3 +339,10 @@ def test_every_gemm_row_of_the_gpu_traces_has_flops(trace):
             continue
         assert cost is not None and cost.flops > 0, (trace, name, args["Input Dims"])
     assert odd <= len(rows) // 10
+
+
+def test_fill_writes_its_tensor_and_reads_nothing():
+    # fill_(self, value): the scalar is not a tensor; 4 MB written, none read, no FLOPs
+    c = op_cost("aten::fill_", [[1024, 1024], []], ["float", "Scalar"])
+    assert (c.flops, c.bytes) == (0, 4 * 1024 * 1024)
+    assert op_cost("aten::zero_", [[256]], ["float"]).bytes == 1024
