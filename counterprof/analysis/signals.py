@@ -495,6 +495,16 @@ def _neuron_signals(delta: Callable[[str], float | None],
     return out
 
 
+def others_cpus(view: MetricView, cpus: int | None, sig: dict[str, Signal]) -> dict[str, Signal]:
+    """The CPUs other processes held over the scope: the machine's busy CPUs less the workload
+    tree's (who the main thread may have waited for)."""
+    util = view.mean("system.cpu_util") if cpus else None
+    if util is None or not cpus or "cpu_busy" not in sig:
+        return {}
+    return {"others_cpus": Signal(max(0.0, util / 100 * cpus - sig["cpu_busy"].value), "host",
+                                  "system.cpu_util x CPUs - the workload's CPUs")}
+
+
 def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str, Signal]:
     """Every signal measurable over `scope` (a merged interval set). `steps`: the scope is the
     steps, whose span-derived shares come from the step schedule's windows where there are any
@@ -510,11 +520,7 @@ def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str
         out["ranks"] = Signal(float(data.ranks), "run", "rank partitions in the run")
     out.update(counter_signals(RunDataView(data, scope), data.ranks))
     ranks = max(1, data.ranks)
-    # the CPUs other processes held: the machine's busy CPUs less the workload tree's
-    util = RunDataView(data, scope).mean("system.cpu_util") if data.cpus else None
-    if util is not None and data.cpus and "cpu_busy" in out:
-        out["others_cpus"] = Signal(max(0.0, util / 100 * data.cpus - out["cpu_busy"].value), "host",
-                                    "system.cpu_util x CPUs - the workload's CPUs")
+    out.update(others_cpus(RunDataView(data, scope), data.cpus, out))
 
     # --- the main thread's waits, from spans ----------------------------------------------
     # DataLoader next() waits: recorded for the whole run by the torch driver, or else only

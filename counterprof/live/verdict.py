@@ -90,12 +90,15 @@ class WindowMetricView:
         return next((n for n in names if n in self._keys), None)
 
 
-def live_signals(c: PanelContext, seconds: float) -> dict[str, Any]:
+def live_signals(c: PanelContext, seconds: float, cpus: int | None = None) -> dict[str, Any]:
     """The classifier's signals over the last `seconds` of the window: the report's signal
-    table (analysis.signals.counter_signals) over the live window."""
-    from ..analysis.signals import Signal, counter_signals
+    table (analysis.signals.counter_signals) over the live window, and the CPUs other
+    processes held (cpus: the machine's)."""
+    from ..analysis.signals import Signal, counter_signals, others_cpus
     out: dict[str, Signal] = {"wall_s": Signal(seconds, "live", "the last seconds")}
-    out.update(counter_signals(WindowMetricView(c, seconds)))
+    view = WindowMetricView(c, seconds)
+    out.update(counter_signals(view))
+    out.update(others_cpus(view, cpus, out))
     return out
 
 
@@ -126,12 +129,12 @@ def verdict(c: PanelContext, scope: str = "process", cpus: int | None = None,
         return LiveVerdict(label, f"{busy:.1f} of {n} CPUs busy ({sys_util:.0f}%), {gpu_text}")
 
     from ..analysis.classify import classify, describe
-    sig = live_signals(c, sec)
+    sig = live_signals(c, sec, cpus)
     if "cpu_busy" not in sig and "gpu_util" not in sig:
         return LiveVerdict("unknown", "no CPU-time figures yet" + ("" if not gpus else f"; {gpu_text}"))
     threads = (statuses or {}).get("threads") or {}
     v = classify(sig, "now", {"main_threads": threads.get("main") or [],
-                              "contenders": threads.get("contenders") or []})
+                              "contenders": threads.get("contenders") or [], "cpus": cpus})
     evidence = "; ".join(e.text for e in v.evidence[:2])
     return LiveVerdict(describe(v), evidence, dict(v.shares))
 
