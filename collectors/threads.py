@@ -7,7 +7,11 @@ by the thread's role:
     main     the critical thread: the one whose time is the step's wall time (the rank's main
              thread; for a launched command, the main thread of the first process below the
              wrappers that only wait for their child; in-process, the thread that entered
-             counterprof.profile()). Also its blocked time: the rest of the interval.
+             counterprof.profile()). Also its blocked time: the rest of the interval, so that
+             running + runnable + blocked is the interval (thread_rows.settle). Where that
+             process only waits for its child processes (torch.multiprocessing.spawn's parent,
+             a launcher: the waiter rule below), their main threads are, one each: several
+             critical threads, each its own rows (entity tid:<tid>).
     intraop  the critical process's other threads (torch/OpenMP/MKL pools, autograd threads)
     loader   DataLoader worker processes (threads named pt_data_worker, and every thread of
              their processes) and the pin-memory thread (pt_data_pin)
@@ -47,6 +51,7 @@ from counterprof.errors import UsageError
 from counterprof.schema import Metric
 
 from .thread_rows import COMM, EXCLUDED, INTRAOP, LOADER, MAIN, OTHER, ThreadRows
+from counterprof.proctree import cmdline, cpu_ticks, helper_kind
 from counterprof.record import record
 
 SOURCE = "threads"
@@ -108,6 +113,27 @@ COMM_PREFIXES = ("pt_gloo", "gloo", "pt_nccl", "nccl", "pt_tcpstore", "pt_dist",
 LOADER_WORKER = "pt_data_worker"     # torch.utils.data's worker loop names its process's thread so
 LOADER_PIN = "pt_data_pin"           # the pin-memory thread, in the main process
 
+# A process below the wrappers that only waits for its child processes is not the work: its
+# children are, each a critical process of its own (their main threads: the ranks of
+# torch.multiprocessing.spawn, whose parent waits in multiprocessing.connection.wait, i.e.
+# poll; the workers of a Python launcher or of a shell's `wait`). It waits for them when its main
+# thread waits in do_wait (waitpid: at once), or when over a window of WAITER_WINDOW_NS at least,
+# its main thread was on a CPU at most WAITER_MAIN_AT_MOST of the time while its children (their
+# trees) used at least WAITER_KIDS_AT_LEAST CPUs and WAITER_KIDS_OVER_MAIN times as much; it works
+# again once its main thread runs WAITER_BUSY_AGAIN of a window. Its children here: not
+# DataLoader workers (loader), not multiprocessing's resource tracker; a fork server's children
+# count as its starter's. Riding perf's tick (where this is looked at on the drains and kept
+# walks), a process first seen with children, or whose children changed while its main thread
+# idled, is looked at again every RECHECK_EVERY_S for RECHECK_FOR_NS (our thread's wake-ups).
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+WAITER_WINDOW_NS = 200_000_000
+WAITER_MAIN_AT_MOST = 0.10
+WAITER_KIDS_AT_LEAST = 0.25
+WAITER_KIDS_OVER_MAIN = 4.0
+WAITER_BUSY_AGAIN = 0.25
+RECHECK_EVERY_S = 0.2
+RECHECK_FOR_NS = 5_000_000_000
+
 
 
 @record(frozen=True)
@@ -143,25 +169,48 @@ def descend_wrappers(root: int, children: dict[int, list[int]], comm: dict[int, 
     return pid
 
 
-def assign_roles(threads: list[tuple[int, int, str]], critical: Critical | None,
+def assign_roles(threads: list[tuple[int, int, str]], critical: Critical | tuple[Critical, ...] | None,
                  excluded: set[int]) -> list[int]:
-    """The role of each thread (tid, pid, comm): MAIN, INTRAOP, LOADER, COMM, OTHER or EXCLUDED."""
-    loaders = loader_processes(threads)
-    if critical is not None:
-        loaders.discard(critical.pid)
+    """The role of each thread (tid, pid, comm): MAIN, INTRAOP, LOADER, COMM, OTHER or EXCLUDED.
+    critical: one critical thread, or several (a job's ranks: each its process's main)."""
+    criticals = () if critical is None else (critical,) if isinstance(critical, Critical) else tuple(critical)
+    mains = {c.tid for c in criticals}
+    critical_pids = {c.pid for c in criticals}
+    loaders = loader_processes(threads) - critical_pids
     roles = []
     for tid, pid, comm in threads:
         if tid in excluded:
             roles.append(EXCLUDED)
-        elif critical is not None and tid == critical.tid:
+        elif tid in mains:
             roles.append(MAIN)
-        elif critical is not None and pid == critical.pid:
+        elif pid in critical_pids:
             roles.append(COMM if is_comm_thread(comm) else LOADER if comm == LOADER_PIN else INTRAOP)
         elif pid in loaders:
             roles.append(LOADER)
         else:
             roles.append(OTHER)
     return roles
+
+
+def main_run_ns(pid: int, proc: str = "/proc") -> int | None:
+    """On-CPU ns of a process's main thread (schedstat field 1); None when it is gone."""
+    try:
+        with open(f"{proc}/{pid}/task/{pid}/schedstat", "rb") as f:
+            return int(f.read(128).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Waiter:
+    """What is known of a process that has children: since when (t), its main thread's run ns
+    then, its children's CPU ticks then (by pid; None: not read), whether it waits for them."""
+    __slots__ = ("t", "run", "kids", "kids_cpu", "waiting", "busy")
+
+    def __init__(self, t: int, run: int, kids: tuple[int, ...]):
+        self.t, self.run, self.kids = t, run, kids
+        self.kids_cpu: dict[int, int] | None = None
+        self.waiting = False
+        self.busy = False          # its main thread ran over WAITER_MAIN_AT_MOST of the last window
 
 
 def read_wchan(pid: int, proc: str = "/proc") -> str | None:
@@ -341,12 +390,47 @@ class ThreadsCollector(PollingCollector):
         self._rows = ThreadRows(SOURCE)
         self._contenders_lock = threading.Lock()   # our thread, or perf's drain while it spills
         self.reader: ThreadReader | None = None
-        self.critical: Critical | None = None
+        self.criticals: tuple[Critical, ...] = ()
         self.root_gone = False
         # riding the perf sampler's tick: (sampler, read every N of its ticks, rider id); under _lock
         self._ride: tuple[Any, int, int] | None = None
-        self._epoch = 0
+        self._epoch_tid: dict[int, int] = {}    # riding: each watch epoch's thread
+        self._mains: dict[int, tuple[int, int | None]] = {}   # tid -> (pid, its schedstat fd)
+        self._prevs: dict[int | None, tuple[int, int, int]] = {}   # tid -> (time, run ns, wait ns)
+        self._anchor: int | None = None          # the process whose children the critical ones are (or it)
+        self._children_fd: int | None = None     # its main thread's children file
+        self._children_seen = b""
+        self._waiters: dict[int, Waiter] = {}
+        self._helpers: dict[int, str] = {}       # pid -> helper_kind of its command line
+        self._launcher_of: dict[int, int] = {}   # a critical pid -> the process that waits for it
+        self._loader_pids: set[int] = set()
+        self._recheck_until = 0
+        self._anchor_open: int | None = None
+        self._recorded: list[tuple[int, int, str]] | None = None
         self._lock = threading.Lock()
+
+    @property
+    def critical(self) -> Critical | None:
+        """The first critical thread (the only one, but for a job whose ranks are its children)."""
+        return self.criticals[0] if self.criticals else None
+
+    @critical.setter
+    def critical(self, c: Critical | None) -> None:
+        self.criticals = () if c is None else (c,)
+
+    @property
+    def _main_prev(self) -> tuple[int, int, int] | None:
+        c = self.critical
+        return self._prevs.get(None if c is None else c.tid)
+
+    @_main_prev.setter
+    def _main_prev(self, prev: tuple[int, int, int] | None) -> None:
+        c = self.critical
+        key = None if c is None else c.tid
+        if prev is None:
+            self._prevs.pop(key, None)
+        else:
+            self._prevs[key] = prev
 
     @classmethod
     def availability(cls, config=None) -> Availability:
@@ -385,11 +469,7 @@ class ThreadsCollector(PollingCollector):
         self.reader = ThreadReader(self.root, self.proc)
         self._excluded: set[int] = set()
         self._roles = np.zeros(0, np.int64)
-        self._main_fd: int | None = None       # the critical thread's schedstat, read every sample
-        self._main_key: tuple[int, int] | None = None
-        self._main_prev: tuple[int, int, int] | None = None   # (time, run ns, wait ns)
-        self._children_fd: int | None = None   # the critical thread's children file
-        self._children_seen = b""
+        self._mains, self._prevs = {}, {}      # the critical threads' schedstat, read every sample
         self._interval_ns = int(float(self.config["interval_ms"]) * 1e6)
         self._procs_children: dict[int, list[int]] = {}
         self._procs_comm: dict[int, str] = {}
@@ -399,7 +479,7 @@ class ThreadsCollector(PollingCollector):
         self.root_gone = not alive
         self._restructure(arr)
         self._follow_main()
-        self._sample_main(self._prev_time)       # the critical thread's baseline
+        self._sample_main(self._prev_time)       # the critical threads' baseline
         self.contenders = Contenders([self.root] if self.in_process else [self.root, os.getpid()], self.proc)
         self._contenders_every = CONTENDERS_EVERY_S
         self._last_contenders = time.monotonic()    # their first reading: poll()'s first act
@@ -433,7 +513,10 @@ class ThreadsCollector(PollingCollector):
                 # perf spilling: the contenders are read on its drain's wake-up, not on one of ours
                 spilling = self.ctx.spill is not None
                 check_s = RIDDEN_SPILL_CHECK_S if spilling else RIDDEN_CHECK_S
-                if select.select([wake_fd], [], [], check_s if spilling else min(check_s, CONTENDERS_EVERY_S))[0]:
+                timeout = check_s if spilling else min(check_s, CONTENDERS_EVERY_S)
+                # a parent whose children changed: looked at again soon (does it wait for them?)
+                recheck = self.ctx.clock.now_ns() < self._recheck_until
+                if select.select([wake_fd], [], [], min(timeout, RECHECK_EVERY_S) if recheck else timeout)[0]:
                     try:
                         os.read(wake_fd, 8)
                     except BlockingIOError:
@@ -441,6 +524,8 @@ class ThreadsCollector(PollingCollector):
                 if self._stop.is_set():
                     break
                 self.drain_ride(kept_only=self.ctx.clock.now_ns() - self._last_emit < check_s * 1e9)
+                if recheck:
+                    self.recheck()
             elif self._stop.wait(self.period_s):
                 break
             else:
@@ -499,7 +584,7 @@ class ThreadsCollector(PollingCollector):
                           ffi.new("int32_t[]", n))
             self._ride = (sampler, every, rider)
             self.details["main_reads"] = self.details["walks"] = "perf sampler tick"
-            self._watch(-1 if self._main_fd is None else self._main_fd)
+            self._watch()
         self.reader.lib.cp_threads_wake(self.reader.handle)   # our loop: from its own period to the drain's
 
     def unride(self) -> None:
@@ -517,15 +602,23 @@ class ThreadsCollector(PollingCollector):
                 self.flush()          # the tick's rows out now: perf removes its spill once its riders left
             lib.cp_threads_wake(self.reader.handle)
 
-    def _watch(self, fd: int) -> None:
-        """Point the sampler at the critical thread's schedstat (fd -1: at none): a new epoch.
-        Once this returns the sampler no longer reads the previous fd."""
-        from counterprof._native import lib
+    def _watch(self) -> None:
+        """Point the sampler at the critical threads' schedstat files (none: no reads), each with
+        an epoch of its own. Once this returns the sampler no longer reads the fds it read before."""
+        from counterprof._native import ffi, lib
         sampler, every, _rider = self._ride
-        self._epoch = lib.cp_sampler_watch_schedstat(sampler, fd, every)
+        watched = [(tid, fd) for tid, (_pid, fd) in self._mains.items() if fd is not None][:lib.CP_SCHED_WATCH]
+        first = lib.cp_sampler_watch_schedstats(sampler, len(watched), ffi.new("int[]", [fd for _t, fd in watched]),
+                                                every)
+        if first < 0:
+            raise OSError(-first, os.strerror(-first), "schedstat watch")
+        # the readings of an earlier watch still in the ring are those threads' too, while followed
+        self._epoch_tid = {e: t for e, t in self._epoch_tid.items() if t in self._mains}
+        self._epoch_tid.update({first + i: tid for i, (tid, _fd) in enumerate(watched)})
         spill = self.ctx.spill
-        if spill is not None and fd >= 0:     # what a killed profiler's readings are recovered as
-            spill.note_epoch(self._epoch, f"tid:{self.critical.tid}" if self.critical else "tid:?")
+        if spill is not None:     # what a killed profiler's readings are recovered as
+            for i, (tid, _fd) in enumerate(watched):
+                spill.note_epoch(first + i, f"tid:{tid}")
 
     def _unwatch(self) -> None:
         from counterprof._native import ffi, lib
@@ -576,40 +669,156 @@ class ThreadsCollector(PollingCollector):
             if self._account(t, d, alive, True, arr):
                 self._push_roles()
             return
+        self._check_critical_locked()
+
+    def _check_critical_locked(self) -> None:
+        """Riding: the excluded set and the critical threads again (exec and `sh -c 'a; b'` change
+        them between walks, and a parent comes to wait for its children); roles into C if so."""
         with self.ctx.lock:
             excluded = set(self.ctx.profiler_tids) if self.in_process else set()
-        critical = self._choose_critical()     # exec and `sh -c 'a; b'` change it between walks
-        if excluded != self._excluded or critical != self.critical:
+        criticals = self._choose_criticals()
+        if excluded != self._excluded or criticals != self.criticals:
             self._excluded = excluded
-            self._assign(critical)
+            self._assign(criticals)
             self._follow_main()
             self._push_roles()
 
+    def recheck(self) -> None:
+        """Riding, our thread's wake-up while a parent's new children are looked at again."""
+        with self._lock:
+            if self.reader is None or self.root_gone or self._ride is None:
+                return
+            self._check_critical_locked()
+
     def _drain_main(self) -> None:
-        """The critical thread's readings taken on the sampler's tick, into rows."""
+        """The critical threads' readings taken on the sampler's tick, into rows."""
         from counterprof._native import ffi, lib
         t, run, wait, epoch = self._ring
         n = lib.cp_sampler_drain_schedstat(self._ride[0], lib.CP_SCHED_RING, t, run, wait, epoch)
         if n == 0:
             return
         t_, run_, wait_ = (np.frombuffer(ffi.buffer(b, 8 * n), np.int64) for b in (t, run, wait))
-        # the previous critical thread's readings, taken before the switch, are not its
-        mine = np.frombuffer(ffi.buffer(epoch, 4 * n), np.int32) == self._epoch
-        t_, run_, wait_ = t_[mine], run_[mine], wait_[mine]
-        gone = np.flatnonzero(run_ < 0)
-        end = gone[0] if len(gone) else len(t_)
-        self._main_readings(t_[:end], run_[:end], wait_[:end])
-        if len(gone):
-            self._main_gone()
+        epochs = np.frombuffer(ffi.buffer(epoch, 4 * n), np.int32)
+        # a thread no longer critical: its readings, taken before the switch, are not counted
+        for e in np.unique(epochs).tolist():
+            tid = self._epoch_tid.get(e)
+            if tid is None or tid not in self._mains:
+                continue
+            mine = epochs == e
+            tt, rr, ww = t_[mine], run_[mine], wait_[mine]
+            gone = np.flatnonzero(rr < 0)
+            end = gone[0] if len(gone) else len(tt)
+            self._main_readings(tt[:end], rr[:end], ww[:end], tid)
+            if len(gone):
+                self._main_gone(tid)
 
     # -- roles ---------------------------------------------------------------------------
 
-    def _choose_critical(self) -> Critical | None:
+    def _choose_criticals(self) -> tuple[Critical, ...]:
         if self.in_process:
-            return Critical(self.root, self._self_tid)
-        pid = descend_wrappers(self.root, self._procs_children, self._procs_comm,
-                               lambda p: read_wchan(p, self.proc))
-        return Critical(pid, pid) if pid in self._procs_comm else None
+            self._anchor = self.root
+            return (Critical(self.root, self._self_tid),)
+        wchans: dict[int, str | None] = {}
+
+        def wchan(pid: int) -> str | None:          # read once a choice
+            if pid not in wchans:
+                wchans[pid] = read_wchan(pid, self.proc)
+            return wchans[pid]
+        top = descend_wrappers(self.root, self._procs_children, self._procs_comm, wchan)
+        self._anchor = top if top in self._procs_comm else None
+        self._launcher_of = {}
+        pids = self._work_processes(top, wchan, set())
+        for pid in [p for p in self._waiters if p not in self._procs_comm]:
+            del self._waiters[pid]                  # gone
+        return tuple(Critical(p, p) for p in sorted(set(pids)) if p in self._procs_comm)
+
+    def _work_processes(self, pid: int, wchan: Callable[[int], str | None], seen: set[int]) -> list[int]:
+        """The critical processes from pid (a process below the wrappers) down: pid, or, when it
+        only waits for its children, theirs, each looked at the same way."""
+        if pid in seen:
+            return []
+        seen.add(pid)
+        kids = self._children_at_work(pid)
+        if not kids:
+            self._waiters.pop(pid, None)
+            return [pid]
+        if not self._waits_for(pid, kids, wchan):
+            return [pid]
+        out: list[int] = []
+        for kid in kids:
+            below = descend_wrappers(kid, self._procs_children, self._procs_comm, wchan)
+            for p in self._work_processes(below, wchan, seen):
+                out.append(p)
+                self._launcher_of.setdefault(p, pid)
+        return out or [pid]
+
+    def _children_at_work(self, pid: int) -> tuple[int, ...]:
+        """pid's child processes that may be its work: not DataLoader workers (loader), not
+        multiprocessing's resource tracker; a fork server's children instead of it."""
+        out: list[int] = []
+        for kid in self._procs_children.get(pid, []):
+            if kid in self._loader_pids:
+                continue
+            kind = self._helpers.get(kid)
+            if kind is None:     # started by fork and exec at once: its command line is final
+                kind = self._helpers[kid] = helper_kind(cmdline(kid, self.proc))
+            if kind == "forkserver":
+                out.extend(k for k in self._procs_children.get(kid, []) if k not in self._loader_pids)
+            elif not kind:
+                out.append(kid)
+        return tuple(sorted(out))
+
+    def _waits_for(self, pid: int, kids: tuple[int, ...], wchan: Callable[[int], str | None]) -> bool:
+        """Does pid only wait for its children `kids` (the rule above WAITER_WINDOW_NS)?"""
+        now = self.ctx.clock.now_ns()
+        run = main_run_ns(pid, self.proc)
+        w = self._waiters.get(pid)
+        if run is None:
+            self._waiters.pop(pid, None)
+            return False
+        if w is None or (kids != w.kids and not w.waiting and not w.busy):
+            self._recheck_until = now + RECHECK_FOR_NS     # riding: looked at again meanwhile
+        if w is None:
+            w = self._waiters[pid] = Waiter(now, run, kids)
+            w.waiting = wchan(pid) == "do_wait"
+            if not w.waiting:
+                w.kids_cpu = self._tree_cpu(kids)
+            return w.waiting
+        w.kids = kids
+        if not w.waiting and wchan(pid) == "do_wait":      # in waitpid: at once, a new window
+            w.t, w.run, w.kids_cpu, w.waiting = now, run, None, True
+            return True
+        elapsed = now - w.t
+        if elapsed < WAITER_WINDOW_NS:
+            return w.waiting
+        share = (run - w.run) / elapsed
+        w.busy = share > WAITER_MAIN_AT_MOST
+        cpu = None
+        if w.waiting:
+            w.waiting = share < WAITER_BUSY_AGAIN or wchan(pid) == "do_wait"
+        elif share <= WAITER_MAIN_AT_MOST:
+            cpu = self._tree_cpu(kids)
+            if w.kids_cpu is not None:
+                used = sum(v - w.kids_cpu.get(p, 0) for p, v in cpu.items()) / TICKS_PER_S / (elapsed / 1e9)
+                w.waiting = used >= WAITER_KIDS_AT_LEAST and used >= WAITER_KIDS_OVER_MAIN * share
+        # the next window; the children's CPU only where it may decide (the parent was idle)
+        w.t, w.run = now, run
+        w.kids_cpu = None if w.waiting else cpu
+        return w.waiting
+
+    def _tree_cpu(self, pids: tuple[int, ...]) -> dict[int, int]:
+        """CPU ticks of these processes and their descendants, by pid (the gone left out)."""
+        out: dict[int, int] = {}
+        todo, seen = list(pids), set(pids)
+        while todo:
+            p = todo.pop()
+            ticks = cpu_ticks(p, self.proc)
+            if ticks is not None:
+                out[p] = ticks
+            below = [k for k in self._procs_children.get(p, []) if k not in seen]
+            seen.update(below)
+            todo.extend(below)
+        return out
 
     def _restructure(self, arr: np.ndarray) -> None:
         """Threads came, went or were renamed: the process table and every role afresh."""
@@ -625,35 +834,46 @@ class ThreadsCollector(PollingCollector):
                     children.setdefault(ppid, []).append(pid)
         self._procs_children, self._procs_comm = children, comm
         self._threads = list(zip(tids, pids, comms))
-        self._assign(self._choose_critical())
+        self._loader_pids = loader_processes(self._threads)
+        self._helpers = {p: k for p, k in self._helpers.items() if p in comm}
+        self._assign(self._choose_criticals())
 
-    def _assign(self, critical: Critical | None) -> None:
-        self._record(critical)
-        self.critical = critical
-        roles = assign_roles(self._threads, critical, self._excluded)
+    def _assign(self, criticals: tuple[Critical, ...]) -> None:
+        self._record(criticals)
+        self.criticals = criticals
+        roles = assign_roles(self._threads, criticals, self._excluded)
         self._roles = np.asarray(roles, np.int64)
+        critical_pids = {c.pid for c in criticals}
         self._loader_workers = len({pid for (_, pid, _), r in zip(self._threads, roles)
-                                    if r == LOADER and (critical is None or pid != critical.pid)})
+                                    if r == LOADER and pid not in critical_pids})
 
-    def _record(self, critical: Critical | None) -> None:
-        """details["main"]: each critical thread chosen, from when; an exec that renames it is a
-        new entry, except the first change of a launched command: until its exec, the root was our
-        paused fork."""
-        if critical is None:
+    def _record(self, criticals: tuple[Critical, ...]) -> None:
+        """details["main"]: each critical thread chosen, from when (one entry each when several
+        are: a job's ranks, with the pid of the process that waits for them, `launcher`); an
+        exec that renames one is a new entry, except the first change of a launched command:
+        until its exec, the root was our paused fork."""
+        if not criticals:
             return
-        comm = self._comm_of(critical.tid)
-        entry = {"pid": critical.pid, "tid": critical.tid, "comm": comm, "from_ns": self.ctx.clock.now_ns()}
+        now = self.ctx.clock.now_ns()
+        entries = []
+        for c in criticals:
+            entry = {"pid": c.pid, "tid": c.tid, "comm": self._comm_of(c.tid), "from_ns": now}
+            if c.pid in self._launcher_of:
+                entry["launcher"] = self._launcher_of[c.pid]
+            entries.append(entry)
         chosen = self.details["main"]
+        key = [(e["pid"], e["tid"], e["comm"]) for e in entries]
+        current = self._recorded
+        self._recorded = key
         if not chosen:
-            chosen.append(entry)
+            chosen.extend(entries)
             return
-        last = chosen[-1]
-        if (last["pid"], last["tid"], last["comm"]) == (critical.pid, critical.tid, comm):
+        if key == current:
             return
-        if self._before_exec:
-            chosen[-1] = {**entry, "from_ns": last["from_ns"]}
+        if self._before_exec and len(chosen) == 1:
+            chosen[:] = [{**e, "from_ns": chosen[0]["from_ns"]} for e in entries]
         else:
-            chosen.append(entry)
+            chosen.extend(e for e, k in zip(entries, key) if k not in (current or []))
         self._before_exec = False
 
     def _comm_of(self, tid: int) -> str:
@@ -676,7 +896,7 @@ class ThreadsCollector(PollingCollector):
             walk_ns = WALK_NS if len(self._roles) <= WALK_SMALL_UP_TO else WALK_BIG_NS
             # half an interval early: at -I 100 every sample walks despite the timer's jitter
             due = now - self._prev_time >= walk_ns - self._interval_ns // 2
-            if walk or self._main_fd is None or due or self._children_moved():
+            if walk or not any(fd is not None for _p, fd in self._mains.values()) or due or self._children_moved():
                 if not self._walk(now):
                     return
             self._sample_main(now)
@@ -707,9 +927,9 @@ class ThreadsCollector(PollingCollector):
             self._excluded = excluded
             self._restructure(arr)
         else:
-            critical = self._choose_critical()      # exec and `sh -c 'a; b'` change it between walks
-            if critical != self.critical:
-                self._assign(critical)
+            criticals = self._choose_criticals()    # exec and `sh -c 'a; b'` change it between walks
+            if criticals != self.criticals:
+                self._assign(criticals)
         n = len(self._roles)
         run_by = np.bincount(self._roles, weights=arr["run_s"], minlength=EXCLUDED + 1) if n else np.zeros(EXCLUDED + 1)
         wait_by = (np.bincount(self._roles, weights=arr["wait_s"], minlength=EXCLUDED + 1) if n
@@ -725,43 +945,62 @@ class ThreadsCollector(PollingCollector):
         return True
 
     def _follow_main(self) -> None:
-        """Keep the critical thread's schedstat open; a new critical thread starts a new baseline."""
-        c = self.critical
-        key = None if c is None else (c.pid, c.tid)
-        if key == self._main_key:
+        """Keep the critical threads' schedstat files open (a new one starts with a baseline) and
+        the children file of the process they are (or whose children they are)."""
+        want = {c.tid: c.pid for c in self.criticals}
+        have = {tid: pid for tid, (pid, _fd) in self._mains.items()}
+        anchor_key = self._anchor if self._anchor is not None and want else None
+        if want == have and anchor_key == self._anchor_open:
             return
-        self._close_main()
-        self._main_key = key
-        if c is None:
-            return
-        path = (f"{self.proc}/self/task/{c.tid}/schedstat" if self.in_process
-                else f"{self.proc}/{c.pid}/task/{c.tid}/schedstat")
-        try:
-            self._main_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            self._main_fd = None
-        try:
-            self._children_fd = os.open(path.rsplit("/", 1)[0] + "/children", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            self._children_fd = None
+        dropped = [fd for tid, (pid, fd) in self._mains.items() if want.get(tid) != pid and fd is not None]
+        for tid in [t for t, (pid, _fd) in self._mains.items() if want.get(t) != pid]:
+            del self._mains[tid]
+            self._prevs.pop(tid, None)
+        for tid, pid in want.items():
+            if tid in self._mains:
+                continue
+            path = (f"{self.proc}/self/task/{tid}/schedstat" if self.in_process
+                    else f"{self.proc}/{pid}/task/{tid}/schedstat")
+            try:
+                fd: int | None = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                fd = None
+            self._mains[tid] = (pid, fd)
+            self._prevs.pop(tid, None)
+        old_children = None
+        if anchor_key != self._anchor_open:
+            old_children, self._children_fd, self._children_seen = self._children_fd, None, b""
+            self._anchor_open = anchor_key
+            if anchor_key is not None:
+                path = (f"{self.proc}/self/task/{self._self_tid}/children" if self.in_process
+                        else f"{self.proc}/{anchor_key}/task/{anchor_key}/children")
+                try:
+                    self._children_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except OSError:
+                    self._children_fd = None
         if self._ride is not None:
-            if self._main_fd is not None:
-                self._watch(self._main_fd)
+            self._watch()                  # the sampler lets go of the dropped fds before they are closed
             self.reader.lib.cp_threads_watch_children(self.reader.handle,
                                                       -1 if self._children_fd is None else self._children_fd)
+        for fd in dropped + ([old_children] if old_children is not None else []):
+            os.close(fd)
 
     def _close_main(self) -> None:
         if self._ride is not None:
-            self._watch(-1)                # the sampler lets go of the fds before they are closed
+            self.reader.lib.cp_sampler_watch_schedstat(self._ride[0], -1, 1)   # let go before closing
             self.reader.lib.cp_threads_watch_children(self.reader.handle, -1)
-        for fd in (self._main_fd, self._children_fd):
+        for _pid, fd in self._mains.values():
             if fd is not None:
                 os.close(fd)
-        self._main_fd, self._main_prev, self._children_fd, self._children_seen = None, None, None, b""
+        if self._children_fd is not None:
+            os.close(self._children_fd)
+        self._mains, self._prevs, self._children_fd, self._children_seen = {}, {}, None, b""
+        self._anchor_open = None
 
     def _children_moved(self) -> bool:
-        """Did the critical process start or lose a child since the last walk (a wrapper's
-        command starting, `sh -c 'a; b'` moving on)? Then walk now: the critical thread may move."""
+        """Did the critical process (or the one whose children the critical ones are) start or
+        lose a child since the last walk (a wrapper's command starting, `sh -c 'a; b'` moving on,
+        a rank)? Then walk now: the critical threads may move."""
         if self._children_fd is None:
             return False
         try:
@@ -770,24 +1009,31 @@ class ThreadsCollector(PollingCollector):
             return True
 
     def _sample_main(self, now: int) -> None:
-        if self._main_fd is None:
-            return
-        try:
-            run_ns, wait_ns = map(int, os.pread(self._main_fd, 128, 0).split()[:2])
-        except (OSError, ValueError):
-            self._main_gone()
-            return
-        self._main_readings(np.array([now]), np.array([run_ns]), np.array([wait_ns]))
+        for tid, (_pid, fd) in list(self._mains.items()):
+            if fd is None:
+                continue
+            try:
+                run_ns, wait_ns = map(int, os.pread(fd, 128, 0).split()[:2])
+            except (OSError, ValueError):
+                self._main_gone(tid)
+                continue
+            self._main_readings(np.array([now]), np.array([run_ns]), np.array([wait_ns]), tid)
 
-    def _main_gone(self) -> None:
-        """The critical thread is gone: the next walk says what now."""
-        self._close_main()
-        self._main_key = None
+    def _main_gone(self, tid: int) -> None:
+        """A critical thread is gone (the sampler no longer reads it): the next walk says what now."""
+        pid, fd = self._mains.pop(tid, (None, None))
+        if fd is not None:
+            os.close(fd)
+        self._prevs.pop(tid, None)
 
-    def _main_readings(self, time_ns: np.ndarray, run_ns: np.ndarray, wait_ns: np.ndarray) -> None:
-        """Readings of the critical thread, oldest first, into rows: each the change since the
-        reading before; the first of a new critical thread is its baseline only."""
-        prev = self._main_prev
+    def _main_readings(self, time_ns: np.ndarray, run_ns: np.ndarray, wait_ns: np.ndarray,
+                       tid: int | None = None) -> None:
+        """Readings of a critical thread (default: the first), oldest first, into rows: each
+        the change since the reading before; the first of a new critical thread is its baseline
+        only."""
+        if tid is None and self.critical is not None:
+            tid = self.critical.tid
+        prev = self._prevs.get(tid)
         if prev is not None:               # the sampler's last tick and our own read may cross
             later = time_ns > np.maximum.accumulate(np.concatenate(([prev[0]], time_ns[:-1])))
             time_ns, run_ns, wait_ns = time_ns[later], run_ns[later], wait_ns[later]
@@ -796,15 +1042,28 @@ class ThreadsCollector(PollingCollector):
         if prev is None:
             prev = (int(time_ns[0]), int(run_ns[0]), int(wait_ns[0]))
             time_ns, run_ns, wait_ns = time_ns[1:], run_ns[1:], wait_ns[1:]
-        entity = f"tid:{self.critical.tid}" if self.critical else "tid:?"
+        entity = f"tid:{tid}" if tid is not None else "tid:?"
         self._rows.main_readings(time_ns, run_ns, wait_ns, prev, entity)
-        self._main_prev = ((int(time_ns[-1]), int(run_ns[-1]), int(wait_ns[-1])) if len(time_ns) else prev)
+        self._prevs[tid] = ((int(time_ns[-1]), int(run_ns[-1]), int(wait_ns[-1])) if len(time_ns) else prev)
 
     def flush(self) -> None:
         self._last_emit = self.ctx.clock.now_ns()
         batch = self._rows.take()
         if batch is not None:
             self.ctx.emit("samples", batch)
+            self._note_settled()
+
+    def _note_settled(self) -> None:
+        """Riding with perf's spill: where this take of the critical threads' rows ended, in the
+        spill, so that a recovery settles the readings after it as the next take would have."""
+        spill = self.ctx.spill if self._ride is not None else None
+        if spill is None or not self._rows.settled:
+            return
+        epoch_of = {tid: e for e, tid in sorted(self._epoch_tid.items())}     # each thread's latest watch
+        for entity, (last, carry) in self._rows.settled.items():
+            tid = int(entity[4:]) if entity[4:].isdigit() else None
+            if tid in epoch_of:
+                spill.note_settled(epoch_of[tid], last, carry)
 
     def last_sample(self) -> None:
         self.sample(walk=True)         # with a walk: the helpers' last time too

@@ -83,14 +83,39 @@ _MP_HELPERS = (b"from multiprocessing.resource_tracker import main",
                b"from multiprocessing.semaphore_tracker import main")
 
 
-def multiprocessing_helper(pid: int, proc: str = "/proc") -> bool:
-    """Is this process multiprocessing's resource tracker or fork server?"""
+def cmdline(pid: int, proc: str = "/proc", limit: int = 4096) -> bytes:
+    """A process's command line, NUL-separated, its first `limit` bytes (b"" when unreadable)."""
     try:
         with open(f"{proc}/{pid}/cmdline", "rb") as f:
-            cmdline = f.read(4096)
+            return f.read(limit)
     except OSError:
-        return False
-    return any(h in cmdline for h in _MP_HELPERS)
+        return b""
+
+
+def helper_kind(command: bytes) -> str:
+    """Which of multiprocessing's helpers a command line is: "resource_tracker", "forkserver"
+    (whose children are its starter's workers) or "" (none)."""
+    for h in _MP_HELPERS:
+        if h in command:
+            return "forkserver" if b".forkserver " in h else "resource_tracker"
+    return ""
+
+
+def multiprocessing_helper(pid: int, proc: str = "/proc") -> bool:
+    """Is this process multiprocessing's resource tracker or fork server?"""
+    return helper_kind(cmdline(pid, proc)) != ""
+
+
+def cpu_ticks(pid: int, proc: str = "/proc") -> int | None:
+    """utime + stime of a process (all its threads, not its children), in clock ticks; None
+    when it is gone."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            text = f.read(1024)
+        fields = text[text.rindex(b")") + 2:].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def rank_of(env: Mapping[str, str]) -> int | None:

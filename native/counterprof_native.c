@@ -169,14 +169,18 @@ struct cp_sampler {
 
     struct cp_sampler_stats stats;
 
-    /* a schedstat file read every sched_every ticks (cp_sampler_watch_schedstat) */
-    int sched_fd, sched_every, sched_left;
-    int32_t sched_epoch;
+    /* schedstat files read every sched_every ticks (cp_sampler_watch_schedstats): the critical
+     * threads, each with its own epoch (the watch's first epoch + its index) */
+    int sched_n, sched_every, sched_left;
+    int sched_fd[CP_SCHED_WATCH];          /* -1: not read (none, or its thread is gone) */
+    int32_t sched_epoch_of[CP_SCHED_WATCH];
+    int32_t sched_epoch;                   /* the last epoch given out */
     int sched_head, sched_count;
     int64_t sched_time[CP_SCHED_RING], sched_run[CP_SCHED_RING], sched_wait[CP_SCHED_RING];
     int32_t sched_tag[CP_SCHED_RING];
-    int64_t sched_last[3];     /* the last reading (time, run, wait), for the spill's deltas */
-    int32_t sched_last_epoch;  /* 0: none */
+    /* each watched fd's last reading (time, run, wait) and epoch (0: none), for the spill's deltas */
+    int64_t sched_last[CP_SCHED_WATCH][3];
+    int32_t sched_last_epoch[CP_SCHED_WATCH];
 
     cp_spill *spill;           /* NULL: no spill (cp_sampler_set_spill) */
 
@@ -208,15 +212,11 @@ static struct timespec to_timespec(int64_t ns) {
     return ts;
 }
 
-/* The watched schedstat, into its ring; under the lock (the fd may change between ticks).
- * `force`: read now whatever the countdown says (the last tick before a stop). */
-static void sched_tick(cp_sampler *s, int64_t now, int force) {
-    if (s->sched_fd < 0) return;
-    if (--s->sched_left > 0 && !force) return;
-    s->sched_left = s->sched_every;
+/* One watched schedstat read into the ring (and the spill); under the lock. */
+static void sched_read(cp_sampler *s, int i, int64_t now) {
     char buf[128];
     int64_t run = -1, wait = 0;
-    ssize_t n = pread(s->sched_fd, buf, sizeof(buf) - 1, 0);
+    ssize_t n = pread(s->sched_fd[i], buf, sizeof(buf) - 1, 0);
     if (n > 0) {
         buf[n] = 0;
         char *end;
@@ -230,7 +230,8 @@ static void sched_tick(cp_sampler *s, int64_t now, int force) {
             }
         }
     }
-    if (run < 0) s->sched_fd = -1;   /* the thread is gone: the caller watches the next one */
+    if (run < 0) s->sched_fd[i] = -1;   /* the thread is gone: the caller watches the next one */
+    int32_t epoch = s->sched_epoch_of[i];
     int idx;
     if (s->sched_count < CP_SCHED_RING) {
         idx = (s->sched_head + s->sched_count) % CP_SCHED_RING;
@@ -241,21 +242,31 @@ static void sched_tick(cp_sampler *s, int64_t now, int force) {
     s->sched_time[idx] = now;
     s->sched_run[idx] = run;
     s->sched_wait[idx] = wait;
-    s->sched_tag[idx] = s->sched_epoch;
+    s->sched_tag[idx] = epoch;
+    int64_t *last = s->sched_last[i];
     if (s->spill) {
-        int64_t rec[8] = {now + s->time_offset_ns, run, wait, 0,
-                          s->sched_last[0], s->sched_last[1], s->sched_last[2], 0};
-        int32_t tags[2] = {s->sched_epoch, s->sched_last_epoch};
+        int64_t rec[8] = {now + s->time_offset_ns, run, wait, 0, last[0], last[1], last[2], 0};
+        int32_t tags[2] = {epoch, s->sched_last_epoch[i]};
         memcpy(&rec[3], &tags[0], 4);
         memcpy(&rec[7], &tags[1], 4);
         const void *parts[1] = {rec};
         uint32_t lens[1] = {sizeof(rec)};
         cp_spill_add(s->spill, CP_SPILL_SCHED, 1, parts, lens);
     }
-    s->sched_last[0] = now + s->time_offset_ns;
-    s->sched_last[1] = run;
-    s->sched_last[2] = wait;
-    s->sched_last_epoch = run < 0 ? 0 : s->sched_epoch;
+    last[0] = now + s->time_offset_ns;
+    last[1] = run;
+    last[2] = wait;
+    s->sched_last_epoch[i] = run < 0 ? 0 : epoch;
+}
+
+/* The watched schedstats, into the ring; under the lock (the fds may change between ticks).
+ * `force`: read now whatever the countdown says (the last tick before a stop). */
+static void sched_tick(cp_sampler *s, int64_t now, int force) {
+    if (s->sched_n == 0) return;
+    if (--s->sched_left > 0 && !force) return;
+    s->sched_left = s->sched_every;
+    for (int i = 0; i < s->sched_n; i++)
+        if (s->sched_fd[i] >= 0) sched_read(s, i, now);
 }
 
 /* The riders due on this tick, in the order they were added. */
@@ -420,7 +431,7 @@ cp_sampler *cp_sampler_new(int *err) {
     pthread_cond_init(&s->done, NULL);
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->rider_mu, NULL);
-    s->sched_fd = -1;
+    s->sched_n = 0;
 
     int rc = pthread_create(&s->thread, NULL, sampler_main, s);
     if (rc != 0) {
@@ -578,14 +589,24 @@ int cp_sampler_drain(cp_sampler *s, int max_records, int64_t *time_ns, int64_t *
     return out;
 }
 
-int cp_sampler_watch_schedstat(cp_sampler *s, int fd, int every_ticks) {
-    if (every_ticks < 1) return -EINVAL;
+int cp_sampler_watch_schedstats(cp_sampler *s, int n, const int *fds, int every_ticks) {
+    if (every_ticks < 1 || n < 0 || n > CP_SCHED_WATCH || (n > 0 && !fds)) return -EINVAL;
     pthread_mutex_lock(&s->mu);
-    s->sched_fd = fd < 0 ? -1 : fd;
+    int32_t first = s->sched_epoch + 1;
+    for (int i = 0; i < n; i++) {
+        s->sched_fd[i] = fds[i] < 0 ? -1 : fds[i];
+        s->sched_epoch_of[i] = first + i;
+        s->sched_last_epoch[i] = 0;         /* a new watch's first reading is its baseline */
+    }
+    s->sched_n = n;
+    s->sched_epoch = first + (n > 0 ? n - 1 : 0);
     s->sched_every = s->sched_left = every_ticks;
-    int32_t epoch = ++s->sched_epoch;
     pthread_mutex_unlock(&s->mu);
-    return epoch;
+    return first;
+}
+
+int cp_sampler_watch_schedstat(cp_sampler *s, int fd, int every_ticks) {
+    return cp_sampler_watch_schedstats(s, fd < 0 ? 0 : 1, &fd, every_ticks);
 }
 
 int cp_sampler_drain_schedstat(cp_sampler *s, int max, int64_t *time_ns, int64_t *run_ns,

@@ -111,6 +111,12 @@ void cp_sampler_set_time_offset(cp_sampler *s, int64_t offset_ns);
  * previous fd is no longer touched and may be closed); fd < 0 stops the reads. Returns the new
  * watch's epoch (> 0): readings carry it, so a drain tells the previous thread's from this one's. */
 int cp_sampler_watch_schedstat(cp_sampler *s, int fd, int every_ticks);
+/* The same for several threads at once (a job whose critical threads are its ranks' main
+ * threads): fds[i]'s readings carry the epoch first + i, first being the value returned (n = 0:
+ * no reads, as fd < 0 above). At most CP_SCHED_WATCH fds; -EINVAL beyond. A reading that fails
+ * stops that fd's reads only. */
+enum { CP_SCHED_WATCH = 64 };
+int cp_sampler_watch_schedstats(cp_sampler *s, int n, const int *fds, int every_ticks);
 /* Up to max readings, oldest first: tick time (monotonic + offset), the first two schedstat
  * fields (run ns, run-queue wait ns), the watch's epoch. run_ns < 0: the read failed (the thread
  * is gone; the watch is off). The ring holds CP_SCHED_RING readings; beyond it the newest one is
@@ -277,7 +283,7 @@ int cp_sampler_ride_threads(cp_sampler *s, cp_threads *h, int every_ticks);
  * rings) empties the other file and makes it current. The fds stay the caller's. Blocks are
  * allocated before they are mapped: a full disk turns the spill off (-errno in the stats). */
 typedef struct cp_spill cp_spill;
-enum { CP_SPILL_PERF = 1, CP_SPILL_HOST = 2, CP_SPILL_WALK = 3, CP_SPILL_SCHED = 4 };
+enum { CP_SPILL_PERF = 1, CP_SPILL_HOST = 2, CP_SPILL_WALK = 3, CP_SPILL_SCHED = 4, CP_SPILL_SETTLED = 5 };
 struct cp_spill_stats {
     uint64_t records;
     uint64_t bytes;          /* written to the files since start */
@@ -295,7 +301,10 @@ void cp_spill_free(cp_spill *sp);
  * time[n], int64 duration[n] (-1: none), int32 metric[n], double value[n]; WALK: int64 time,
  * int64 duration, double run_s[CP_ROLES], double wait_s[CP_ROLES], int32 intraop, int32
  * loader_workers; SCHED: int64 time, run, wait, int32 epoch, int32 0, then the reading before
- * it the same way (epoch 0: none). Times are on the session's axis (monotonic + offset). */
+ * it the same way (epoch 0: none); SETTLED (added by the threads collector in Python when it takes
+ * the critical threads' rows): int64 time, run, wait of the last reading taken, int32 epoch,
+ * int32 0, int64 run and wait ns carried past it. Times are on the session's axis (monotonic +
+ * offset). */
 void cp_sampler_set_spill(cp_sampler *s, cp_spill *sp);
 cp_spill *cp_sampler_spill(cp_sampler *s);
 void cp_procstat_set_spill(cp_procstat *h, cp_spill *sp);

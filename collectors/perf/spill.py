@@ -22,7 +22,7 @@ from typing import Any
 SPILL_DIR = "spill"
 MAGIC = b"CPSPILL1"
 HEAD = 32                                   # magic, sequence, reserved
-PERF, HOST, WALK, SCHED = 1, 2, 3, 4        # native CP_SPILL_* kinds
+PERF, HOST, WALK, SCHED, SETTLED = 1, 2, 3, 4, 5   # native CP_SPILL_* kinds
 ROLES = 6                                   # native CP_ROLES
 _opened = 0                                 # spills opened by this process (a writer's name)
 
@@ -74,6 +74,15 @@ class Spill:
         from counterprof.store import rundir
         self.labels["threads"]["epochs"][str(epoch)] = entity
         rundir.write_json(self.folder / f"{self.name}.json", self.labels)
+
+    def note_settled(self, epoch: int, last: tuple[int, int, int], carry: tuple[int, int]) -> None:
+        """The threads collector took the critical thread's rows (a watch of it: epoch) up to its
+        reading `last` (time, run, wait ns), carrying `carry` (run, wait ns) past it: how the
+        recovery settles the readings after it as the next take would have (thread_rows.py)."""
+        from counterprof._native import ffi, lib
+        rec = struct.pack("<qqqiiqq", *last, epoch, 0, *carry)
+        buf = ffi.from_buffer(rec)
+        lib.cp_spill_add(self.handle, SETTLED, 1, ffi.new("void *[]", [buf]), ffi.new("uint32_t[]", [len(rec)]))
 
     def rotate(self) -> None:
         from counterprof._native import lib
@@ -159,6 +168,7 @@ def spill_rows(records: list[tuple[int, bytes]], labels: dict[str, Any]):
     system_from = int(labels["host"]["system_from"])
     epochs = labels["threads"]["epochs"]
     rows = ThreadRows("threads")
+    takes: set[str] = set()       # entities a take of the live collector is known for
     walk: list[bytes] = []
     for kind, p in records:
         if kind == PERF and len(p) >= 24:
@@ -202,6 +212,16 @@ def spill_rows(records: list[tuple[int, bytes]], labels: dict[str, Any]):
                 continue          # the first reading of a watch is its baseline only
             rows.main_readings(np.array([t], np.int64), np.array([run], np.int64),
                                np.array([wait], np.int64), (pt, prun, pwait), entity)
+        elif kind == SETTLED and len(p) == 48:
+            t, run, wait, epoch, _z, carry_run, carry_wait = struct.unpack("<qqqiiqq", p)
+            entity = epochs.get(str(epoch))
+            if entity is None:
+                continue
+            # the live take ended at this reading: those before it are the rows it took, settled
+            # as it did once a take before it is known here (before that, they are the journal's
+            # and what came before them is not in the spill: left out)
+            rows.settle_until(entity, t, (t, run, wait), (carry_run, carry_wait), drop=entity not in takes)
+            takes.add(entity)
     if walk:
         w = np.frombuffer(b"".join(walk), np.dtype([("t", "<i8"), ("d", "<i8"), ("run", "<f8", ROLES),
                                                     ("wait", "<f8", ROLES), ("intraop", "<i4"),

@@ -55,11 +55,12 @@ def check_main_reads(run, t, reads, interval_ms):
     main = t[t["metric"] == "thread.main.running"]
     # one row per interval, not per walk: the resolution asked for
     assert abs(main["duration_ns"].median() / 1e6 - interval_ms) < interval_ms / 2
-    # running + runnable + blocked cover each row's interval (blocked is the rest, never negative:
-    # schedstat adds a wait when the thread gets the CPU, so one row can hold more)
+    # running + runnable + blocked are each row's interval, exactly (what schedstat accounts late
+    # goes back to the rows before, or on to the next ones: never more than the interval, blocked
+    # never negative)
     per_row = t[t["metric"].str.startswith("thread.main.")].groupby("time")["value"].sum()
     spans = main.set_index("time")["duration_ns"] / 1e9
-    assert len(per_row) == len(spans) and (per_row >= spans - 1e-6).all()
+    assert len(per_row) == len(spans) and ((per_row - spans).abs() <= 1e-6).all()
 
 
 @pytest.mark.parametrize("collectors,extra,reads", MAIN_READS)
@@ -226,3 +227,69 @@ def test_each_rank_of_a_torchrun_job_has_its_own_main_thread(run_dir):
         comm += t[t["metric"] == "thread.comm.running"]["value"].sum()
         assert run.meta["ranks"][str(r)]["collectors"]["threads"]["main"][0]["pid"] == pid
     assert comm > 0                                 # gloo's threads, by name
+
+
+def test_the_sampler_reads_several_critical_threads_each_under_its_own_epoch():
+    """A job's ranks are several critical threads: the sampler's tick reads each one's schedstat
+    (cp_sampler_watch_schedstats), tagged with its own epoch; one that exits stops only its reads."""
+    import os
+    import threading
+    from counterprof._native import ffi, lib
+    err = ffi.new("int *")
+    s = lib.cp_sampler_new(err)
+    assert s != ffi.NULL, err[0]
+    tids, stop_spin, stop_sleep = [], threading.Event(), threading.Event()
+
+    def spin():
+        tids.append(("spin", threading.get_native_id()))
+        while not stop_spin.is_set():
+            pass
+
+    def sleep():
+        tids.append(("sleep", threading.get_native_id()))
+        stop_sleep.wait()
+    threads = [threading.Thread(target=spin), threading.Thread(target=sleep)]
+    for t in threads:
+        t.start()
+    while len(tids) < 2:
+        time.sleep(0.001)
+    tid = dict(tids)
+    fds = [os.open(f"/proc/self/task/{tid[k]}/schedstat", os.O_RDONLY) for k in ("spin", "sleep")]
+    n = lib.CP_SCHED_RING
+    buf = (ffi.new("int64_t[]", n), ffi.new("int64_t[]", n), ffi.new("int64_t[]", n), ffi.new("int32_t[]", n))
+
+    def readings():
+        got = lib.cp_sampler_drain_schedstat(s, n, *buf)
+        return [(buf[0][i], buf[1][i], buf[2][i], buf[3][i]) for i in range(got)]
+    try:
+        assert lib.cp_sampler_watch_schedstats(s, lib.CP_SCHED_WATCH + 1, ffi.new("int[]", lib.CP_SCHED_WATCH + 1),
+                                               1) < 0
+        assert lib.cp_sampler_start(s, 0, 64, 5_000_000) == 0
+        first = lib.cp_sampler_watch_schedstats(s, 2, ffi.new("int[]", fds), 2)
+        assert first > 0
+        time.sleep(0.3)
+        got = readings()
+        by = {e: [g for g in got if g[3] == e] for e in (first, first + 1)}
+        assert {g[3] for g in got} == {first, first + 1}
+        assert 10 <= len(by[first]) <= 40 and abs(len(by[first]) - len(by[first + 1])) <= 1   # every 2nd 5 ms tick
+        spun = by[first][-1][1] - by[first][0][1]
+        slept = by[first + 1][-1][1] - by[first + 1][0][1]
+        assert spun > 0.05e9 and slept < 0.01e9, (spun, slept)
+        stop_sleep.set()
+        threads[1].join()
+        time.sleep(0.1)
+        got = readings()
+        gone = [g for g in got if g[3] == first + 1 and g[1] < 0]
+        assert len(gone) == 1 and [g for g in got if g[3] == first + 1][-1] == gone[0]
+        time.sleep(0.05)
+        later = readings()
+        assert later and {g[3] for g in later} == {first}      # the spinning one still read
+        assert lib.cp_sampler_watch_schedstat(s, -1, 1) > first + 1
+    finally:
+        stop_spin.set()
+        stop_sleep.set()
+        for t in threads:
+            t.join()
+        lib.cp_sampler_free(s)
+        for fd in fds:
+            os.close(fd)
