@@ -118,6 +118,11 @@ def _who(sig: dict[str, Signal], facts: dict[str, Any]) -> str:
     ranks = sig["ranks"].value if "ranks" in sig else 1.0
     if ranks > 1:
         return "the main thread of each rank"
+    launchers = {m.get("launcher") for m in mains if m.get("launcher") is not None}
+    workers = [m for m in mains if m.get("launcher") is not None]
+    if len(launchers) == 1 and len(workers) > 1:
+        return (f"the main threads of its {len(workers)} workers (children of pid {launchers.pop()}, "
+                "which only waits for them)")
     if len(mains) == 1 and mains[0].get("pid") is not None:
         m = mains[0]
         name = f"{m.get('comm')}, " if m.get("comm") else ""

@@ -429,7 +429,10 @@ def contention(data: RunData, catalog: dict[str, dict[str, Any]], ranks: int,
         per_rank = procs.mean(data.start_ns, data.end_ns + 1) if procs is not None else None
         threads = max(1.0, per_rank or 1.0) * max(1, ranks)
     else:
-        threads = float(max(1, ranks))
+        # the main threads followed, over time (a launcher's ranks in one partition count each):
+        # their states add up to their time, so their total over the wall is how many there were
+        known = [d for k in ("running", "runnable", "blocked") if (d := delta_s(f"thread.main.{k}", span)) is not None]
+        threads = max(1.0, sum(known) / wall_s) if known and wall_s > 0 else float(max(1, ranks))
     out.wait_source, out.main_threads = source, threads
     scopes = {"run": span}
     for name, occ in data.regions.items():

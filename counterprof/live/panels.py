@@ -176,13 +176,20 @@ def threads_panel(c: PanelContext, statuses: Mapping[str, Any]) -> PanelFigures:
 
     states = {k: s(f"thread.main.{k}") for k in ("running", "runnable", "blocked")}
     if states["running"] is not None:
+        # shares of the main threads' time: several main threads (a launcher's workers, ranks)
+        # show as one thread's states, not as 200% on-CPU (their states add up to their time)
+        raw = {k: _cpu_percent(c, ser) for k, ser in states.items() if ser is not None}
+        now_n = sum(v[0] for v in raw.values() if v[0] is not None) / 100.0
+        hist_n = [sum(v[1][i] or 0.0 for v in raw.values()) / 100.0 for i in range(len(raw["running"][1]))]
         for key, label, short in (("running", "main on-CPU", "main"),
                                   ("runnable", "main runnable", "runq"),
                                   ("blocked", "main blocked", "blocked")):
-            ser = states[key]
-            if ser is None:
+            if key not in raw:
                 continue
-            now, hist = _cpu_percent(c, ser)
+            now, hist = raw[key]
+            if now is not None and now_n > 1.0:
+                now /= now_n
+            hist = [h / n if h is not None and n > 1.0 else h for h, n in zip(hist, hist_n)]
             figs.append(Figure(f"threads.main_{key}", label, short, now, "percent", hist,
                                scale=100.0, headline=key != "blocked", alert=key == "runnable"
                                and now is not None and now >= 5.0))
