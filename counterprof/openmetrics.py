@@ -1,9 +1,10 @@
 """The live window as OpenMetrics on /metrics, for Prometheus and Grafana
 (`counterprof run --serve 127.0.0.1:9464`, `counterprof top --serve ...`).
 
-Served by the official prometheus-client (the `prometheus` extra), which also negotiates the
-format: OpenMetrics for a scraper that asks for it (Prometheus does), else the classic text
-format. Per scrape:
+The exposition is the official prometheus-client's (the `prometheus` extra), which also
+negotiates the format: OpenMetrics for a scraper that asks for it (Prometheus does), else the
+classic text format; the HTTP server is counterprof's own (serve_http.py: one thread, a read
+timeout and a cap on open connections). Per scrape:
 - one family per catalog metric, with `rank`, `entity` and `host` labels: a delta metric is a
   counter of its total since the profiler started (Prometheus takes rate() of it), a gauge or
   ratio its newest value. Names are `counterprof_<metric>` in base units, as Prometheus names
@@ -216,15 +217,17 @@ class Exporter:
     fresh_rows = True          # a scrape wants the last seconds
 
     def __init__(self, host: str, port: int, window=None):
-        from prometheus_client import CollectorRegistry, start_http_server
+        from prometheus_client import CollectorRegistry
         from .live.window import LiveWindow
+        from .serve_http import MetricsServer
         self.totals = Totals()
         self.own_window = window is None         # else the session already writes to it
         self.window = LiveWindow() if window is None else window
         self.collector = LiveCollector(self.totals, self.window)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
-        self.server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        # one thread, idle connections closed after a timeout, a cap on open ones (serve_http.py)
+        self.server = MetricsServer(host, port, self.registry)
         self.host = host
         self.port = self.server.server_port
 
@@ -251,5 +254,4 @@ class Exporter:
     def close(self) -> None:
         server, self.server = self.server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.close()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import signal
+import stat
 import threading
 import time
 from dataclasses import asdict
@@ -77,18 +78,55 @@ def check_command(argv: list[str]) -> str:
         raise WorkloadStartError("no command given after --", 2)
     name = argv[0]
     if "/" in name:
-        if not os.path.exists(name):
-            raise WorkloadStartError(f"{name}: no such file or directory", 127)
-        if os.path.isdir(name):
-            raise WorkloadStartError(f"{name}: is a directory", 126)
-        if not os.access(name, os.X_OK):
-            raise WorkloadStartError(f"{name}: permission denied (not executable; chmod +x it "
-                                     "or run it through its interpreter)", 126)
+        _check_path(name)
         return name
     found = which(name)
     if found is None:
+        # as bash: a file of that name on PATH that cannot be executed is "Permission denied"
+        # (126), not "command not found"
+        denied = _first_on_path(name)
+        if denied is not None:
+            _check_path(denied, shown=name)
         raise WorkloadStartError(f"{name}: command not found (not in PATH)", 127)
     return found
+
+
+def _check_path(path: str, shown: str | None = None) -> None:
+    """The shell's answer for executing path, when it cannot be (126 or 127, as bash exits):
+    only a path that does not exist is 127; a directory on the way that cannot be searched,
+    a file that is not executable, a loop of links, a path too long are 126."""
+    shown = shown or path
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise WorkloadStartError(f"{shown}: no such file or directory", 127) from None
+    except ValueError:             # a NUL byte: no such file can exist
+        raise WorkloadStartError(f"{shown!r}: no such file or directory (a NUL byte in the name)", 127) from None
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        if exc.errno == errno.EACCES:
+            why += " (a directory on its path cannot be searched by this user)"
+        raise WorkloadStartError(f"{shown}: {why}", 126) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise WorkloadStartError(f"{shown}: is a directory", 126)
+    if not os.access(path, os.X_OK):
+        raise WorkloadStartError(f"{shown}: permission denied (not executable; chmod +x it "
+                                 "or run it through its interpreter)", 126)
+
+
+def _first_on_path(name: str) -> str | None:
+    """The first file named name in PATH's folders, executable or not (what bash would try)."""
+    search = os.environ.get("PATH", os.defpath)
+    if not search:                 # as which(): an empty PATH finds nothing
+        return None
+    for folder in search.split(os.pathsep):
+        candidate = os.path.join(folder or os.curdir, name)
+        try:
+            if stat.S_ISREG(os.stat(candidate).st_mode):
+                return candidate
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 class Workload:

@@ -12,3 +12,19 @@ def run_output_parser(prog: str, doc: str, json_help: str, html_help: str) -> Ar
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--html", metavar="FILE", help=html_help)
     return p
+
+
+def output_path(hint: str):
+    """An argparse type for -o DIR: refuses "" (an unset shell variable: `-o "$OUT"`), which
+    every path function reads as the current directory, so a run would be written into it.
+    hint: what to give instead, said after the reason."""
+    import argparse
+
+    def check(text: str) -> str:
+        if text == "":
+            raise argparse.ArgumentTypeError(
+                f"an empty path was given (an unset shell variable?); {hint} (. for the current "
+                "directory)")
+        return text
+    check.__name__ = "path"        # argparse names the type in its own messages
+    return check

@@ -18,7 +18,9 @@ def main(argv: list[str]) -> int:
 def _main(argv: list[str]) -> int:
     p = ArgumentParser(prog="counterprof merge", description=__doc__.split("\n\n")[0])
     p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the merged run (new)")
+    from .arguments import output_path
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the merged run (new)",
+                   type=output_path("name the merged run's new directory"))
     p.add_argument("--force", action="store_true", help="replace OUT if it holds a run")
     args = p.parse_args(argv)
 

@@ -41,7 +41,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("-n", "--processes", type=int, default=10, metavar="N",
                    help="processes listed without --pid (default 10)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
-    p.add_argument("-o", "--output", metavar="DIR",
+    from .arguments import output_path
+    p.add_argument("-o", "--output", metavar="DIR", type=output_path(
+                       "name the run directory, or leave -o out to keep nothing"),
                    help="keep what was recorded as a run directory (default: nothing is kept)")
     p.add_argument("--force", action="store_true", help="replace the run already in -o DIR")
     from .serve import add_arguments as add_serve_arguments

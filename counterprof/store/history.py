@@ -13,6 +13,13 @@ Series names:
     signal:NAME@step_time, signal:NAME@region:NAME   the same over the steps / a region
 
 duckdb is imported when a history file is opened (store/query.py uses it for the report too).
+
+Several processes may add at once (nightly jobs adding to one perf.duckdb): a new file is built
+under a part-file name of the process's own and published with link(2), which fails when the
+name exists, so exactly one creator's file becomes the history file and the others add to it;
+DuckDB lets one process write at a time, and a writer (or a reader, while another writes) waits
+for the file up to WAIT_S before it says so. No process ever removes a history file, only its own
+part-file (add_records).
 """
 from __future__ import annotations
 
@@ -20,7 +27,11 @@ import datetime as _dt
 import errno
 import json
 import math
+import os
+import random
 import statistics
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +62,8 @@ def check_file(path: str, read_only: bool = False) -> None:
     is not a DuckDB database (DuckDB would open a .json/.csv/.parquet file as an in-memory
     database over it and keep nothing, or fail with a message about another writer). An
     existing file is never overwritten."""
+    if path.startswith((":memory:", "md:", "motherduck:")):     # DuckDB keeps no file for these
+        raise HistoryError(f"{path}: DuckDB opens no file for that name (an in-memory database): give a file path")
     p = Path(path)
     if p.is_dir():
         raise HistoryError(f"{path} is a directory, not a history file: give a file path "
@@ -75,22 +88,45 @@ def check_file(path: str, read_only: bool = False) -> None:
                            "another kind of file?): give a new path or a history file")
 
 
-def connect(path: str, read_only: bool = False) -> Any:      # a duckdb connection (no stubs)
+WAIT_S = 120.0         # how long a command waits for another process's hold on the file
+_POLL_S = 0.1          # DuckDB's lock is taken without waiting: it is tried again this often
+
+
+def _say(message: str) -> None:
+    print(f"counterprof: {message}", file=sys.stderr, flush=True)
+
+
+def connect(path: str, read_only: bool = False, wait_s: float = WAIT_S,
+            waiting: Callable[[str], None] | None = _say) -> Any:      # a duckdb connection (no stubs)
+    """The history file, open (its tables made when writing). Another process holding it (a
+    writer; or, to write, any process) is waited for, up to wait_s seconds (said once through
+    waiting), then a HistoryError: DuckDB lets one process write a file at a time."""
     try:
         import duckdb
     except ImportError:
         raise UsageError("counterprof history needs duckdb (a dependency of counterprof): reinstall counterprof "
                          "(or pip install duckdb)") from None
     check_file(path, read_only)
-    try:
-        con = duckdb.connect(path, read_only=read_only)
-    except duckdb.IOException as exc:
-        if "lock" in str(exc).lower():
-            raise HistoryError(f"cannot open the history file {path}: another process has it open for "
-                               "writing (DuckDB allows one writer at a time): try again when it is done") from None
-        raise HistoryError(f"cannot open the history file {path}: {exc}") from None
-    except duckdb.Error as exc:
-        raise HistoryError(f"{path} is not a usable DuckDB file: {exc}") from None
+    deadline = time.monotonic() + wait_s
+    said = False
+    while True:
+        try:
+            con = duckdb.connect(path, read_only=read_only)
+            break
+        except duckdb.IOException as exc:
+            if "lock" not in str(exc).lower():
+                raise HistoryError(f"cannot open the history file {path}: {exc}") from None
+            if time.monotonic() >= deadline:
+                waited = f" for {wait_s:.0f} s" if wait_s > 0 else ""
+                raise HistoryError(f"cannot open the history file {path}: another process has had it open "
+                                   f"for writing{waited} (DuckDB allows one writer at a time): try again "
+                                   "when it is done") from None
+            if not said and waiting is not None:
+                waiting(f"{path}: another process has it open; waiting for it (up to {wait_s:.0f} s)")
+                said = True
+            time.sleep(_POLL_S * random.uniform(0.5, 1.5))
+        except duckdb.Error as exc:
+            raise HistoryError(f"{path} is not a usable DuckDB file: {exc}") from None
     stored = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()
     if not stored or not stored[0]:      # ':memory:' and the like: nothing would be kept
         con.close()
@@ -222,38 +258,111 @@ def command_display(text: str) -> str:
 
 
 def add_records(db: str, records: list[tuple[str, RunRecord]],
-                said: Callable[[str, RunRecord, int, bool], None]) -> None:
-    """Append each (path, record) to the history file db (created if missing), calling said(path,
-    rec, seq, added) after each. A file this call created is removed when it fails (a half-made
-    file would make the next add refuse it); a full disk is one DiskFull saying which."""
-    created = not Path(db).exists()
+                said: Callable[[str, RunRecord, int, bool], None],
+                waiting: Callable[[str], None] | None = _say) -> None:
+    """Append each (path, record) to the history file db, calling said(path, rec, seq, added)
+    for each once they are in it for good (closed: its checkpoint written).
+
+    A new file is built under a name of this process's own beside it and published with link(2),
+    which fails if the name exists: of processes creating one file at once, one publishes its
+    file and the others add to it (waiting their turn, see connect); no process ever deletes a
+    history file, only its own part-file. Nothing half-written is ever under the name. A full
+    disk is one DiskFull saying what was kept."""
+    if not Path(db).exists():
+        made = _create(db, records)
+        if made is not None:
+            for (path, rec), (seq, added) in zip(records, made):
+                said(path, rec, seq, added)
+            return
+    con = connect(db, waiting=waiting)          # an existing file: ours to add to, never to remove
+    done: list[tuple[int, bool]] = []
     try:
-        con = connect(db)
-    except BaseException:
-        if created:
-            _remove_db(db)
-        raise
-    try:
-        for path, rec in records:
-            seq, added = add(con, rec)
-            said(path, rec, seq, added)
+        for _path, rec in records:
+            done.append(add(con, rec))          # each run is its own transaction
         con.close()           # its checkpoint writes too
     except Exception as exc:
         con.close()
-        if created:
-            _remove_db(db)
-        if "No space left" in str(exc) or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
-            from ..errors import DiskFull
-            raise DiskFull(f"{Path(db).parent or '.'}: no space left on the device (adding to "
-                           f"{db}); " + ("the new file was removed" if created else
-                                         "the history file keeps what it had before")
-                           + "; free some space and add again") from None
+        for (path, rec), (seq, added) in zip(records, done):     # those committed are in it
+            said(path, rec, seq, added)
+        _raise_disk_full(exc, db, "the history file keeps what it had before"
+                         + (f" and the {len(done)} run(s) said above" if done else ""))
         raise
+    for (path, rec), (seq, added) in zip(records, done):
+        said(path, rec, seq, added)
 
 
-def _remove_db(path: str) -> None:
-    for p in (path, path + ".wal"):
-        Path(p).unlink(missing_ok=True)
+def _create(db: str, records: list[tuple[str, RunRecord]]) -> list[tuple[int, bool]] | None:
+    """A new history file at db holding records: (seq, added) per record, or None when another
+    process published one there first (then nothing of ours is left behind)."""
+    p = Path(db)
+    folder = p.parent if str(p.parent) else Path(".")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise HistoryError(f"cannot create the history file {db}: permission denied (you cannot write "
+                           f"in {folder})")
+    part = folder / f".{p.name}.{os.getpid()}-{os.urandom(4).hex()}.tmp"
+    try:
+        try:
+            con = connect(str(part), wait_s=0)
+        except HistoryError as exc:             # said of the file being made, not of its part-file
+            raise HistoryError(str(exc).replace(str(part), db)) from None
+        try:
+            done = [add(con, rec) for _path, rec in records]
+        finally:
+            con.close()
+        published = _publish(part, p)
+    except BaseException as exc:               # Ctrl-C too: no part-file is left behind
+        _remove_part(part)
+        _raise_disk_full(exc, db, "no history file was created")
+        raise
+    _remove_part(part)
+    return done if published else None
+
+
+def _publish(part: Path, db: Path) -> bool:
+    """Give the finished part-file the name db unless that name exists (False then)."""
+    try:
+        os.link(part, db)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.ENOSYS):
+            raise
+    # a file system without hard links: claim the name with an empty file of our own (O_EXCL),
+    # then rename the part-file over it, the only file we may replace
+    try:
+        fd = os.open(db, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    try:
+        os.replace(part, db)
+    except OSError:
+        try:                      # still our empty claim: take it back
+            if db.stat().st_size == 0:
+                db.unlink()
+        except OSError:
+            pass
+        raise
+    return True
+
+
+def _remove_part(part: Path) -> None:
+    """This process's own part-file and its write-ahead log (never a published file)."""
+    for q in (part, Path(f"{part}.wal")):
+        try:
+            q.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:
+            pass
+
+
+def _raise_disk_full(exc: BaseException, db: str, kept: str) -> None:
+    if "No space left" in str(exc) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
+        from ..errors import DiskFull
+        raise DiskFull(f"{Path(db).parent or '.'}: no space left on the device (adding to {db}); "
+                       f"{kept}; free some space and add again") from None
 
 
 def select_trends(con: Any, db: str, patterns: list[str] | None,

@@ -5,7 +5,10 @@ would (a fresh interpreter, under an address-space limit and a timeout) and chec
 command owes its user whatever the input: no traceback, no death by signal, no runaway memory, no
 hang, an exit status that means what it says (compare: 2 for a run it cannot read, never the
 gate's 1), and, where the case says, a line naming what was wrong. tests/hostile/run.py runs them
-all; the tests in tests/integration/test_hostile_*.py run a few of each class.
+all; the tests in tests/integration/test_hostile_*.py run a few of each class. Issue 30's classes
+(race, secrets, output, exec, serve: hardening.py) are cases with a runner of their own (several
+processes, a server, every output of a run); tests/integration/test_hardening_third_pass.py runs
+the ones the issue names.
 """
 from __future__ import annotations
 
@@ -39,6 +42,10 @@ class Case:
     says: str = ""                     # stderr must hold this (case-insensitive), when set
     as_user: str | None = None         # run as this user (setpriv)
     env: dict = field(default_factory=dict)
+    # a case that is more than one command (processes at once, a server, every output of a run):
+    # runner(work, argv from setup) runs it and returns (exit status, stderr, problems); the
+    # checks every case gets (no traceback, the exit status, `says`) still apply
+    runner: Callable[[Path, list[str]], tuple[int, str, list[str]]] | None = None
 
 
 @dataclass
@@ -65,6 +72,14 @@ def run_case(case: Case, work: Path) -> Result:
     if case.as_user:
         cmd = ["setpriv", f"--reuid={case.as_user}", "--regid=nogroup", "--clear-groups", *cmd]
     t0 = time.monotonic()
+    problems: list[str] = []
+    if case.runner is not None:
+        try:
+            rc, stderr, problems = case.runner(work, argv)
+        except subprocess.TimeoutExpired:
+            rc, stderr = -999, ""
+        seconds = time.monotonic() - t0
+        return _judge(case, rc, seconds, stderr, problems)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, cwd=work,
                            preexec_fn=_limits, env={**os.environ, **case.env})
@@ -73,7 +88,11 @@ def run_case(case: Case, work: Path) -> Result:
         rc, stderr = -999, ((exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes)
                             else (exc.stderr or ""))
     seconds = time.monotonic() - t0
-    problems = []
+    return _judge(case, rc, seconds, stderr, problems)
+
+
+def _judge(case: Case, rc: int, seconds: float, stderr: str, problems: list[str]) -> Result:
+    problems = list(problems)
     if rc == -999:
         problems.append(f"hung (no exit in {TIMEOUT} s)")
     elif rc < 0:
@@ -337,4 +356,12 @@ def disk_full_cases(p: Pristine) -> list[Case]:
 def all_cases(p: Pristine, quick: bool = False) -> list[Case]:
     n = 6 if quick else 40
     return (journal_cases(p, n) + parquet_cases(p, n) + span_cases(p) + meta_cases(p)
-            + unreadable_cases(p) + import_cases() + disk_full_cases(p))
+            + unreadable_cases(p) + import_cases() + disk_full_cases(p) + hardening_cases(p, quick))
+
+
+def hardening_cases(p: Pristine, quick: bool = False) -> list[Case]:
+    """Issue 30's classes (tests/hostile/hardening.py): race, secrets, output, exec, serve."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    import hardening
+    return hardening.hardening_cases(p, quick, Case)

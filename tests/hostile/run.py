@@ -1,4 +1,4 @@
-"""The hostile pass of issue 12, reproducible: `python tests/hostile/run.py [--quick] [--only CLASS]`.
+"""The hostile pass of issues 12 and 30, reproducible: `python tests/hostile/run.py [--quick] [--only CLASS]`.
 
 Not part of the default pytest run (several hundred fresh interpreters: many minutes on a small
 machine); tests/integration/test_hostile_*.py run a few cases of each class. Prints one line per
@@ -22,7 +22,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a few byte flips per class, not 40")
     ap.add_argument("--only", action="append", help="run only this class (journal, parquet, span, "
-                    "meta, catalog, unreadable, import, disk-full); repeatable")
+                    "meta, catalog, unreadable, import, disk-full; issue 30's race, secrets, output, "
+                    "exec, serve); repeatable")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="cases at once (default 2)")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temporary one)")
     args = ap.parse_args()
