@@ -128,6 +128,13 @@ class Session:
                  per_rank: bool | str = False,
                  job: str | None = None,
                  on_warning: Callable[[str], None] = _stderr_warning):
+        if path is not None and os.fspath(path) in ("", b""):
+            # Path("") is the current directory: an unset variable (path=os.environ.get(...,""))
+            # would write the run into it, as `-o ""` would (refused there by cli/arguments.py)
+            from .errors import UsageError
+            raise UsageError('path "" was given (an empty string: an unset variable?): name the '
+                             'run directory, "." for the current directory, or leave path unset '
+                             "for a new timestamped one")
         self.path = Path(path) if path is not None else rundir.default_run_path()
         self.collector_names = collectors
         self.config = config or {}

@@ -182,6 +182,7 @@ class TraceConversion:
         self._trace_extent: tuple[int, int] | None = None
         self._extent = [None, None]
         self._single_group: int | None = None
+        self._negative = 0          # complete events left out for a negative dur
 
     # -- the stream ---------------------------------------------------------------------------
 
@@ -236,6 +237,9 @@ class TraceConversion:
     def _finish(self) -> None:
         sc = self.scanner
         self.problems = [*sc.problems, *self.problems]
+        if self._negative:
+            self.problems.append(f"{self._negative:,} complete event(s) (ph X) left out: their dur "
+                                 "is negative (they would end before they start)")
         meta = sc.meta
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
         rank = _int(dist.get("rank"), 0, MAX_RANK)
@@ -277,7 +281,8 @@ class TraceConversion:
         if trace_rows:
             ts_v, dur_v = pc.int_view(ts), pc.int_view(dur)
             for r in trace_rows:
-                self._trace_extent = (ts_v[r], _wrap64(ts_v[r] + dur_v[r]))
+                if dur_v[r] >= 0:       # a window that ends before it starts is no window
+                    self._trace_extent = (ts_v[r], _wrap64(ts_v[r] + dur_v[r]))
         host = pc.is_in(kind, _HOST_KINDS)
         if pc.any_(host):
             host_pids = pc.filter(pid, host)
@@ -288,6 +293,12 @@ class TraceConversion:
                 self.host_pid = self._pids.most_common(1)[0][0]
 
         keep = pc.invert(pc.is_in(kind, _DROPPED_KINDS))
+        shortest = pc.min(dur).as_py()
+        if shortest is not None and shortest < 0:   # ends before it starts: named and left out, like NaN
+            from pyarrow import _compute      # (pyarrow.compute's `less`, unwrapped: arrow_compute)
+            negative = _compute.call_function("less", [dur, pa.scalar(0, pa.int64())])
+            self._negative += len(pc.indices_nonzero(pc.and_(keep, negative)))
+            keep = pc.and_(keep, pc.invert(negative))
         if self.drop_marks:
             hostish_all = pc.is_in(kind, _HOSTISH_KINDS)
             if pc.any_(hostish_all):

@@ -105,12 +105,24 @@ class LiveViewSlot:
         return self.view.facts()
 
 
-def guarded(fn: Callable[[], int]) -> int:
-    """Run a subcommand body; counterprof errors become one line and an exit code."""
-    from ..store import safepath
+def guarded(fn: Callable[[], int], reads_runs: bool = False) -> int:
+    """Run a subcommand body; counterprof errors become one line and an exit code.
+    reads_runs: a command that reads runs (report, export, history, merge): the process is
+    sized to its memory limits first (store/limits.py), before numpy, pyarrow and DuckDB load,
+    and Arrow allocates through malloc (process_setup.use_system_allocator)."""
+    from ..store import limits, safepath
     safepath.set_sink(err)          # a link planted in a run is named as it is skipped
     try:
+        if reads_runs:
+            limits.fit_process()
+            from .process_setup import use_system_allocator
+            use_system_allocator()
+        else:
+            limits.message()        # the out-of-memory line, built now: its path allocates nothing
         return fn()
+    except limits.MemoryLimitTooSmall as exc:
+        err(str(exc))
+        return EXIT_ERROR
     except UsageFailure as exc:
         sys.stderr.write(exc.usage)
         err(str(exc))
@@ -120,21 +132,36 @@ def guarded(fn: Callable[[], int]) -> int:
         return exc.exit_code
     except OSError as exc:       # one a subcommand did not expect: still one line
         from ..errors import os_error
+        if limits.is_out_of_memory(exc):
+            return _out_of_memory()
         if isinstance(exc, BrokenPipeError):
             return _broken_pipe()
         e = os_error(exc, doing="reading or writing it")
         err(str(e))
         return e.exit_code
     except MemoryError:
-        err("out of memory: the run is larger than this machine can analyse, or holds values no "
-            "run can have (see the warnings above)")
-        return EXIT_ERROR
+        return _out_of_memory()
     except KeyboardInterrupt:
         err("interrupted")
         return 130
     except Terminated:
         err("terminated (SIGTERM)")
         return 143
+    except Exception as exc:     # DuckDB's OutOfMemoryException, an ImportError of a library
+        if limits.is_out_of_memory(exc):       # that could not be mapped: memory ran out
+            return _out_of_memory()
+        raise
+
+
+def _out_of_memory() -> int:
+    """Memory ran out: the line built at start-up (store/limits.py: the limit and what to do),
+    written as bytes; nothing allocated here (no formatting, no import)."""
+    from ..store.limits import message      # (loaded already: guarded imported it)
+    try:
+        os.write(2, message())
+    except OSError:
+        pass
+    return EXIT_ERROR
 
 
 @contextmanager

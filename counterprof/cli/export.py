@@ -19,9 +19,7 @@ import re
 from pathlib import Path
 
 from .common import ArgumentParser, UsageFailure, err, guarded, open_run
-from .process_setup import use_system_allocator
 from ..store.run_files import nothing_recorded
-from ..analysis.across_ranks import rank_ranges
 
 
 def build_parser() -> ArgumentParser:
@@ -39,8 +37,7 @@ def build_parser() -> ArgumentParser:
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # numpy's BLAS threads: never used here
-    use_system_allocator()
-    return guarded(lambda: _main(argv))
+    return guarded(lambda: _main(argv), reads_runs=True)   # sized to the memory limits first
 
 
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -150,6 +147,7 @@ def _main(argv: list[str]) -> int:
     files = list_files(run.path, run.span)
     if not any(files.values()):
         raise RunDirectoryError(nothing_recorded(run, run.meta, "export"))
+    from ..analysis.across_ranks import rank_ranges   # (numpy: loaded after the limits are read)
     ranks = sorted(files)
     if wanted is not None:
         missing = not_in_run(wanted, ranks)

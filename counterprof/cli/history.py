@@ -19,14 +19,12 @@ import sys
 from pathlib import Path
 
 from .common import ArgumentParser, UsageFailure, check_output_file, err, guarded, write_text_file
-from .process_setup import use_system_allocator
 
 DEFAULT_SHOWN = ("wall_time", "step_time", "region:*", "metric:roofline.mfu*", "signal:*")   # --metric picks any series
 
 
 def main(argv: list[str]) -> int:
-    use_system_allocator()
-    return guarded(lambda: _main(argv))
+    return guarded(lambda: _main(argv), reads_runs=True)   # sized to the memory limits first
 
 
 def _parser() -> ArgumentParser:
@@ -108,8 +106,21 @@ def _show(args, p) -> int:
 def _main(argv: list[str]) -> int:
     p = _parser()
     args = p.parse_args(argv)
+    _load_duckdb()
     if args.action == "add":
         return _add(args)
     if args.action == "show":
         return _show(args, args.parser)
     raise UsageFailure("history takes add or show", p.format_usage())
+
+
+def _load_duckdb() -> None:
+    """DuckDB loaded here, where a library the loader could not map for want of memory (a
+    `ulimit -v`) reaches guarded as memory running out, not as DuckDB missing (store/history.py
+    says that for any other ImportError)."""
+    from ..store.limits import is_out_of_memory
+    try:
+        import duckdb  # noqa: F401
+    except ImportError as exc:
+        if is_out_of_memory(exc):
+            raise

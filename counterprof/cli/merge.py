@@ -12,7 +12,7 @@ from .common import ArgumentParser, UsageFailure, err, guarded
 
 
 def main(argv: list[str]) -> int:
-    return guarded(lambda: _main(argv))
+    return guarded(lambda: _main(argv), reads_runs=True)   # sized to the memory limits first
 
 
 def _main(argv: list[str]) -> int:

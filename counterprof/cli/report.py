@@ -13,7 +13,6 @@ import sys
 
 from .arguments import run_output_parser
 from .common import check_output_file, err, guarded, open_run, write_text_file
-from .process_setup import use_system_allocator
 from ..store.run_files import nothing_recorded
 
 
@@ -31,8 +30,7 @@ def world_size(run, ranks: list[int]) -> int | None:
 
 
 def main(argv: list[str]) -> int:
-    use_system_allocator()
-    return guarded(lambda: _main(argv))
+    return guarded(lambda: _main(argv), reads_runs=True)   # sized to the memory limits first
 
 
 def _main(argv: list[str]) -> int:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CounterprofError, UsageError
+from . import limits
 
 SCHEMA = [
     """CREATE TABLE IF NOT EXISTS runs (
@@ -111,7 +112,7 @@ def connect(path: str, read_only: bool = False, wait_s: float = WAIT_S,
     said = False
     while True:
         try:
-            con = duckdb.connect(path, read_only=read_only)
+            con = duckdb.connect(path, read_only=read_only, config=dict(limits.duckdb_config()))
             break
         except duckdb.IOException as exc:
             if "lock" not in str(exc).lower():
@@ -125,6 +126,8 @@ def connect(path: str, read_only: bool = False, wait_s: float = WAIT_S,
                 waiting(f"{path}: another process has it open; waiting for it (up to {wait_s:.0f} s)")
                 said = True
             time.sleep(_POLL_S * random.uniform(0.5, 1.5))
+        except duckdb.OutOfMemoryException:
+            raise              # the CLI's one out-of-memory line (cli/common.guarded), not "unusable file"
         except duckdb.Error as exc:
             raise HistoryError(f"{path} is not a usable DuckDB file: {exc}") from None
     stored = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchone()

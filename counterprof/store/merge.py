@@ -39,6 +39,8 @@ def merge_runs(inputs: list[str], output: str, replace: bool = False) -> MergeRe
     from . import rundir
     from .journal import segments
     from .reader import Run
+    from .meta import read_meta
+    from .run_files import table_parquet
 
     runs = [Run(r) for r in inputs]
     # every link resolved (realpath, unlike Path.resolve, does not raise on a loop of links)
@@ -63,6 +65,10 @@ def merge_runs(inputs: list[str], output: str, replace: bool = False) -> MergeRe
             owner[rank] = run.path
     if not owner:
         raise RunDirectoryError("none of the runs holds a rank partition")
+    for run in runs:      # every meta.json checked (shape, numbers' ranges) before -o is made
+        read_meta(run.path / rundir.META)
+        for rank in run.ranks():
+            run.rank_meta(rank)
     out = rundir.create(output, replace=replace)
 
     catalog: dict[str, dict[str, Any]] = {}
@@ -76,8 +82,8 @@ def merge_runs(inputs: list[str], output: str, replace: bool = False) -> MergeRe
             dest = rundir.rank_dir(out, rank)
             if rank in own:     # its traces and files; the tables' files go to their datasets
                 _copy_own_files(own[rank], dest, out)
-            for table in rundir.TABLE_NAMES:
-                for _r, f in rundir.table_files(run.path, table, rank):
+            for table in rundir.TABLE_NAMES:     # a file in the wrong table's folder: named, not copied
+                for _r, f in table_parquet(run.path, table, rank):
                     _copy_file(f, rundir.dataset_dir(out, table, rank) / f.name)
             rundir.write_json(dest / rundir.META, {**meta, "merged_from": str(run.path)})
             ranks_meta[str(rank)] = {"host": (meta.get("host") or {}).get("hostname"),

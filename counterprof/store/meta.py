@@ -76,8 +76,58 @@ def _fields(obj: dict[str, Any], spec: dict[str, tuple[type, ...]], where: str) 
     return ""
 
 
+# Ranges of the numbers the code computes with: a time is ns since the epoch between 1970 and
+# 2200 (so that it, less or plus the readers' margins, stays an int64 and a date time.gmtime
+# can print); a duration or clock offset no longer than that; a rank or a count of CPUs an int32.
+# Any other number anywhere in the document is an int64 (or uint64: perf's configs) or a finite
+# float. JSON holds numbers of any size (10**400, 1e400 read as inf): one must not become an
+# OverflowError wherever it is first used.
+TIME_MAX_NS = 7_258_118_400 * 10**9          # 2200-01-01
+_TIME = (0, TIME_MAX_NS, "a time (ns since the epoch, 1970 to 2200)")
+_SPAN = (-TIME_MAX_NS, TIME_MAX_NS, "a duration in ns (under 230 years)")
+_INT32 = (0, 2**31 - 1, "0 to 2,147,483,647")
+RANGES: dict[str, tuple[int, int, str]] = {
+    "start_ns": _TIME, "end_ns": _TIME, "duration_ns": _SPAN, "clock_offset_ns": _SPAN,
+    "rank": _INT32, "host.cpus": _INT32, "workload.started_ns": _TIME, "workload.ended_ns": _TIME,
+}
+_INT_LO, _INT_HI = -2**63, 2**64 - 1
+
+
+def _number_text(v: Any) -> str:
+    """A number for a message: a huge one by its size (str() of a 10**5000 is an error)."""
+    if isinstance(v, int) and abs(v) >= 10**20:
+        return f"a number of {v.bit_length()} bits"
+    return repr(v)
+
+
+def _range_problem(meta: dict[str, Any]) -> str:
+    """The first number of meta out of its range (RANGES; int64 / finite elsewhere), said."""
+    for where, (lo, hi, what) in RANGES.items():
+        head, _, tail = where.partition(".")
+        obj = meta.get(head) if tail else meta
+        v = obj.get(tail or head) if isinstance(obj, dict) else None
+        if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
+            return f"{where} is {_number_text(v)}, not {what}"
+    stack: list[tuple[str, Any]] = [("", meta)]
+    while stack:          # every other number, however deep (no recursion: json caps the depth)
+        path, doc = stack.pop()
+        items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+        for k, v in items:
+            here = f"{path}.{k}" if path and isinstance(k, str) else f"{path}[{k}]" if path else str(k)
+            if isinstance(v, (dict, list)):
+                stack.append((here, v))
+            elif isinstance(v, bool):
+                continue
+            elif isinstance(v, int) and not _INT_LO <= v <= _INT_HI:
+                return f"{here} is {_number_text(v)}, larger than any value counterprof writes"
+            elif isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+                return f"{here} is {v!r}, not a number counterprof writes"
+    return ""
+
+
 def meta_problem(meta: Any) -> str:
-    """Why meta is not a counterprof run's metadata ("" when it is)."""
+    """Why meta is not a counterprof run's metadata ("" when it is): its shape, then its
+    numbers' ranges."""
     if not isinstance(meta, dict):
         return f"it holds {_type_name(meta)}, not an object"
     problem = _fields(meta, META_FIELDS, "")
@@ -94,7 +144,7 @@ def meta_problem(meta: Any) -> str:
     for name in ("command", "argv", "warnings"):
         if any(not isinstance(x, str) for x in meta.get(name) or []):
             return f"{name} holds something other than strings"
-    return ""
+    return _range_problem(meta)
 
 
 def catalog_problem(catalog: Any) -> str:

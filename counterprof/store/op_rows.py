@@ -48,8 +48,8 @@ class OpRows:
         its spans view)."""
         import duckdb
         if isinstance(spans, pa.Table):
-            con = duckdb.connect()
-            con.execute("SET threads = 1")
+            from .limits import duckdb_config
+            con = duckdb.connect(config={**duckdb_config(), "threads": 1})
             con.register("roofline_in", spans.append_column("roofline_row", pa.array(range(spans.num_rows),
                                                                                    pa.int64())))
             rank_col = "rank" if "rank" in spans.column_names else "0"

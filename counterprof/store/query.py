@@ -87,8 +87,12 @@ class RunQuery:
         import duckdb
         self.files = run_files(run_path)
         self.span = run_span(run_path)
-        self.con = duckdb.connect()
-        self.con.execute(f"SET threads={threads or os.cpu_count() or 1}")
+        from .limits import duckdb_config
+        config: dict[str, Any] = dict(duckdb_config())   # sized to the memory limits (none: DuckDB's own)
+        if threads:
+            config["threads"] = threads
+        config.setdefault("threads", os.cpu_count() or 1)
+        self.con = duckdb.connect(config=config)   # at connect: its threads start here
         self.con.execute("SET enable_progress_bar = false")
         self.tables: set[str] = set()
         self._journal: dict[str, pa.Table] = {}     # table -> the journal's rows, registered

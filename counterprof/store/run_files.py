@@ -61,6 +61,14 @@ class Damage:
                 f"({self.reason}): its rows are left out, the file's others are not")
 
 
+def _starved(exc: BaseException) -> bool:
+    """Arrow failed for want of memory or threads (a `ulimit -v`, a cgroup), not for the bytes
+    it read: such a file is not damaged, and the command stops as memory running out."""
+    text = str(exc)
+    return ("Failed to launch worker thread" in text or "std::bad_alloc" in text
+            or "Cannot allocate memory" in text or "Out of memory" in text)
+
+
 def _reason(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
 
@@ -83,6 +91,8 @@ class RunFile:
         return any(d.group is None for d in self.damage)
 
     def _bad(self, exc: BaseException, group: int | None = None, groups: int = 0) -> None:
+        if _starved(exc):       # the process's limits, not the file: no damage to record
+            raise MemoryError(_reason(exc)) from None
         self.damage.append(Damage(self.path, _reason(exc), group, groups))
 
     def span_note(self) -> str | None:
@@ -179,6 +189,101 @@ class RunFile:
                 self._bad(exc, g, f.metadata.num_row_groups)
 
 
+# -- a file in the wrong table's folder ------------------------------------------------------
+
+_SCHEMA_CACHE: dict[tuple[str, int, int], tuple[tuple[str, str], ...] | None] = {}
+
+
+def _kind(t: Any) -> str:
+    """A column type as the readers see it: a time, an integer, a float, a string (dictionary
+    or not), or the type itself."""
+    import pyarrow as pa
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_timestamp(t):
+        return "time"
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    return str(t)
+
+
+def _file_columns(path: Path) -> tuple[tuple[str, str], ...] | None:
+    """(name, kind) of every column of the Parquet file, from its footer alone; None when the
+    footer cannot be read (the damage policy names that file as it is read). Cached by path,
+    size and mtime: a command lists a run's files several times."""
+    import pyarrow.parquet as pq
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _SCHEMA_CACHE:
+        try:
+            schema = pq.read_schema(path)
+            _SCHEMA_CACHE[key] = tuple((f.name, _kind(f.type)) for f in schema)
+        except Exception:      # damaged, unreadable: the readers' damage policy says so
+            _SCHEMA_CACHE[key] = None
+    return _SCHEMA_CACHE[key]
+
+
+def schema_problem(columns: tuple[tuple[str, str], ...], table: str) -> str:
+    """Why a file with these (name, kind) columns is not a file of table ("" when it is): a
+    column the table requires (not nullable) is missing, or one of the table's columns has
+    another type. Columns the table does not know are let be (readers select by name)."""
+    from ..schema import TABLES
+    have = dict(columns)
+    want = TABLES[table]
+    missing = [f.name for f in want if not f.nullable and f.name not in have]
+    if missing:
+        return f"it has no {', '.join(missing)} column{'s' if len(missing) > 1 else ''}"
+    for f in want:
+        if f.name in have and have[f.name] != _kind(f.type):
+            return f"its {f.name} column holds {have[f.name]}s, not {_kind(f.type)}s"
+    return ""
+
+
+def misplaced(path: Path, table: str) -> str:
+    """The warning naming a Parquet file in table's folder that is not a file of table ("" when
+    it is one, or when its footer cannot be read: then the damage policy names it)."""
+    from ..schema import TABLES
+    columns = _file_columns(path)
+    if columns is None:
+        return ""
+    problem = schema_problem(columns, table)
+    if not problem:
+        return ""
+    other = [t for t in TABLES if t != table and not schema_problem(columns, t)]
+    where = Path(path).parent
+    if other:
+        what = (f"it is a {other[0]} file: if it belongs to this run, move it to "
+                f"{where.parent.parent / other[0] / where.name}/ (as {other[0]}-<name>.parquet)")
+    else:
+        what = f"its columns: {', '.join(n for n, _ in columns[:12])}; move it out of the run"
+    return (f"{path} is not a {table} file ({problem}): left out, not read, exported, merged or "
+            f"added to a history; {what}")
+
+
+def table_parquet(run_path: str | os.PathLike[str], table: str,
+                  rank: int | None = None) -> list[tuple[int, Path]]:
+    """(rank, Parquet file) of one table, every rank or one (rundir.table_files), less the files
+    whose schema is not the table's: each is named (once, to safepath's sink) and left out. What
+    every reader and `merge` take a table's files from."""
+    from . import safepath
+    from .rundir import table_files
+    out = []
+    for r, f in table_files(Path(run_path), table, rank):
+        why = misplaced(f, table)
+        if why:
+            safepath.skipped_file(f, why)
+        else:
+            out.append((r, f))
+    return out
+
+
 def list_files(run_path: str | os.PathLike[str], span: Any = None, table: str | None = None,
                rank: int | None = None) -> dict[int, list[RunFile]]:
     """Every file of the run's tables (or one table's; every rank or one), per rank: its
@@ -186,7 +291,7 @@ def list_files(run_path: str | os.PathLike[str], span: Any = None, table: str | 
     no file too."""
     from .compact import part_path
     from .journal import segments
-    from .rundir import TABLE_NAMES, rank_dirs, ranks, table_files
+    from .rundir import TABLE_NAMES, rank_dirs, ranks
     run_path = Path(run_path)
     out: dict[int, list[RunFile]] = {r: [] for r in ranks(run_path) if rank is None or r == rank}
     journals = [(r, d) for r, d in rank_dirs(run_path) if rank is None or r == rank]
@@ -194,7 +299,7 @@ def list_files(run_path: str | os.PathLike[str], span: Any = None, table: str | 
         # segments first, then the Parquet files: a segment compacted in between is found in
         # both (and read once, from its part), never in neither
         segs = [(r, d, s) for r, d in journals for s in segments(d) if s.table == name]
-        parquet = table_files(run_path, name, rank)
+        parquet = table_parquet(run_path, name, rank)   # a misplaced file named, left out
         have = {f for _r, f in parquet}
         for r, f in parquet:
             out.setdefault(r, []).append(RunFile(r, name, f, span=span))

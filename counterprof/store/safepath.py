@@ -227,12 +227,17 @@ def set_sink(sink: Callable[[str], None] | None) -> None:
 
 
 def skipped_link(path: str | os.PathLike[str]) -> None:
+    skipped_file(path, f"{path} is a symbolic link, which counterprof never writes into a run: "
+                       "skipped (not read, not copied, not deleted)")
+
+
+def skipped_file(path: str | os.PathLike[str], msg: str) -> None:
+    """Name a file of the run that readers leave out (a link; a Parquet file in the wrong
+    table's folder, store/run_files.py), once per path, to the sink."""
     key = str(path)
     if key in _seen:
         return
     _seen.add(key)
-    msg = (f"{path} is a symbolic link, which counterprof never writes into a run: skipped "
-           "(not read, not copied, not deleted)")
     skipped.append(msg)
     if _sink is not None:
         _sink(msg)

@@ -23,7 +23,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a few byte flips per class, not 40")
     ap.add_argument("--only", action="append", help="run only this class (journal, parquet, span, "
                     "meta, catalog, unreadable, import, disk-full; issue 30's race, secrets, output, "
-                    "exec, serve); repeatable")
+                    "exec, serve, misplaced, range, memory); repeatable")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="cases at once (default 2)")
     ap.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (default: a temporary one)")
     args = ap.parse_args()
