@@ -104,7 +104,8 @@ def test_python_tokenization_in_the_step_is_host(fixture, request):
     # the advice follows the host's leading part: that Python (not tensor cores), or on a
     # machine this busy, the CPUs it waited for
     lead = max(parts, key=parts.get)
-    words = {"Python outside torch ops": "tokeniz", "CPU contention": "OMP_NUM_THREADS"}
+    words = {"Python outside torch ops": "tokeniz", "CPU contention": "other processes",
+             "oversubscribed by its own threads": "OMP_NUM_THREADS"}
     assert lead in words, parts
     assert report["next_steps"] and words[lead] in report["next_steps"][0], (lead, report["next_steps"])
 

@@ -1,14 +1,15 @@
 """Data-parallel training on the CPU over gloo where the gradient sync is the cost: an MLP with
 ~17M fp32 parameters (67 MB of gradients) and a batch of 4 rows, so the all-reduce moves far
-more bytes than the step computes. Every other step runs under `model.no_sync()` (the same
-forward, backward and optimizer step without the all-reduce), as people measure what DDP costs.
+more bytes than the step computes. Each step accumulates two micro-batches, the first under
+`model.no_sync()` (the same forward and backward without the all-reduce), as people measure
+what DDP's sync costs; every step is alike, so the traced ones stand for all.
 
     torchrun --standalone --nproc_per_node 2 ddp_big_grads.py [--steps N]
     python ddp_big_grads.py --spawn 2 --port PORT [--steps N]      (torch.multiprocessing.spawn)
 
-Each rank times every whole step itself (perf_counter), synced and not. The truth: the synced
-steps' extra time over the no_sync ones is what the collectives cost, a share
-(sum synced - sum no_sync) / (sum of all steps) of the loop. Each rank appends its figures to
+Each rank times both micro-batches of every step itself (perf_counter). The truth: the synced
+micro-batch's extra time over the no_sync one is what the collectives cost, a share
+(sum synced - sum no_sync) / loop time. Each rank appends its figures to
 $JOB_TRUTH (truth.py).
 """
 from truth import main_thread, record
@@ -42,27 +43,28 @@ def train(rank: int, world_size: int, args) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(rank)
 
-    def step() -> None:
+    def micro_batch() -> None:
         x = torch.randn(4, WIDTH, generator=gen)
-        loss = model(x).square().mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
+        model(x).square().mean().backward()
 
-    step()                                            # warm-up: buffers, the reducer's buckets
+    micro_batch()                                     # warm-up: buffers, the reducer's buckets
+    optimizer.zero_grad()
     synced = local = 0.0
     log = []
     loop_start, (_, delay0) = time.perf_counter(), main_thread()
-    for i in range(args.steps):
-        start_ns, t = time.time_ns(), time.perf_counter()
-        if i % 2:
-            with model.no_sync():
-                step()
-            local += time.perf_counter() - t
-        else:
-            step()
-            synced += time.perf_counter() - t
-        log.append((start_ns, time.time_ns(), bool(i % 2 == 0)))
+    for _ in range(args.steps):
+        start_ns = time.time_ns()
+        t = time.perf_counter()
+        with model.no_sync():
+            micro_batch()
+        t1 = time.perf_counter()
+        micro_batch()                                 # the same work, all-reducing 67 MB
+        t2 = time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad()
+        local += t1 - t
+        synced += t2 - t1
+        log.append((start_ns, time.time_ns(), t1 - t, t2 - t1))
     loop_s = time.perf_counter() - loop_start
     run_delay = main_thread()[1] - delay0
     dist.barrier()
@@ -74,7 +76,7 @@ def train(rank: int, world_size: int, args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--spawn", type=int, default=0, help="start this many ranks with mp.spawn")
     ap.add_argument("--port", type=int, default=29512)
     args = ap.parse_args()

@@ -66,7 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--docs", type=int, default=8, help="documents per batch")
-    ap.add_argument("--words", type=int, default=12000, help="words per document")
+    ap.add_argument("--words", type=int, default=20000, help="words per document")
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--region", action="store_true")
     args = ap.parse_args()
