@@ -1,5 +1,10 @@
 """Kineto (torch.profiler) trace files for tests: the real GPU traces in ../shared/traces, and
-small hand-made ones written exactly as Kineto lays them out."""
+small hand-made ones written exactly as Kineto lays them out.
+
+The real traces are found at $COUNTERPROF_TRACES (which must then hold them), else beside the
+checkout. Where they are absent the tests that read them skip, saying so, except where
+COUNTERPROF_REQUIRE_TRACES is set (.ci/run sets it, as it does for perf, tmux and chromium):
+then importing this module raises, and the session stops before any test runs."""
 from __future__ import annotations
 
 import gzip
@@ -12,12 +17,25 @@ import pytest
 
 from helpers import REPO, traces_dir
 
-_CANDIDATES = [os.environ.get("COUNTERPROF_TRACES"), REPO.parent / "shared" / "traces",
+
+def _is_traces(p: Path) -> bool:
+    return Path(p, "README.md").is_file() and any(Path(p).glob("*.json.gz"))
+
+
+_EXPLICIT = os.environ.get("COUNTERPROF_TRACES")
+if _EXPLICIT and not _is_traces(Path(_EXPLICIT)):
+    # a path given on purpose that holds no traces is a mistake to say, not a reason to look elsewhere
+    raise RuntimeError(f"COUNTERPROF_TRACES={_EXPLICIT!r} holds no shared traces (a README.md and "
+                       "*.json.gz files): point it at the traces folder")
+_CANDIDATES = [_EXPLICIT, REPO.parent / "shared" / "traces",
                REPO.parent.parent / "shared" / "traces", Path("/work/shared/traces")]
-SHARED = next((Path(p) for p in _CANDIDATES if p and Path(p, "README.md").is_file()), None)
-needs_shared_traces = pytest.mark.skipif(
-    SHARED is None, reason="the real GPU traces (../shared/traces) are not on this machine; "
-                           "set COUNTERPROF_TRACES to their directory")
+SHARED = next((Path(p) for p in _CANDIDATES if p and _is_traces(Path(p))), None)
+MISSING = ("the real GPU traces (shared/traces beside the checkout) are not on this machine; "
+           "set COUNTERPROF_TRACES to their directory")
+if SHARED is None and os.environ.get("COUNTERPROF_REQUIRE_TRACES"):
+    raise RuntimeError(f"COUNTERPROF_REQUIRE_TRACES is set but {MISSING} (looked in: "
+                       + ", ".join(dict.fromkeys(str(p) for p in _CANDIDATES if p)) + ")")
+needs_shared_traces = pytest.mark.skipif(SHARED is None, reason=MISSING)
 
 
 def shared_traces() -> list[Path]:

@@ -8,7 +8,10 @@
 # the recorded runs to $OUT/runs.tgz. SKIP_INSTALL=1 uses the counterprof already installed;
 # FULL_CALIBRATE=1 adds the full calibration (about 80 s on an H200) at the end.
 # ONLY="step ..." runs only those steps (a rerun of what failed); GPU_TESTS=tests/gpu/FILE
-# narrows the pytest step.
+# narrows the pytest step. Exits 1 when any step failed or timed out (the steps are named at the
+# end), 0 only when every step that ran passed; in the pytest step a skipped test is a failure
+# (COUNTERPROF_REQUIRE_GPU: tests/gpu/conftest.py), and the GPU jobs' script exits 1 on a verdict
+# its job's own figures do not allow.
 #
 #   OUT=/tmp/gpu-out bash tests/gpu/device_checks.sh [wheels-folder]
 #
@@ -22,6 +25,7 @@ WHEELS=${1:-.whl}
 mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1 COUNTERPROF_GPU_OUT=$WORK
 PY=${PYTHON:-python3}
+FAILED=()
 
 pack() {
   tar czf "$OUT/results.tgz" -C "$WORK" --exclude='run' --exclude='*.parquet' . 2>/dev/null
@@ -37,6 +41,7 @@ step() {      # step NAME SECONDS COMMAND...: run it under a limit, log it, note
   tail -n "${TAIL:-25}" "$WORK/$name.log"
   ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   printf '%-12s rc=%-4s %5d.%01d s\n' "$name" "$rc" $((ms / 1000)) $((ms % 1000 / 100)) | tee -a "$OUT/summary.txt"
+  [ "$rc" -eq 0 ] || FAILED+=("$name")
   pack
 }
 
@@ -59,7 +64,8 @@ step list 60 $PY -m counterprof list
 # quick ceilings first (the jobs' runs copy them into meta.json for the roofline); the full
 # calibration last, where a run cut short loses only it
 step calibrate_q 90 $PY -m counterprof calibrate --quick --no-collectives
-TAIL=60 step pytest 330 $PY -m pytest -s -p no:cacheprovider --timeout 900 "$REPO/${GPU_TESTS:-tests/gpu}"
+TAIL=60 COUNTERPROF_REQUIRE_GPU=1 COUNTERPROF_CI=1 step pytest 330 $PY -m pytest -s -p no:cacheprovider \
+  --timeout 900 "$REPO/${GPU_TESTS:-tests/gpu}"
 step roofline 60 $PY -m counterprof roofline "$WORK/jobs/gpt2_train/run"
 step nvml_tick 60 $PY "$REPO/tests/bench/nvml_tick.py" --only tick --real --quick --json "$WORK/nvml_tick.json"
 [ -z "${FULL_CALIBRATE:-}" ] || step calibrate 180 $PY -m counterprof calibrate --no-collectives
@@ -70,3 +76,7 @@ tar czf "$OUT/runs.tgz" -C "$WORK" jobs 2>/dev/null
   tar czf "$OUT/runs.tgz" -C "$WORK" --exclude='jobs/*/run/_ranks/*/traces' jobs
 pack
 echo "=== steps"; cat "$OUT/summary.txt"
+if [ "${#FAILED[@]}" -gt 0 ]; then
+  echo "FAILED steps: ${FAILED[*]}" | tee -a "$OUT/summary.txt"
+  exit 1
+fi

@@ -6,10 +6,13 @@ ML engineers write them (tests/jobs/gpu_*.py), held to what each job measured of
   small_batch_serve  batch-1 eager inference, .item() per request               -> host
   dataloader_bound   a conv net fed by 2 DataLoader workers decoding in Python  -> host
 
-The GPT-2 job's verdict is held to its own tensor-core share (its matmuls and flash attention
-timed alone at the step's shapes, over a steady step): compute from 60 %. Host shares are held
-to the job's own figure within 15 points: 1 - the GPU time per request from a CUDA-graph replay
-of the same forward; at least the time waiting in the DataLoader's __next__.
+Each verdict is held to what the job's own figures allow (gpu_jobs.allowed_verdicts): the GPT-2
+job's to its tensor-core share (its matmuls and flash attention timed alone at the step's shapes,
+over a steady step): compute from 60 %; the embedding job's to its optimizer's share of the loop
+and the bandwidth it reached against a copy it timed: memory from 60 % of the loop at 50 % of the
+copy's bandwidth. Shares are held within 15 points of the job's own range (gpu_jobs.check): host
+1 - the GPU time per request from a CUDA-graph replay of the same forward; at least the time
+waiting in the DataLoader's __next__; memory at least the optimizer's GPU time.
 
 Skipped, with the reason, where torch has no CUDA device. `pytest -s tests/gpu` prints the
 table; COUNTERPROF_GPU_OUT=DIR keeps the runs and gpu_jobs.json there.
@@ -29,7 +32,6 @@ pytestmark = [
     pytest.mark.skipif(not torch.cuda.is_available(), reason="torch has no CUDA device (CPU build or no driver)"),
     pytest.mark.slow,
 ]
-HOST_TOLERANCE = 0.15
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +59,10 @@ def _step(r: dict) -> dict:
 def test_busy_jobs(results, name):
     r = results[name]
     v = _step(r)
-    allowed = gpu_jobs.allowed_verdicts(name, r["truth"])
     print(f"\n{name}: {v['verdict']} {v['shares']}; {gpu_jobs._evidence(v)}; "
           f"{gpu_jobs.own_figure(name, r['truth'])}")
-    assert v["verdict"] in allowed, f"{name}: {v['verdict']} {v['undecided']} {v['shares']}, allowed {allowed}"
+    problems = gpu_jobs.check(r)
+    assert not problems, problems
 
 
 @pytest.mark.parametrize("name", ["small_batch_serve", "dataloader_bound"])
@@ -69,5 +71,6 @@ def test_host_bound_jobs(results, name):
     v = _step(r)
     lo, hi = gpu_jobs.expected_host_share(name, r["truth"])
     print(f"\n{name}: {v['verdict']} {v['shares']}, the job's own host share {lo:.0%}..{hi:.0%}")
-    assert v["verdict"] == "host", f"{name}: {v['verdict']} {v['undecided']} {v['shares']}"
-    assert lo - HOST_TOLERANCE <= v["shares"].get("host", 0.0) <= hi + HOST_TOLERANCE
+    assert gpu_jobs.allowed_verdicts(name, r["truth"]) == {"host"}
+    problems = gpu_jobs.check(r)
+    assert not problems, problems

@@ -4,11 +4,13 @@ The kernel samples each thread every -I of its CPU time; the rows must still be 
 same totals (the groups' final reads give back each thread's tail), one row per -I of wall time
 per series (zero, not missing, where nothing ran), and the tick, with a warning, wherever the
 mode cannot run. Needs Linux 6.12 (inherit with PERF_SAMPLE_READ): skipped, with the fallback's
-reason, where the kernel refuses it.
+reason, on an older kernel; on 6.12 or later a fallback to the tick is a failure with its reason
+(the mode should run there), and in CI the tests are `required`, so an old kernel there fails too.
 """
 from __future__ import annotations
 
 import json
+import os
 import signal
 import statistics
 import subprocess
@@ -22,6 +24,27 @@ from helpers import PYTHON, REPO, needs_perf_tool, run_cli, wait_for_samples
 
 WORKLOADS = str(REPO / "tests" / "workloads.py")
 SW = "task-clock,page-faults,context-switches"
+pytestmark = pytest.mark.required
+
+
+def _kernel_version(release: str) -> tuple[int, int]:
+    parts = release.split(".")
+    return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+
+
+RELEASE = os.uname().release
+HAS_KERNEL_SAMPLING = _kernel_version(RELEASE) >= (6, 12)
+
+
+def kernel_sampling_ran(perf: dict) -> None:
+    """Returns when kernel sampling ran; skips on a kernel older than 6.12 (it cannot run there);
+    fails on 6.12 or later, where it should have run, with the fallback's reason."""
+    if perf["sampling"] == "kernel":
+        return
+    reason = perf.get("sampling_fallback")
+    if not HAS_KERNEL_SAMPLING:
+        pytest.skip(f"kernel sampling cannot run on Linux {RELEASE} (needs 6.12): {reason}")
+    pytest.fail(f"kernel sampling fell back to the tick on Linux {RELEASE}, where it runs: {reason}")
 
 
 def run(run_dir, *cmd, interval="1", sampling="kernel", events=SW):
@@ -30,8 +53,8 @@ def run(run_dir, *cmd, interval="1", sampling="kernel", events=SW):
     assert proc.returncode == 0, proc.stderr
     meta = json.loads((run_dir / "meta.json").read_text())
     perf = meta["collectors"]["perf"]
-    if sampling == "kernel" and perf["sampling"] != "kernel":
-        pytest.skip(f"kernel sampling cannot run here: {perf.get('sampling_fallback')}")
+    if sampling == "kernel":
+        kernel_sampling_ran(perf)
     return counterprof.load(run_dir), meta, proc.stderr
 
 
@@ -168,8 +191,7 @@ def test_lost_records_are_counted_and_said_and_their_counts_kept(tmp_path):
     meta, warnings = session_run(tmp_path / "r", {"interval_ms": 0.1, "sampling": "kernel",
                                                   "kernel_ring_pages": 1}, PYTHON, WORKLOADS, "burn", "0.6")
     perf = meta["collectors"]["perf"]
-    if perf["sampling"] != "kernel":
-        pytest.skip(f"kernel sampling cannot run here: {perf.get('sampling_fallback')}")
+    kernel_sampling_ran(perf)
     assert perf["kernel_sampler"]["lost"] > 0
     assert any("lost" in w and "sample records" in w for w in warnings), warnings
     # a lost sample's counts reach the thread's next sample (cumulative): the total stays whole
@@ -210,8 +232,7 @@ def test_sigkill_of_the_workload_keeps_the_data(tmp_path):
     assert proc.returncode == 128 + signal.SIGKILL, err
     r = counterprof.load(run_dir)
     perf = r.meta["collectors"]["perf"]
-    if perf["sampling"] != "kernel":
-        pytest.skip(f"kernel sampling cannot run here: {perf.get('sampling_fallback')}")
+    kernel_sampling_ran(perf)
     assert r.meta["status"] == "complete"
     assert rows(r, "task-clock").num_rows >= 20
     rusage_s = r.meta["workload"]["user_s"] + r.meta["workload"]["system_s"]
@@ -231,8 +252,8 @@ def test_the_riders_get_a_tick_of_their_own_at_their_finest_interval(tmp_path):
                        *extra, "-o", str(out), "--", PYTHON, WORKLOADS, "burn", "0.6")
         assert proc.returncode == 0, proc.stderr
         cols = json.loads((out / "meta.json").read_text())["collectors"]
-        if mode == "kernel" and cols["perf"]["sampling"] != "kernel":
-            pytest.skip(f"kernel sampling cannot run here: {cols['perf'].get('sampling_fallback')}")
+        if mode == "kernel":
+            kernel_sampling_ran(cols["perf"])
         got[(mode, threads_ms)] = (cols["threads"]["main_reads"], cols["threads"]["walks"], cols["host"]["samples"])
         t = counterprof.load(out).samples()
         main = t.filter(pc.equal(t["metric"].cast("string"), "thread.main.running"))

@@ -20,13 +20,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from helpers import calibrated, run_cli                                      # noqa: E402
+from kineto_traces import SHARED as TRACES, needs_shared_traces             # noqa: E402
 
 from counterprof.analysis.roofline import busy_split             # noqa: E402
 from counterprof.calibrate import MODES, measure                 # noqa: E402
-
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
-if not TRACES.is_dir():
-    TRACES = Path("/work/shared/traces")
 
 MATMUL = """
 import torch, counterprof
@@ -146,6 +143,7 @@ def imported(tmp_path_factory):
     return out
 
 
+@needs_shared_traces
 def test_imported_trace_uses_the_datasheet_and_matches_tracelens_kernel_time(imported, tmp_path):
     r = _roofline_json(imported["h100_vit_nsfw"], os.environ)
     assert r["device"] == "NVIDIA H100 80GB HBM3" and r["basis"] == "gpu kernel time"
@@ -180,6 +178,7 @@ def test_imported_trace_uses_the_datasheet_and_matches_tracelens_kernel_time(imp
     assert 'class="roof memory"' in page and re.search(r'data-dtype="[^"]*bf16', page) and "<script" not in page
 
 
+@needs_shared_traces
 def test_unmodelled_time_is_named_not_dropped(imported):
     r = _roofline_json(imported["mi300x_resnet_act_checkpoint"], os.environ)
     u = r["unmodelled"]
@@ -190,6 +189,7 @@ def test_unmodelled_time_is_named_not_dropped(imported):
     assert r["modelled_share"] == pytest.approx(1 - u["share"])
 
 
+@needs_shared_traces
 def test_unknown_device_asks_for_a_ceilings_file(imported, tmp_path, cache):
     """mi250's trace names its device "AMD Radeon Graphics": no datasheet entry, never guessed."""
     proc = run_cli("roofline", str(imported["mi250_rocm62_minitoy"]), timeout=120)
@@ -249,71 +249,116 @@ def _reference_copy() -> float:
     return _best_rate(lambda: dst.copy_(src), 2 * 8 * n)
 
 
-def _idle_enough() -> None:
-    load, cpus = os.getloadavg()[0], os.cpu_count() or 1
-    if load > cpus:
-        pytest.skip(f"the machine is busy (load average {load:.1f} on {cpus} CPUs): calibration "
-                    "cannot be held to 10-15% here")
+def _busy_s(cpus: set[int]) -> float:
+    """Busy CPU seconds of `cpus` since boot (/proc/stat: user, nice, system, irq, softirq, and
+    steal, the time the hypervisor gave other guests)."""
+    busy = 0
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3:4].isdigit():
+                name, *v = line.split()
+                if int(name[3:]) in cpus:
+                    v = [int(x) for x in v] + [0] * 10
+                    busy += v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
-def test_calibration_agrees_with_plain_loops():
-    """Interleaved (reference, calibrate) pairs, the median ratio within 15%. Needs the cores to
-    itself: with other heavy processes on them (a load average above the CPU count) each figure
-    swings by more than that (seen: ratios from 0.85 to 2.4 at load 3 on 2 CPUs). A VM's
-    neighbours move it even when idle here, so a batch of pairs that misses is measured again
-    (up to 3 batches): a calibrate that is off misses every time."""
-    _idle_enough()
-    batches = []
-    for _attempt in range(3):
-        mm_ratio, bw_ratio = [], []
-        for _ in range(5):
-            ref = _reference_matmul()
-            cal = measure.cpu_matmul("fp32", [2048], 5, MODES[True]["min_s"])["flops_per_s"]
-            mm_ratio.append(cal / ref)
-            ref = _reference_copy()
-            cal = measure.cpu_stream(5, MODES[True]["stream_min_s"])["copy"]["bytes_per_s"]
-            bw_ratio.append(cal / ref)
-        mm, bw = statistics.median(mm_ratio), statistics.median(bw_ratio)
-        batches.append((round(mm, 3), round(bw, 3)))
-        if abs(mm - 1) < 0.15 and abs(bw - 1) < 0.15:
-            break
-    print(f"\ncalibrate / reference (matmul, copy), per batch of 5 pairs: {batches}")
-    assert abs(mm - 1) < 0.15 and abs(bw - 1) < 0.15, batches
+class OthersShare:
+    """The share of this process's CPUs that other processes (and other guests) held while the
+    block ran: the CPUs' busy time less this process's own (all its threads), over its wall time.
+    Measured here, apart from calibrate's own load record, so the test does not take calibrate's
+    word for how quiet the machine was."""
+
+    def __enter__(self):
+        self.cpus = os.sched_getaffinity(0)
+        t = os.times()
+        self.t0, self.b0, self.own0 = time.perf_counter(), _busy_s(self.cpus), t.user + t.system
+        return self
+
+    def __exit__(self, *exc):
+        t = os.times()
+        wall = time.perf_counter() - self.t0
+        others = _busy_s(self.cpus) - self.b0 - (t.user + t.system - self.own0)
+        self.share = min(max(others, 0.0) / (len(self.cpus) * wall), 1.0)
 
 
-def test_two_calibrations_agree():
-    """One calibration's figures (matmul: a median; copy: the best repetition) against the next
-    one's: within 10%. On a machine shared with other jobs the machine itself moves more than
-    that (seen at load 1.4 on 2 CPUs: 69 to 172 GFLOP/s between consecutive calibrations, while
-    the reference loop moved with them; on an idle 2-core VM, copy 33 or 52 GB/s as the vCPUs'
-    placement on the host switches, for seconds to minutes at a time), so
-    each batch times the plain reference loops between the calibrations: a batch that misses is
-    measured again (up to 5 batches), and when every batch that missed saw the reference loops
-    move by 10% or more themselves, the bound cannot be held on this machine then, said as a
-    skip. A calibrate that moves while the plain loops hold still fails."""
-    _idle_enough()
-    seen, machine_moved = [], []
+# The calibration is held on a quiet machine, as calibrate itself holds it: it does not save ceilings
+# measured while other processes held a quarter of the CPUs (thresholds.calibrate_others_share;
+# on this 2-core VM half a core takes a matmul on both cores ~25% low). A measurement during which
+# others held QUIET or more (OthersShare: measured here, whatever the measurement gave) is not
+# counted and is measured again, up to QUIET_BUDGET_S; too few quiet ones is a skip that says how
+# loaded the machine was, and both tests are `required`: CI, a machine to itself, fails on it.
+# Beside others' load no band holds (measured on this shared VM, 2026-12-06, 100 pairs at load
+# average 3-6.4, others holding about one of the 2 CPUs: calibrate / plain loop per pair 0.44-2.7
+# (matmul) and 0.22-3.6 (copy), the median of 5 consecutive pairs as low as 0.74 and 0.61;
+# consecutive calibrations moved 28% (median) and up to 3.3x, the plain loops as much).
+QUIET = 0.25
+QUIET_BUDGET_S = 120
 
-    def move(runs: list[float]) -> float:
-        return statistics.median(abs(b / a - 1) for a, b in zip(runs, runs[1:]))
 
-    for _attempt in range(5):
-        mm, bw, ref_mm, ref_bw = [], [], [], []
-        for _ in range(3):
-            mm.append(measure.cpu_matmul("fp32", [2048], 5, MODES[True]["min_s"])["flops_per_s"])
-            ref_mm.append(_reference_matmul())
-            bw.append(measure.cpu_stream(5, MODES[True]["stream_min_s"])["copy"]["bytes_per_s"])
-            ref_bw.append(_reference_copy())
-        moves = [move(mm), move(bw)]
-        ref_moves = [move(ref_mm), move(ref_bw)]
-        seen.append(([round(x / 1e9, 1) for x in mm], [round(x / 1e9, 2) for x in bw],
-                     [round(x, 3) for x in moves], [round(x, 3) for x in ref_moves]))
-        if max(moves) < 0.10:
-            break
-        # the machine was not quiet enough to hold 10% in this batch: a plain loop timed between
-        # the calibrations moved by that much itself
-        machine_moved.append(max(ref_moves) >= 0.10)
-    print(f"\ncalibrations (GFLOP/s, GB/s, moves, the reference loops' moves) per batch: {seen}")
-    if max(moves) >= 0.10 and all(machine_moved):
-        pytest.skip(f"the machine itself moved by 10% or more in every batch (the plain loops too): {seen}")
-    assert max(moves) < 0.10, seen
+def quiet_measurements(n: int, fn) -> list:
+    """n results of fn(), each measured while other processes held under QUIET of the CPUs."""
+    got, loaded = [], []
+    t0 = time.perf_counter()
+    while len(got) < n and time.perf_counter() - t0 < QUIET_BUDGET_S:
+        with OthersShare() as q:
+            x = fn()
+        if q.share >= QUIET:
+            loaded.append(round(q.share, 2))
+        else:
+            got.append(x)
+    if len(got) < n:
+        pytest.skip(f"the machine was not quiet: other processes held {QUIET:.0%} or more of its CPUs during "
+                    f"{len(loaded)} of {len(loaded) + len(got)} measurements in {QUIET_BUDGET_S} s "
+                    f"(shares {loaded}); calibrate would not save ceilings measured so either")
+    return got
+
+
+# Interleaved (plain loop, calibrate) pairs, each measured on a quiet machine; both tests read them.
+# ACCURACY: calibrate's figure over the plain loop's, the median of the PAIRS ratios, within 15% of
+# 1 (calibrate's bias). REPEAT: that ratio from one pair to the next, the median move, within 10%
+# (calibrate's repeatability, the machine's own moves taken out: a VM's all-core copy bandwidth
+# switches between modes for seconds to minutes at a time, 29-36 or 45-58 GB/s on the 2-core VM,
+# and moves a plain loop timed beside it as much). Both figures are this file's from quiet runs
+# before (then one batch of 5 pairs, 3 calibrations); measured here, 2026-12-06, on the one quiet
+# pair among 40 whose others' share was measured (and none in 25 minutes of waiting for quiet):
+# ratios 1.01 (matmul) and 0.94 (copy).
+# Not a band measured here yet: a failure gives the pairs, and pytest -s prints them on a pass.
+PAIRS = 5
+ACCURACY = 0.15
+REPEAT = 0.10
+
+
+@pytest.fixture(scope="module")
+def quiet_pairs() -> list[tuple[float, float]]:
+    """(calibrate / plain loop) for the fp32 matmul and the copy bandwidth, PAIRS times."""
+    def pair():
+        ref_mm = _reference_matmul()
+        cal_mm = measure.cpu_matmul("fp32", [2048], 5, MODES[True]["min_s"])["flops_per_s"]
+        ref_bw = _reference_copy()
+        cal_bw = measure.cpu_stream(5, MODES[True]["stream_min_s"])["copy"]["bytes_per_s"]
+        return cal_mm / ref_mm, cal_bw / ref_bw
+
+    pairs = quiet_measurements(PAIRS, pair)
+    print("\ncalibrate / plain loop on a quiet machine (matmul, copy):",
+          [(round(a, 3), round(b, 3)) for a, b in pairs])
+    return pairs
+
+
+@pytest.mark.required
+def test_calibration_agrees_with_plain_loops(quiet_pairs):
+    """The median ratio within ACCURACY, measured once (no batch measured again because it missed)."""
+    mm = statistics.median(p[0] for p in quiet_pairs)
+    bw = statistics.median(p[1] for p in quiet_pairs)
+    assert abs(mm - 1) < ACCURACY and abs(bw - 1) < ACCURACY, (mm, bw, quiet_pairs)
+
+
+@pytest.mark.required
+def test_two_calibrations_agree(quiet_pairs):
+    """From one calibration to the next, its figure over the plain loop beside it moves by under
+    REPEAT (the median move), measured once."""
+    def move(xs: list[float]) -> float:
+        return statistics.median(abs(y / x - 1) for x, y in zip(xs, xs[1:]))
+
+    mm, bw = move([p[0] for p in quiet_pairs]), move([p[1] for p in quiet_pairs])
+    assert mm < REPEAT and bw < REPEAT, (mm, bw, quiet_pairs)

@@ -33,7 +33,8 @@ NEEDS_TRANSFORMERS = pytest.mark.skipif(
     reason="transformers is not installed (pip install -e .[test])")
 NEEDS_DIST = pytest.mark.skipif(
     not torch.distributed.is_available(), reason="this torch build has no torch.distributed")
-pytestmark = pytest.mark.slow
+# required: the main cases of the verdict (tests/conftest.py: in CI a skip of one fails the session)
+pytestmark = [pytest.mark.slow, pytest.mark.required]
 
 
 # ---- running a job and reading what it and the report say ---------------------------------
@@ -98,6 +99,11 @@ class Truth:
     def of_job(cls, t: dict, scope: dict | None, *waits: str, collectives: str | None = None) -> "Truth":
         """From a job's truth line: host = its waits plus its main thread's run delay; over
         `scope` (a verdict with start_ns/end_ns: the report's), the rest is outside."""
+        if scope is not None and scope.get("scope") == "steps" and "loop_s" in t:
+            # the headline is the steps' (start-up apart): the job's loop is its truth; its run
+            # delay over the loop where it kept one, else its whole life's, pro rata
+            delay = t.get("loop_run_delay_s", t["main_run_delay_s"] * t["loop_s"] / t["wall_s"])
+            return cls(t["loop_s"], sum(t[w] for w in waits) + delay, t[collectives] if collectives else 0.0)
         outside = 0.0
         if scope is not None and scope.get("start_ns") is not None:
             outside = (scope["end_ns"] - scope["start_ns"]) / 1e9 - t["wall_s"]
@@ -128,15 +134,23 @@ def allowed_verdicts(truth: Truth) -> set[str]:
 
 
 def hold_to_truth(v: dict, truth: Truth) -> None:
-    """A verdict's shares within TOLERANCE of the truth per class, its verdict allowed by it."""
-    got = {"host": v["shares"].get("host", 0.0), "collectives": v["shares"].get("collectives", 0.0),
-           "busy": busy(v["shares"])}
+    """A verdict's shares within TOLERANCE of the truth per class, its verdict allowed by it.
+    The jobs time their phases, not torch's ops: the Python between ops (framework overhead),
+    host in the verdict, is busy time in their accounting, so it is folded back for the
+    comparison (tests/integration/test_verdict_attribution.py holds that part to a job that
+    times its Python itself)."""
+    python = (v.get("host_parts") or {}).get("Python outside torch ops", 0.0)
+    got = {"host": v["shares"].get("host", 0.0) - python, "collectives": v["shares"].get("collectives", 0.0),
+           "busy": busy(v["shares"]) + python}
     for cls in truth.seconds:
         lo, hi = truth.bounds(cls)
         assert lo - TOLERANCE <= got[cls] <= hi + TOLERANCE, \
             f"{v['scope']}: {cls} {got[cls]:.0%}, the job's own accounting {lo:.0%}..{hi:.0%} " \
             f"(shares {v['shares']}; {truth})"
-    assert verdict_class(v) in allowed_verdicts(truth), \
+    allowed = allowed_verdicts(truth)
+    if python >= 0.05 and v["shares"].get("host", 0.0) == max(v["shares"].values()):
+        allowed.add("host")         # host through the Python the job counts as busy
+    assert verdict_class(v) in allowed, \
         f"{v['scope']}: verdict {v['verdict']} {v['undecided']}, truth {truth.shares}"
 
 
@@ -148,18 +162,20 @@ def region(report: dict, *words: str) -> dict | None:
     return next((r for r in report["regions"] if all(w in r["name"] for w in words)), None)
 
 
-class BusyLoop:
-    """A process spinning on CPU `cpu` (as another job sharing a core would) until closed."""
+class BusyLoops:
+    """`n` processes spinning on CPU `cpu` (as other jobs sharing a core would) until closed."""
 
-    def __init__(self, cpu: int = 0):
-        self.proc = subprocess.Popen(["taskset", "-c", str(cpu), PYTHON, "-c", "while True: pass"])
+    def __init__(self, cpu: int = 0, n: int = 1):
+        self.procs = [subprocess.Popen(["taskset", "-c", str(cpu), PYTHON, "-c", "while True: pass"])
+                      for _ in range(n)]
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        self.proc.kill()
-        self.proc.wait()
+        for p in self.procs:
+            p.kill()
+            p.wait()
 
 
 class RunDelayWatcher:
@@ -251,27 +267,51 @@ def test_loop_waiting_for_its_dataloader_workers_is_host(dataloader_bound):
     assert "worker" in evidence_text(o), o["evidence"]     # how busy the DataLoader workers were
 
 
-def test_the_dataloader_next_region_is_host(dataloader_bound):
-    report, _, _ = dataloader_bound
-    nxt = region(report, "DataLoader", "__next__")
-    if nxt is None:
-        pytest.skip("the torch trace holds no DataLoader __next__ span: " +
-                    ", ".join(r["name"] for r in report["regions"]))
-    # inside __next__ the loop only waits for a worker's batch (and unpickles it)
-    assert nxt["verdict"]["verdict"] == "host", nxt["verdict"]
-    assert nxt["verdict"]["shares"].get("host", 0.0) >= 0.7, nxt["verdict"]["shares"]
+def test_the_dataloader_next_waits_are_the_steps_input_pipeline_share(dataloader_bound):
+    """Every DataLoader next() is timed for the whole run (an `input` span each, not a region of
+    its own): inside it the loop only waits for a worker's batch (and unpickles it), so the step
+    region's host share names it as the input pipeline, as much of the steps' time as the job's
+    own timing of its waits in __next__ says."""
+    report, (t,), _ = dataloader_bound
+    step = region(report, "ProfilerStep")
+    assert step is not None, [r["name"] for r in report["regions"]]
+    v = step["verdict"]
+    assert v["verdict"] == "host", v
+    parts = v.get("host_parts") or {}
+    assert "input pipeline" in parts, f"the steps' host share names no input pipeline: {parts}"
+    own = t["next_wait_s"] / t["loop_s"]
+    assert abs(parts["input pipeline"] - own) <= TOLERANCE, \
+        f"input pipeline {parts['input pipeline']:.0%} of the steps, the job's own waits in __next__ {own:.0%}"
 
 
-# ---- 3. the GPT-2 loop sharing its core with a busy process ----------------------------------
+# ---- 3. the GPT-2 loop sharing its core with two busy processes ------------------------------
+# Two busy loops on the job's core leave it a third of that core: its main thread waits for the
+# CPU ~2/3 of the time by construction (more where other load reaches CPU 0), so host leads busy
+# CPU by 30 points or more, and the verdict, most seconds' and most live lines' must be host.
+# (Beside one loop the wait is ~50%: a tie with busy CPU that allows any verdict but collectives,
+# and too close to hold each second to.)
+# Both GPT-2 runs (this one and the one alone that compare holds it to) sample at -I 10: a region
+# as short as the optimizer's step (3 ms alone) gets its wait for a CPU from the buckets around
+# it, and at the default 100 ms those are mostly its neighbours' (what compare then calls the
+# region's wait is not its own: 2 of 5 runs here failed the gate on it, see the compare test).
+CONTENDERS = 2
+# the least run delay the construction leaves (2/3, less the job's own blocking); measured 67-79%
+# in 15 runs here (2026-12-06, load average 5)
+CONTENDED_WAIT = 0.6
+# host in at least this share of the 1 s windows and of the --live lines: measured 95-100% of the
+# windows and 100% of the lines in the same 15 runs (beside one loop it was about half)
+HOST_MOST = 0.8
+INTERVAL = ("-I", "10")
+
 
 @pytest.fixture(scope="module")
 def gpt2_contended(tmp_path_factory):
     watcher = RunDelayWatcher("gpt2_train.py")
-    with BusyLoop(cpu=0):
+    with BusyLoops(cpu=0, n=CONTENDERS):
         report, truth, run_dir = profile(
             tmp_path_factory.mktemp("gpt2_contended"),
             "taskset", "-c", "0", PYTHON, str(JOBS / "gpt2_train.py"), "--steps", "10",
-            run_args=("--live",), watch=watcher)
+            run_args=("--live", *INTERVAL), watch=watcher)
     return report, truth, run_dir, watcher
 
 
@@ -280,10 +320,13 @@ def test_gpt2_sharing_its_core_is_host_contention(gpt2_contended):
     report, (t,), _, watcher = gpt2_contended
     # the test's reading of /proc and the job's own agree (one thread, one kernel counter)
     assert abs(watcher.share - t["main_run_delay_s"] / t["wall_s"]) < 0.1, (watcher.share, t)
-    assert watcher.share > 0.25, f"the busy loop did not contend: run delay {watcher.share:.0%}"
+    assert watcher.share >= CONTENDED_WAIT, \
+        f"{CONTENDERS} busy loops on its core left the job a run delay of only {watcher.share:.0%}"
     o = report["overall"]
     outside = (o["end_ns"] - o["start_ns"]) / 1e9 - watcher.life_s
-    hold_to_truth(o, Truth(watcher.life_s, watcher.delay_s, outside_s=outside))
+    truth = Truth(watcher.life_s, watcher.delay_s, outside_s=outside)
+    assert allowed_verdicts(truth) == {"host"}, truth       # host leads by 20 points: only host will do
+    hold_to_truth(o, truth)
     texts = evidence_text(o)
     assert "main thread" in texts and ("contention" in texts or "waiting for a cpu" in texts), o["evidence"]
 
@@ -291,13 +334,12 @@ def test_gpt2_sharing_its_core_is_host_contention(gpt2_contended):
 @NEEDS_TRANSFORMERS
 def test_gpt2_sharing_its_core_is_host_in_the_timeline_and_the_live_line(gpt2_contended):
     report, _, run_dir, watcher = gpt2_contended
-    if watcher.share < 0.6:
-        pytest.skip(f"run delay {watcher.share:.0%}: host does not lead clearly enough to hold each second to it")
+    assert watcher.share >= CONTENDED_WAIT, f"run delay {watcher.share:.0%}: the busy loops did not contend"
     windows = [verdict_class(w) for w in report["windows"]]
-    assert windows.count("host") >= len(windows) / 2, windows
+    assert windows and windows.count("host") >= HOST_MOST * len(windows), windows
     live = [ln.split(" | ", 1)[1] for ln in (run_dir.parent / "stderr").read_text().splitlines() if " | " in ln]
     assert live, "--live printed no line"
-    assert sum(ln.startswith("host") for ln in live) >= len(live) / 2, live
+    assert sum(ln.startswith("host") for ln in live) >= HOST_MOST * len(live), live
 
 
 # ---- 4. resnet-style inference: no optimizer, no step marks -----------------------------------
@@ -308,12 +350,12 @@ def resnet_infer(tmp_path_factory):
 
 
 def test_resnet_inference_is_busy_cpu(resnet_infer):
+    """The job's truth counts its main thread's run delay (measured on this run) as host: on a
+    loaded machine the share-out moves toward host and the verdicts allowed widen with it (the
+    two leaders or unknown when they are within 20 points); the share-out is held either way."""
     report, (t,), _ = resnet_infer
     o = report["overall"]
-    truth = Truth.of_job(t, o)
-    if truth.shares["host"] > 0.35:
-        pytest.skip(f"the machine is oversubscribed: the main thread waited {truth.shares['host']:.0%} for a CPU")
-    hold_to_truth(o, truth)
+    hold_to_truth(o, Truth.of_job(t, o))
 
 
 def test_resnet_inference_without_step_marks_is_traced(resnet_infer):
@@ -325,13 +367,21 @@ def test_resnet_inference_without_step_marks_is_traced(resnet_infer):
     assert ops, f"--torch recorded no op of the inference loop (torch collector: {report['collectors']['torch']})"
 
 
-def test_torch_collector_never_says_ok_with_nothing_recorded(resnet_infer):
+def test_torch_collector_says_ok_only_with_something_recorded(resnet_infer, tmp_path):
+    """Both ways: the inference loop (no optimizer, no step marks) is traced and says ok; a
+    workload that imports torch and then runs no step, forward or window records no trace and
+    must not say ok."""
     report, _, run_dir = resnet_infer
     traces = traces_dir(run_dir)
-    traced = traces.exists() and any(traces.glob("*.pt.trace.json*"))
-    assert traced, "the inference loop (no optimizer, no step marks) was not traced"
-    if not traced:
-        assert report["collectors"]["torch"]["status"] != "ok", report["collectors"]["torch"]
+    assert traces.exists() and any(traces.glob("*.pt.trace.json*")), \
+        f"the inference loop was not traced (torch collector: {report['collectors']['torch']})"
+    assert report["collectors"]["torch"]["status"] == "ok", report["collectors"]["torch"]
+    idle = tmp_path / "idle"
+    proc = run_cli("run", "--torch", "-q", "-o", str(idle), "--", PYTHON, "-c", "import torch", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert not (traces_dir(idle).exists() and any(traces_dir(idle).glob("*.pt.trace.json*")))
+    st = json.loads((idle / "meta.json").read_text())["collectors"]["torch"]
+    assert st["status"] != "ok" and st["reason"], st
 
 
 # ---- 5. DDP over gloo, 2 ranks: torchrun and torch.multiprocessing.spawn ------------------------
@@ -391,30 +441,36 @@ def test_ddp_under_mp_spawn_has_both_ranks(ddp_spawn):
 def gpt2_alone(tmp_path_factory):
     """The contended run's command, run alone on its core."""
     return profile(tmp_path_factory.mktemp("gpt2_alone"),
-                   "taskset", "-c", "0", PYTHON, str(JOBS / "gpt2_train.py"), "--steps", "10")
+                   "taskset", "-c", "0", PYTHON, str(JOBS / "gpt2_train.py"), "--steps", "10", run_args=INTERVAL)
 
 
 @NEEDS_TRANSFORMERS
 def test_compare_of_unchanged_runs_names_the_contention(gpt2_alone, gpt2_contended):
+    """What the README says: the machine moved, compare names the wait, and the gate passes on
+    the unchanged job (and fails with --strict). The wait (~2/3 of the steps, two busy loops)
+    implies about +200% step time; contention explains the change when what is left with the
+    wait taken out is under half of that. Sharing a core also lengthens a GPT-2 step's on-CPU
+    time (1.6-1.7x seen on this VM beside one loop, CI 2026-12-02 and -03: left as "partly"
+    against the +100% one loop implies); against two loops' that stays under half. Both runs
+    sample at -I 10: at the default -I 100 the 3 ms optimizer region's wait is its neighbours'
+    (buckets pro-rated), and 2 of 5 runs here failed the gate on that region alone (8x its
+    time, "partly"): a limitation of compare with regions shorter than the sampling interval."""
     base, cand = gpt2_alone[2], gpt2_contended[2]
-    assert gpt2_contended[3].share > 0.25, "the busy loop did not contend"
+    assert gpt2_contended[3].share >= CONTENDED_WAIT, "the busy loops did not contend"
     out = run_cli("compare", str(base), str(cand))
     assert out.returncode == 0, out.stderr
     text = out.stdout.lower()
     assert "contention" in text or "waiting for a cpu" in text, out.stdout
-    gate = run_cli("compare", "--fail-on-regression", str(base), str(cand))
-    if gate.returncode == 0:
-        return
-    # One run a side: on this shared VM a GPT-2 step beside a busy loop has also come out with
-    # 1.6-1.7x its on-CPU time (caches evicted by the neighbour; 2026-12-02 and -03 in CI: +234%
-    # step time, +67% left with the 50-point wait taken out), which compare cannot tell from a
-    # real regression on a contended core (tests/unit/test_compare_noise.py holds that case to
-    # "partly"). What must hold then: only such rows fail the gate, each named as contention
-    # that explains part of it, the wait taking out most of the change.
     j = json.loads(run_cli("compare", "--json", str(base), str(cand)).stdout)
-    failing = [r for r in j["rows"] if r["status"] == "regression" and r.get("contention") != "explains"]
-    assert failing, gate.stdout
-    for r in failing:
-        assert r.get("contention") == "partly", f"the gate failed on an unchanged job:\n{gate.stdout}"
-        assert r["adjusted_change"] < r["change"] / 2, r
-    assert "contention explains only part of this" in gate.stdout
+    wb = j["machine"]["baseline"]["waits"]["step_time"]
+    # the construction: a baseline that ran (here it waited 1-42% at load average 5, once 56%,
+    # and then its steps were too slow for the contended ones to be a regression at all)
+    assert wb < 0.5, f"the run alone waited {wb:.0%} of its steps for a CPU: other load, not the construction"
+    gate = run_cli("compare", "--fail-on-regression", str(base), str(cand))
+    assert gate.returncode == 0, f"the gate failed on an unchanged job:\n{gate.stdout}{gate.stderr}"
+    assert "the machine was busier for the candidate" in gate.stdout, gate.stdout
+    step = next(r for r in j["rows"] if r["key"] == "step_time")
+    assert step["status"] == "regression" and step["contention"] == "explains", step
+    assert j["failed"] is False and j["explained_by_contention"] == j["regressions"], j
+    strict = run_cli("compare", "--fail-on-regression", "--strict", str(base), str(cand))
+    assert strict.returncode == 1, strict.stdout + strict.stderr

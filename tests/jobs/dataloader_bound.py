@@ -8,7 +8,7 @@ The loop measures its data time the way the PyTorch ImageNet example does (the t
 end of one step to the start of the next: waiting inside the DataLoader's `__next__`) and
 writes it to $JOB_TRUTH (truth.py) with its step count.
 """
-from truth import record
+from truth import main_thread, record
 
 import argparse
 import random
@@ -73,6 +73,7 @@ def main() -> None:
     data_time = 0.0
     steps = 0
     loop_start = end = time.perf_counter()
+    delay_before = main_thread()[1]      # the loop's own run delay (truth.py)
     for ids, labels in loader:
         data_time += time.perf_counter() - end
         loss = nn.functional.cross_entropy(model(ids), labels)
@@ -83,7 +84,8 @@ def main() -> None:
         end = time.perf_counter()
     loop_s = time.perf_counter() - loop_start
     print(f"{steps} steps, data time {data_time:.2f} s of {loop_s:.2f} s", flush=True)
-    record("dataloader_bound", steps=steps, next_wait_s=data_time, loop_s=loop_s)
+    record("dataloader_bound", steps=steps, next_wait_s=data_time, loop_s=loop_s,
+           loop_run_delay_s=main_thread()[1] - delay_before)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ as the synchronising one without the all-reduce, so the difference between the t
 time the rank waited for DDP's reducer at the end of backward (communication not hidden by
 the backward's compute). Each rank appends its figures to $JOB_TRUTH (truth.py).
 """
-from truth import record
+from truth import main_thread, record
 
 import argparse
 import os
@@ -61,6 +61,7 @@ def train(rank: int, world_size: int, args) -> None:
 
     backward_local = backward_synced = 0.0
     loop_start = time.perf_counter()
+    delay_before = main_thread()[1]      # the loop's own run delay (truth.py)
     for step in range(args.steps):
         ids = micro_batch()
         with model.no_sync():
@@ -81,6 +82,7 @@ def train(rank: int, world_size: int, args) -> None:
     dist.barrier()
     dist.destroy_process_group()
     record("ddp_train", rank=rank, world_size=world_size, steps=args.steps, loop_s=loop_s,
+           loop_run_delay_s=main_thread()[1] - delay_before,
            backward_local_s=backward_local, backward_synced_s=backward_synced,
            reducer_wait_s=max(0.0, backward_synced - backward_local))
 
