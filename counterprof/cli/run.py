@@ -66,7 +66,9 @@ def build_parser() -> ArgumentParser:
                         "kernel has the kernel sample every -I of each thread's CPU time (a launched "
                         "command, Linux 6.12+; rows still land on the -I wall-time grid, a thread's "
                         "counts at its next sample; falls back to tick with a warning)")
-    p.add_argument("-o", "--output", metavar="DIR",
+    from .arguments import output_path
+    p.add_argument("-o", "--output", metavar="DIR", type=output_path(
+                       "name the run directory, or leave -o out for ./counterprof-<date>-<time>"),
                    help="run directory (default: ./counterprof-<date>-<time>)")
     p.add_argument("--force", action="store_true", help="replace the run already in -o DIR")
     p.add_argument("--collectors", metavar="LIST",
