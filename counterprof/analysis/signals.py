@@ -124,6 +124,8 @@ class RunData:
     # interval sets prepared for clipping by bisection (every verdict window clips the ops)
     _indexed: dict[int, iv.Indexed] = field(default_factory=dict, repr=False)
     steps_in_ops: float | None = None     # the traced steps' share in ops (-1: none), computed once
+    outside_ops_memo: dict[tuple[tuple[int, int], ...], tuple[int, int, dict[int, iv.Intervals]]] = field(
+        default_factory=dict, repr=False)    # _outside_ops per scope
     cpus: int | None = None               # the machine's CPUs (meta.json host.cpus): who held them
 
     def clipped(self, sets: iv.Intervals, scope: iv.Intervals) -> iv.Intervals:
@@ -638,6 +640,9 @@ def _outside_ops(data: RunData, traced: iv.Intervals) -> tuple[int, int, dict[in
     """Per rank with a traced main thread: its traced time outside its own torch ops and
     outside its waits (DataLoader next(), collectives not under its own ops): the Python of
     the loop. -> (ns in ops, ns outside ops and waits, rank -> those outside intervals)."""
+    key = tuple(traced)
+    if key in data.outside_ops_memo:       # a scope's signals and its host_where ask alike
+        return data.outside_ops_memo[key]
     in_ops = outside = 0
     where: dict[int, iv.Intervals] = {}
     for r, ops in data.main_ops.items():
@@ -648,6 +653,9 @@ def _outside_ops(data: RunData, traced: iv.Intervals) -> tuple[int, int, dict[in
         in_ops += iv.total(ops_r)
         outside += iv.total(rest)
         where[r] = rest
+    if len(data.outside_ops_memo) > 64:
+        data.outside_ops_memo.clear()
+    data.outside_ops_memo[key] = (in_ops, outside, where)
     return in_ops, outside, where
 
 
@@ -686,6 +694,19 @@ def _carried_op_share(data: RunData, scope: iv.Intervals, wall: int) -> dict[str
                                   "untraced time's steps")}
 
 
+def _coverage(ivs: iv.Intervals) -> Callable[[np.ndarray], np.ndarray]:
+    """For a sorted, disjoint interval set: t -> how much of the set lies before t."""
+    starts = np.fromiter((a for a, _ in ivs), np.int64, len(ivs))
+    ends = np.fromiter((b for _, b in ivs), np.int64, len(ivs))
+    before = np.concatenate([[0], np.cumsum(ends - starts)])
+
+    def covered(t: np.ndarray) -> np.ndarray:
+        i = np.searchsorted(starts, t, "right") - 1
+        j = np.maximum(i, 0)
+        return np.where(i >= 0, before[j] + np.minimum(t, ends[j]) - starts[j], 0)
+    return covered
+
+
 def host_where(data: RunData, scope: iv.Intervals, steps: bool = False, exclude: str | None = None,
                most: int = 3) -> list[tuple[str, float]]:
     """Where the main thread's time outside ops went, by the user's regions and record_function
@@ -696,11 +717,15 @@ def host_where(data: RunData, scope: iv.Intervals, steps: bool = False, exclude:
     in_ops, outside, where = _outside_ops(data, traced)
     if outside <= 0:
         return []
+    # how much of the outside time lies before any instant: one searchsorted per region
+    covered = [_coverage(rest) for rest in where.values() if rest]
     found = []
     for name, occ in data.regions.items():
         if name == exclude or data.region_kind.get(name) == "step" or name.startswith(DATALOADER_NEXT):
             continue
-        ns = sum(iv.total(iv.intersect(rest, data.clipped(occ, rest))) for rest in where.values())
+        a = np.fromiter((p[0] for p in occ), np.int64, len(occ))
+        b = np.fromiter((p[1] for p in occ), np.int64, len(occ))
+        ns = sum(float(np.sum(c(b) - c(a))) for c in covered)
         share = ns / outside
         if share >= 0.05:
             found.append((name, share))
