@@ -78,6 +78,9 @@ class TorchCollector(PollingCollector):
         # the default schedule adapts (the driver's first window warms up, windows are paced
         # by their cost); one the user gave is followed to the step
         self.paced = not any(k in (config or {}) for k in ("every", "active", "warmup"))
+        # so does the time schedule (the first window ~1 s after torch's import, then paced by
+        # its cost); one the user gave (window_s, window_every_s) is followed exactly
+        self.time_paced = not any(k in (config or {}) for k in ("window_s", "window_every_s"))
         self.run_path: Path | None = None
         self.driver = None
         self.done: set[str] = set()
@@ -124,8 +127,11 @@ class TorchCollector(PollingCollector):
                  "rows": [["torch", version],
                           ["window", f"{cfg['active']} steps every {cfg['every']} "
                                      f"(after {cfg['warmup']} warm-up)"],
-                          ["time window", f"{cfg['window_s']:g} s every {cfg['window_every_s']:g} s "
-                                          "(without step marks or module forwards)"],
+                          ["time window", (f"{cfg['window_s']:g} s every {cfg['window_every_s']:g} s"
+                                           if any(k in (config or {}) for k in ("window_s", "window_every_s")) else
+                                           "the first ~1 s after torch's import, then paced by "
+                                           f"its cost (at most {cfg['window_s']:g} s each)")
+                                          + " (without step marks or module forwards)"],
                           ["record_shapes", str(cfg["record_shapes"])]],
                  "note": "on with `counterprof run --torch`; steps are marked by counterprof.step(), "
                          "your own prof.step(), optimizer.step() or else each outermost module "
@@ -134,7 +140,8 @@ class TorchCollector(PollingCollector):
     def driver_config(self) -> dict[str, Any]:
         keys = ("every", "active", "warmup", "record_shapes", "with_stack", "profile_memory",
                 "window_s", "window_every_s")
-        return {**{k: self.config[k] for k in keys}, "paced": self.paced}
+        return {**{k: self.config[k] for k in keys}, "paced": self.paced,
+                "time_paced": self.time_paced}
 
     def launch_environment(self, run_path) -> dict[str, str]:
         self.run_path = Path(run_path)
@@ -316,7 +323,10 @@ class TorchCollector(PollingCollector):
         if steps:
             return (f"{steps} step(s) timed but no trace written (the process was killed "
                     "before its first window ended?)")
-        every = float(self.config["window_every_s"])
+        if self.time_paced:
+            when = ("time windows start ~1 s after torch's import and keep only those that "
+                    "caught a torch op: the process ended first, or ran no op")
+        else:
+            when = f"a time window starts after {float(self.config['window_every_s']):g} s without them"
         return ("torch imported but no step, forward or window was seen (no counterprof.step(), "
-                "prof.step(), optimizer.step() or nn.Module call; a time window starts after "
-                f"{every:g} s without them)")
+                f"prof.step(), optimizer.step() or nn.Module call; {when})")

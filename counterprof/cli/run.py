@@ -89,9 +89,11 @@ def build_parser() -> ArgumentParser:
                    help="with --torch: record ACTIVE steps every EVERY steps, exactly (default: 5 "
                         "every 50 or more, paced so the profiler's own calls take under 5%% of "
                         "the run)")
-    p.add_argument("--torch-time-window", metavar="SECONDS/EVERY", default="2/20",
+    p.add_argument("--torch-time-window", metavar="SECONDS/EVERY", default=None,
                    help="with --torch, in a process with no step marks and no module forwards: "
-                        "record SECONDS every EVERY seconds (default 2/20)")
+                        "record SECONDS every EVERY seconds, exactly (default: the first window "
+                        "~1 s after torch's import, the next ones paced so the profiler's own "
+                        "calls take under 5%% of the run, each at most 2 s)")
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
     p.add_argument("--host-system-interval-ms", type=float, default=1000.0, metavar="MS",
@@ -258,12 +260,13 @@ def _collector_config(args) -> tuple[dict, list[str] | None]:
             if not (active.isdigit() and every.isdigit()):
                 raise _usage(f"--torch-window {args.torch_window!r}: give ACTIVE/EVERY, e.g. 5/50")
             config["torch"] = {"active": int(active), "every": int(every)}
-        seconds, _, every_s = args.torch_time_window.partition("/")
-        try:
-            config["torch"].update(window_s=float(seconds), window_every_s=float(every_s))
-        except ValueError:
-            raise _usage(f"--torch-time-window {args.torch_time_window!r}: give "
-                         "SECONDS/EVERY, e.g. 2/20") from None
+        if args.torch_time_window is not None:   # given: followed exactly (else paced)
+            seconds, _, every_s = args.torch_time_window.partition("/")
+            try:
+                config["torch"].update(window_s=float(seconds), window_every_s=float(every_s))
+            except ValueError:
+                raise _usage(f"--torch-time-window {args.torch_time_window!r}: give "
+                             "SECONDS/EVERY, e.g. 2/20") from None
         if collectors is None:
             collectors = list(resolve(None))
         if "torch" not in collectors:

@@ -11,11 +11,26 @@ counterprof.step(), the step() of a torch.profiler.profile the script runs itsel
 optimizer.step() (a global post hook), so an unmodified training script is windowed with no
 change, and, when none of those comes, each outermost call of an nn.Module that has parameters
 (global forward hooks: an inference loop, a benchmark). A higher kind of mark replaces a lower
-one for the rest of the process (no step counted twice). A process with none of them for
-`window_every_s` seconds is recorded in time windows instead: `window_s` seconds every
-`window_every_s` (started and stopped in the main thread through a SIGURG handler, recording
-every thread). A script that runs its own torch.profiler keeps it: counterprof stands down and
-keeps a copy of each trace the script exports from that profiler instead.
+one for the rest of the process (no step counted twice). A process with none of them is
+recorded in time windows instead (started and stopped in the main thread through a SIGURG
+handler, recording every thread). The default time schedule adapts (`time_paced`): the first
+window starts FIRST_WINDOW_AFTER_S after torch's import finished (or when the main thread next
+runs Python) and is a short probe (PROBE_WINDOW_S); a window that caught no torch op is dropped
+and tried again EMPTY_RETRY_S later, twice as long (a script that imports more libraries, or
+reads its data, before its first op; ops longer than the probe); once one caught ops, each next
+window waits until the last one's cost (the main thread's time in the profiler's start, stop
+and export) is under WINDOW_COST_SHARE of the time since, and lasts what would cost about
+WINDOW_STALL_S to stop and export at the last one's rate (MIN_WINDOW_S to `window_s`): torch
+keeps every event in memory and stopping costs ~10-20x recording them, so a loop of µs ops gets
+windows of tens of ms, a loop of ms ops 2 s ones. A window also ends early once the process grew
+by WINDOW_GROWTH_BYTES (ops became much faster than in the last window). Each adaptive window's
+trace is held back under a hidden name for HOLD_S and dropped if a step mark comes meanwhile (a
+training job's set-up is not left as a trace), else written; at exit every one held is written,
+the one still recording first, so a job shorter than a window still leaves a trace. A schedule
+the user gives is followed exactly: `window_s` seconds every `window_every_s`, the first after
+`window_every_s`, each written as it ends. A script that runs its own torch.profiler keeps it:
+counterprof stands down and keeps a copy of each trace the script exports from that profiler
+instead.
 
 Every step, traced or not, and every DataLoader `next()` is timed (two clock reads) and
 buffered; a thread of the driver appends them once a second (and at exit) to
@@ -34,7 +49,8 @@ Each finished window is written by torch (export_chrome_trace) to
 <run>/_ranks/rank=<rank>/traces/<host>_<pid>.<n>.pt.trace.json (a time window's
 <host>_<pid>.<n>.time.pt.trace.json) under a temporary name, then renamed: the profiler
 converts only complete files. rank: torch.distributed's rank when
-initialised, else $RANK, else the configured rank, else 0.
+initialised (or the last one it had, after destroy_process_group), else $RANK, else the
+configured rank, else 0.
 
 Nothing here may raise into the workload: a failure stops profiling in this process, with one
 line on stderr.
@@ -55,10 +71,23 @@ import warnings
 import weakref
 
 ENV = "COUNTERPROF_TORCH"
-WINDOW_COST_SHARE = 0.05       # the most of a run's time that step windows' profiler calls may take
+WINDOW_COST_SHARE = 0.05       # the most of a run's time that windows' profiler calls may take
 DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "record_shapes": True, "with_stack": False,
             "profile_memory": False, "rank": None, "start_now": False, "window_s": 2.0,
-            "window_every_s": 20.0, "clock_offset_ns": None}
+            "window_every_s": 20.0, "clock_offset_ns": None, "time_paced": False}
+# The adaptive time windows (time_paced: no time schedule given), for a process that never marks
+# a step: a benchmark's loop of raw ops, a collective benchmark, a 5-second job.
+FIRST_WINDOW_AFTER_S = 1.0     # after torch's import finished: the first window (not the imports)
+PROBE_WINDOW_S = 0.05          # the first window: short, what it costs per second recorded sets
+                               # the next one's length
+EMPTY_RETRY_S = 0.5            # after a window that caught no op: the next one, twice as long
+                               # (ops longer than the window are not in it), up to window_s
+MIN_WINDOW_S = 0.05            # the shortest window the cost rule makes
+WINDOW_STALL_S = 0.25          # what one window's stop and export should cost the workload, about
+WINDOW_GROWTH_BYTES = 16 << 20 # a window ends once the process grew this much (ops got faster)
+WINDOW_POLL_S = 0.05           # how often the end and the growth are checked while one records
+HOLD_S = 3.0                   # an adaptive window's trace is held back this long for a step mark
+EMPTY_TRACE_CHECK_BYTES = 1 << 20   # a time window's trace under this is read for an op
 ENV_CLOCK_OFFSET = "COUNTERPROF_CLOCK_OFFSET_NS"      # counterprof.regions.ENV_CLOCK_OFFSET
 FLUSH_EVERY_S = 1.0
 # what marks steps, lowest first: a higher kind seen once replaces the lower ones
@@ -68,6 +97,10 @@ RANKS = {"forward": 1, "optimizer": 2, "profiler": 3, "counterprof": 3}
 FORWARDS_TO_TRUST = 3
 WINDOW_SIGNAL = signal.SIGURG           # ignored by default, unused by Python programs
 _monotonic_ns = time.monotonic_ns
+try:
+    _PAGE = os.sysconf("SC_PAGE_SIZE")
+except (AttributeError, ValueError, OSError):
+    _PAGE = 4096
 _native_id = threading.get_native_id
 _ident = threading.get_ident
 
@@ -157,6 +190,7 @@ class Driver:
         self.with_stack = bool(cfg["with_stack"])
         self.profile_memory = bool(cfg["profile_memory"])
         self.rank = cfg["rank"]
+        self.known_rank = None        # torch.distributed's, once seen initialised
         self.start_now = bool(cfg["start_now"])
         self.pid = os.getpid()
         self.host = socket.gethostname().split(".")[0]
@@ -205,10 +239,27 @@ class Driver:
         self._flusher = None
         self.window_prof = None       # the time window's profiler while it records
         self.window_end = 0.0
-        self.next_window = time.monotonic() + self.window_every_s
-        self.windows = 0
+        # the time schedule: adaptive by default (the module docstring), else the one given
+        self.time_paced = bool(cfg["time_paced"])
+        self.window_len = PROBE_WINDOW_S if self.time_paced else self.window_s
+        self.next_window = time.monotonic() + (FIRST_WINDOW_AFTER_S if self.time_paced
+                                               else self.window_every_s)
+        self.window_started = 0.0     # monotonic s the time window recording now started
+        self.window_start_cost_s = 0.0
+        self.window_rss = 0           # the process's resident bytes when it started
+        self.window_rss_first = False # the next reading is the window's first
+        self.window_full = False      # it grew by WINDOW_GROWTH_BYTES once: end it if again
+        self.window_empty = False     # the last time window caught no op (its trace dropped)
+        self.windows = 0              # time windows started
+        self.windows_kept = 0         # time windows written (they caught ops)
+        self.held_windows: list = []  # (ended, hidden path, suffix) of adaptive ones held back
+        self.holds = 0
+        self.empty_windows = 0        # time windows dropped (no op)
+        self._statm = None            # fd of /proc/self/statm, while time windows record
         self._window_signal = False   # our handler is installed for WINDOW_SIGNAL
         self._ticking = False
+        self.closing = False          # close() has begun
+        self._asked = 0.0             # monotonic s the flusher last asked the main thread to tick
 
     # -- the schedule ---------------------------------------------------------------------
 
@@ -290,6 +341,13 @@ class Driver:
         self.lock = threading.RLock()          # another thread may have held it at the fork
         self._records.clear()
         self._files = {}
+        self.held_windows = []                       # the parent's to write
+        statm, self._statm = self._statm, None       # the parent's /proc/<pid>/statm
+        if statm is not None:
+            try:
+                os.close(statm)
+            except OSError:
+                pass
         try:
             self._remove_forward_hooks()
         except Exception:
@@ -451,6 +509,8 @@ class Driver:
     def _set_marks(self, source: str) -> None:
         self.marks = source
         self._records.append(("marks", 0, 0, 0, source))
+        if self.held_windows:
+            self._drop_held()
 
     def _record_step(self, start: int, end: int, tid: int) -> None:
         self._records.append(("step", start, end, tid, self.steps))
@@ -528,6 +588,7 @@ class Driver:
     def close(self) -> None:
         """Stop recording; the window in progress is written (at exit, or by the collector),
         and the steps timed so far."""
+        self.closing = True           # no time window starts from here (a tick inside close)
         try:
             with self.lock:
                 if os.getpid() != self.pid:
@@ -543,6 +604,7 @@ class Driver:
                     self.pending, self.held = None, []
                 self._stop_ours(discard=False)
                 self._stop_window()
+                self._release_held(every=True)       # no step mark came: they were the job
                 self.stopped = self.stopped or "closed"
                 for h in self._hooks:
                     h.remove()
@@ -552,6 +614,12 @@ class Driver:
             self._fail(exc)
         self.flush(final=True)
         self._wake.set()
+        statm, self._statm = self._statm, None
+        if statm is not None:
+            try:
+                os.close(statm)
+            except OSError:
+                pass
         with self._flush_lock:
             files, self._files = self._files, {}
             for fd in files.values():
@@ -564,21 +632,32 @@ class Driver:
 
     def _window_wanted(self, now: float) -> bool:
         """Time windows: only where nothing marks steps, in a process that runs the loop
-        (not a DataLoader worker or another multiprocessing child)."""
-        if self.marks or self.forwards or self.stopped or self.user_profilers or self.prof is not None:
+        (not a DataLoader worker, nor another multiprocessing child unless it is a rank of
+        torch.distributed: torch.multiprocessing.spawn's ranks run the loop)."""
+        if self.marks or self.forwards or self.stopped or self.user_profilers or self.prof is not None \
+                or self.closing:
             return False
         if not self._window_signal or now < self.next_window or os.getpid() != self.pid:
             return False
         if signal.getsignal(WINDOW_SIGNAL) is not _on_window_signal:
             return False              # the script took the signal for itself
+        if self._in_dataloader_worker():
+            return False
         mp = sys.modules.get("multiprocessing")
-        return mp is None or mp.parent_process() is None
+        if mp is None or mp.parent_process() is None:
+            return True
+        dist = sys.modules.get("torch.distributed")
+        try:
+            return dist is not None and dist.is_available() and dist.is_initialized()
+        except Exception:
+            return False
 
     def _window_tick(self) -> None:
         """In the main thread (the signal handler): start or end a time window."""
         if os.getpid() != self.pid or self._ticking:
             return                    # (a handler runs again inside a slow profiler start)
         self._ticking = True
+        self._asked = 0.0
         try:
             with self.lock:
                 now = time.monotonic()
@@ -588,6 +667,7 @@ class Driver:
                     return
                 if not self._window_wanted(now):
                     return
+                t = time.monotonic()
                 import torch
                 from torch.profiler import ProfilerActivity, profile
                 activities = [ProfilerActivity.CPU]
@@ -599,17 +679,22 @@ class Driver:
                     extra["experimental_config"] = _ExperimentalConfig(profile_all_threads=True)
                 except (ImportError, TypeError):
                     pass
-                if not self.windows:
-                    self._set_marks_note("window")
                 prof = profile(activities=activities, on_trace_ready=self._export_time_window,
                                record_shapes=self.record_shapes, with_stack=self.with_stack,
                                profile_memory=self.profile_memory, **extra)
                 prof._counterprof = True
+                self.window_full = False
+                self.window_rss = self._rss() if self.time_paced else 0
+                self.window_rss_first = True
                 with _calling_profiler():
                     prof.start()
+                self.window_started = started = time.monotonic()
+                self.window_start_cost_s = started - t
+                self.window_end = started + self.window_len
                 self.window_prof = prof
                 self.windows += 1
-                self.window_end = time.monotonic() + self.window_s
+                # a schedule given: every window_every_s from one start to the next (an
+                # adaptive one is set when the window ends, from what it cost)
                 self.next_window = now + self.window_every_s
         except Exception as exc:
             self._fail(exc)
@@ -619,29 +704,119 @@ class Driver:
     def _set_marks_note(self, what: str) -> None:
         self._records.append(("marks", 0, 0, 0, what))
 
-    def _stop_window(self) -> None:
+    def _stop_window(self, discard: bool = False) -> None:
+        """End the time window recording now; discard: without writing it. An adaptive one is
+        never written once steps are marked (it recorded the end of the set-up, and the
+        windows held before it were dropped)."""
         prof, self.window_prof = self.window_prof, None
-        if prof is not None:
+        if prof is None:
+            return
+        t = time.monotonic()
+        self.window_empty = False
+        discard = discard or (self.time_paced and bool(self.marks))
+        if discard:
+            self.discard = True
+        try:
             with _calling_profiler():
-                prof.stop()           # writes the window (on_trace_ready)
+                prof.stop()           # writes the window (on_trace_ready), or drops an empty one
+        finally:
+            if discard:
+                self.discard = False
+            if self.time_paced:
+                self._pace_time_windows(t, time.monotonic())
+
+    def _pace_time_windows(self, stopped: float, now: float) -> None:
+        """The adaptive time schedule, once a window ended at `stopped` (and was written by
+        `now`): an empty one is tried again soon; after one that caught ops, the next waits
+        until this one's cost (start, stop and export, in the main thread) is under
+        WINDOW_COST_SHARE of the time since, at least as long as it recorded, and lasts about
+        what costs WINDOW_STALL_S to stop and write (within MIN_WINDOW_S..window_s)."""
+        if self.window_empty:
+            self.next_window = now + EMPTY_RETRY_S
+            self.window_len = min(self.window_s, self.window_len * 2)
+            return
+        recorded = max(stopped - self.window_started, 1e-3)
+        cost = self.window_start_cost_s + (now - stopped)
+        per_s = cost / recorded
+        self.window_len = self.window_s if per_s <= 0 else \
+            min(self.window_s, max(MIN_WINDOW_S, WINDOW_STALL_S / per_s))
+        self.next_window = now + max(recorded, cost / WINDOW_COST_SHARE)
 
     # -- writing the steps --------------------------------------------------------------------
 
     def _flush_loop(self) -> None:
-        while not self._wake.wait(FLUSH_EVERY_S / 4 if self.window_prof is not None else FLUSH_EVERY_S):
+        flushed = time.monotonic()
+        while not self._wake.wait(self._next_wake(flushed)):
             if os.getpid() != self.pid:
                 return
-            self.flush()
             now = time.monotonic()
+            if now - flushed >= FLUSH_EVERY_S:
+                self.flush()
+                flushed = now
+                self._release_held()
             if self._ticking:
                 continue
-            if (self.window_prof is not None and now >= self.window_end) or self._window_wanted(now):
+            if self.window_prof is not None:
+                if self._window_grew():
+                    self.window_end = min(self.window_end, now)
+                due = now >= self.window_end
+            else:
+                due = self._window_wanted(now)
+            if due:
                 try:
                     import _thread
                     _thread.interrupt_main(WINDOW_SIGNAL)
+                    self._asked = now
                 except Exception:
                     self._window_signal = False
         self.flush()
+
+    def _next_wake(self, flushed: float) -> float:
+        """Seconds until the flusher next looks: the next flush, the next check of a window
+        recording now (WINDOW_POLL_S, or FLUSH_EVERY_S / 4 for a schedule given), or the
+        next time window's start."""
+        now = time.monotonic()
+        wait = max(0.01, flushed + FLUSH_EVERY_S - now)
+        if self.time_paced and now - self._asked < FLUSH_EVERY_S:
+            return min(wait, WINDOW_POLL_S)     # the main thread was asked: it starts or ends one
+        if self.window_prof is not None:
+            if not self.time_paced:
+                return min(wait, FLUSH_EVERY_S / 4)
+            return min(wait, WINDOW_POLL_S, max(0.002, self.window_end - now))
+        if self.time_paced and not (self.marks or self.forwards or self.stopped) \
+                and self.next_window > now:
+            wait = min(wait, max(0.01, self.next_window - now))
+        return wait
+
+    def _rss(self) -> int:
+        """The process's resident bytes (0: unknown), from a kept /proc/self/statm."""
+        try:
+            if self._statm is None:
+                self._statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+            return int(os.pread(self._statm, 128, 0).split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def _window_grew(self) -> bool:
+        """The adaptive time window recording now holds about WINDOW_GROWTH_BYTES of events:
+        the process grew that much over the larger of its size at the window's start and at
+        the first reading, in two readings in a row (a loop's tensors allocated and freed move
+        the size up and down by their size; torch's events only add)."""
+        if not self.time_paced or not self.window_rss:
+            return False
+        rss = self._rss()
+        if self.window_rss_first:
+            self.window_rss_first = False
+            self.window_rss = max(self.window_rss, rss)
+            return False
+        grown = rss - self.window_rss
+        if grown < WINDOW_GROWTH_BYTES:
+            self.window_full = False      # (a flag from one reading only)
+            return False
+        if self.window_full:
+            return True
+        self.window_full = True           # the next reading decides
+        return False
 
     def _traces_folder(self) -> str:
         # counterprof.store.rundir.traces_dir(run, rank): <run>/_ranks/rank=<r>/traces (this
@@ -708,12 +883,18 @@ class Driver:
     # -- writing a window ---------------------------------------------------------------------
 
     def current_rank(self) -> int:
+        """torch.distributed's rank while it is initialised, and the last one it had after
+        (a window written at exit, after destroy_process_group), else $RANK, else the one
+        configured, else 0."""
         try:
             import torch.distributed as dist
             if dist.is_available() and dist.is_initialized():
-                return int(dist.get_rank())
+                self.known_rank = int(dist.get_rank())
+                return self.known_rank
         except Exception:
             pass
+        if self.known_rank is not None:
+            return self.known_rank
         for value in (os.environ.get("RANK"), self.rank):
             try:
                 if value is not None:
@@ -733,22 +914,88 @@ class Driver:
     def _export_time_window(self, prof) -> None:
         """A time window's trace is named apart (<host>_<pid>.<n>.time.pt.trace.json): recorded
         while nothing marked steps, it may hold the first step, which the step verdict leaves
-        out (analysis/signals.py)."""
-        self._export(prof, ".time.pt.trace.json")
+        out (analysis/signals.py). One that caught no torch op is dropped (the process was
+        importing, or reading its data: the window is tried again). An adaptive one is held
+        under a hidden name (the collector does not see it) until HOLD_S passed with no step
+        mark, or the process exits: a training job's set-up, seconds before its first step, is
+        not left as a trace (_drop_held)."""
+        held = self.time_paced
+        if self._export(prof, ".time.pt.trace.json", keep=_caught_an_op, hold=held):
+            if not held:
+                self._window_written()
+        elif not self.discard and os.getpid() == self.pid and not self.stopped:
+            self.window_empty = True
+            self.empty_windows += 1
 
-    def _export(self, prof, suffix: str = ".pt.trace.json") -> None:
+    def _window_written(self) -> None:
+        self.windows_kept += 1
+        if self.windows_kept == 1:
+            self._set_marks_note("window")
+
+    def _export(self, prof, suffix: str = ".pt.trace.json", keep=None, hold: bool = False) -> bool:
+        """Write the window's trace into the run (complete files only: a temporary name, then
+        renamed); keep(temporary path) False: drop it instead; hold: leave it under its
+        temporary name, in self.held_windows, for _release_held. True: written (or held)."""
         if self.discard or os.getpid() != self.pid:
-            return
+            return False
         try:
             self.flush(touch=True)
-            path = self._next_path(suffix)
-            tmp = path + ".tmp"
+            if hold:
+                folder = self._traces_folder()
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+                self.holds += 1
+                tmp = os.path.join(folder, f".{self.host}_{self.pid}.held{self.holds}{suffix}.tmp")
+            else:
+                path = self._next_path(suffix)
+                tmp = path + ".tmp"
             prof.export_chrome_trace(tmp)
+            if keep is not None and not keep(tmp):
+                os.unlink(tmp)
+                return False
             os.chmod(tmp, 0o600)
+            if hold:
+                with self.lock:
+                    self.held_windows.append((time.monotonic(), tmp, suffix))
+                return True
             os.replace(tmp, path)        # the collector converts complete files only
             self.written.append(path)
+            return True
         except Exception as exc:
             self._fail(exc)
+            return False
+
+    def _release_held(self, every: bool = False) -> None:
+        """Rename the held time windows into place (the collector converts them), those held
+        HOLD_S with no step mark since, or every one (at exit); in the traces folder of the
+        rank the process has now (torch.multiprocessing.spawn's ranks learn theirs after
+        torch's import)."""
+        if os.getpid() != self.pid or not self.held_windows:
+            return
+        with self.lock:
+            if self.marks:
+                return                # (dropped by _set_marks)
+            now = time.monotonic()
+            due = [h for h in self.held_windows if every or now - h[0] >= HOLD_S]
+            if not due:
+                return
+            self.held_windows = [h for h in self.held_windows if h not in due]
+            for _, tmp, suffix in due:
+                try:
+                    path = self._next_path(suffix)
+                    os.replace(tmp, path)
+                    self.written.append(path)
+                    self._window_written()
+                except Exception as exc:
+                    _say(f"could not write a time window of pid {self.pid}: {type(exc).__name__}: {exc}")
+
+    def _drop_held(self) -> None:
+        """Steps are marked from here on: the time windows held were the job's set-up."""
+        held, self.held_windows = self.held_windows, []
+        for _, tmp, _ in held:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
     def _fail(self, exc: BaseException) -> None:
         if not self.stopped or self.stopped == "closed":
@@ -767,6 +1014,18 @@ class Driver:
             self._remove_forward_hooks()
         except Exception:
             pass
+
+
+def _caught_an_op(path: str) -> bool:
+    """Does this Kineto trace hold a torch op? A large one does; a small one is read for one
+    event of category cpu_op (what Kineto writes for every op, `"cat": "cpu_op"`)."""
+    try:
+        if os.path.getsize(path) >= EMPTY_TRACE_CHECK_BYTES:
+            return True
+        with open(path, "rb") as f:
+            return b'"cpu_op"' in f.read()
+    except OSError:
+        return True                   # kept: the export's own failure is not hidden here
 
 
 def _on_window_signal(signum, frame) -> None:
