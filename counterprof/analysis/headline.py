@@ -59,7 +59,7 @@ def too_short(v: Verdict, sig: dict[str, Signal], mean_ns: float, bucket: int) -
     if "main_in_ops" not in sig:
         out = Verdict(v.scope, "unknown", v.device,
                       missing=[f"too short at -I {bucket / 1e6:g}: sample faster (-I 1) or trace it (--torch)"])
-        out.secondary.append(Evidence("region_length", mean_ns / 1e9, 3 * bucket / 1e9, "spans", why))
+        out.evidence.append(Evidence("region_length", mean_ns / 1e9, 3 * bucket / 1e9, "spans", why))
         return out
     coll = sig["cpu_collective_exposed"].value if "cpu_collective_exposed" in sig else 0.0
     inp = sig["input_wait"].value if "input_wait" in sig else 0.0
