@@ -16,7 +16,7 @@ from ..redact import redact_argv
 from ..store.meta import RunMeta
 from . import intervals as iv
 from .classify import HOST_NEXT_STEPS, NEXT_STEPS, Evidence, Verdict, classify
-from .headline import headline, too_short
+from .headline import headline, step_scope, too_short
 from .signals import BUCKET_NS, MAX_BUCKETS, RunData, bucket_table, host_where, load_buckets, load_spans, signals
 from .summary import Summary, summary_from_totals
 from .thresholds import value
@@ -295,7 +295,9 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
             if spans.num_rows and "rank" in spans.column_names:
                 load_spans(data, spans.filter(pc.equal(spans["rank"], r)), value("short_kernel_us"))
             lo, hi = whole.start_ns, whole.end_ns
-            v = classify(signals(data, [(lo, hi)]), f"rank {r}")
+            # judged over its steps as the headline is (start-up apart), else its whole run
+            steps = step_scope(data, [(lo, hi)])
+            v = classify(signals(data, steps or [(lo, hi)], steps=bool(steps)), f"rank {r}")
             v.start_ns, v.end_ns = lo, hi
             report.rank_verdicts.append(v)
     analysis = analyze_ranks(spans, inputs.hosts, world_size=inputs.world_size)
