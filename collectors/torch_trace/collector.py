@@ -304,6 +304,12 @@ class TorchCollector(PollingCollector):
                             steps=sum(sf.steps for sf in files),
                             dataloader_waits=sum(sf.inputs for sf in files),
                             processes=len(files), step_marks=marks)
+        windows = {}
+        for sf in files:
+            for k, v in sf.windows.items():
+                windows[k] = windows.get(k, 0) + v
+        if windows:
+            self.details["time_windows"] = windows      # started, kept, empty, recording_at_exit
         if self.seen == 0:
             self.status, self.reason = "empty", self.nothing_recorded(files)
             self.ctx.warn(f"torch: no trace was recorded: {self.reason}")

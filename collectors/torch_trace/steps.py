@@ -61,6 +61,7 @@ class StepsFile:
     stopped: list[str] = field(default_factory=list)    # why profiling stopped in it
     steps: int = 0
     inputs: int = 0
+    windows: dict[str, int] = field(default_factory=dict)   # its time windows' account, at exit
     claim: Claim | None = None
 
     def __post_init__(self):
@@ -108,6 +109,11 @@ class StepsFile:
                 self.marks.append(parts[1])
             elif kind == "stopped" and len(parts) == 2:
                 self.stopped.append(parts[1])
+            elif kind == "windows" and len(parts) == 2:
+                try:
+                    self.windows = {k: int(v) for k, v in (w.split("=", 1) for w in parts[1].split())}
+                except ValueError:
+                    pass
             elif kind.startswith(HEADER):
                 for p in parts[1:]:
                     if p.startswith("pid="):

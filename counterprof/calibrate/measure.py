@@ -35,6 +35,10 @@ def summarize(values: list[float]) -> dict[str, Any]:
             "spread": (max(values) - min(values)) / med if med else None, "repeats": len(values)}
 
 
+# How long a matmul size runs before it is timed (see cpu_matmul)
+WARMUP_S = 0.25
+
+
 def _timed(fn: Callable[[], None], min_s: float, sync: Callable[[], None] = lambda: None) -> float:
     """Seconds per call of fn, over as many calls as fill min_s."""
     n, total = 0, 0.0
@@ -117,7 +121,10 @@ def cpu_matmul(dtype: str, sizes: list[int], repeats: int, min_s: float,
     for n in sizes:
         progress(f"CPU {dtype} matmul {n}x{n}")
         a, b = make(n)
-        mul(a, b)                                  # warm-up: allocations, kernel choice
+        # warm-up for a while, not one call: a fresh process's first ~0.1 s of matmuls (the thread
+        # pool's start, first-touch page faults) ran 20% under its later rate on the 2-core VM,
+        # and a quick calibration took that as its peak (a job's 1024^2 mm then at 113% of it)
+        _timed(lambda a=a, b=b: mul(a, b), max(min_s, WARMUP_S))
         cond = cpu_conditions()
         rates = [2 * n ** 3 / _timed(lambda a=a, b=b: mul(a, b), min_s) for _ in range(repeats)]
         per_size[str(n)] = {**summarize(rates), "conditions": cond}

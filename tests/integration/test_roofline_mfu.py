@@ -20,6 +20,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from counterprof.analysis.roofline import MISFIT
 from helpers import COUNTERPROF, calibrated, run_cli
 
 MATMUL = """
@@ -116,7 +117,12 @@ def test_compare_gives_each_sides_mfu_and_its_change(runs, cache):
     word = step["verdict"] + (f" ({'|'.join(step['undecided'])})" if step["verdict"] == "unknown"
                               and step.get("undecided") else "")
     assert _row(cmp, "step_time")["verdict"][0] == word
-    assert "compute|memory" not in word          # that much the roofline decides
+    # That much the roofline decides, on ceilings that fit. This VM's matmul rate moves 140-180
+    # GFLOP/s within seconds (10 quick calibrations in a row, 2026-12-06), so a job can run its mm
+    # past 105% of a calibration taken a minute before: then the report must say the ceilings do
+    # not fit and leave compute|memory open, never split on them.
+    misfit = any(n.startswith(MISFIT) for n in rep["roofline"]["notes"])
+    assert ("compute|memory" in word) == misfit, (word, rep["roofline"]["notes"])
     text = run_cli("compare", str(runs["base"]), str(runs["cand"]), timeout=300, env=cache)
     assert text.returncode == 0
     line = next(ln for ln in text.stdout.splitlines() if ln.startswith("roofline.mfu "))

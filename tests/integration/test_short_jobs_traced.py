@@ -159,12 +159,19 @@ def test_a_job_ending_1_5_s_after_its_first_op_has_its_trace(tmp_path):
     """)
     run, proc = run_torch(tmp_path, work, "--collectors", "host,torch")
     first, last = map(int, proc.stdout.split())
-    assert_time_windows_only(run)
+    st = assert_time_windows_only(run)
     w = windows(run)
     # no window of the two seconds before the first op was kept: every one holds ops after it
     assert all(end > first for _, end, _ in w), (first, w)
     assert w[0][0] - first < 1.5e9, (first, w)            # within about a second of it
-    assert max(end for _, end, _ in w) >= last - 50_000_000, (last, w)   # written at exit
+    # the account adds up: every window started was kept or dropped as empty, none lost
+    acct = st["time_windows"]
+    assert acct["started"] == acct["kept"] + acct["empty"] and acct["kept"] == len(w), (acct, w)
+    assert acct["empty"] >= 1, acct                        # the two seconds of Python caught none
+    # one still recording when the job ended is written then (the pace after a window is its
+    # cost over 5% of the time: on a loaded machine the next one may fall after the end)
+    if acct["recording_at_exit"]:
+        assert max(end for _, end, _ in w) >= last - 50_000_000, (last, w, acct)
     ops = set(by_category(counterprof.load(run).table("spans"), "cpu_op")["name"].to_pylist())
     assert {"aten::mm", "aten::tanh"} <= ops
 

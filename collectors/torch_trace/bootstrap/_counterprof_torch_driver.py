@@ -603,8 +603,15 @@ class Driver:
                         self._record_step(f[0], f[1], f[2])
                     self.pending, self.held = None, []
                 self._stop_ours(discard=False)
+                at_exit = self.window_prof is not None
                 self._stop_window()
                 self._release_held(every=True)       # no step mark came: they were the job
+                if self.windows:
+                    # the time windows' account, for the collector's details: a short job's
+                    # trace is explained (was one recording when it ended?), not guessed
+                    self._records.append(("windows", 0, 0, 0,
+                                          f"started={self.windows} kept={self.windows_kept} "
+                                          f"empty={self.empty_windows} recording_at_exit={int(at_exit)}"))
                 self.stopped = self.stopped or "closed"
                 for h in self._hooks:
                     h.remove()
