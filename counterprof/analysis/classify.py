@@ -150,12 +150,15 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
     # on-CPU outside torch ops is the loop's Python (tokenization, collation, framework
     # overhead): host, however busy the CPU was; only time inside ops is compute or memory
     python = run * (1 - sig["main_in_ops"].value) if "main_in_ops" in sig else 0.0
-    run -= python
+    # inside ops, the part the collectives caused (ops slowed beside the all-reduce, the sync's
+    # own ops: comm_cost.py) is the collectives' cost, not compute or memory
+    in_comm = min(run - python, run * sig["main_in_comm_ops"].value) if "main_in_comm_ops" in sig else 0.0
+    run -= python + in_comm
     # runnable without a CPU: the CPUs were held by someone, and the time lost is theirs
     lost = _who_held_the_cpus(sig, ready)
     v.host_parts = {"input pipeline": inp + lost["loader"], PYTHON: python,
                     "CPU contention": lost["others"], OVERSUBSCRIBED: lost["own"], "blocked": blocked}
-    coll += lost["comm"]
+    coll += lost["comm"] + in_comm
     v.shares = {"collectives": coll, "host": inp + python + ready - lost["comm"] + blocked}
     who = _who(sig, facts)
     v.evidence.append(Evidence(
@@ -181,7 +184,8 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
             text += "; the loading runs in the main process (num_workers=0?): workers would overlap it"
         v.evidence.append(_ev(sig, "input_wait", None, text))
     if coll > 0 or "cpu_collective" in sig:
-        text = f"waiting on collectives with no own compute {units.share(coll - lost['comm'])} of the time"
+        text = (f"waiting on collectives with no own compute {units.share(coll - lost['comm'] - in_comm)} "
+                "of the time")
         if "cpu_collective_overlap" in sig:
             text += (f" ({units.share(sig['cpu_collective_overlap'].value)} of its collective time "
                      "overlapped by its own ops)")
@@ -190,6 +194,13 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
                      "and carried to every step")
         v.evidence.append(Evidence("cpu_collective_exposed", round(coll, 6), value("collective_share"),
                                    "spans", text))
+    if in_comm >= value("evidence_share"):
+        v.evidence.append(Evidence(
+            "main_in_comm_ops", round(in_comm, 6), None, "spans",
+            f"inside its own ops because of the collectives {units.share(in_comm)} of the time: ops that "
+            "ran beside the all-reduce took longer than the same ops (name and shapes) alone, and the "
+            "sync's own ops (DDP's reducer copying gradients to and from its buckets); the gradient "
+            "sync's CPU and memory bandwidth, paid inside backward"))
     if "main_in_ops" in sig:
         v.evidence.append(_python_evidence(sig, python, facts))
     if ready >= value("contention_share"):

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import intervals as iv
+from .comm_cost import comm_caused
 
 BUCKET_NS = 10_000_000     # default resolution; build_report passes the run's finest interval
 MAX_BUCKETS = 200_000      # per metric: bounds memory however long the run
@@ -117,6 +118,8 @@ class RunData:
     input_whole_run: bool = False      # waits recorded for the whole run (else only in traces)
     rank_collectives: dict[int, iv.Intervals] = field(default_factory=dict)
     main_ops: dict[int, iv.Intervals] = field(default_factory=dict)       # main thread's own ops
+    # per rank: the part of the main thread's op time the collectives caused (comm_cost.py)
+    comm_ops: dict[int, iv.Intervals] = field(default_factory=dict)
     rank_steps: dict[int, iv.Intervals] = field(default_factory=dict)     # every step, per rank
     # facts from meta.json the evidence names: the critical threads, other processes' CPU
     main_threads: list[dict[str, Any]] = field(default_factory=list)
@@ -124,8 +127,10 @@ class RunData:
     # interval sets prepared for clipping by bisection (every verdict window clips the ops)
     _indexed: dict[int, iv.Indexed] = field(default_factory=dict, repr=False)
     steps_in_ops: float | None = None     # the traced steps' share in ops (-1: none), computed once
+    steps_in_comm_ops: float = 0.0        # ... of it, in op time the collectives caused
     outside_ops_memo: dict[tuple[tuple[int, int], ...], tuple[int, int, dict[int, iv.Intervals]]] = field(
         default_factory=dict, repr=False)    # _outside_ops per scope
+    comm_ops_memo: dict[tuple[tuple[int, int], ...], int] = field(default_factory=dict, repr=False)
     cpus: int | None = None               # the machine's CPUs (meta.json host.cpus): who held them
 
     def clipped(self, sets: iv.Intervals, scope: iv.Intervals) -> iv.Intervals:
@@ -241,7 +246,8 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     op_time: dict[tuple[int, Any], int] = {}
     ops: dict[tuple[int, Any], iv.Intervals] = {}
     short_ns = short_kernel_us * 1000
-    for s, e, c, k, d, n, r, t in zip(start, end, cat, kclass, device, name, rank, tid):
+    op_rows: dict[tuple[int, Any], list[int]] = {}
+    for i, (s, e, c, k, d, n, r, t) in enumerate(zip(start, end, cat, kclass, device, name, rank, tid)):
         r = r or 0
         if c in GPU_KERNEL_CATEGORIES and d is not None:
             busy.append((s, e))
@@ -268,6 +274,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                 annotated_inputs.setdefault(r, []).append((s, e))
             elif not (n or "").startswith(_WAIT_OPS):
                 ops.setdefault((r, t), []).append((s, e))
+                op_rows.setdefault((r, t), []).append(i)
                 op_time[(r, t)] = op_time.get((r, t), 0) + (e - s)
         if c in ("region", "annotation", "step"):
             if c == "step":
@@ -294,6 +301,12 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     for r in {r for r, _t in ops}:
         tids = step_tids.get(r) or {max((k for k in op_time if k[0] == r), key=op_time.__getitem__)[1]}
         data.main_ops[r] = iv.merge([p for t in tids for p in ops.get((r, t), [])])
+        if data.rank_collectives.get(r):
+            rows = [i for t in tids for i in op_rows.get((r, t), [])]
+            attrs = (spans["attrs"].take(rows).to_pylist() if "attrs" in spans.column_names
+                     else [None] * len(rows))
+            data.comm_ops[r] = comm_caused([(start[i], end[i], name[i] or "", a) for i, a in zip(rows, attrs)],
+                                           data.rank_collectives[r])
     all_times = [p for p in (iv.span(data.gpu_busy), iv.span(data.cpu_collectives)) if p]
     for lo, hi in all_times:
         data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
@@ -643,7 +656,7 @@ def _outside_ops(data: RunData, traced: iv.Intervals) -> tuple[int, int, dict[in
     key = tuple(traced)
     if key in data.outside_ops_memo:       # a scope's signals and its host_where ask alike
         return data.outside_ops_memo[key]
-    in_ops = outside = 0
+    in_ops = outside = comm = 0
     where: dict[int, iv.Intervals] = {}
     for r, ops in data.main_ops.items():
         ops_r = iv.intersect(data.clipped(ops, traced), traced)
@@ -653,9 +666,13 @@ def _outside_ops(data: RunData, traced: iv.Intervals) -> tuple[int, int, dict[in
         in_ops += iv.total(ops_r)
         outside += iv.total(rest)
         where[r] = rest
+        if data.comm_ops.get(r):
+            comm += iv.total(iv.intersect(data.clipped(data.comm_ops[r], traced), ops_r))
     if len(data.outside_ops_memo) > 64:
         data.outside_ops_memo.clear()
+        data.comm_ops_memo.clear()
     data.outside_ops_memo[key] = (in_ops, outside, where)
+    data.comm_ops_memo[key] = comm
     return in_ops, outside, where
 
 
@@ -667,9 +684,15 @@ def main_op_signals(data: RunData, traced: iv.Intervals) -> dict[str, Signal]:
     in_ops, outside, _ = _outside_ops(data, traced)
     if in_ops + outside <= 0:
         return {}
-    return {"main_in_ops": Signal(in_ops / (in_ops + outside), "spans",
-                                  "the main thread's time inside its own torch ops / its traced time "
-                                  "outside input and collective waits")}
+    out = {"main_in_ops": Signal(in_ops / (in_ops + outside), "spans",
+                                 "the main thread's time inside its own torch ops / its traced time "
+                                 "outside input and collective waits")}
+    comm = data.comm_ops_memo.get(tuple(traced), 0)
+    if comm > 0:
+        out["main_in_comm_ops"] = Signal(comm / (in_ops + outside), "spans",
+                                         "of that time, op time the collectives caused (ops slowed "
+                                         "beside them, the sync's own ops) / the same whole")
+    return out
 
 
 def _carried_op_share(data: RunData, scope: iv.Intervals, wall: int) -> dict[str, Signal]:
@@ -683,15 +706,22 @@ def _carried_op_share(data: RunData, scope: iv.Intervals, wall: int) -> dict[str
         traced = iv.intersect(steps, data.step_windows or data.windows)
         in_ops, outside, _ = _outside_ops(data, traced)
         data.steps_in_ops = in_ops / (in_ops + outside) if in_ops + outside > 0 else -1.0
+        if in_ops + outside > 0:
+            data.steps_in_comm_ops = data.comm_ops_memo.get(tuple(traced), 0) / (in_ops + outside)
     if data.steps_in_ops < 0:
         return {}
     in_steps = sum(iv.total(iv.intersect(data.clipped(occ, scope), scope)) for occ in data.rank_steps.values())
     f = min(1.0, in_steps / (wall * max(1, len(data.rank_steps))))
     if f <= 0:
         return {}
-    return {"main_in_ops": Signal(data.steps_in_ops * f + (1 - f), "spans",
-                                  "the traced steps' share of time inside torch ops, carried to this "
-                                  "untraced time's steps")}
+    out = {"main_in_ops": Signal(data.steps_in_ops * f + (1 - f), "spans",
+                                 "the traced steps' share of time inside torch ops, carried to this "
+                                 "untraced time's steps")}
+    if data.steps_in_comm_ops > 0:
+        out["main_in_comm_ops"] = Signal(data.steps_in_comm_ops * f, "spans",
+                                         "the traced steps' share of op time the collectives caused, "
+                                         "carried to this untraced time's steps")
+    return out
 
 
 def _coverage(ivs: iv.Intervals) -> Callable[[np.ndarray], np.ndarray]:
