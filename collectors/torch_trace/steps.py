@@ -37,7 +37,8 @@ def steps_files(run: Path) -> list[Path]:
     """Every steps file of the run (no link followed: a planted link is not ours)."""
     return rundir.trace_files(Path(run), "*" + SUFFIX)
 HEADER = "counterprof-steps"
-MARK_CATEGORIES = ("step", "input")
+# the rows a process's steps file gives (pysample: its main thread's Python, sampled)
+MARK_CATEGORIES = ("step", "input", "pysample")
 READ_BYTES = 8 * 1024 * 1024       # at most this much of a file per read (memory stays bounded)
 
 
@@ -103,7 +104,7 @@ class StepsFile:
                 cols["category"].append(kind)
                 if kind == "step":
                     self.steps += 1
-                else:
+                elif kind == "input":
                     self.inputs += 1
             elif kind == "marks" and len(parts) == 2:
                 self.marks.append(parts[1])

@@ -121,6 +121,8 @@ class RunData:
     # per rank: the part of the main thread's op time the collectives caused (comm_cost.py)
     comm_ops: dict[int, iv.Intervals] = field(default_factory=dict)
     rank_steps: dict[int, iv.Intervals] = field(default_factory=dict)     # every step, per rank
+    # per rank: the main thread's Python sampled while traced, (ns, "func (file:line)") sorted
+    py_samples: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     # facts from meta.json the evidence names: the critical threads, other processes' CPU
     main_threads: list[dict[str, Any]] = field(default_factory=list)
     contenders: list[dict[str, Any]] = field(default_factory=list)
@@ -269,6 +271,8 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                 step_windows.append((s, e))
         elif c == "input":
             inputs.setdefault(r, []).append((s, e))
+        elif c == "pysample":
+            data.py_samples.setdefault(r, []).append((s, n or "?"))
         elif c == "cpu_op" and d is None:
             if n and n.startswith(DATALOADER_NEXT):
                 annotated_inputs.setdefault(r, []).append((s, e))
@@ -297,6 +301,8 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     data.input_waits = {r: iv.merge(v) for r, v in (inputs or annotated_inputs).items()}
     data.rank_collectives = {r: iv.merge(v) for r, v in coll_by_rank.items()}
     data.rank_steps = {r: iv.merge(v) for r, v in steps_by_rank.items()}
+    for v in data.py_samples.values():
+        v.sort()
     # each rank's main thread: the one that marks steps, else the one with the most op time
     for r in {r for r, _t in ops}:
         tids = step_tids.get(r) or {max((k for k in op_time if k[0] == r), key=op_time.__getitem__)[1]}
@@ -759,4 +765,40 @@ def host_where(data: RunData, scope: iv.Intervals, steps: bool = False, exclude:
         share = ns / outside
         if share >= 0.05:
             found.append((name, share))
-    return sorted(found, key=lambda kv: -kv[1])[:most]
+    found = sorted(found, key=lambda kv: -kv[1])[:most]
+    if sum(sh for _, sh in found) < 0.5:
+        # the regions do not say where most of it went: the sampled Python stack does
+        found += _code_where(data, where, most)
+    return found
+
+
+def _code_where(data: RunData, where: dict[int, iv.Intervals], most: int) -> list[tuple[str, float]]:
+    """The user's functions the main thread's sampled stack was in during its time outside
+    ops, by function (as pyinstrument groups them), each named at its hottest line:
+    [("func (file:line)", share of the samples in that function)], at least 5% and 3 samples."""
+    counts: dict[str, int] = {}
+    n = 0
+    for r, rest in where.items():
+        samples = data.py_samples.get(r)
+        if not samples or not rest:
+            continue
+        times = np.fromiter((t for t, _ in samples), np.int64, len(samples))
+        starts = np.fromiter((a for a, _ in rest), np.int64, len(rest))
+        ends = np.fromiter((b for _, b in rest), np.int64, len(rest))
+        i = np.searchsorted(starts, times, "right") - 1
+        inside = (i >= 0) & (times < ends[np.maximum(i, 0)])
+        for k in np.flatnonzero(inside):
+            label = samples[k][1]
+            counts[label] = counts.get(label, 0) + 1
+            n += 1
+    if n == 0:
+        return []
+    funcs: dict[str, int] = {}
+    hottest: dict[str, tuple[int, str]] = {}
+    for label, c in counts.items():
+        func = label.rsplit(":", 1)[0]          # "tokenize (train.py:31)" -> "tokenize (train.py"
+        funcs[func] = funcs.get(func, 0) + c
+        if c > hottest.get(func, (0, ""))[0]:
+            hottest[func] = (c, label)
+    ranked = sorted(funcs.items(), key=lambda kv: -kv[1])
+    return [(hottest[f][1], c / n) for f, c in ranked[:most] if c >= 3 and c / n >= 0.05]

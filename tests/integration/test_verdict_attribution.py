@@ -11,6 +11,7 @@ time apart, so host is bounded below by tokenization and compute|memory above by
 """
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -119,6 +120,25 @@ def test_the_evidence_says_where_the_host_time_went(tokenize_in_loop):
     after = ev[0]["text"].split("of that time, ", 1)[1]
     assert after.startswith("tokenize"), ev[0]["text"]
     assert "judged over its steps" in text and "start-up" in text, text[:2000]
+
+
+def test_without_regions_the_sampled_python_stack_says_where(tokenize_unmarked):
+    """No region, no record_function: the main thread's sampled Python stack names the
+    function that held the time outside ops, at its hottest line, with its share of it."""
+    report, t, _ = tokenize_unmarked
+    ev = [e for e in report["overall"]["evidence"] if e["metric"] == "main_in_ops"]
+    assert ev, report["overall"]["evidence"]
+    after = ev[0]["text"].split("of that time, ", 1)[1]
+    m = re.match(r"tokenize \(gpt2_tokenize\.py:(\d+)\) (\d+)%", after)
+    assert m, ev[0]["text"]
+    # the job's tokenization on its own clock against the time outside ops it leads: it is most
+    # of the loop (truth) and so most of that time
+    line = int(m.group(1))
+    src = (JOBS / "gpt2_tokenize.py").read_text().splitlines()
+    start = next(i for i, ln in enumerate(src, 1) if ln.startswith("def tokenize("))
+    end = next(i for i, ln in enumerate(src, 1) if i > start and ln.startswith("def "))
+    assert start < line < end, (line, start, end)           # a line of that function
+    assert int(m.group(2)) >= 50, (after, t["tokenize_s"] / t["loop_s"])
 
 
 def test_each_region_is_judged_by_what_ran_inside_it(tokenize_in_loop):

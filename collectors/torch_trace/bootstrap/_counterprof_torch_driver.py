@@ -90,6 +90,10 @@ HOLD_S = 3.0                   # an adaptive window's trace is held back this lo
 EMPTY_TRACE_CHECK_BYTES = 1 << 20   # a time window's trace under this is read for an op
 ENV_CLOCK_OFFSET = "COUNTERPROF_CLOCK_OFFSET_NS"      # counterprof.regions.ENV_CLOCK_OFFSET
 FLUSH_EVERY_S = 1.0
+# The main thread's Python stack, sampled while a trace records: where its time outside torch
+# ops went by file and line, for jobs without regions (pyinstrument's view, at 50 Hz: one
+# sys._current_frames() and a walk of the main thread's frames, ~20-40 us each)
+PYSAMPLE_S = 0.02
 # what marks steps, lowest first: a higher kind seen once replaces the lower ones
 RANKS = {"forward": 1, "optimizer": 2, "profiler": 3, "counterprof": 3}
 # outermost forwards with no mark between them before they are taken as the steps (a training
@@ -303,6 +307,9 @@ class Driver:
         self._flusher = threading.Thread(target=self._flush_loop, name="counterprof-steps",
                                          daemon=True)
         self._flusher.start()
+        if threading.current_thread() is threading.main_thread():
+            self._sampler = threading.Thread(target=self._pystack_loop, name="counterprof-pystack", daemon=True)
+            self._sampler.start()
         cls = tp.profile
         if not getattr(cls, "_counterprof_patched", False):
             original_start, original_stop, original_step = cls.start, cls.stop, cls.step
@@ -749,6 +756,54 @@ class Driver:
             min(self.window_s, max(MIN_WINDOW_S, WINDOW_STALL_S / per_s))
         self.next_window = now + max(recorded, cost / WINDOW_COST_SHARE)
 
+    # -- the main thread's Python, sampled -------------------------------------------------------
+
+    def _pystack_loop(self) -> None:
+        """While a torch profiler records in this process, the main thread's innermost frame of
+        the user's own code (not the standard library's, not an installed package's) every
+        PYSAMPLE_S, as an instant "pysample" line: analysis keeps the ones that fall in the
+        main thread's time outside ops (signals.host_where)."""
+        main = threading.main_thread()
+        ident, tid = main.ident, main.native_id
+        try:
+            import sysconfig
+            paths = sysconfig.get_paths()
+            skip = tuple({os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")
+                          if paths.get(k)} | {os.path.dirname(os.path.realpath(__file__)) + os.sep})
+        except Exception:
+            return
+        labels: dict[tuple[str, int], str] = {}
+        real: dict[str, str] = {}
+        while not self._wake.wait(PYSAMPLE_S):
+            if os.getpid() != self.pid or self.stopped:
+                return
+            if self.prof is None and self.window_prof is None:
+                continue
+            try:
+                frame = sys._current_frames().get(ident)
+                while frame is not None:
+                    code = frame.f_code
+                    path = real.get(code.co_filename)
+                    if path is None:
+                        path = real[code.co_filename] = os.path.realpath(code.co_filename)
+                    if not code.co_filename.startswith("<") and not path.startswith(skip):
+                        key = (code.co_filename, frame.f_lineno)
+                        label = labels.get(key)
+                        if label is None:
+                            if len(labels) > 4096:
+                                labels.clear()
+                            label = labels[key] = (f"{code.co_name} ({os.path.basename(code.co_filename)}"
+                                                   f":{frame.f_lineno})").replace("\t", " ").replace("\n", " ")
+                        t = _monotonic_ns()
+                        self._records.append(("pysample", t, t, tid, label))
+                        break
+                    frame = frame.f_back
+                frame = None
+            except Exception:
+                return            # sampling is evidence: it never costs the job anything more
+            if len(real) > 4096:
+                real.clear()
+
     # -- writing the steps --------------------------------------------------------------------
 
     def _flush_loop(self) -> None:
@@ -865,6 +920,8 @@ class Driver:
                         lines.append(f"step\t{start + off}\t{end + off}\t{tid}\tProfilerStep#{what}\n")
                     elif kind == "input":
                         lines.append(f"input\t{start + off}\t{end + off}\t{tid}\t{what}\n")
+                    elif kind == "pysample":
+                        lines.append(f"pysample\t{start + off}\t{start + off}\t{tid}\t{what}\n")
                     else:
                         lines.append(f"{kind}\t{what}\n")
             except IndexError:
