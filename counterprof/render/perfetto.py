@@ -46,7 +46,8 @@ SPAN_COLUMNS = ["start", "end", "name", "category", "kernel_class", "device", "s
                 "tid", "correlation", "collective", "bytes", "group_size", "attrs"]
 PLAN_COLUMNS = ["start", "end", "category", "device", "stream", "pid", "tid", "correlation"]
 # span categories on a track of their own per process, not on their thread
-SEPARATE = {"step": "steps", "region": "regions", "window": "torch trace windows"}
+SEPARATE = {"step": "steps", "region": "regions", "window": "torch trace windows",
+            "pysample": "main thread Python (sampled)"}
 LANES = 1 << 16
 
 GZIP_LEVEL = 1            # ISA-L level 1: ~2 GB/s here, 19x on these events; zlib's 1 as fallback
