@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 STEPS_KEPT = 512
 WINDOWS_KEPT = 64
-COLUMNS = ("start", "end", "name", "category", "kernel_class", "pid", "tid", "correlation", "attrs")
+COLUMNS = ("start", "end", "name", "category", "kernel_class", "device", "pid", "tid", "correlation", "attrs")
 
 
 def _this_host_ceilings() -> dict:
@@ -66,7 +66,9 @@ class TraceMFU:
                 return False
             parts = self._pending.pop(rank) + list(self._steps.get(rank, ()))
         try:
-            mfu = self._mfu(parts)
+            spans = pa.concat_tables([p.cast(parts[0].schema) for p in parts]).unify_dictionaries()
+            mfu = self._mfu(spans)
+            ops = self._main_ops(spans)
         except Exception as exc:       # a figure of the view: its failure costs nothing else
             self.errors += 1
             if self.on_error is not None and self.errors == 1:
@@ -74,15 +76,29 @@ class TraceMFU:
             return False
         end = int(pc.max(rest.column("end").cast(pa.int64())).as_py())
         with self._lock:
-            self.windows.append({"rank": rank, "end_ns": end, "mfu": mfu})
+            self.windows.append({"rank": rank, "end_ns": end, "mfu": mfu, **ops})
         return True
 
-    def _mfu(self, parts: list[pa.Table]) -> dict | None:
+    def _mfu(self, spans: pa.Table) -> dict | None:
         from ..analysis.run_roofline import spans_roofline     # the ceilings `counterprof roofline` would use
         if self._meta is None:
             self._meta = self._meta_of()
-        spans = pa.concat_tables([p.cast(parts[0].schema) for p in parts]).unify_dictionaries()
         return spans_roofline(spans, self._meta).mfu
+
+    @staticmethod
+    def _main_ops(spans: pa.Table) -> dict[str, float]:
+        """The window's main-thread shares, as the report measures them over a traced step
+        (signals.main_op_signals): in its own ops, and in op time the collectives caused. The
+        live line carries the newest window's to the seconds after it, as the report carries
+        the traced steps' to the untraced ones."""
+        from ..analysis import signals
+        if "device" not in spans.column_names:
+            spans = spans.append_column("device", pa.nulls(spans.num_rows, pa.int32()))
+        data = signals.RunData()
+        signals.load_spans(data, spans, 0.0)
+        if not data.main_ops or not data.windows:
+            return {}
+        return {k: s.value for k, s in signals.main_op_signals(data, data.windows).items()}
 
     def latest(self) -> list[dict[str, Any]]:
         with self._lock:

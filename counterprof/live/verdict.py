@@ -99,6 +99,28 @@ def live_signals(c: PanelContext, seconds: float, cpus: int | None = None) -> di
     view = WindowMetricView(c, seconds)
     out.update(counter_signals(view))
     out.update(others_cpus(view, cpus, out))
+    out.update(_traced_main_ops(c))
+    return out
+
+
+def _traced_main_ops(c: PanelContext) -> dict[str, Any]:
+    """The newest torch trace window's share of the main thread's time inside its own ops (and
+    in op time the collectives caused), per rank, averaged (live/traces.py measures it as the
+    report does over a traced step): carried to the live seconds, so the live line says
+    "Python outside torch ops" as the report does."""
+    from ..analysis.signals import Signal
+    newest: dict[int, dict] = {}
+    for w in getattr(c.snap, "mfu", ()) or ():
+        if "main_in_ops" in w:
+            newest[w.get("rank") or 0] = w
+    if not newest:
+        return {}
+    out = {}
+    for key in ("main_in_ops", "main_in_comm_ops"):
+        vals = [w.get(key, 0.0) for w in newest.values()]
+        if key == "main_in_ops" or any(vals):
+            out[key] = Signal(sum(vals) / len(vals), "spans",
+                              f"{key} of the newest torch trace window, carried to now")
     return out
 
 

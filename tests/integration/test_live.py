@@ -258,3 +258,46 @@ def test_top_usage_errors():
     p = subprocess.run([*COUNTERPROF, "top", "--pid", "999999999"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "no process with pid 999999999" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+PYTHON_IN_STEP = """
+import time, torch, counterprof
+torch.set_num_threads(1)          # one thread: a loaded 2-core machine's spin-waits stay out of it
+a = torch.randn(128, 128)
+t_end = time.monotonic() + float(__import__("sys").argv[1])
+python_s = loop_s = 0.0
+while time.monotonic() < t_end:
+    t0 = time.perf_counter()
+    ids = [hash(str(i)) % 2048 for i in range(40000)]       # the step's Python: 2/3 of it
+    t1 = time.perf_counter()
+    for _ in range(2):
+        a = torch.tanh(a @ a)
+    counterprof.step()
+    python_s += t1 - t0
+    loop_s += time.perf_counter() - t0
+print(f"python {python_s / loop_s:.3f}")
+"""
+
+
+def test_live_line_says_python_outside_torch_ops_once_a_trace_is_in(tmp_path):
+    """With --torch, the live line shares the main thread's on-CPU time as the report does:
+    the newest trace window's time outside torch ops is host (live/traces.py, live/verdict.py)."""
+    pytest.importorskip("torch")
+    job = tmp_path / "job.py"
+    job.write_text(PYTHON_IN_STEP)
+    run = tmp_path / "run"
+    p = subprocess.run([*COUNTERPROF, "run", "--live", "--torch", "-o", str(run), "--", PYTHON, str(job), "6"],
+                       capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    truth = float(re.search(r"python (\d\.\d+)", p.stdout).group(1))
+    said = [float(m.group(1)) / 100 for m in re.finditer(r"on-CPU outside torch ops (\d+)% of the time", p.stderr)]
+    assert said, p.stderr[-3000:]
+    # the main thread's Python is most of each step by the job's own clock; the live figure is
+    # a share of the wall time (waiting for a CPU apart): at most the job's, and most of it
+    # when the machine is quiet
+    assert truth >= 0.5, truth
+    assert said[-1] <= truth + 0.15, (said, truth)
+    rep = json.loads(subprocess.run([*COUNTERPROF, "report", str(run), "--json"], capture_output=True,
+                                    text=True, timeout=120).stdout)
+    parts = rep["overall"]["host_parts"]
+    assert parts.get("Python outside torch ops", 0.0) > 0, parts
