@@ -15,6 +15,7 @@ from typing import Any
 from ..render import units       # the evidence's words: the renderers' rules
 from .signals import Signal
 from .thresholds import value
+from .xla import HOST_PART as XLA_HOST
 
 CLASSES = ("compute", "memory", "collectives", "host")
 NEXT_STEPS = {
@@ -41,6 +42,9 @@ HOST_NEXT_STEPS = {
     "oversubscribed by its own threads": "the host: the job's own threads outnumber the CPUs: "
                                          "torch.set_num_threads / OMP_NUM_THREADS at most the cores "
                                          "each rank has, or fewer ranks per host",
+    XLA_HOST: "the host: XLA's threads wait on the Python loop: build batches ahead of the step (a "
+              "prefetching iterator, data-loading workers), jit larger pieces of work (fewer dispatches: "
+              "lax.scan over steps), and keep block_until_ready / device_get out of the step",
 }
 
 
@@ -97,10 +101,13 @@ def classify(sig: dict[str, Signal], scope: str = "run", facts: dict[str, Any] |
     gpu_used = (sig.get("gpu_active_share") and sig["gpu_active_share"].value >= value("gpu_in_use")) or \
         (sig.get("gpu_util") and sig["gpu_util"].value >= value("gpu_in_use"))
     neuron_used = sig.get("neuron_util") and sig["neuron_util"].value >= value("gpu_in_use")
+    xla_used = sig.get("xla_active_share") and sig["xla_active_share"].value >= value("gpu_in_use")
     if gpu_used:
         v = _classify_gpu(sig, scope, facts)
     elif neuron_used:
         v = _classify_neuron(sig, scope, facts)
+    elif xla_used:
+        v = _classify_xla(sig, scope, facts)
     elif "main_running" in sig:
         v = _classify_main_thread(sig, scope, facts or {})
     else:
@@ -490,6 +497,67 @@ def _compute_or_memory_gpu(sig: dict[str, Signal]) -> tuple[float | None, list[E
         return None, ev, ["both GPM tensor and DRAM utilization"]
     return None, ev, ["GPM metrics (tensor and DRAM utilization; Hopper and newer) to tell "
                       "compute-bound kernels from memory-bound ones"]
+
+
+# ---- XLA's threads as the compute device (JAX on the CPU: analysis/xla.py) --------------------
+
+def _classify_xla(sig: dict[str, Signal], scope: str, facts: dict[str, Any] | None = None) -> Verdict:
+    """As the GPU from its kernel spans: XLA's ops on the host's threads are the device's work,
+    the time none runs (within the span of its ops) is the device waiting on the host (the
+    Python main thread dispatching, building the next batch). Busy time by the ops' HLO
+    category (not a measured roofline: the ops carry no FLOPs or bytes on the CPU)."""
+    v = Verdict(scope, "unknown", "cpu")
+    idle = sig["xla_idle"].value
+    comp, comm, mem, other = (sig[k].value if k in sig else 0.0
+                              for k in ("xla_compute", "xla_comm", "xla_memory", "xla_other"))
+    # the runtime's time between a dispatch and its ops is the executions' own: shared out as
+    # their ops' time is
+    runtime = sig["xla_runtime"].value if "xla_runtime" in sig else 0.0
+    ops = comp + comm + mem + other
+    raw_comp, raw_comm, raw_mem, raw_other = comp, comm, mem, other
+    if runtime > 0 and ops > 0:
+        comp, comm, mem, other = (x * (1 + runtime / ops) for x in (comp, comm, mem, other))
+    v.shares = {"host": idle, "collectives": comm, "compute": comp, "memory": mem, "compute|memory": other}
+    v.host_parts = {XLA_HOST: idle}
+    v.evidence.append(_ev(sig, "xla_idle", "gpu_idle_host",
+                          f"the XLA threads idle {units.share(idle)} of the span of their ops: waiting on "
+                          "Python dispatch/input (the host)"))
+    if runtime >= value("evidence_share"):
+        v.evidence.append(_ev(sig, "xla_runtime", None,
+                              f"no XLA op ran {units.share(runtime)} of that span while the Python waited on "
+                              "an execution it had launched (XLA's runtime between dispatch and ops: "
+                              "scheduling, buffer allocation, a worker waiting for a CPU): counted with "
+                              "that execution's ops"))
+    if comm > 0:
+        v.evidence.append(_ev(sig, "xla_comm", "collective_share",
+                              f"XLA collectives not hidden by compute {units.share(raw_comm)} of that span"))
+    roof = (facts or {}).get("roofline")
+    if roof and roof[0] is not None:
+        # the roofline decides: each op's intensity (XLA's cost analysis: FLOPs / bytes accessed)
+        # against the ceilings' ridge point, time-weighted over the ops' busy time
+        r_split, r_evidence, _ = roof
+        work = comp + mem + other
+        v.shares.update({"compute": work * r_split, "memory": work * (1 - r_split), "compute|memory": 0.0})
+        v.evidence += [Evidence(**{k: d.get(k) for k in ("metric", "value", "threshold", "source", "text")})
+                       for d in r_evidence]
+        v.evidence.append(Evidence(
+            "xla_compute", round(raw_comp + raw_mem + raw_other, 6), None, "roofline",
+            f"XLA ops' busy time {units.share(raw_comp + raw_mem + raw_other)} of that span, split compute vs "
+            f"memory by the roofline ({units.share(r_split)} compute-bound: each op's FLOPs and bytes from "
+            "XLA's cost analysis against the ceilings' ridge point), not by the ops' HLO category"))
+        decide(v, None)
+        return v
+    why = (roof[2][0] if roof and roof[2] else "no roofline of the ops (XLA's cost analysis and ceilings)")
+    v.evidence.append(Evidence(
+        "xla_compute", round(raw_comp, 6), None, "spans",
+        f"XLA ops by HLO category ({why}): dot/convolution {units.share(raw_comp)}, elementwise/reduction/copy "
+        f"{units.share(raw_mem)}" + (f", other kinds {units.share(raw_other)}" if raw_other > 0 else "")
+        + " of that span (compute vs memory told by the op's kind, not a measured roofline)"))
+    if other >= value("evidence_share"):
+        v.missing = ["per-op FLOPs and bytes (XLA's cost analysis of the run's HLO) and ceilings "
+                     "(`counterprof calibrate`) to tell the other ops' compute from memory"]
+    decide(v, None)
+    return v
 
 
 # ---- a Neuron device as the compute device -----------------------------------------------------

@@ -52,8 +52,8 @@ def too_short(v: Verdict, sig: dict[str, Signal], mean_ns: float, bucket: int) -
     counters are smeared across its neighbours. Judged from its trace where it was traced (the
     main thread's time in ops, outside them, in waits: exact), else not judged ("too short at
     -I N"), never with the confidence of a long scope."""
-    if mean_ns >= 3 * bucket or v.device != "cpu":
-        return v        # a device's verdict comes from its kernel spans: exact at any length
+    if mean_ns >= 3 * bucket or v.device != "cpu" or "xla_idle" in sig:
+        return v        # a device's verdict comes from its kernel (or XLA op) spans: exact at any length
     why = (f"occurrences last {mean_ns / 1e6:.1f} ms on average, under three sampling intervals "
            f"({bucket / 1e6:g} ms): thread states and counters are smeared across neighbours")
     if "main_in_ops" not in sig:

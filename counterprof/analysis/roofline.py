@@ -387,7 +387,14 @@ def _roofline(src: OpRows, ceilings: dict[str, Any] | None, scope: tuple[int, in
     if origin:
         r.notes.append(origin)
     if n_ops == 0:
-        r.missing.append("torch op spans (counterprof run --torch, or import a torch profiler trace)")
+        if _xla_ops(src) and _xla_costed(src):
+            return _xla_roofline(src, r, ceilings, scope, datasheet, keep_atoms)
+        if _xla_ops(src):
+            r.missing.append("FLOPs and bytes of the XLA ops: a JAX run's ops on the CPU carry none, and "
+                             "XLA's cost analysis of the profile's HLO is not read into the roofline yet "
+                             "(`counterprof report` classes the XLA ops by their HLO category instead)")
+        else:
+            r.missing.append("torch op spans (counterprof run --torch, or import a torch profiler trace)")
         return r
     if ceilings is None:
         r.missing.append("ceilings: run `counterprof calibrate` on this machine (or pass --ceilings FILE)")
@@ -439,6 +446,160 @@ def _roofline(src: OpRows, ceilings: dict[str, Any] | None, scope: tuple[int, in
     r.missing.extend(sorted(missing_peaks))
     r.mfu = _mfu(walk, windows, ceilings, datasheet, gpu)
     r.over_roof = fit_check(r, gpu)
+    if r.over_roof:
+        r.notes.append(misfit_note(r))
+    return r
+
+
+def _xla_ops(src: OpRows) -> bool:
+    """Whether the spans hold XLA ops (a JAX run: analysis/xla.py)."""
+    try:
+        return bool(src.con.execute(f"SELECT count(*) FROM {src.view} WHERE category = 'xla_op'").fetchall()[0][0])
+    except Exception:         # the roofline's words only: never its failure
+        return False
+
+
+def _xla_costed(src: OpRows) -> bool:
+    """Whether the XLA ops carry FLOPs and bytes (XLA's cost analysis at conversion)."""
+    try:
+        return bool(src.con.execute(f"""SELECT count(*) FROM {src.view} WHERE category = 'xla_op'
+                                         AND attrs LIKE '%"bytes_accessed":%'""").fetchall()[0][0])
+    except Exception:
+        return False
+
+
+_XLA_FAMILY = {"dot": "gemm", "convolution": "conv"}
+
+
+def _xla_roofline(src: OpRows, r: Roofline, ceilings: dict[str, Any] | None, scope: tuple[int, int] | None,
+                  datasheet: dict[str, Any] | None, keep_atoms: bool) -> Roofline:
+    """The roofline of a JAX run's XLA ops (xla_op spans whose attrs carry XLA's cost analysis:
+    flops, bytes_accessed, dtype; collectors/jax_trace/convert.py). One row per HLO op of a
+    module (name: the op; input_dims: "module(program id)"; input_types: its HLO category).
+    A fusion's bytes are XLA's "bytes accessed" of the fusion as one op: what it reads and
+    writes in memory, its insides' intermediates not counted (already fused traffic). Time: each
+    op's own time on its thread (less the XLA ops nested in it). A dot or convolution (fusion)
+    is held to the matmul peak of its result's dtype, every other op to the fp32 peak."""
+    r.basis = "xla op time"
+    if ceilings is None:
+        r.missing.append("ceilings: run `counterprof calibrate` on this machine (or pass --ceilings FILE)")
+    windows = _mfu_windows(src.marks(), scope)
+    where = "" if scope is None else f" AND s >= {int(scope[0])} AND s < {int(scope[1])}"
+    cur = src.con.execute(f"""SELECT coalesce(rank, -1) AS rank, coalesce(pid, -1) AS pid, coalesce(tid, -1) AS tid,
+                                     s, e, name, attrs FROM {src.view} WHERE category = 'xla_op'{where}
+                              ORDER BY 1, 2, 3, s, e DESC""")
+    steps = _Steps(windows) if windows else None
+    rows: dict[tuple[str, str, str], OpRow] = {}
+    unmod: dict[str, dict[str, Any]] = {}
+    costs: dict[str | None, tuple[float, float, str | None, tuple[str, str, str]] | None] = {}
+    atoms: tuple[list[int], list[int], list[tuple[str, str, str] | None]] = ([], [], [])
+    dtype_flops: dict[str, float] = {}
+    total_flops, n_mfu = 0.0, 0
+    first: int | None = None
+    last: int | None = None
+
+    def cost_of(name: str, attrs: str | None) -> tuple[float, float, str | None, tuple[str, str, str]] | None:
+        try:
+            a = json.loads(attrs) if attrs else {}
+        except ValueError:
+            a = {}
+        if not isinstance(a, dict) or a.get("flops") is None or a.get("bytes_accessed") is None:
+            return None
+        cat = str(a.get("category") or a.get("opcode") or "")
+        return (float(a["flops"]), float(a["bytes_accessed"]), a.get("dtype") or "fp32",
+                (str(a.get("hlo_op") or name), f"{a.get('hlo_module')}({a.get('program_id')})", cat))
+
+    def close(f: list[Any]) -> None:
+        nonlocal total_flops, n_mfu
+        rank, s, e, name, attrs, child = f
+        own = max(e - s - child, 0)
+        key = attrs if attrs is None else attrs.split(',"run_id"', 1)[0]
+        if key not in costs:
+            costs[key] = cost_of(name, attrs)
+        c = costs[key]
+        if c is None:
+            u = unmod.setdefault(name, {"name": name, "calls": 0, "time_ns": 0,
+                                        "why": "no cost from XLA's cost analysis"})
+            u["calls"] += 1
+            u["time_ns"] += own
+            if keep_atoms and own:
+                atoms[0].append(s)
+                atoms[1].append(own)
+                atoms[2].append(None)
+            return
+        flops, nbytes, dtype, rk = c
+        row = rows.get(rk)
+        if row is None:
+            family = next((fam for h, fam in _XLA_FAMILY.items() if rk[2].startswith(h)), "xla")
+            row = rows[rk] = OpRow(rk[0], rk[1], rk[2], dtype=dtype, family=family)
+        row.calls += 1
+        row.flops += int(flops)
+        row.bytes += int(nbytes)
+        row.time_ns += own
+        if own > 0:
+            n_mfu += 1
+            total_flops += flops
+            if row.family in ("gemm", "conv") and dtype:
+                dtype_flops[dtype] = dtype_flops.get(dtype, 0.0) + flops
+            if steps is not None:
+                steps.add(rank, s, flops)
+            if keep_atoms:
+                atoms[0].append(s)
+                atoms[1].append(own)
+                atoms[2].append(rk)
+
+    thread = None
+    stack: list[list[Any]] = []
+    for b in iter(lambda: cur.fetchmany(65536), []):
+        for rank, pid, tid, s, e, name, attrs in b:
+            if (rank, pid, tid) != thread:
+                while stack:
+                    close(stack.pop())
+                thread = (rank, pid, tid)
+            while stack and stack[-1][2] <= s:
+                close(stack.pop())
+            if stack:
+                stack[-1][5] += min(e, stack[-1][2]) - s
+            first = s if first is None or s < first else first
+            last = e if last is None or e > last else last
+            stack.append([rank, s, e, name, attrs, 0])
+    while stack:
+        close(stack.pop())
+
+    modelled_ns = sum(x.time_ns for x in rows.values())
+    unmod_ns = sum(u["time_ns"] for u in unmod.values())
+    total = modelled_ns + unmod_ns
+    r.total_time_ns = total
+    r.modelled_share = modelled_ns / total if total else None
+    bw = _bandwidth(ceilings)
+    missing_peaks: set[str] = set()
+    for row in rows.values():
+        if row.calls:
+            _finish_row(row, ceilings, bw, missing_peaks)
+    r.ops = sorted((x for x in rows.values() if x.time_ns > 0), key=lambda x: (-x.time_ns, x.name, x.input_dims))
+    if keep_atoms:
+        index = {(o.name, o.input_dims, o.input_types): j for j, o in enumerate(r.ops)}
+        r._atoms = (np.array(atoms[0], np.int64), np.array(atoms[1], np.int64),
+                    np.array([index.get(k, -1) if k is not None else -1 for k in atoms[2]], np.int64))
+    for u in unmod.values():
+        u["share"] = u["time_ns"] / total if total else None
+    r.unmodelled = {"time_ns": unmod_ns, "share": unmod_ns / total if total else None,
+                    "ops": sorted(unmod.values(), key=lambda u: -u["time_ns"])}
+    if ceilings is not None and bw is None:
+        r.missing.append("memory bandwidth in the ceilings")
+    r.missing.extend(sorted(missing_peaks))
+    r.notes.append("XLA ops: FLOPs and bytes from XLA's cost analysis of each op (a fusion's bytes are "
+                   "what the fused op reads and writes, its internal intermediates not counted); "
+                   "time: each op's own time on its thread")
+    if n_mfu:
+        walk = _Walk({}, False, scope, steps, False)
+        walk.mfu_ops, walk.total_flops = n_mfu, int(total_flops)
+        walk.dtype_flops = {k: int(v) for k, v in dtype_flops.items()}
+        walk.first_start, walk.last_end = first, last
+        r.mfu = _mfu(walk, windows, ceilings, datasheet, False)
+        if r.mfu is not None:
+            r.mfu["counted"] = "XLA ops (FLOPs from XLA's cost analysis) that started in the step"
+    r.over_roof = fit_check(r, False)
     if r.over_roof:
         r.notes.append(misfit_note(r))
     return r

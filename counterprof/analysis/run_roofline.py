@@ -61,7 +61,7 @@ def roofline_if_ops(run: Run, spans: Any, warn: Callable[[str], None]) -> Roofli
     import pyarrow as pa
     import pyarrow.compute as pc
     if not spans.num_rows or not pc.any(pc.is_in(spans.column("category").cast("string"),
-                                                 value_set=pa.array(["cpu_op", "kernel"]))).as_py():
+                                                 value_set=pa.array(["cpu_op", "kernel", "xla_op"]))).as_py():
         return None
     try:
         return run_roofline(run, spans)

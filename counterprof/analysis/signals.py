@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import intervals as iv
+from . import xla
 from .comm_cost import comm_caused
 
 BUCKET_NS = 10_000_000     # default resolution; build_report passes the run's finest interval
@@ -134,6 +135,12 @@ class RunData:
         default_factory=dict, repr=False)    # _outside_ops per scope
     comm_ops_memo: dict[tuple[tuple[int, int], ...], int] = field(default_factory=dict, repr=False)
     cpus: int | None = None               # the machine's CPUs (meta.json host.cpus): who held them
+    # XLA's ops on the host's threads (JAX on the CPU, analysis/xla.py): the compute device's
+    # work, as a GPU's kernels are; by class (compute, memory, communication, other)
+    xla_busy: iv.Intervals = field(default_factory=list)
+    xla_class: dict[str, iv.Intervals] = field(default_factory=dict)
+    xla_ops: int = 0
+    xla_dispatch: iv.Intervals = field(default_factory=list)   # PjitFunction & co. (the Python side)
 
     def clipped(self, sets: iv.Intervals, scope: iv.Intervals) -> iv.Intervals:
         """The part of one of this run's interval sets within the span of scope, found by
@@ -249,6 +256,9 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     ops: dict[tuple[int, Any], iv.Intervals] = {}
     short_ns = short_kernel_us * 1000
     op_rows: dict[tuple[int, Any], list[int]] = {}
+    xla_rows: list[int] = []
+    host_coll_rows: list[int] = []
+    dispatch: iv.Intervals = []
     for i, (s, e, c, k, d, n, r, t) in enumerate(zip(start, end, cat, kclass, device, name, rank, tid)):
         r = r or 0
         if c in GPU_KERNEL_CATEGORIES and d is not None:
@@ -263,6 +273,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
             if d is None:
                 cpu_coll.append((s, e))
                 coll_by_rank.setdefault(r, []).append((s, e))
+                host_coll_rows.append(i)
             else:
                 by_class.setdefault("communication", []).append((s, e))
         elif c == "window":
@@ -271,6 +282,10 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                 step_windows.append((s, e))
         elif c == "input":
             inputs.setdefault(r, []).append((s, e))
+        elif c == "xla_op" and d is None:
+            xla_rows.append(i)
+        elif c == "dispatch":
+            dispatch.append((s, e))
         elif c == "pysample":
             data.py_samples.setdefault(r, []).append((s, n or "?"))
         elif c == "cpu_op" and d is None:
@@ -313,10 +328,42 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                      else [None] * len(rows))
             data.comm_ops[r] = comm_caused([(start[i], end[i], name[i] or "", a) for i, a in zip(rows, attrs)],
                                            data.rank_collectives[r])
+    if xla_rows:
+        _load_xla(data, spans, xla_rows, host_coll_rows, start, end, name)
+        data.xla_dispatch = iv.merge(dispatch)
     all_times = [p for p in (iv.span(data.gpu_busy), iv.span(data.cpu_collectives)) if p]
+    if data.xla_busy:      # a JAX run: its steps and trace windows too (the host's waits lie there)
+        all_times += [p for p in (iv.span(data.xla_busy), iv.span(data.windows),
+                                  iv.span(iv.merge(p for o in data.rank_steps.values() for p in o))) if p]
     for lo, hi in all_times:
         data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
         data.end_ns = max(data.end_ns, hi)
+
+
+def _load_xla(data: RunData, spans: pa.Table, rows: list[int], coll_rows: list[int],
+              start: list[int], end: list[int], name: list[Any]) -> None:
+    """XLA's ops on the host's threads: the device's busy intervals by class (analysis/xla.py).
+    The collectives XLA ran (their attrs name an hlo_op) are its work too: taken out of the CPU
+    collectives (gloo's model: a main thread waiting), into the device's communication."""
+    attrs = spans["attrs"] if "attrs" in spans.column_names else None
+    op_attrs = attrs.take(rows).to_pylist() if attrs is not None else [None] * len(rows)
+    by_class: dict[str, iv.Intervals] = {}
+    for i, a in zip(rows, op_attrs):
+        k = xla.op_class(xla.field(a, "category"), xla.field(a, "opcode"), name[i])
+        by_class.setdefault(k, []).append((start[i], end[i]))
+    xla_coll = [i for i, a in zip(coll_rows, attrs.take(coll_rows).to_pylist() if attrs is not None and coll_rows
+                                  else []) if a and '"hlo_op"' in a]
+    if xla_coll:
+        by_class.setdefault(xla.COMMUNICATION, []).extend((start[i], end[i]) for i in xla_coll)
+        if len(xla_coll) == len(coll_rows):
+            data.cpu_collectives, data.rank_collectives = [], {}
+        else:
+            out = set(xla_coll)
+            data.cpu_collectives = iv.merge((start[i], end[i]) for i in coll_rows if i not in out)
+            # per rank: left as recorded (a run that mixes gloo and XLA collectives is rare)
+    data.xla_ops = len(rows) + len(xla_coll)
+    data.xla_class = {k: iv.merge(v) for k, v in by_class.items()}
+    data.xla_busy = iv.merge(p for v in data.xla_class.values() for p in v)
 
 
 @dataclass
@@ -607,6 +654,8 @@ def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str
             if comm:
                 out["comm_overlap"] = Signal(iv.total(iv.intersect(comm, compute)) / iv.total(comm), "spans",
                                              "communication overlapped by compute / communication")
+    if data.xla_busy:
+        out.update(xla_signals(data, traced))
     if data.gpu_kernel_count:
         out["short_kernel_share"] = Signal(data.short_kernels / data.gpu_kernel_count, "spans",
                                            "kernels shorter than the launch-cost threshold / kernels")
@@ -652,6 +701,63 @@ def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str
                 if task_rest is not None:
                     out["cpu_busy_outside_collectives"] = Signal(task_rest / rest_ns, "perf",
                                                                  "task-clock / wall, outside collectives")
+    return out
+
+
+def xla_signals(data: RunData, traced: iv.Intervals) -> dict[str, Signal]:
+    """The XLA ops as the device's work (analysis/xla.py), as the GPU's kernels are: shares of
+    the span from the first op to the last within the traced scope. No op running is the
+    device idle, waiting on the host; busy time by the ops' class, overlaps counted once
+    (compute first, then communication, memory, the undecided rest)."""
+    busy = iv.intersect(data.clipped(data.xla_busy, traced), traced)
+    sp = iv.span(busy)
+    traced_ns = iv.total(traced)
+    if not sp or traced_ns <= 0:
+        return {}
+    active = iv.intersect([sp], traced)
+    active_ns = iv.total(active)
+    if active_ns <= 0:
+        return {}
+    idle = iv.subtract(active, busy)
+    # idle while the Python waits on an execution it launched (after its dispatch returned, up
+    # to that execution's last op): the XLA runtime's own time between ops (scheduling, buffer
+    # allocation, a worker waiting for a CPU), not the host's
+    runtime_ns = iv.total(iv.intersect(idle, _executions(data.clipped(data.xla_dispatch, active), busy)))
+    out = {"xla_active_share": Signal(active_ns / traced_ns, "spans", "XLA-active span / traced wall"),
+           "xla_idle": Signal(max(0.0, (iv.total(idle) - runtime_ns) / active_ns), "spans",
+                              "time no XLA op ran, outside executions the Python waited on / XLA-active span")}
+    if runtime_ns > 0:
+        out["xla_runtime"] = Signal(runtime_ns / active_ns, "spans",
+                                    "time no XLA op ran while the Python waited on an execution it "
+                                    "launched (from its dispatch's end to its last op) / XLA-active span")
+    taken: iv.Intervals = []
+    for k, key, words in ((xla.COMPUTE, "xla_compute", "dot/convolution ops"),
+                          (xla.COMMUNICATION, "xla_comm", "collectives not overlapped by compute"),
+                          (xla.MEMORY, "xla_memory", "elementwise, reduction and copy ops not overlapped "
+                                                     "by the above"),
+                          (xla.OTHER, "xla_other", "ops of other kinds not overlapped by the above")):
+        own = iv.intersect(data.clipped(data.xla_class.get(k, []), active), active)
+        if not own:
+            continue
+        if taken:
+            own = iv.subtract(own, taken)
+        out[key] = Signal(iv.total(own) / active_ns, "spans", f"{words} / XLA-active span")
+        taken = iv.merge([*taken, *own])
+    return out
+
+
+def _executions(dispatch: iv.Intervals, busy: iv.Intervals) -> iv.Intervals:
+    """Per dispatch: from its end to the end of the last op that ran before the next dispatch
+    (the execution it launched, which the Python waits on when it blocks)."""
+    if not dispatch or not busy:
+        return []
+    starts = np.fromiter((a for a, _ in busy), np.int64, len(busy))
+    out = []
+    for i, (_, e) in enumerate(dispatch):
+        nxt = dispatch[i + 1][0] if i + 1 < len(dispatch) else busy[-1][1] + 1
+        j = int(np.searchsorted(starts, nxt, "left")) - 1      # the last op starting before it
+        if j >= 0 and busy[j][1] > e:
+            out.append((e, min(busy[j][1], nxt)))
     return out
 
 

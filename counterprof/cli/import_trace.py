@@ -1,11 +1,14 @@
-"""counterprof import: turn existing torch profiler traces into a run directory.
+"""counterprof import: turn existing torch profiler traces and JAX profiles into a run directory.
 
     counterprof import TRACE_OR_DIR... -o RUN [--force] [--rank R]
 
 Any Kineto (torch.profiler) trace: .json or .json.gz, one or many ranks, old and new formats,
-CUDA and ROCm. Directories are searched for *.json and *.json.gz. Each rank's spans land in
-RUN/spans/rank=<r>/ (rank from the trace's distributedInfo, else the file name, else --rank).
-Then `counterprof breakdown RUN`.
+CUDA and ROCm. Any JAX profile (jax.profiler.trace's log dir, its plugins/profile/<time>/
+session, a <host>.xplane.pb; a <host>.trace.json.gz or perfetto_trace.json.gz where there is no
+.xplane.pb), alone or beside Kineto traces. Directories are searched for both. Each rank's spans
+land in RUN/spans/rank=<r>/ (rank from the trace: distributedInfo, a JAX profile's rank or
+process_index metadata; else the file name; else, for JAX profiles of several processes, their
+order; else --rank). Then `counterprof report RUN` or `counterprof breakdown RUN`.
 """
 from __future__ import annotations
 
@@ -17,18 +20,23 @@ from .common import ArgumentParser, err, guarded, terminated_on_sigterm
 from .process_setup import (keep_pandas_out, numpy_left_out, pause_gc, resume_gc,
                             use_system_allocator)
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    from typing import Any
+
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="counterprof import", description=__doc__.split("\n\n")[0],
                        epilog="example: counterprof import traces/ -o run && counterprof breakdown run",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("traces", nargs="+", metavar="TRACE_OR_DIR",
-                   help="trace files (.json, .json.gz) or directories holding them")
+                   help="trace files (.json, .json.gz; a JAX profile's .xplane.pb) or directories "
+                        "holding them (a JAX log dir)")
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory to create")
     p.add_argument("--force", action="store_true", help="replace the run already in RUN")
     p.add_argument("--rank", type=int, default=0, metavar="R",
-                   help="rank of traces that name none (no distributedInfo.rank, no rankN in the "
-                        "file name); default 0")
+                   help="rank of traces that name none (no distributedInfo.rank, no rank in a JAX "
+                        "profile's metadata, no rankN in the file name); default 0")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-file lines")
     return p
 
@@ -49,9 +57,12 @@ def _main(argv: list[str]) -> int:
     if "" in args.traces or args.output == "":
         parser.error("an empty path was given (an unset shell variable?); name the trace, the "
                      "directory or the run (. for the current directory)")
-    # the first trace's inflate and parse go on beside the libraries' imports (~50 ms)
+    # the first trace's inflate and parse go on beside the libraries' imports (~50 ms); a JAX
+    # profile is not JSON to scan (a Kineto scan started on it would never be adopted)
     from ..collectors.torch_trace.scan import start_early
-    start_early(args.traces[0])
+    from ..trace_import import is_jax_profile
+    if not is_jax_profile(args.traces[0]):
+        start_early(args.traces[0])
     # the libraries' imports (pyarrow: ~100 modules) make no garbage worth the cyclic
     # collector's passes over their new objects
     pause_gc()
@@ -65,14 +76,15 @@ def _main(argv: list[str]) -> int:
     finally:
         resume_gc()
 
-    def report(trace) -> None:
+    def report(trace: Any) -> None:
         if args.quiet and not trace.failed and not trace.problems:
             return
         if trace.failed:
             err(f"{trace.path}: not imported: {trace.failed}")
             return
+        where = "on devices" if getattr(trace, "source", "") == "jax" else "on the GPU"
         line = (f"{trace.path}: rank {trace.rank} ({trace.rank_source}), {trace.spans:,} spans "
-                f"({trace.gpu_spans:,} on the GPU) in {trace.seconds:.2f} s")
+                f"({trace.gpu_spans:,} {where}) in {trace.seconds:.2f} s")
         err(line)
         for problem in trace.problems:
             err(f"  {problem}")

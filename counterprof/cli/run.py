@@ -28,6 +28,7 @@ examples:
   counterprof run --live -- python train.py
   counterprof run --gpus 0,1 --nvml-interval-ms 50 -- python train.py
   counterprof run --torch -- torchrun --nproc_per_node 2 train.py
+  counterprof run --jax -- python train.py                      (jax.profiler windows)
   counterprof run -r 5 -o base -- python bench.py     # 5 runs: means ± sd; compare base cand
   counterprof run --serve 127.0.0.1:9464 -- python train.py   # OpenMetrics on /metrics
   counterprof run --torch -- python train_with_mp_spawn.py      (ranks found as they init)
@@ -94,6 +95,14 @@ def build_parser() -> ArgumentParser:
                         "record SECONDS every EVERY seconds, exactly (default: the first window "
                         "~1 s after torch's import, the next ones paced so the profiler's own "
                         "calls take under 5%% of the run, each at most 2 s)")
+    p.add_argument("--jax", action="store_true",
+                   help="record jax.profiler profiles in every Python process of the command that "
+                        "imports jax (a window of StepTraceAnnotation steps every N, else windows "
+                        "of time), converted into spans; every step is timed")
+    p.add_argument("--jax-window", metavar="ACTIVE/EVERY", default=None,
+                   help="with --jax: record ACTIVE steps every EVERY steps, exactly (default: 5 "
+                        "every 50 or more, after the first step, paced so the profiler's start "
+                        "and stop take under 5%% of the run)")
     p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
                    help="host collector interval in ms (default 100)")
     p.add_argument("--host-system-interval-ms", type=float, default=1000.0, metavar="MS",
@@ -271,6 +280,23 @@ def _collector_config(args) -> tuple[dict, list[str] | None]:
             collectors = list(resolve(None))
         if "torch" not in collectors:
             collectors.append("torch")
+    if args.jax_window is not None and not args.jax:
+        raise _usage("--jax-window applies with --jax")
+    if args.jax and (args.pid is not None or not any(c != "--" for c in args.command)):
+        raise _usage("--jax profiles a command counterprof launches (`counterprof run --jax -- CMD`), "
+                     "not a running process")
+    if args.jax:
+        from ..collector import resolve
+        config["jax"] = {}
+        if args.jax_window is not None:        # given: followed to the step (else the paced default)
+            active, _, every = args.jax_window.partition("/")
+            if not (active.isdigit() and every.isdigit()):
+                raise _usage(f"--jax-window {args.jax_window!r}: give ACTIVE/EVERY, e.g. 5/50")
+            config["jax"] = {"active": int(active), "every": int(every)}
+        if collectors is None:
+            collectors = list(resolve(None))
+        if "jax" not in collectors:
+            collectors.append("jax")
     return config, collectors
 
 

@@ -82,7 +82,7 @@ class OpRows:
             con.execute(f"""CREATE OR REPLACE TEMP VIEW roofline_spans AS SELECT
                 epoch_ns(start) AS s, epoch_ns("end") AS e, name, category::VARCHAR AS category,
                 kernel_class::VARCHAR AS kernel_class, pid, tid, correlation,
-                CASE WHEN category::VARCHAR IN ('cpu_op', 'window') THEN attrs END AS attrs,
+                CASE WHEN category::VARCHAR IN ('cpu_op', 'window', 'xla_op') THEN attrs END AS attrs,
                 rank::BIGINT AS rank, row FROM ({" UNION ALL BY NAME ".join(parts)})""")
         return cls(con, "roofline_spans", False, rank)
 
