@@ -45,7 +45,7 @@ NEURON_ECC = ("neuron.ecc_mem_uncorrected", "neuron.ecc_sram_uncorrected",
 GPU_KERNEL_CATEGORIES = ("kernel", "memcpy", "memset", "sync")
 # the torch driver's time-window traces (<host>_<pid>.<n>.time.pt.trace.json): recorded while
 # nothing marked steps; a window span is named after its trace file
-TIME_WINDOW_SUFFIXES = (".time.pt.trace.json", ".time.pt.trace.json.gz")
+TIME_WINDOW_SUFFIXES = (".time.pt.trace.json", ".time.pt.trace.json.gz", ".time.jaxprof")
 
 
 @dataclass

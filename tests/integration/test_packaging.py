@@ -24,7 +24,9 @@ def test_wheel_contents(tmp_path):
                    "counterprof/cli/run.py",
                    "counterprof/store/journal.py",
                    "counterprof/collectors/torch_trace/bootstrap/sitecustomize.py",
-                   "counterprof/collectors/torch_trace/bootstrap/_counterprof_torch_driver.py"):
+                   "counterprof/collectors/torch_trace/bootstrap/_counterprof_torch_driver.py",
+                   "counterprof/collectors/jax_trace/convert.py",
+                   "counterprof/collectors/jax_trace/bootstrap/_counterprof_jax_driver.py"):
         assert module in names
     assert not any(n.startswith("collectors/") for n in names), "never a top-level 'collectors'"
     ep = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
@@ -33,6 +35,7 @@ def test_wheel_contents(tmp_path):
     assert "nvml = counterprof.collectors.nvml:NvmlCollector" in ep
     assert "threads = counterprof.collectors.threads:ThreadsCollector" in ep
     assert "torch = counterprof.collectors.torch_trace:TorchCollector" in ep
+    assert "jax = counterprof.collectors.jax_trace.collector:JaxCollector" in ep
     assert "counterprof = counterprof.cli:console_main" in ep
 
 
