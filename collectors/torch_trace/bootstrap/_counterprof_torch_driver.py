@@ -115,6 +115,9 @@ def _compiling() -> bool:     # torch.compiler.is_compiling, once torch is impor
 _driver: Driver | None = None
 
 
+_IN_PROFILER_CALL: list[int] = []      # non-empty while the driver calls into a torch profiler
+
+
 class _calling_profiler:
     """Around every call into a torch profiler the driver owns (start, step, stop): torch
     warns, once per process, that events do not accumulate across cycles. That is intended
@@ -122,6 +125,7 @@ class _calling_profiler:
     a stop, 2.13 from a step). It also keeps inductor unloaded (below)."""
 
     def __enter__(self):
+        _IN_PROFILER_CALL.append(1)
         self.filters = warnings.catch_warnings()
         self.filters.__enter__()
         warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
@@ -133,6 +137,8 @@ class _calling_profiler:
             self.inductor.__exit__(*exc)
         finally:
             self.filters.__exit__(*exc)
+            if _IN_PROFILER_CALL:
+                _IN_PROFILER_CALL.pop()
         return False
 
 
@@ -774,10 +780,20 @@ class Driver:
             return
         labels: dict[tuple[str, int], str] = {}
         real: dict[str, str] = {}
+        try:
+            from importlib import _bootstrap
+            importing = _bootstrap._module_locks        # a module's entry while it is imported
+        except (ImportError, AttributeError):
+            return
         while not self._wake.wait(PYSAMPLE_S):
             if os.getpid() != self.pid or self.stopped:
                 return
             if self.prof is None and self.window_prof is None:
+                continue
+            if importing or _IN_PROFILER_CALL:
+                # no frame taken from the main thread while it imports or calls the profiler:
+                # a sample taken as the profiler's start imported torch._inductor.config left
+                # that module half-initialized in 1 of 10 two-rank runs (never without sampling)
                 continue
             try:
                 frame = sys._current_frames().get(ident)
