@@ -14,7 +14,7 @@ rank's partition, rank=<r>/. A rank is found two ways:
 - it announces itself: under --torch, the driver in each Python process writes
   <run>/.ranks/<pid>.json (pid, rank, world_size, local_rank, cuda_device, host) once
   torch.distributed is initialised, which is how ranks of torch.multiprocessing.spawn or a
-  custom launcher are known.
+  custom launcher are known; under --jax, once jax.distributed is initialised.
 
 A rank owns gpu:<LOCAL_RANK> (torchrun's convention), else, announced, gpu:<the CUDA device it
 had selected when it announced>: that GPU's samples go to its partition.
@@ -53,6 +53,7 @@ LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 # where the torch driver announces its rank (collectors/torch_trace/bootstrap/_counterprof_torch_driver.py)
 ANNOUNCE_DIR = ".ranks"
 ANNOUNCE_MAX_BYTES = 4096
+ANNOUNCERS = ("torch.distributed", "jax.distributed")
 FOREIGN_AFTER_S = 5.0     # an announcing pid not in the tree by then is not the workload's
 EXEC_WITHIN_S = 5.0       # a process seen before its exec is looked at again this long
 
@@ -70,7 +71,8 @@ def launches_ranks(command: list[str]) -> bool:
 
 def per_rank_mode(command: list[str], asked: bool | None, torch: bool) -> bool | str:
     """How a launched command's ranks are counted: True (each rank, not the launcher), "auto"
-    (the tree as one until ranks appear: under --torch a Python job may spawn its ranks), or
+    (the tree as one until ranks appear: under --torch or --jax (torch true) a Python job may
+    spawn its ranks, and its driver announces them), or
     False (the tree as one). asked: --per-rank or --no-per-rank; None when neither was given."""
     if not command:
         return False
@@ -90,6 +92,7 @@ class Announcement:
     local_rank: int | None       # LOCAL_RANK
     host: str
     cuda_device: int | None = None    # the CUDA device selected when it announced
+    source: str = "torch.distributed"  # whose rank it is: the torch or the jax driver's word
 
 
 def _short_host(name: str) -> str:
@@ -125,7 +128,10 @@ def parse_announcement(name: str, data: bytes) -> Announcement:
     host = doc.get("host")
     if not isinstance(host, str) or not host:
         raise ValueError(f"host is {host!r}")
-    return Announcement(pid, rank, world, local, host, device)
+    source = doc.get("source", "torch.distributed")
+    if source not in ANNOUNCERS:
+        raise ValueError(f"source is {source!r}, not one of {', '.join(ANNOUNCERS)}")
+    return Announcement(pid, rank, world, local, host, device, source)
 
 
 def read_announcements(folder: Path, done: set[str], since_ns: int = 0
@@ -284,7 +290,7 @@ class RankWatcher:
             self._done.add(name)
             # the GPU it drives: cuda:LOCAL_RANK by torchrun's convention, else the one it chose
             gpu = ann.local_rank if ann.local_rank is not None else ann.cuda_device
-            self._found(ann.rank, ann.pid, "torch.distributed", ann.world_size, gpu)
+            self._found(ann.rank, ann.pid, ann.source, ann.world_size, gpu)
 
     def _found(self, rank: int, pid: int, source: str, world_size: int | None,
                gpu: int | None) -> None:

@@ -302,7 +302,7 @@ def _collector_config(args) -> tuple[dict, list[str] | None]:
 
 def _per_rank_mode(args, command: list[str]) -> bool | str:
     from ..ranks import per_rank_mode
-    return per_rank_mode(command, args.per_rank, args.torch)
+    return per_rank_mode(command, args.per_rank, args.torch or args.jax)
 
 
 def _report(session, args, totals=None) -> None:

@@ -1,4 +1,4 @@
-"""The live view's MFU panel: the torch trace windows' MFU (live/traces.py computes it
+"""The live view's MFU panel: the trace windows' MFU (live/traces.py computes it
 per window with the roofline; here it becomes figures), against the measured and the datasheet
 peak."""
 from __future__ import annotations
@@ -13,7 +13,8 @@ def mfu_panel(c: PanelContext) -> PanelFigures:
     a multi-rank job), against the measured and the datasheet peak; the sparkline has one point
     per window, placed at its end."""
     wins = [w for w in c.snap.mfu if w.get("mfu")]
-    panel = PanelFigures("torch trace")
+    # "torch trace" or "jax trace": whose windows the figures are (the newest's)
+    panel = PanelFigures(f"{(c.snap.mfu[-1] if c.snap.mfu else {}).get('framework', 'torch')} trace")
     if not wins:
         panel.notes.append("no MFU: no op with a cost model and shapes in the trace windows")
         return panel

@@ -1,7 +1,8 @@
-"""The live view's memory of torch trace windows: the MFU of each window as it comes in.
+"""The live view's memory of trace windows (torch's and jax's): the MFU of each window as it
+comes in, and which framework traced it (a window with XLA ops: jax).
 
 LiveWindow.write hands every spans batch here. A trace's batches arrive one after another from
-the torch collector, its `window` span last (collectors/torch_trace: convert.py), and the
+the torch or jax collector, its `window` span last (collectors/*_trace: convert.py), and the
 steps' spans before them (the steps file is swept first). When a window span arrives, the
 trace's spans and the steps of its rank go through the same roofline as `counterprof roofline`
 (ceilings: this host's `counterprof calibrate` cache, the ones a run copies into meta.json;
@@ -75,8 +76,10 @@ class TraceMFU:
                 self.on_error(f"live MFU left out: {type(exc).__name__}: {exc}")
             return False
         end = int(pc.max(rest.column("end").cast(pa.int64())).as_py())
+        xla = pc.any(pc.equal(spans.column("category").cast(pa.string()), "xla_op")).as_py()
         with self._lock:
-            self.windows.append({"rank": rank, "end_ns": end, "mfu": mfu, **ops})
+            self.windows.append({"rank": rank, "end_ns": end, "mfu": mfu,
+                                 "framework": "jax" if xla else "torch", **ops})
         return True
 
     def _mfu(self, spans: pa.Table) -> dict | None:

@@ -104,7 +104,7 @@ def live_signals(c: PanelContext, seconds: float, cpus: int | None = None) -> di
 
 
 def _traced_main_ops(c: PanelContext) -> dict[str, Any]:
-    """The newest torch trace window's share of the main thread's time inside its own ops (and
+    """The newest trace window's share of the main thread's time inside its own ops (and
     in op time the collectives caused), per rank, averaged (live/traces.py measures it as the
     report does over a traced step): carried to the live seconds, so the live line says
     "Python outside torch ops" as the report does."""
@@ -120,7 +120,7 @@ def _traced_main_ops(c: PanelContext) -> dict[str, Any]:
         vals = [w.get(key, 0.0) for w in newest.values()]
         if key == "main_in_ops" or any(vals):
             out[key] = Signal(sum(vals) / len(vals), "spans",
-                              f"{key} of the newest torch trace window, carried to now")
+                              f"{key} of the newest trace window, carried to now")
     return out
 
 

@@ -179,15 +179,17 @@ def loops_of(lines: list[dict], seconds_key: str = "loop_s") -> list[tuple[int, 
             for x in lines if seconds_key in x and "pid" in x]
 
 
-def labelled_jobs() -> dict:
+def labelled_jobs(gpt2_steps: int = 12, ddp_steps: int = 12) -> dict:
     """name -> (argv after the interpreter, truth lines -> loops_of(...))."""
     return {
-        "gpt2_train (AdamW, 12 steps)": (lambda: [str(JOBS / "gpt2_train.py"), "--steps", "12"], loops_of),
+        f"gpt2_train (AdamW, {gpt2_steps} steps)": (
+            lambda: [str(JOBS / "gpt2_train.py"), "--steps", str(gpt2_steps)], loops_of),
         "dataloader_bound": (lambda: [str(JOBS / "dataloader_bound.py")], loops_of),
         "resnet_infer (forwards)": (lambda: [str(JOBS / "resnet_infer.py")],
                                     lambda lines: loops_of(lines, "forward_s")),
-        "ddp_train (2 ranks, spawn)": (lambda: [str(JOBS / "ddp_train.py"), "--spawn", "2", "--port",
-                                                str(free_port())], loops_of),
+        f"ddp_train (2 ranks, spawn, {ddp_steps} steps)": (
+            lambda: [str(JOBS / "ddp_train.py"), "--spawn", "2", "--steps", str(ddp_steps), "--port",
+                     str(free_port())], loops_of),
     }
 
 
@@ -284,6 +286,9 @@ def main(argv=None) -> int:
                     help="only the jobs whose name holds one of these comma-separated words")
     ap.add_argument("--ceilings-home", default=None, help="an XDG_CACHE_HOME with ceilings already")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--gpt2-steps", type=int, default=12,
+                    help="gpt2_train's steps (default 12, as the tests run it; the job's own default is 40)")
+    ap.add_argument("--ddp-steps", type=int, default=12, help="ddp_train's steps (default 12)")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
     parts = {p.strip() for p in args.only.split(",")}
@@ -301,7 +306,7 @@ def main(argv=None) -> int:
                            env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         jobs = {}
         if "labelled" in parts:
-            jobs.update({k: ("labelled",) + v for k, v in labelled_jobs().items()})
+            jobs.update({k: ("labelled",) + v for k, v in labelled_jobs(args.gpt2_steps, args.ddp_steps).items()})
         if "unmarked" in parts:
             jobs.update({k: ("unmarked",) + v for k, v in unmarked_jobs(tmp, args.seconds).items()})
         if args.jobs:

@@ -20,7 +20,7 @@ import pytest
 pytest.importorskip("jax")
 pytest.importorskip("google.protobuf")
 
-from helpers import calibrated, run_cli
+from helpers import COUNTERPROF, calibrated, run_cli
 
 N = 512
 
@@ -149,3 +149,32 @@ def test_xla_split_by_roofline_when_given() -> None:
     assert by_roof.shares["memory"] == pytest.approx(0.6)
     assert by_roof.verdict == "memory"
     assert any("split compute vs memory by the roofline" in e.text for e in by_roof.evidence)
+
+
+LIVE_JOB = r"""
+import time
+import jax, jax.numpy as jnp
+f = jax.jit(lambda a, b: a @ b)
+a = jnp.ones((N, N), jnp.float32)
+for i in range(40):
+    with jax.profiler.StepTraceAnnotation("train", step_num=i):
+        jax.block_until_ready(f(a, a))
+    time.sleep(0.1)
+""".replace("N, N", f"{N}, {N}")
+
+
+def test_live_view_shows_the_jax_trace_windows_mfu(runs, tmp_path) -> None:
+    """`run --live --jax` (lines mode: stderr is a pipe): once a step window is converted, the
+    line carries its MFU under "jax trace", the figure `counterprof roofline` gives the run."""
+    import re
+    run = tmp_path / "live"
+    env = {**runs["env"], "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    p = subprocess.run([*COUNTERPROF, "run", "--live", "--jax", "-o", str(run), "--", sys.executable, "-c",
+                        LIVE_JOB], capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    lines = [ln for ln in p.stderr.splitlines() if re.match(r"counterprof: +\d+\.\d+ s ", ln)]
+    shown = [float(m.group(1)) for ln in lines if (m := re.search(r"jax trace MFU ([\d.]+)%", ln))]
+    assert shown, "\n".join(lines)
+    assert "torch trace" not in p.stderr
+    r = json.loads(run_cli("roofline", str(run), "--json", env=env).stdout)
+    assert r["mfu"] and shown[-1] == pytest.approx(100 * r["mfu"]["mfu_measured"], abs=0.051), (shown, r["mfu"])

@@ -297,3 +297,82 @@ def test_a_killed_profiler_loses_no_step_and_no_window_after_recover(tmp_path):
     again = run_cli("recover", str(run), "-q")
     assert again.returncode == 0 and "converted" not in again.stderr, again.stderr
     assert counterprof.load(run).table("spans").num_rows == spans.num_rows
+
+
+# Two processes of one jax.distributed job (CPU collectives over gloo), started by a plain Python
+# launcher as a user's own script starts them: each process is a rank (its process_id), psums a
+# matmul's result with the other in every annotated step, and writes down its pid, its rank and
+# its steps' times.
+DISTRIBUTED_WORKER = """
+    import json, os, sys, time
+    import jax
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=2,
+                               process_id=rank)
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(jax.devices(), ("d",))
+
+    @jax.jit
+    def step(x):
+        return jax.shard_map(lambda a: jax.lax.psum(a @ a.T, "d"), mesh=mesh, in_specs=P("d"),
+                             out_specs=P())(x)
+
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), jnp.ones((256, 256)))
+    steps = []
+    for i in range(40):
+        t0 = time.time_ns()
+        with jax.profiler.StepTraceAnnotation("train", step_num=i):
+            step(x).block_until_ready()
+        steps.append((t0, time.time_ns()))
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"pid": os.getpid(), "rank": jax.process_index(), "steps": steps}, f)
+"""
+
+DISTRIBUTED_LAUNCHER = """
+    import socket, subprocess, sys
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+    worker, out = sys.argv[1], sys.argv[2]
+    procs = [subprocess.Popen([sys.executable, worker, str(r), str(port), out]) for r in (0, 1)]
+    sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def test_a_two_process_jax_distributed_job_is_judged_by_its_ranks(tmp_path):
+    """The launcher only waits: each jax.distributed process is announced as its rank and
+    counted apart (run --jax's per-rank "auto"), its steps and XLA ops land in its partition,
+    its all-reduces are collectives, and each rank gets its own verdict."""
+    worker = script(tmp_path, DISTRIBUTED_WORKER, "worker.py")
+    launcher = script(tmp_path, DISTRIBUTED_LAUNCHER, "launch.py")
+    out, run_dir = tmp_path / "out", tmp_path / "run"
+    out.mkdir()
+    proc = run_cli("run", "--jax", "-q", "-o", str(run_dir), "--", PYTHON, str(launcher),
+                   str(worker), str(out), timeout=300)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    jobs = {d["rank"]: d for d in (json.loads(p.read_text()) for p in out.glob("rank*.json"))}
+    assert sorted(jobs) == [0, 1]
+    run = counterprof.load(run_dir)
+    meta = run.meta
+    assert meta["per_rank"] == "auto" and run.ranks() == [0, 1]
+    assert {int(r): e["pid"] for r, e in meta["ranks"].items()} == {r: d["pid"] for r, d in jobs.items()}
+    for entry in meta["ranks"].values():
+        assert entry["source"] == "jax.distributed" and entry["world_size"] == 2
+    assert meta["rank_switch"]["root_pid"] not in {d["pid"] for d in jobs.values()}
+    for rank, job in jobs.items():
+        spans = run.table("spans", rank=rank)
+        steps = by_category(spans, "step").sort_by([("start", "ascending")])
+        assert steps["name"].to_pylist() == [f"train#{i}" for i in range(len(job["steps"]))]
+        assert set(steps["pid"].to_pylist()) == {job["pid"]}
+        for (s, e), (t0, t1) in zip(intervals(steps), job["steps"]):
+            assert t0 - CLOCKS_NS <= s <= e <= t1 + CLOCKS_NS, (rank, (s, e), (t0, t1))
+        coll = by_category(spans, "collective")
+        assert coll.num_rows and set(coll["collective"].to_pylist()) == {"all-reduce"}, rank
+        assert set(coll["pid"].to_pylist()) == {job["pid"]}
+    rep = json.loads(run_cli("report", "--json", str(run_dir)).stdout)
+    verdicts = {v["scope"]: v for v in rep["rank_verdicts"]}
+    assert set(verdicts) == {"rank 0", "rank 1"}, rep["rank_verdicts"]
+    for v in verdicts.values():
+        assert v["verdict"] not in ("", "unknown") and v["shares"].get("collectives", 0) > 0, v
+    rows = {r["rank"]: r for r in rep["rank_analysis"]["ranks"]}
+    assert sorted(rows) == [0, 1] and all(r["collective_s"] > 0 for r in rows.values()), rows

@@ -29,6 +29,8 @@ def test_a_complete_announcement():
     assert parse_announcement("4242.json", raw(local_rank=1)) == Announcement(4242, 1, 2, 1, HOST)
     assert parse_announcement("4242.json", raw(cuda_device=3)).cuda_device == 3
     assert parse_announcement("4242.json", raw(world_size=None)).world_size is None
+    assert parse_announcement("4242.json", raw()).source == "torch.distributed"
+    assert parse_announcement("4242.json", raw(source="jax.distributed")).source == "jax.distributed"
 
 
 @pytest.mark.parametrize("name,data,why", [
@@ -45,6 +47,7 @@ def test_a_complete_announcement():
     ("4242.json", raw(host=""), "host is ''"),
     ("4242.json", raw(local_rank=1.5), "local_rank is 1.5"),
     ("4242.json", raw(cuda_device=-1), "cuda_device is -1"),
+    ("4242.json", raw(source="mpi"), "source is 'mpi', not one of torch.distributed, jax.distributed"),
 ])
 def test_a_bad_announcement_says_what_is_wrong(name, data, why):
     with pytest.raises(ValueError, match=why.replace("(", r"\(").replace("[", r"\[")):

@@ -206,6 +206,7 @@ class Driver:
         self.python_tracer = bool(cfg["python_tracer"])
         self.rank = cfg["rank"]
         self.known_rank: int | None = None
+        self.announced = False        # the rank watcher was told this process's rank
         self.pid = os.getpid()
         self.host = socket.gethostname().split(".")[0]
         offset = cfg["clock_offset_ns"] if cfg["clock_offset_ns"] is not None \
@@ -266,6 +267,7 @@ class Driver:
         from jax._src import profiler as jp
         _patch_steps(jp)
         _patch_profiler(jp)
+        _patch_distributed()
         monitoring.register_event_duration_secs_listener(_on_duration_event)
         self._thread = threading.Thread(target=self._loop, name="counterprof-jax", daemon=True)
         self._thread.start()
@@ -674,6 +676,7 @@ class Driver:
             state = getattr(dist, "global_state", None)
             if state is not None and getattr(state, "client", None) is not None:
                 self.known_rank = int(state.process_id)
+                self._announce(self.known_rank, getattr(state, "num_processes", None))
                 return self.known_rank
             if self.known_rank is None and _backends_ready():
                 import jax
@@ -690,6 +693,24 @@ class Driver:
             except ValueError:
                 pass
         return 0
+
+    def _announce(self, rank: int, world: int | None) -> None:
+        """Tell the rank watcher (counterprof/ranks.py) this process is rank `rank`, once, as
+        the torch driver does for torch.distributed: `run --jax`'s per-rank collectors then
+        count each rank apart. Under `counterprof run` only; never raises."""
+        if self.announced or ENV not in os.environ:
+            return
+        self.announced = True
+        try:
+            from _counterprof_torch_driver import write_announcement    # the bootstrap's folder
+            local = os.environ.get("LOCAL_RANK", "")
+            write_announcement(self.run, {
+                "pid": self.pid, "rank": int(rank),
+                "world_size": int(world) if isinstance(world, int) and world > rank else None,
+                "local_rank": int(local) if local.isdigit() else None, "host": self.host,
+                "source": "jax.distributed"})
+        except Exception as exc:
+            _say(f"could not announce the rank of pid {self.pid}: {type(exc).__name__}: {exc}")
 
     def _traces_folder(self) -> str:
         # counterprof.store.rundir.traces_dir(run, rank) (this module cannot import counterprof)
@@ -859,6 +880,27 @@ def _on_duration_event(event: str, *args, **kwargs) -> None:
 
 def get() -> Driver | None:
     return _driver
+
+
+def _patch_distributed() -> None:
+    """Announce the rank right after the script's jax.distributed.initialize returns (the
+    flusher's once-a-second current_rank() would be up to a second late)."""
+    import jax
+    dist = getattr(jax, "distributed", None)
+    original = getattr(dist, "initialize", None)
+    if original is None or getattr(original, "_counterprof", False):
+        return
+
+    @functools.wraps(original)
+    def initialize(*args, **kwargs):
+        result = original(*args, **kwargs)
+        drv = _driver
+        if drv is not None and drv.pid == os.getpid():
+            drv.current_rank()
+        return result
+
+    initialize._counterprof = True
+    dist.initialize = initialize
 
 
 def create(run: str, **config) -> Driver:

@@ -1222,25 +1222,32 @@ def _announce_rank() -> None:
         doc = {"pid": pid, "rank": int(dist.get_rank()), "world_size": int(dist.get_world_size()),
                "local_rank": int(local) if local.isdigit() else None, "cuda_device": device,
                "host": drv.host}
-        folder = os.path.join(drv.run, ".ranks")
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:
-            pass
-        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            tmp, name = f"{pid}.json.tmp", f"{pid}.json"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600, dir_fd=dfd)
-            try:
-                os.write(fd, json.dumps(doc).encode())
-            finally:
-                os.close(fd)
-            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)   # the watcher reads whole files
-        finally:
-            os.close(dfd)
+        write_announcement(drv.run, doc)
     except Exception as exc:
         _say(f"could not announce the rank of pid {pid}: {type(exc).__name__}: {exc}")
+
+
+def write_announcement(run: str, doc: dict) -> None:
+    """<run>/.ranks/<doc's pid>.json (0600, in a 0700 folder, never through a link, renamed
+    into place complete: the rank watcher, counterprof/ranks.py, reads whole files). The jax
+    driver announces its ranks through this too. Raises OSError."""
+    folder = os.path.join(run, ".ranks")
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        tmp, name = f"{doc['pid']}.json.tmp", f"{doc['pid']}.json"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600, dir_fd=dfd)
+        try:
+            os.write(fd, json.dumps(doc).encode())
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
 
 
 def _is_launcher() -> bool:
