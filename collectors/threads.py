@@ -98,7 +98,7 @@ FULL_EVERY_NS = 1_000_000_000    # every thread's name and children list once a 
 # contender that lives between two reads is missed) -- less often on a machine with so many
 # processes that a read costs more than CONTENDERS_CPU_SHARE of a core at that pace: ~9 µs a
 # process here, so a GPU node's ~1500 (kernel threads included) take ~15 ms, 0.3% of a core
-# every 5 s; paced, every ~30 s (tests/bench/contenders_cost.py).
+# every 5 s; paced, every ~30 s (benchmarks/contenders_cost.py).
 CONTENDERS_EVERY_S = 5.0
 CONTENDERS_CPU_SHARE = 0.0005
 

@@ -1,7 +1,7 @@
 """The perf collector's kernel-side sampling (perf config "sampling": "kernel", `--sampling kernel`).
 
 The tick sampler wakes a thread every -I interval to read each group: at -I 1 that wake-up alone
-costs about what perf stat -I 1 costs (tests/bench/wakeup_floor.py). Here the kernel samples
+costs about what perf stat -I 1 costs (benchmarks/wakeup_floor.py). Here the kernel samples
 instead: each group is opened on the launched command once per CPU (inherit, enable_on_exec)
 behind a task-clock leader with sample_period = the interval, PERF_SAMPLE_TID | TIME | READ, and
 the kernel writes each sampled thread's own cumulative counts into the leader's mmap ring; the

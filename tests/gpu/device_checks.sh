@@ -67,7 +67,7 @@ step calibrate_q 90 $PY -m counterprof calibrate --quick --no-collectives
 TAIL=60 COUNTERPROF_REQUIRE_GPU=1 COUNTERPROF_CI=1 step pytest 330 $PY -m pytest -s -p no:cacheprovider \
   --timeout 900 "$REPO/${GPU_TESTS:-tests/gpu}"
 step roofline 60 $PY -m counterprof roofline "$WORK/jobs/gpt2_train/run"
-step nvml_tick 60 $PY "$REPO/tests/bench/nvml_tick.py" --only tick --real --quick --json "$WORK/nvml_tick.json"
+step nvml_tick 60 $PY "$REPO/benchmarks/nvml_tick.py" --only tick --real --quick --json "$WORK/nvml_tick.json"
 [ -z "${FULL_CALIBRATE:-}" ] || step calibrate 180 $PY -m counterprof calibrate --no-collectives
 cp -r "${XDG_CACHE_HOME:-$HOME/.cache}/counterprof/ceilings" "$WORK/ceilings" 2>/dev/null
 

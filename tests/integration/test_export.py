@@ -161,7 +161,7 @@ def _peak_rss_mb(*args: str) -> float:
 @pytest.mark.slow
 def test_export_streams_memory_does_not_grow_with_the_run(tmp_path):
     big = tmp_path / "big"
-    subprocess.run([PYTHON, str(REPO / "tests" / "bench" / "synthetic_run.py"), "-o", str(big),
+    subprocess.run([PYTHON, str(REPO / "benchmarks" / "synthetic_run.py"), "-o", str(big),
                     "--ranks", "16", "--minutes", "1", "--hz", "100", "--metrics", "20"],
                    check=True, capture_output=True)
     one = _peak_rss_mb("export", str(big), "--perfetto", str(tmp_path / "one.json.gz"), "--ranks", "0")

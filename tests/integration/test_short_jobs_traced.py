@@ -7,7 +7,7 @@ training job's set-up leaves no time window once its steps are marked; a time sc
 followed exactly.
 
 Nothing here times the workload: what --torch costs it is measured in paired rounds by
-tests/bench/torch_cost.py."""
+benchmarks/torch_cost.py."""
 from __future__ import annotations
 
 import json

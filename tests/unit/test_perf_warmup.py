@@ -2,7 +2,7 @@
 begins (the kernel's first-perf-event wait overlapped with the imports). It opens a real
 counter and leaves nothing open, falls back to user space as the collector does, and ends
 quietly where there is no native core. Its speed-up is a benchmark's
-(tests/bench/first_perf_event.py), not a test's."""
+(benchmarks/first_perf_event.py), not a test's."""
 import os
 import shutil
 import subprocess

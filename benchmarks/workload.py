@@ -1,6 +1,6 @@
 """A fixed-time, CPU-bound, single-threaded Python workload for the overhead benchmark.
 
-    python tests/bench/workload.py [--seconds 2]
+    python benchmarks/workload.py [--seconds 2]
 
 Spins a pure-Python arithmetic loop for SECONDS of wall time and prints one JSON line:
 {"iterations", "elapsed_s", "rate" (iterations per second), "cpu_s" (its own CPU since

@@ -8,7 +8,7 @@ Side by side in one process, alternating, medians of several runs:
 - an optimizer.step() (the driver's post hook marks a step) against the bare optimizer step;
 - next() on a DataLoader iterator over in-memory items (the patched __next__) against torch's own.
 
-    python tests/bench/step_marks.py [--repeat 7] [--calls 2000]
+    python benchmarks/step_marks.py [--repeat 7] [--calls 2000]
 
 Prints the median time per call and the driver's cost per call (with - without), in µs.
 The profiler itself is not measured: the schedule is one recorded step in 10**9, and that
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-BOOTSTRAP = Path(__file__).resolve().parents[2] / "collectors" / "torch_trace" / "bootstrap"
+BOOTSTRAP = Path(__file__).resolve().parents[1] / "collectors" / "torch_trace" / "bootstrap"
 
 
 def load_driver():

@@ -1,9 +1,9 @@
 """counterprof's overhead, side by side with perf stat, in one run.
 
-    python tests/bench/overhead.py                       # everything (the RSS run takes 10 min)
-    python tests/bench/overhead.py --quick               # ~2 minutes
-    python tests/bench/overhead.py --rounds 7 --rss-seconds 120 --json bench.json
-    python tests/bench/overhead.py --only overhead,startup
+    python benchmarks/overhead.py                       # everything (the RSS run takes 10 min)
+    python benchmarks/overhead.py --quick               # ~2 minutes
+    python benchmarks/overhead.py --rounds 7 --rss-seconds 120 --json bench.json
+    python benchmarks/overhead.py --only overhead,startup
 
 A script, not a timed test: the machine it runs on is usually shared and noisy, so
 every figure is relative, from paired runs (each round runs every mode once, in a
@@ -12,7 +12,7 @@ absolute time is compared with a constant, except start-up and RSS, which are th
 targets themselves.
 
 Parts (--only):
-  overhead  tests/bench/workload.py (fixed wall time, reports its iterations and CPU)
+  overhead  benchmarks/workload.py (fixed wall time, reports its iterations and CPU)
             alone, again alone (the noise reference), under `perf stat -I 10` (and
             `-I 1`, for reference), under `counterprof run -I 10` and `-I 1` (and
             `-I 10 --collectors perf`, to separate the host collector's share). Work ratio = rate(mode) / rate(alone).
@@ -30,7 +30,7 @@ Parts (--only):
   sampling  `counterprof run --sampling kernel` beside `--sampling tick` and perf stat, at -I 1 and
             -I 10 (not in the default parts: --only sampling). Kernel sampling samples per
             interval of each thread's CPU time, so a sleeping workload says little: both the
-            busy tests/bench/workload.py and `sleep` run. counterprof's CPU: its process's own
+            busy benchmarks/workload.py and `sleep` run. counterprof's CPU: its process's own
             (meta.json profiler.cpu_s) minus the median of the same mode's `-- true`; perf
             stat's: tree CPU - the workload's own - the alone runs' residue - its `-- true`;
             % of one core per second of workload; ratio = counterprof / perf stat, paired per
@@ -73,7 +73,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+REPO = HERE.parent
 WORKLOAD = HERE / "workload.py"
 PARTS = ("table", "overhead", "startup", "cm", "rss", "live")
 OPT_IN_PARTS = ("sampling",)                  # run only when --only names them
@@ -761,7 +761,7 @@ class Bench:
         return {
             "command": " ".join(shlex.quote(c) for c in
                                 ["counterprof"] + cmd[1:cmd.index("-o") + 1] + ["DIR", "--", "python",
-                                 "tests/bench/workload.py", "--seconds", f"{a.rss_seconds:g}"]),
+                                 "benchmarks/workload.py", "--seconds", f"{a.rss_seconds:g}"]),
             "rc": p.returncode, "wall_s": wall, "samples": len(rss), "warmup_s": warm,
             "peak_rss_mb": peak, "sampled_peak_rss_mb": sampled_peak,
             "first_quarter_median_mb": statistics.median(first) if first else None,

@@ -1,6 +1,6 @@
 """The kernel's first perf event, and what `counterprof run` does about it, side by side.
 
-    python tests/bench/first_perf_event.py --baseline /path/to/other/counterprof --rounds 7
+    python benchmarks/first_perf_event.py --baseline /path/to/other/counterprof --rounds 7
 
 When no perf event exists on the machine, the first task event opened enables the kernel's
 perf_sched_events static key and waits for an RCU grace period; the key goes off again ~1 s
@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parent.parent
 
 FIRST_OPEN = r"""
 import time

@@ -1,7 +1,7 @@
 """End of run: the wall time of Session.stop() (the journal's compaction, meta.json, the catalog)
 for -I 1 runs of several lengths, two checkouts side by side (before: --before's python).
 
-    python tests/bench/end_of_run.py --before /work/base/.venv/bin/python --seconds 10 60 600 --rounds 3
+    python benchmarks/end_of_run.py --before /work/base/.venv/bin/python --seconds 10 60 600 --rounds 3
 
 A run of any length is built by replay, so that a 10-minute run takes less than 10 minutes: a
 real `counterprof run -I 1 -- sleep 3` gives the template (its samples, ~6k rows a second),

@@ -4,10 +4,10 @@ trace grows: the largest shared trace as it is, and its events repeated 2x and 4
 (kineto_traces.duplicated_trace: the same ops, shapes and kernels, so every per-op figure
 scales and nothing else changes), plus Kineto-shaped synthetic traces without shapes.
 
-    python tests/bench/roofline_bench.py                  # 5 rounds, full calibrate once, 25 + 100 MB synthetic
-    python tests/bench/roofline_bench.py --quick          # 3 rounds, no full calibrate, 25 MB synthetic
-    python tests/bench/roofline_bench.py --no-calibrate --rounds 3    # only roofline vs import, RSS
-    python tests/bench/roofline_bench.py --json out.json
+    python benchmarks/roofline_bench.py                  # 5 rounds, full calibrate once, 25 + 100 MB synthetic
+    python benchmarks/roofline_bench.py --quick          # 3 rounds, no full calibrate, 25 MB synthetic
+    python benchmarks/roofline_bench.py --no-calibrate --rounds 3    # only roofline vs import, RSS
+    python benchmarks/roofline_bench.py --json out.json
 
 Each measurement is a fresh process doing one job; import and roofline are timed inside the
 process around main() (interpreter start-up and library imports excluded), calibrate from
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 TARGET_QUICK_S = 30.0

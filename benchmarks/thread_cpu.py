@@ -1,8 +1,8 @@
 """Each profiler thread's steady CPU in a running `counterprof run`, side by side for two builds.
 
-    python tests/bench/thread_cpu.py --baseline BASE/.venv/bin/counterprof            # -I 100
-    python tests/bench/thread_cpu.py --baseline BASE/.venv/bin/counterprof -- -I 10
-    python tests/bench/thread_cpu.py --baseline BASE/.venv/bin/counterprof --perf-stat --window 12 32
+    python benchmarks/thread_cpu.py --baseline BASE/.venv/bin/counterprof            # -I 100
+    python benchmarks/thread_cpu.py --baseline BASE/.venv/bin/counterprof -- -I 10
+    python benchmarks/thread_cpu.py --baseline BASE/.venv/bin/counterprof --perf-stat --window 12 32
 
 Each run is `counterprof run -q -e task-clock,page-faults [ARGS] -- sleep TO+2`; the figure is
 each thread's on-CPU time (/proc/PID/task/TID/schedstat) between FROM and TO s (--window, default

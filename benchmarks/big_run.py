@@ -2,8 +2,8 @@
 side by side with reading the same run (the floor: every sample and span read once, nothing
 computed or written).
 
-    python tests/bench/synthetic_run.py -o /tmp/big --ranks 64 --minutes 10 --hz 100 --metrics 20
-    python tests/bench/big_run.py /tmp/big --rounds 3
+    python benchmarks/synthetic_run.py -o /tmp/big --ranks 64 --minutes 10 --hz 100 --metrics 20
+    python benchmarks/big_run.py /tmp/big --rounds 3
 
 Each measurement is a fresh process (wall time from outside, peak RSS from getrusage of the
 child); every round runs each mode once, in random order; the table shows medians over the
@@ -49,7 +49,7 @@ def measure(cmd: list[str]) -> tuple[float, float]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("run", help="a run directory, e.g. from tests/bench/synthetic_run.py")
+    p.add_argument("run", help="a run directory, e.g. from benchmarks/synthetic_run.py")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--plain", action="store_true", help="also export to plain .json (8 GB on disk)")

@@ -1,8 +1,8 @@
 """Trace import: counterprof vs HTA 0.5.0's TraceAnalysis, side by side in one run.
 
-    python tests/bench/trace_import.py                          # real traces + synthetic 100 MB and 1 GB
-    python tests/bench/trace_import.py --rounds 7 --json out.json
-    python tests/bench/trace_import.py --quick                  # 3 rounds, no 1 GB trace
+    python benchmarks/trace_import.py                          # real traces + synthetic 100 MB and 1 GB
+    python benchmarks/trace_import.py --rounds 7 --json out.json
+    python benchmarks/trace_import.py --quick                  # 3 rounds, no 1 GB trace
 
 HTA is not a counterprof dependency: it runs from its own virtual environment (--hta-python,
 default $HTA_PYTHON, else /work/hta-venv/bin/python), made with
@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent.parent
+REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 TARGET_SPEEDUP = 10.0

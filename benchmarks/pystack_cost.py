@@ -3,7 +3,7 @@ sampler (_counterprof_torch_driver.Driver._pystack_loop: sys._current_frames() a
 main thread's frames to the innermost one of the user's own files, every PYSAMPLE_S) run beside
 a pure-Python tokenizer loop, against the same loop alone, in paired rounds in one process.
 
-    python tests/bench/pystack_cost.py [--rounds 15] [--seconds 1.0]
+    python benchmarks/pystack_cost.py [--rounds 15] [--seconds 1.0]
 
 Prints the median of the rounds' ratios (with sampler / alone) of the loop's iterations per
 second, and the samples taken. A script, not a timed test: the machine is shared.
@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-DRIVER = (Path(__file__).resolve().parents[2] / "collectors" / "torch_trace" / "bootstrap"
+DRIVER = (Path(__file__).resolve().parents[1] / "collectors" / "torch_trace" / "bootstrap"
           / "_counterprof_torch_driver.py")
 
 

@@ -1,7 +1,7 @@
 """The threads collector's own CPU, for trees of 1 and 200 (mostly sleeping) threads.
 
-    python tests/bench/threads_cost.py                 # 5 rounds of 3 s per cell (~2 minutes)
-    python tests/bench/threads_cost.py --rounds 3 --seconds 2
+    python benchmarks/threads_cost.py                 # 5 rounds of 3 s per cell (~2 minutes)
+    python benchmarks/threads_cost.py --rounds 3 --seconds 2
 
 The issue's bound: a tree of 200 threads sampled at 10 Hz stays under 1% of one core. Each
 cell runs a Session with only the threads collector on a workload process (--pid target),

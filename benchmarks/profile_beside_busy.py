@@ -1,7 +1,7 @@
 """profile()'s start and stop in a process whose other thread runs Python all the time.
 
-    python tests/bench/profile_beside_busy.py                 # 5 paired rounds, ~1 minute
-    python tests/bench/profile_beside_busy.py --rounds 7
+    python benchmarks/profile_beside_busy.py                 # 5 paired rounds, ~1 minute
+    python benchmarks/profile_beside_busy.py --rounds 7
 
 A data loader's thread, a spinning worker, a metrics pusher: beside a thread that runs Python
 code, every time the profiler's start or stop gives the GIL up (a file, an import, a lock, a C

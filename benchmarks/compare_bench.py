@@ -1,9 +1,9 @@
 """Time and peak memory of `counterprof compare` on two large synthetic runs, side by side with
 the floor: reading both runs' samples once (the same streaming reader, nothing computed).
 
-    python tests/bench/compare_bench.py --ranks 64 --minutes 10 --hz 100 --metrics 20 --rounds 3
+    python benchmarks/compare_bench.py --ranks 64 --minutes 10 --hz 100 --metrics 20 --rounds 3
 
-Both runs come from tests/bench/synthetic_run.py (the same data); the candidate's last rank then
+Both runs come from benchmarks/synthetic_run.py (the same data); the candidate's last rank then
 gets steps 30% longer, so the comparison has a regression to find (checked every round). Each
 round runs every mode once, in random order, each in a fresh process (peak RSS from wait4);
 figures are medians over the rounds with [min-max].

@@ -1,8 +1,8 @@
 """JAX profile conversion against Kineto trace conversion, side by side in one run.
 
-    python tests/bench/jax_import.py                      # records both traces, 7 paired rounds
-    python tests/bench/jax_import.py --rounds 5 --json out.json
-    python tests/bench/jax_import.py --jax-profile P.xplane.pb --kineto-trace T.json.gz
+    python benchmarks/jax_import.py                      # records both traces, 7 paired rounds
+    python benchmarks/jax_import.py --rounds 5 --json out.json
+    python benchmarks/jax_import.py --jax-profile P.xplane.pb --kineto-trace T.json.gz
 
 The two traces are recorded first (unless given), on this machine's CPU, to about the same
 size on disk: a JAX profile (jax.profiler.trace around a jitted MLP's gradient steps: the

@@ -2,9 +2,9 @@
 per rank), side by side: counterprof's reader and the report's DuckDB scan (pyarrow.dataset and
 the other one-liners read the current layout only: that is the point of it).
 
-    python tests/bench/layout_read.py [--ranks 16] [--minutes 2] [--repeats 5]
+    python benchmarks/layout_read.py [--ranks 16] [--minutes 2] [--repeats 5]
 
-Writes a synthetic run (tests/bench/synthetic_run.py), copies it into the older layout, then
+Writes a synthetic run (benchmarks/synthetic_run.py), copies it into the older layout, then
 times each read on both, alternating, and prints the medians and their ratio (older / current).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parent / "tests"))
 
 from helpers import to_older_layout  # noqa: E402
 

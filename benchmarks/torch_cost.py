@@ -3,7 +3,7 @@ unmarked jobs: issue 28's bound (the loop under --torch at most 1.10x alone on e
 labelled job) and its unmarked benchmarks (a raw `a @ b` loop, a 64 MB elementwise loop, a
 2-rank gloo all_reduce, and the worst case, a loop of µs ops).
 
-    python tests/bench/torch_cost.py [--rounds 7] [--only labelled,unmarked] [--modes ...]
+    python benchmarks/torch_cost.py [--rounds 7] [--only labelled,unmarked] [--modes ...]
                                       [--jobs gpt2,ddp] [--json PATH]
 
 A script, not a timed test: the machine is usually shared. Each round runs every job in every
@@ -49,7 +49,7 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "tests" / "jobs"
 PY = sys.executable
 MODES = ("alone", "run", "torch", "torch-2/20")

@@ -1,7 +1,7 @@
 """The labelled jobs (tests/jobs/) side by side with what `counterprof report` says of them:
 the README's table of labelled workloads.
 
-    python tests/bench/verdict_jobs.py [--rounds N]
+    python benchmarks/verdict_jobs.py [--rounds N]
 
 Each job runs under `counterprof run --torch` and keeps its own accounting (tests/jobs/truth.py):
 what it waited for (its sleeps, its DataLoader waits, its main thread's run delay, its reducer
@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 JOBS = REPO / "tests" / "jobs"
 PY = sys.executable
 

@@ -1,7 +1,7 @@
 """The cost of `--serve` per batch, beside the live window's (the sink every live run has):
 both fed the same perf-shaped samples batches in one process, in alternating rounds.
 
-    python tests/bench/serve_sink.py [--rows 200] [--rounds 7]
+    python benchmarks/serve_sink.py [--rows 200] [--rounds 7]
 
 Prints µs per batch for openmetrics.Totals.write and LiveWindow.write (medians over rounds)
 and their ratio, then the cost of one scrape (the whole exposition) over those totals.

@@ -2,7 +2,7 @@
 1.10x alone), on a labelled Flax/optax training loop (StepTraceAnnotation steps: the default
 paced step windows) and an unmarked jitted matmul loop (the adaptive time windows).
 
-    python tests/bench/jax_cost.py [--rounds 7] [--modes alone,run,jax,jax-nocost] [--steps 600]
+    python benchmarks/jax_cost.py [--rounds 7] [--modes alone,run,jax,jax-nocost] [--steps 600]
                                    [--seconds 5] [--jobs flax,matmul] [--json PATH]
 
 A script, not a timed test: the machine is usually shared. Each round runs every job in every

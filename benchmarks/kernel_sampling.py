@@ -1,17 +1,17 @@
 """Kernel-side interval sampling against a per-interval tick, side by side, in one run.
 
-    python tests/bench/kernel_sampling.py                  # 5 paired rounds, ~2 minutes
-    python tests/bench/kernel_sampling.py --rounds 3 --seconds 2
+    python benchmarks/kernel_sampling.py                  # 5 paired rounds, ~2 minutes
+    python benchmarks/kernel_sampling.py --rounds 3 --seconds 2
 
 Issue 14 asks for a profiler below perf stat's own cost at -I 1 (half of it) and -I 10. Any
-thread woken every interval costs at least a wake-up (tests/bench/wakeup_floor.py: about perf
+thread woken every interval costs at least a wake-up (benchmarks/wakeup_floor.py: about perf
 stat's whole cost at -I 1 on this VM), so the way below it is to let the kernel sample: a
 task-clock leader per CPU on the workload (inherit, PERF_SAMPLE_READ | PERF_SAMPLE_TID, Linux
 6.12 or later) writes the group's counts into an mmap ring every INTERVAL of each thread's
 CPU time, and the profiler wakes twice a second to drain it. This script measures that probe
-(tests/bench/kernel_sampling_probe.c, compiled here) against the same group read on a tick
+(benchmarks/kernel_sampling_probe.c, compiled here) against the same group read on a tick
 (the probe's `tick` mode, which is what counterprof's sampler and perf stat -I do), on a
-sleeping workload and on a CPU-bound one (tests/bench/workload.py), at -I 1 and -I 10:
+sleeping workload and on a CPU-bound one (benchmarks/workload.py), at -I 1 and -I 10:
 
   profiler CPU   the probe's own CPU per second of workload, % of one core
   work ratio     the busy workload's iterations/s against its run alone in the same round
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     load1 = os.getloadavg()
     print(f"kernel-side sampling vs a tick: {platform.machine()}, {os.cpu_count()} CPUs, kernel {platform.release()}; "
           f"{args.rounds} paired rounds of {args.seconds:g} s, seed {seed}")
-    print(f"command: python tests/bench/kernel_sampling.py --rounds {args.rounds} --seconds {args.seconds:g} "
+    print(f"command: python benchmarks/kernel_sampling.py --rounds {args.rounds} --seconds {args.seconds:g} "
           f"--seed {seed}")
     print("group: task-clock leader + page-faults, median [min–max]")
     print()

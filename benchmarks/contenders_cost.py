@@ -1,8 +1,8 @@
 """What one read of the contenders (every process's CPU, outside the workload's tree) costs, in C
 (collectors.threads.process_table + numpy) against the Python scan it replaced, side by side.
 
-    python tests/bench/contenders_cost.py                      # 0, 500, 1500 extra processes
-    python tests/bench/contenders_cost.py --extra 0 1000 --rounds 9
+    python benchmarks/contenders_cost.py                      # 0, 500, 1500 extra processes
+    python benchmarks/contenders_cost.py --extra 0 1000 --rounds 9
 
 A GPU node lists ~1500 processes (its kernel threads too: one set per CPU); this VM ~65, so
 the bench starts `sleep` processes to get there. Each round reads both ways in a random order;

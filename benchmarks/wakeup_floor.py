@@ -1,7 +1,7 @@
 """The floor under any profiler that wakes a thread every interval: what one wake-up costs here.
 
-    python tests/bench/wakeup_floor.py                  # 5 paired rounds, ~1 minute
-    python tests/bench/wakeup_floor.py --rounds 7 --seconds 3
+    python benchmarks/wakeup_floor.py                  # 5 paired rounds, ~1 minute
+    python benchmarks/wakeup_floor.py --rounds 7 --seconds 3
 
 A C thread that does nothing but sleep until its next deadline, with each of the ways a
 sampler can wait (clock_nanosleep to an absolute deadline, as perf stat -I does; a condition
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     load1 = os.getloadavg()
     print(f"wake-up floor: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"kernel {platform.release()}; {args.rounds} paired rounds of {args.seconds:g} s per cell, seed {seed}")
-    print(f"command: python tests/bench/wakeup_floor.py --rounds {args.rounds} --seconds {args.seconds:g} "
+    print(f"command: python benchmarks/wakeup_floor.py --rounds {args.rounds} --seconds {args.seconds:g} "
           f"--seed {seed}")
     print()
     print("| wait | " + " | ".join(f"-I {iv:g}: µs per wake-up, % of a core" for iv in INTERVALS_MS) + " |")

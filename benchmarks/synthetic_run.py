@@ -1,6 +1,6 @@
 """Write a synthetic run directory of any size, for the export and report benchmarks.
 
-    python tests/bench/synthetic_run.py -o /tmp/big --ranks 64 --minutes 10 --hz 100 --metrics 20
+    python benchmarks/synthetic_run.py -o /tmp/big --ranks 64 --minutes 10 --hz 100 --metrics 20
 
 Each rank gets samples of `metrics` perf/host-like series at `hz` (deltas with durations and
 gauges), plus spans: one step every second with a gloo all_reduce inside it, so report,

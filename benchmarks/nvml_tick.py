@@ -1,8 +1,8 @@
 """The nvml collector's cost, with the fake NVML of tests/fake_nvml.py (no GPU needed).
 
-    python tests/bench/nvml_tick.py                 # ~4 minutes
-    python tests/bench/nvml_tick.py --quick
-    python tests/bench/nvml_tick.py --gpus 8 --rounds 9 --json nvml-bench.json
+    python benchmarks/nvml_tick.py                 # ~4 minutes
+    python benchmarks/nvml_tick.py --quick
+    python benchmarks/nvml_tick.py --gpus 8 --rounds 9 --json nvml-bench.json
 
 Without a GPU this shows the Python side only: the real driver's time inside each NVML call
 comes on top (on a GPU machine, pass --real to sample the real pynvml instead).
@@ -15,10 +15,10 @@ Parts:
             library's), so the rest is counterprof's own Python per tick. These are hot-loop
             figures: in the live thread, which wakes every interval with cold caches, the same
             tick costs several times more (the slowdown part's thread CPU shows it).
-  cli       tests/bench/workload.py as its own process, alone (twice: the second is the noise
+  cli       benchmarks/workload.py as its own process, alone (twice: the second is the noise
             reference) and under `counterprof run --collectors nvml` at 10 Hz and 100 Hz, with
             the fake in the profiler's process: the slowdown a launched workload sees.
-  slowdown  tests/bench/workload.py's CPU-bound loop in this process: alone, alone again
+  slowdown  benchmarks/workload.py's CPU-bound loop in this process: alone, alone again
             (the noise reference), and inside
             counterprof.profile(collectors=["nvml"]) at 10 Hz and at 100 Hz (GPM at its
             100 ms windows in both). In-process is the worst case: the sampling thread shares
@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))          # fake_nvml
+sys.path.insert(0, str(HERE.parent / "tests"))          # fake_nvml
 sys.path.insert(0, str(HERE))                 # workload
 
 import fake_nvml  # noqa: E402
@@ -177,13 +177,13 @@ CLI_WITH_FAKE = ("import sys; sys.path.insert(0, {tests!r}); import fake_nvml; "
 
 
 def cli_slowdown(n_gpus: int, seconds: float, rounds: int, seed: int) -> dict:
-    """tests/bench/workload.py as its own process: alone, and under `counterprof run
+    """benchmarks/workload.py as its own process: alone, and under `counterprof run
     --collectors nvml` (the fake in the profiler's process) at 10 Hz and 100 Hz."""
     import subprocess
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="counterprof-nvml-bench-cli-"))
     wl = [sys.executable, str(HERE / "workload.py"), "--seconds", str(seconds)]
-    code = CLI_WITH_FAKE.format(tests=str(HERE.parent), gpus=n_gpus)
+    code = CLI_WITH_FAKE.format(tests=str(HERE.parent / "tests"), gpus=n_gpus)
     modes = {"alone": wl, "alone again": wl}
     for label, interval in (("10Hz", "100"), ("100Hz", "10")):
         modes[label] = [sys.executable, "-c", code, "run", "-q", "--collectors", "nvml",

@@ -1,18 +1,18 @@
 """`counterprof import`: this checkout against another checkout's importer (main's), side by
 side in one run, and a check that both write the same spans.
 
-    python tests/bench/import_speed.py                                   # vs /work/main
-    python tests/bench/import_speed.py --baseline /path/to/.venv/bin/python --rounds 7
-    python tests/bench/import_speed.py --pythonpath /tmp/isal            # both with ISA-L
-    python tests/bench/import_speed.py --baseline .venv/bin/python --baseline-pythonpath /tmp/base
+    python benchmarks/import_speed.py                                   # vs /work/main
+    python benchmarks/import_speed.py --baseline /path/to/.venv/bin/python --rounds 7
+    python benchmarks/import_speed.py --pythonpath /tmp/isal            # both with ISA-L
+    python benchmarks/import_speed.py --baseline .venv/bin/python --baseline-pythonpath /tmp/base
                                        # main's commit as a package folder, made with
         git archive COMMIT | tar -x -C /tmp/src && cd /tmp/src &&
         PYTHONPATH=native python -c "from build_native import ffibuilder; ffibuilder.compile(tmpdir='.')" &&
         mkdir /tmp/base && cp -r counterprof /tmp/base/ && cp -r collectors /tmp/base/counterprof/ &&
         cp counterprof/_native*.so /tmp/base/counterprof/
       (needed while the checkout itself cannot be imported from: /work/main in the middle of a merge)
-    python tests/bench/import_speed.py --hta /path/to/hta-venv/bin/python  # and HTA 0.5.0 beside them
-    python tests/bench/import_speed.py --baseline none --rounds 7   # ours against HTA only
+    python benchmarks/import_speed.py --hta /path/to/hta-venv/bin/python  # and HTA 0.5.0 beside them
+    python benchmarks/import_speed.py --baseline none --rounds 7   # ours against HTA only
         (HTA from $HTA_PYTHON, else /work/hta-venv/bin/python, made with
          python3 -m venv /work/hta-venv && /work/hta-venv/bin/pip install HolisticTraceAnalysis==0.5.0)
 
@@ -50,11 +50,11 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent.parent
+REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 from kineto_traces import SHARED  # noqa: E402
 
-sys.path.insert(0, str(REPO / "tests" / "bench"))
+sys.path.insert(0, str(REPO / "benchmarks"))
 from trace_import import HTA  # noqa: E402
 
 DEFAULT_TRACES = ("a100_rank3of8.json.gz", "a100_nccl_rank0of2.json.gz", "sampled_rank0of128.json.gz")
