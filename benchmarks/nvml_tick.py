@@ -75,7 +75,7 @@ class Recorder:
 
 
 def tick_costs(n_gpus: int, nvlinks: int, iterations: int, repeats: int, module=None) -> dict:
-    from counterprof.clock import Clock
+    from counterprof.ground.clock import Clock
     from counterprof.collectors.nvml import devices
     from counterprof.collectors.nvml.library import open_nvml
     from counterprof.collectors.nvml.sampler import GpuSampler, WallClock

@@ -7,7 +7,7 @@ A data loader's thread, a spinning worker, a metrics pusher: beside a thread tha
 code, every time the profiler's start or stop gives the GIL up (a file, an import, a lock, a C
 call) it waits for the busy thread to be asked to hand it back, every switch interval (5 ms by
 default). counterprof.profile() hands it over every 0.2 ms while it starts and stops
-(counterprof/gil.py); this measures that against the same code with the process's own setting.
+(counterprof/ground/gil.py); this measures that against the same code with the process's own setting.
 
 Each round runs both modes once, in a random order, each in a fresh process (the first
 profile() imports pyarrow and numpy: "cold"), then a second profile() in the same process
@@ -27,7 +27,7 @@ import tempfile
 CHILD = r"""
 import contextlib, json, sys, tempfile, threading, time
 mode = sys.argv[1]
-import counterprof.gil, counterprof.api
+import counterprof.ground.gil, counterprof.api
 if mode == "own":     # the same start and stop, at the process's own switch interval
     counterprof.api.quick_handoffs = contextlib.nullcontext
 stop = False

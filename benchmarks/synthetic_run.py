@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from counterprof.schema import SAMPLES_SCHEMA, SPANS_SCHEMA, spans_batch
+from counterprof.ground.schema import SAMPLES_SCHEMA, SPANS_SCHEMA, spans_batch
 from counterprof.store import rundir
 
 DELTAS = ["task-clock", "context-switches", "page-faults", "cpu-migrations", "proc.cpu_user",

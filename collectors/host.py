@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
-from counterprof.errors import UsageError
-from counterprof.schema import Metric, samples_from_columns
+from counterprof.ground.errors import UsageError
+from counterprof.ground.schema import Metric, samples_from_columns
 
 METRICS = [
     Metric("proc.cpu_user", "s", "delta", "user CPU time of the process tree (reaped children included)", "host"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from counterprof.schema import samples_from_columns
+from counterprof.ground.schema import samples_from_columns
 
 MAIN, INTRAOP, LOADER, COMM, OTHER, EXCLUDED = range(6)
 

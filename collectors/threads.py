@@ -47,12 +47,12 @@ from collections.abc import Callable
 import numpy as np
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
-from counterprof.errors import UsageError
-from counterprof.schema import Metric
+from counterprof.ground.errors import UsageError
+from counterprof.ground.schema import Metric
 
 from .thread_rows import COMM, EXCLUDED, INTRAOP, LOADER, MAIN, OTHER, ThreadRows
-from counterprof.proctree import cmdline, cpu_ticks, helper_kind
-from counterprof.record import record
+from counterprof.ground.proctree import cmdline, cpu_ticks, helper_kind
+from counterprof.ground.record import record
 
 SOURCE = "threads"
 

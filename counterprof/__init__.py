@@ -11,8 +11,7 @@ __version__ = "0.1.0"
 
 # Attributes load on first use: `import counterprof` (and so `counterprof --help`, whose
 # console script imports this package first) must not pay for pyarrow and numpy.
-_LAZY = {"profile": ".api", "step": ".api", "region": ".regions", "Run": ".store.reader",
-         "load": ".store.reader"}
+_LAZY = {"profile": ".api", "step": ".api", "region": ".regions", "Run": ".api", "load": ".api"}
 
 __all__ = ["profile", "region", "step", "load", "Run", "__version__"]
 
@@ -23,7 +22,7 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'counterprof' has no attribute {name!r}")
     import importlib
 
-    from .gil import quick_handoffs
+    from .ground.gil import quick_handoffs
     with quick_handoffs():     # the first use imports pyarrow and numpy: beside a busy thread too
         value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value

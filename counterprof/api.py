@@ -4,12 +4,30 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .collector import Target
-from .gil import quick_handoffs
+from .ground.gil import quick_handoffs
 from .session import Session, job_from_env
-from .store.reader import Run
+
+if TYPE_CHECKING:
+    from .render.summary import ShownSummary
+from .store import reader
+
+
+class Run(reader.Run):
+    """A run directory as a user reads it (counterprof.load, counterprof.profile): the store's
+    tables, samples and meta, and summary(), perf stat's table."""
+
+    def summary(self, rank: int | None = None) -> ShownSummary:
+        """Totals per event and the workload's figures, like perf stat's table (print() it)."""
+        from .analysis.summary import run_summary
+        from .render.summary import shown
+        return shown(run_summary(self, rank))
+
+
+def load(path: str | os.PathLike[str]) -> Run:
+    return Run(path)
 
 
 def step() -> None:

@@ -21,11 +21,11 @@ from pathlib import Path
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, TypeVar
 
-from .clock import Clock
-from .errors import CounterprofError, UsageError, native_missing
-from .schema import Metric
-from .threadname import name_os_thread
-from counterprof.record import record
+from .ground.clock import Clock
+from .ground.errors import CounterprofError, UsageError, native_missing
+from .ground.schema import Metric
+from .ground.threadname import name_os_thread
+from counterprof.ground.record import record
 
 ENTRY_POINT_GROUP = "counterprof.collectors"
 

@@ -239,7 +239,7 @@ class Exporter:
     def attach(self, session, **figure_options) -> None:
         """Read the session's catalog and collector statuses live; figure_options go to
         live_figures (scope, cpus, perf_system_wide)."""
-        from .redact import command_line        # scraped by whoever can connect
+        from .ground.redact import command_line
         self.collector.catalog = lambda: dict(session.metrics)
         self.collector.statuses = lambda: dict(session.statuses)
         self.collector.figure_options = figure_options

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from .collector import Collector, Target, start_order, stop_order
-from .proctree import environ, multiprocessing_helper, pid_alive, rank_of, tree_order
-from counterprof.record import record
+from .ground.proctree import environ, multiprocessing_helper, pid_alive, rank_of, tree_order
+from counterprof.ground.record import record
 
 # launchers whose children are ranks: per-rank profiling is on by default for them
 LAUNCHERS = ("torchrun", "mpirun", "mpiexec", "srun", "deepspeed", "accelerate", "horovodrun")

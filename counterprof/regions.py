@@ -60,7 +60,7 @@ class _Recorder:
         run_dir = os.environ.get(ENV_RUN_DIR)
         if not run_dir or not os.path.isdir(run_dir):
             return
-        from .proctree import rank_from_env
+        from .ground.proctree import rank_from_env
         from .store.journal import JournalWriter
         from .store.rundir import rank_dir
         try:
@@ -92,7 +92,7 @@ class _Recorder:
             self._last_flush = time.monotonic_ns()
             if not rows:
                 return
-            from .schema import spans_batch
+            from .ground.schema import spans_batch
             off = self._offset_ns
             batch = spans_batch(
                 start=[r[0] + off for r in rows], end=[r[1] + off for r in rows],

@@ -52,6 +52,7 @@ def finish_set(base: Path, data: dict[str, Any], warn: Callable[[str], None]) ->
     made, said through warn), the summary kept in runset.json. A set whose first run failed
     before it wrote anything (bad events, say) is removed: ([], None)."""
     from .analysis.repeat import combine
+    from .analysis.summary import run_summary
     from .runset import SET_FILE, members, write_set
     from .store.reader import Run
     runs = members(base)
@@ -64,7 +65,7 @@ def finish_set(base: Path, data: dict[str, Any], warn: Callable[[str], None]) ->
         return [], None
     summary = None
     try:
-        summary = combine([Run(p).summary() for p in runs])
+        summary = combine([run_summary(Run(p)) for p in runs])
         data["summary"] = summary.to_dict()
         write_set(base, data)
     except Exception as exc:     # the runs are on disk; a summary problem must not hide that

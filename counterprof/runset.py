@@ -31,7 +31,7 @@ def member_name(i: int) -> str:
 
 
 def read_set(path: str | os.PathLike) -> dict[str, Any]:
-    from .errors import RunDirectoryError
+    from .ground.errors import RunDirectoryError
     from .store.safepath import open_read
     f = Path(path) / SET_FILE
     try:
@@ -71,7 +71,7 @@ def write_set(path: str | os.PathLike, data: dict[str, Any]) -> None:
 def prepare_dir(path: str | os.PathLike, replace: bool) -> Path:
     """Create the set's directory. An existing set is replaced only with replace=True (its
     member runs and set file, nothing else); a run or any other non-empty directory is refused."""
-    from .errors import RunDirectoryError
+    from .ground.errors import RunDirectoryError
     from .store import safepath
     from .store.rundir import is_run, remove_run
     base = Path(path)

@@ -22,12 +22,12 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from . import __version__, regions
-from .clock import Clock
+from .ground.clock import Clock
 from .collector import Availability, Collector, SessionContext, Target, resolve, start_order, stop_order
-from .errors import CounterprofError, RunDirectoryError, os_error, perf_event_paranoid
-from .gitrev import git_revision
-from .proctree import rank_from_env
-from .schema import Metric
+from .ground.errors import CounterprofError, RunDirectoryError, os_error, perf_event_paranoid
+from .ground.gitrev import git_revision
+from .ground.proctree import rank_from_env
+from .ground.schema import Metric
 from .store import rundir, safepath
 from .store.compact import BackgroundCompactor, CompactionReport, compact_rank
 from .store.rundir import RESERVE
@@ -131,7 +131,7 @@ class Session:
         if path is not None and os.fspath(path) in ("", b""):
             # Path("") is the current directory: an unset variable (path=os.environ.get(...,""))
             # would write the run into it, as `-o ""` would (refused there by cli/arguments.py)
-            from .errors import UsageError
+            from .ground.errors import UsageError
             raise UsageError('path "" was given (an empty string: an unset variable?): name the '
                              'run directory, "." for the current directory, or leave path unset '
                              "for a new timestamped one")

@@ -20,9 +20,9 @@ import threading
 import time
 from dataclasses import asdict
 
-from .errors import CounterprofError, native_missing
-from .pathsearch import which
-from counterprof.record import record
+from .ground.errors import CounterprofError, native_missing
+from .ground.pathsearch import which
+from counterprof.ground.record import record
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 WATCHED = set(FORWARDED) | {signal.SIGCHLD}

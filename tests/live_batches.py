@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from counterprof.schema import Metric, samples_batch
+from counterprof.ground.schema import Metric, samples_batch
 
 RECORDED = Path(__file__).resolve().parent / "data" / "live-phases"
 T0 = 1_700_000_000_000_000_000      # an epoch time in ns, a whole number of 250 ms ticks

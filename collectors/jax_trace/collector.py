@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
-from counterprof.errors import CounterprofError, UsageError
+from counterprof.ground.errors import CounterprofError, UsageError
 from counterprof.store import rundir, safepath
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def converted_profile(folder: Path) -> tuple[pa.Table | None, str | None]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from counterprof.schema import SPANS_SCHEMA, spans_batch
+    from counterprof.ground.schema import SPANS_SCHEMA, spans_batch
     try:
         from .convert import convert_profile
     except ImportError as exc:

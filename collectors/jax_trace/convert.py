@@ -1,4 +1,4 @@
-"""JAX (XProf) profiles -> spans (counterprof.schema.SPANS_SCHEMA), times in epoch ns (UTC).
+"""JAX (XProf) profiles -> spans (counterprof.ground.schema.SPANS_SCHEMA), times in epoch ns (UTC).
 
     table = convert_profile("logdir")      # every profile under it, one table (no window spans)
     for done in read_profiles("logdir"):   # per file: .table, .window, .rank, .problems, ...
@@ -77,10 +77,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from counterprof.analysis.kernels import collective_in_kernel_name, kernel_class
-from counterprof.errors import CounterprofError
-from counterprof.record import record
-from counterprof.schema import SPANS_SCHEMA
+from counterprof.ground.kernels import collective_in_kernel_name, kernel_class
+from counterprof.ground.errors import CounterprofError
+from counterprof.ground.record import record
+from counterprof.ground.schema import SPANS_SCHEMA
 
 from . import JSON_SUFFIX, PERFETTO_NAME, STAMP, XPLANE_SUFFIX, in_session_folder
 

@@ -25,9 +25,9 @@ from typing import Any
 import pyarrow as pa
 
 from counterprof import __version__
-from counterprof.errors import CounterprofError, os_error
-from counterprof.record import record
-from counterprof.schema import SPANS_SCHEMA
+from counterprof.ground.errors import CounterprofError, os_error
+from counterprof.ground.record import record
+from counterprof.ground.schema import SPANS_SCHEMA
 from counterprof.store import rundir, safepath
 from counterprof.store.parquet_writer import open_parquet
 

@@ -29,10 +29,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from counterprof.collector import Availability, Collector, SessionContext
-from counterprof.errors import UsageError
-from counterprof.pathsearch import which
-from counterprof.proctree import environ, rank_of, tree_order
-from counterprof.schema import samples_batch
+from counterprof.ground.errors import UsageError
+from counterprof.ground.pathsearch import which
+from counterprof.ground.proctree import environ, rank_of, tree_order
+from counterprof.ground.schema import samples_batch
 
 from . import monitor, sysfs
 from .metrics import BY_NAME

@@ -9,7 +9,7 @@ device of its first NeuronCore).
 """
 from __future__ import annotations
 
-from counterprof.schema import Metric
+from counterprof.ground.schema import Metric
 
 SOURCE = "neuron"
 

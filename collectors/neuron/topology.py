@@ -13,8 +13,8 @@ import os
 import time
 from dataclasses import field
 from typing import Any
-from counterprof.pathsearch import which
-from counterprof.record import record
+from counterprof.ground.pathsearch import which
+from counterprof.ground.record import record
 
 NEURON_LS_TIMEOUT_S = 10.0
 NEURON_LS_MAX_BYTES = 4 << 20       # a device list; 16 devices are a few kB

@@ -19,13 +19,13 @@ import os
 from typing import Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext
-from counterprof.errors import CounterprofError, GpuLost, NvmlError, NvmlUnavailable, UsageError
-from counterprof.schema import samples_batch
+from counterprof.ground.errors import CounterprofError, GpuLost, NvmlError, NvmlUnavailable, UsageError
+from counterprof.ground.schema import samples_batch
 
 from . import devices
 from .library import Nvml, open_nvml
 from .metrics import METRICS
-from counterprof.proctree import tree_pids
+from counterprof.ground.proctree import tree_pids
 from .sampler import MIN_GPM_WINDOW_MS, GpuSampler, WallClock
 
 # once a second: the driver's sample buffer, per-process memory, and the emit (one batch a

@@ -19,10 +19,10 @@ from dataclasses import field
 from typing import Any
 from collections.abc import Mapping
 
-from counterprof.errors import UsageError
+from counterprof.ground.errors import UsageError
 
 from .library import Nvml
-from counterprof.record import record
+from counterprof.ground.record import record
 
 
 @record

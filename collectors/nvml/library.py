@@ -6,7 +6,7 @@
 - Every call goes through `call()`: an NVMLError becomes None (unknown), a NOT_SUPPORTED function
   or field is noted once by name (per device), other errors once by name with the message.
 - A lost GPU raises `GpuLost`, a library-wide failure (driver unloaded, version mismatch)
-  `NvmlUnavailable`: both counterprof errors made in counterprof/errors.py.
+  `NvmlUnavailable`: both counterprof errors made in counterprof/ground/errors.py.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import struct
 import sys
 from typing import Any
 
-from counterprof.errors import (
+from counterprof.ground.errors import (
     NVML_ERROR_FUNCTION_NOT_FOUND, NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_SUCCESS,
     GpuLost, NvmlError, NvmlUnavailable, nvml_error,
 )

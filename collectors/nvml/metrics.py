@@ -8,8 +8,8 @@ the interval. Entities: `gpu:N` (CUDA ordinal), `gpu:N/nvlink:L` for one NVLink 
 from __future__ import annotations
 
 
-from counterprof.schema import Metric
-from counterprof.record import record
+from counterprof.ground.schema import Metric
+from counterprof.ground.record import record
 
 SOURCE = "nvml"
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import time
 
-from counterprof.clock import Clock
-from counterprof.errors import NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_SUCCESS
+from counterprof.ground.clock import Clock
+from counterprof.ground.errors import NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_SUCCESS
 
 from .devices import Gpu
 from .library import Nvml, union_value
@@ -28,7 +28,7 @@ class WallClock:
 
     Field values and the driver's sample buffer are stamped by NVML in CPU wall-clock
     microseconds since 1970; the run's axis is CLOCK_MONOTONIC plus an offset fixed at session
-    start (counterprof/clock.py). `skew` = wall clock - run clock, measured at every tick, so a
+    start (counterprof/ground/clock.py). `skew` = wall clock - run clock, measured at every tick, so a
     stamp converts as stamp_us * 1000 - skew. A wall-clock step moves NVML's stamps and
     time.time_ns() alike, so after the next refresh (at most one interval later) stamps land
     on the run's axis again, even though the run clock itself never steps."""

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from counterprof.collector import Availability, Collector, SessionContext
-from counterprof.errors import CounterprofError, PerfEventError, UsageError, perf_error
-from counterprof.schema import SAMPLES_SCHEMA, Metric
+from counterprof.ground.errors import CounterprofError, PerfEventError, UsageError, perf_error
+from counterprof.ground.schema import SAMPLES_SCHEMA, Metric
 
 from . import kernel_mode, native
 from .counters import CounterSet, Unit, cpu_units, open_counters, task_units

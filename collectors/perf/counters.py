@@ -12,12 +12,12 @@ import errno
 import os
 from dataclasses import field
 
-from counterprof.errors import (EventNotSupported, PerfEventError, PerfPermissionError,
+from counterprof.ground.errors import (EventNotSupported, PerfEventError, PerfPermissionError,
                                 TargetGone)
 
 from . import native
 from .events import PERF_TYPE_SOFTWARE, EventGroup, EventSpec
-from counterprof.record import record
+from counterprof.ground.record import record
 
 
 @record(frozen=True)

@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import field, replace
 
-from counterprof.errors import EventSyntaxError
+from counterprof.ground.errors import EventSyntaxError
 
 from .sysfs import Pmu, Sysfs, parse_terms
-from counterprof.record import record
+from counterprof.ground.record import record
 
 PERF_TYPE_HARDWARE = 0
 PERF_TYPE_SOFTWARE = 1

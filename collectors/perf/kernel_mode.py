@@ -29,8 +29,8 @@ import errno
 import os
 from typing import Any
 
-from counterprof.errors import CounterprofError
-from counterprof.schema import Metric
+from counterprof.ground.errors import CounterprofError
+from counterprof.ground.schema import Metric
 
 from . import native
 from .counters import CounterSet, OpenedGroup, Unit, online_cpus, open_counters

@@ -1,17 +1,17 @@
 """The compiled core (counterprof._native) and the attr every counter is opened with.
 
 All perf_event_open calls go through `open_event`, which turns a failure into the
-counterprof error for it (counterprof.errors.perf_error).
+counterprof error for it (counterprof.ground.errors.perf_error).
 """
 from __future__ import annotations
 
 import struct
 from typing import Any
 
-from counterprof.errors import native_missing, perf_error
+from counterprof.ground.errors import native_missing, perf_error
 
 from .events import EventSpec
-from counterprof.record import record
+from counterprof.ground.record import record
 
 try:
     from counterprof._native import ffi, lib

@@ -5,7 +5,7 @@ from typing import Any
 
 import errno
 
-from counterprof.errors import EventNotSupported, PerfEventError, PerfPermissionError
+from counterprof.ground.errors import EventNotSupported, PerfEventError, PerfPermissionError
 
 from . import native
 from .events import HARDWARE, SOFTWARE, EventParser, cache_event_names

@@ -153,7 +153,7 @@ def spill_rows(records: list[tuple[int, bytes]], labels: dict[str, Any]):
     import numpy as np
     import pyarrow as pa
     from ..thread_rows import ThreadRows
-    from counterprof.schema import SAMPLES_SCHEMA, samples_from_columns
+    from counterprof.ground.schema import SAMPLES_SCHEMA, samples_from_columns
 
     batches: list[pa.RecordBatch] = []
     slots = labels["perf"]["slots"]

@@ -16,8 +16,8 @@ from dataclasses import field
 from functools import cached_property
 from pathlib import Path
 
-from counterprof.errors import EventSyntaxError
-from counterprof.record import record
+from counterprof.ground.errors import EventSyntaxError
+from counterprof.ground.record import record
 
 DEVICES = "bus/event_source/devices"
 CONFIG_FIELDS = ("config", "config1", "config2")

@@ -105,7 +105,7 @@ class Claim:
             return False
         if pid == os.getpid():
             return True
-        from counterprof.proctree import pid_alive
+        from counterprof.ground.proctree import pid_alive
         return pid_alive(pid)
 
     def mark_converted(self, by: str) -> None:

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
-from counterprof.errors import CounterprofError, UsageError
+from counterprof.ground.errors import CounterprofError, UsageError
 from counterprof.store import rundir
 
 

@@ -1,4 +1,4 @@
-"""Kineto trace -> spans (counterprof.schema.SPANS_SCHEMA), streamed in bounded batches.
+"""Kineto trace -> spans (counterprof.ground.schema.SPANS_SCHEMA), streamed in bounded batches.
 
     conversion = TraceConversion("rank0.json.gz")
     for batch in conversion:        # pyarrow.RecordBatch, SPANS_SCHEMA, epoch-ns times
@@ -48,9 +48,9 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from counterprof.analysis.kernels import (COMMUNICATION, collective_in_kernel_name,
+from counterprof.ground.kernels import (COMMUNICATION, collective_in_kernel_name,
                                           kernel_class)
-from counterprof.schema import SPANS_SCHEMA
+from counterprof.ground.schema import SPANS_SCHEMA
 
 from . import arrow_compute as pc
 from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner, adopt, op_shapes, scan_ahead
@@ -127,7 +127,7 @@ def wants_shapes(cat: pa.Array, name: pa.Array) -> pa.Array:
 def _costed_ops() -> pa.Array:
     global _COSTED
     if _COSTED is None:
-        from counterprof.analysis.opcost import FORMULAS
+        from counterprof.ground.opcost import FORMULAS
         _COSTED = pa.array(sorted(FORMULAS), pa.string())
     return _COSTED
 

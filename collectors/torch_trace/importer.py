@@ -21,14 +21,14 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from counterprof import __version__
-from counterprof.errors import CounterprofError, RunDirectoryError, UsageError, os_error
-from counterprof.schema import SPANS_SCHEMA
+from counterprof.ground.errors import CounterprofError, RunDirectoryError, UsageError, os_error
+from counterprof.ground.schema import SPANS_SCHEMA
 from counterprof.store import rundir, safepath
 from counterprof.store.parquet_writer import open_parquet
 
 from .convert import TraceConversion
 from .scan import TraceFileError
-from counterprof.record import record
+from counterprof.ground.record import record
 
 SUFFIXES = (".json", ".json.gz")
 ROW_GROUP_ROWS = 32 * 1024

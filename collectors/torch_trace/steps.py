@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from counterprof.schema import spans_batch
+from counterprof.ground.schema import spans_batch
 from counterprof.store import rundir, safepath
 from counterprof.store.journal import read_segment, segments
 
 from .claim import Claim
-from counterprof.record import record
+from counterprof.ground.record import record
 
 SUFFIX = ".steps"
 

@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .kernels import CLASSES, COMMUNICATION, COMPUTE, MEMORY, RULES
+from ..ground.kernels import CLASSES, COMMUNICATION, COMPUTE, MEMORY, RULES
 
 KERNEL_WAIT_NS = 30_000
 RUNTIME_OUTLIER_NS = 50_000        # HTA's runtime_cutoff (µs 50)

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..render import units       # the evidence's words: the renderers' rules
+from ..ground import units
 from .signals import Signal
-from .thresholds import value
+from ..ground.thresholds import value
 from .xla import HOST_PART as XLA_HOST
 
 CLASSES = ("compute", "memory", "collectives", "host")

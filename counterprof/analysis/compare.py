@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from .run_figures import STEP, Contention, RunFigures, verdict_word
-from .thresholds import value
+from ..ground.thresholds import value
 
 WALL = "wall_time"
 

@@ -63,7 +63,7 @@ def bounds_of(run: Run) -> tuple[int, int]:
 
 
 def command_of(run: Run) -> str:
-    from ..redact import command_line
+    from ..ground.redact import command_line
     from ..store.meta import RunMeta
     return command_line(RunMeta.of(run.meta).command) or "(no command)"
 
@@ -72,7 +72,7 @@ def check_commands(base_runs: list[Run], cand_runs: list[Run], force: bool) -> s
     """The runs' commands; runs of different commands do not compare (UsageError) unless force."""
     commands = {command_of(r) for r in base_runs + cand_runs}
     if len(commands) > 1 and not force:
-        from ..errors import UsageError
+        from ..ground.errors import UsageError
         lines = [f"  {side} {r.path}: {command_of(r)}" for side, runs in (("baseline ", base_runs),
                                                                             ("candidate", cand_runs)) for r in runs]
         raise UsageError("these runs ran different commands, so their figures do not compare:\n"

@@ -28,7 +28,7 @@ def run_record(run: Run, path: str, warn: Callable[[str], None]) -> RunRecord:
     from ..store.liveness import profiler_alive
     meta = RunMeta.of(run.meta)
     if profiler_alive(meta.raw):
-        from ..errors import UsageError
+        from ..ground.errors import UsageError
         raise UsageError(f"{run.path} is still being written (counterprof pid {meta.profiler.pid} on "
                          f"{meta.profiler.host}): add it once that run has finished")
     f = figures(run, warn)
@@ -59,7 +59,7 @@ def run_git_revision(meta: RunMeta | dict[str, Any], path: str, warn: Callable[[
     cwd = m.cwd
     if not cwd or not Path(cwd).is_dir():
         return None
-    from ..gitrev import git_revision
+    from ..ground.gitrev import git_revision
     rev = git_revision(cwd)
     if rev:
         warn(f"{path}: no git revision recorded at run time; using the checkout's HEAD now, {rev}")

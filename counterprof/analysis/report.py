@@ -12,14 +12,14 @@ from collections.abc import Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..redact import redact_argv
+from ..ground.redact import redact_argv
 from ..store.meta import RunMeta
 from . import intervals as iv
 from .classify import HOST_NEXT_STEPS, NEXT_STEPS, Evidence, Verdict, classify
 from .headline import headline, step_scope, too_short
 from .signals import BUCKET_NS, MAX_BUCKETS, RunData, bucket_table, host_where, load_buckets, load_spans, signals
 from .summary import Summary, summary_from_totals
-from .thresholds import value
+from ..ground.thresholds import value
 
 MAX_REGIONS = 20
 PLOT_POINTS = 200          # plots get their own resolution: finer than the verdict windows

@@ -43,8 +43,8 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
-from .opcost import OpCost, has_model, op_cost
-from .thresholds import value
+from ..ground.opcost import OpCost, has_model, op_cost
+from ..ground.thresholds import value
 
 if TYPE_CHECKING:
     from ..store.op_rows import OpRows
@@ -784,7 +784,7 @@ def fit_check(r: Roofline, gpu: bool) -> list[dict[str, Any]]:
     roofline_over_roof_share of the op time or more, the MFU (median of the steps, against the
     measured and the datasheet peak) and, on the CPU, the steps (the fastest named). Ops in the
     order of r.ops (the longest first), then the MFU and the steps."""
-    from ..render import units
+    from ..ground import units
     if not r.ceilings:
         return []
     limit, min_share = value("roofline_over_roof"), value("roofline_over_roof_share")

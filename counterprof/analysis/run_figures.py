@@ -22,12 +22,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..redact import redact_argv
+from ..ground.redact import redact_argv
 from ..store.meta import RunMeta, WorkloadFacts
 from . import intervals as iv
 from .classify import Verdict, classify
 from .signals import RunData, Series, load_spans, signals
-from .thresholds import value
+from ..ground.thresholds import value
 
 MAX_CELLS = 4000           # verdict resolution: buckets per metric (bounds memory and time)
 MAX_WINDOW_CELLS = 100_000  # cells per metric however short compare's shared window

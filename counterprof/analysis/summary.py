@@ -21,10 +21,11 @@ from collections.abc import Iterable
 import numpy as np
 import pyarrow as pa
 
-from ..redact import redact_argv
-from ..render import units       # perf stat's words for the notes
+from ..ground.redact import redact_argv
+from ..ground import units
 from ..store.meta import PerfEventStatus, RunMeta
-from counterprof.record import record
+from ..store.reader import Run
+from counterprof.ground.record import record
 
 
 @record
@@ -67,13 +68,6 @@ class Summary:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def __rich__(self) -> Any:
-        from ..render.summary import summary_renderable
-        return summary_renderable(self)
-
-    def __str__(self) -> str:
-        from ..render.summary import summary_text
-        return summary_text(self)
 
 
 # what summarize() reads: a reader can project these and stream
@@ -328,3 +322,9 @@ def _add_notes(summary: Summary) -> None:
             r.note = f"{units.points(100 * r.value / cycles, 2)} {side} cycles idle"
         elif task_ns and r.unit == "count":
             r.note = units.rate(r.value, task_ns / 1e9)
+
+
+def run_summary(run: Run, rank: int | None = None) -> Summary:
+    """A run's totals per event and its workload's figures (perf stat's table), streamed from
+    its samples."""
+    return summarize(run.batches("samples", list(COLUMNS), rank), run.catalog, run.meta)

@@ -140,7 +140,7 @@ class LoadMeter:
         """The load record saved with the ceilings. threshold: the others' share of the CPUs
         from which the machine counts as loaded (default: thresholds.calibrate_others_share)."""
         if threshold is None:
-            from ..analysis.thresholds import value
+            from ..ground.thresholds import value
             threshold = value("calibrate_others_share")
         last = sample(self._set)
         whole = between(self.first, last, len(self.cpus))

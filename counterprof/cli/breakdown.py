@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from ..analysis.breakdown import COLUMNS, analyze
-    from ..errors import RunDirectoryError
+    from ..ground.errors import RunDirectoryError
     from ..store.reader import Run
     from ..store.span_tables import spans_by_rank
     run = Run(args.run)

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from ..errors import CounterprofError
+from ..ground.errors import CounterprofError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -131,7 +131,7 @@ def guarded(fn: Callable[[], int], reads_runs: bool = False) -> int:
         err(str(exc))
         return exc.exit_code
     except OSError as exc:       # one a subcommand did not expect: still one line
-        from ..errors import os_error
+        from ..ground.errors import os_error
         if limits.is_out_of_memory(exc):
             return _out_of_memory()
         if isinstance(exc, BrokenPipeError):
@@ -213,16 +213,16 @@ def open_run(path: str, skip_unreadable: bool = False):
     files (the subcommand names them from run.skipped)."""
     from ..runset import is_set, members
     from ..store.reader import Run
-    from ..store.recover import recover, run_needs_recovery
+    from ..recover import recover, run_needs_recovery
     if is_set(path):
-        from ..errors import UsageError
+        from ..ground.errors import UsageError
         runs = members(path)
         raise UsageError(f"{path} is a set of {len(runs)} runs (`counterprof run -r`): give one of "
                          f"them ({runs[0] if runs else path + '/run-1'}), or compare the set with another")
     run = Run(path, skip_unreadable=skip_unreadable)
     if run_needs_recovery(run.path):
         # the one recovery `counterprof recover` runs: the journal, then the collectors' leftovers
-        from ..errors import DiskFull
+        from ..ground.errors import DiskFull
         try:
             rep = recover(run.path)
         except DiskFull as exc:     # the journal stays and reads as it is: go on without
@@ -244,7 +244,7 @@ def check_output_file(path: str, option: str) -> None:
     permission) before any work is done or anything is printed."""
     import os
     from pathlib import Path
-    from ..errors import UsageError
+    from ..ground.errors import UsageError
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
@@ -257,7 +257,7 @@ def check_output_file(path: str, option: str) -> None:
 
 def write_text_file(path: str, text: str, option: str) -> None:
     """Write an output file; a failure is one line, not a traceback."""
-    from ..errors import CounterprofError
+    from ..ground.errors import CounterprofError
     try:
         with open(path, "w", opener=private_opener) as f:
             f.write(text)
@@ -270,7 +270,7 @@ def write_text_file(path: str, text: str, option: str) -> None:
 
 def private_opener(path, flags: int) -> int:
     """open()'s opener for an output counterprof creates: 0600 (an existing file keeps the mode
-    its owner gave it). Derived outputs are redacted (counterprof/redact.py), but they describe
+    its owner gave it). Derived outputs are redacted (counterprof/ground/redact.py), but they describe
     the user's workload: sharing one is the user's decision (chmod)."""
     import os
     return os.open(path, flags | os.O_CLOEXEC, 0o600)

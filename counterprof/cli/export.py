@@ -136,7 +136,7 @@ def _main(argv: list[str]) -> int:
     window_s = parse_window(args.window, usage)
     wanted = parse_ranks(args.ranks, usage)
 
-    from ..errors import RunDirectoryError
+    from ..ground.errors import RunDirectoryError
     from ..render.perfetto_export import export_run
     from ..store.run_files import list_files
     run = open_run(args.run)

@@ -27,7 +27,7 @@ def _main(argv: list[str]) -> int:
     args = p.parse_args(argv)
 
     from ..store.reader import Run
-    from ..store.recover import recover
+    from ..recover import recover
 
     run = Run(args.run)
     report = recover(run.path, force=args.force)
@@ -44,7 +44,9 @@ def _main(argv: list[str]) -> int:
         err(line)
     if not args.quiet:
         from ..render.console import console
-        console(stderr=True).print(run.summary())
+        from ..analysis.summary import run_summary
+        from ..render.summary import summary_renderable
+        console(stderr=True).print(summary_renderable(run_summary(run)))
         for why in run.left_out:
             err(why)
     return EXIT_ERROR if report.failed else 0

@@ -45,7 +45,7 @@ def _main(argv: list[str]) -> int:
 
     from ..analysis.report import ReportInputs, bucket_ns, build_report, regroup
     from ..store.query import RunQuery
-    from ..errors import RunDirectoryError
+    from ..ground.errors import RunDirectoryError
 
     if args.html:
         check_output_file(args.html, "--html")

@@ -210,7 +210,7 @@ def _run(args) -> int:
     warnings = WarningRoute()
     if args.live:
         from ..live.window import LiveWindow
-        from ..redact import command_line
+        from ..ground.redact import command_line
         window = LiveWindow()
         if command:
             view = LiveViewSlot(window, warnings, command_line(command))
@@ -308,12 +308,13 @@ def _per_rank_mode(args, command: list[str]) -> bool | str:
 def _report(session, args, totals=None) -> None:
     """totals: the summary's sums taken as the batches passed (analysis.summary.Totals)."""
     if not args.quiet:
+        from ..analysis.summary import run_summary
         from ..store.reader import Run
         try:
             run = Run(session.path)
             # joined to another process's run: the summary covers what the others wrote too
             summary = (totals.summary(run.catalog, run.meta) if totals is not None and not session.joined
-                       else run.summary())
+                       else run_summary(run))
             from ..render.summary import print_summary
             print_summary(summary, args.json)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that

@@ -17,7 +17,7 @@ def exporter_for(args, window=None):
     """The Exporter for args.serve, serving already; None without --serve."""
     if not getattr(args, "serve", None):
         return None
-    from ..errors import UsageError
+    from ..ground.errors import UsageError
     from ..openmetrics import is_loopback, parse_address
     try:
         host, port = parse_address(args.serve)

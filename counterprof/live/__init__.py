@@ -9,7 +9,7 @@
   frame      live_figures(): every panel and the verdict of one frame
   processes  counterprof top's process table (psutil, polled on a thread)
   render     the dashboard, its compact forms and the plain line (rich), in the words of
-             render/units.py (the one place numbers become words)
+             ground/units.py (the one place numbers become words)
   terminal   the bottom region of the terminal and keys in cbreak mode
   view       LiveView, the thread that draws the window 4 times a second
 

@@ -1,5 +1,5 @@
 """What one frame of the live view shows, as numbers: panels of `Figure`s (a current value, a
-history for the sparkline, a unit key; render/units.py writes them as text) and the
+history for the sparkline, a unit key; ground/units.py writes them as text) and the
 `LiveVerdict` line; and `PanelContext`, what every panel builder reads."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from .buckets import CURRENT_S, Bucket, LiveSeries, Snapshot, binned, common_end, recent
-from ..render.units import DetailPart, live_detail
+from ..ground.units import DetailPart, live_detail
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The live view's panels of the workload's own collectors: perf (counters), host (the
 process tree and the system) and threads (the critical thread's states). Numbers only: each
-figure's detail is words and (value, unit) pairs that render/units.py writes."""
+figure's detail is words and (value, unit) pairs that ground/units.py writes."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,7 +1,7 @@
 """The live view's renderables: the dashboard, its compact forms, and the plain line.
 
 Lays out what live/frame.py computed (numbers, units, sparklines), in the words of
-render/units.py; computes no metric.
+ground/units.py; computes no metric.
 Three sizes, chosen by the rows and columns the terminal gives:
   full     header, verdict, one panel per collector/device (two side by side when wide)
   compact  three lines: header, the headline figures, the verdict
@@ -22,8 +22,8 @@ from rich.text import Text
 
 from ..render.console import SafeConsole, inert
 from .figures import LiveFigures, PanelFigures
-from ..render import units
-from ..render.units import elapsed as fmt_elapsed, live_value as fmt_value
+from ..ground import units
+from ..ground.units import elapsed as fmt_elapsed, live_value as fmt_value
 from .processes import ProcessRow
 
 LABEL_W = 16

@@ -128,7 +128,7 @@ def verdict(c: PanelContext, scope: str = "process", cpus: int | None = None,
             statuses: Mapping[str, Any] | None = None) -> LiveVerdict:
     """The current bottleneck over the last VERDICT_S seconds: the classifier (analysis.classify)
     for the workload; for the machine (counterprof top without --pid), plain system figures."""
-    from ..analysis.thresholds import value
+    from ..ground.thresholds import value
     sec = VERDICT_S
     gpus = _gpu_util(c, sec)
     gpu_text = ", ".join(f"{e} {v:.0f}% busy" for e, v in gpus) if gpus else "no GPU"

@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.breakdown import Breakdown, RankBreakdown, percentages
-from .units import duration, points
+from counterprof.ground.units import duration, points
 
 
 def short_name(name: str, width: int = 60) -> str:

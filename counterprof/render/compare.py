@@ -7,7 +7,7 @@ import shlex
 from ..analysis.compare import WALL, Comparison, Row
 from ..analysis.run_figures import STEP
 from .console import inert
-from . import units
+from ..ground import units
 
 STATUS_WORD = {"regression": "REGRESSION", "improvement": "improvement", "changed": "changed",
                "context": "moved (machine)", "inconclusive": "inconclusive"}
@@ -156,7 +156,7 @@ def _side_text(side) -> str:
 
 
 def _method(cmp: Comparison) -> str:
-    from ..analysis.thresholds import value
+    from ..ground.thresholds import value
     s = cmp.settings
     t = f"{100 * s['threshold']:g}%"
     return (f"median change per quantity; {100 * s['confidence']:g}% percentile bootstrap interval "

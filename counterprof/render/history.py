@@ -8,7 +8,7 @@ from typing import Any
 from ..analysis.changepoints import ChangePoint
 from ..store.history import Trend, command_display
 from .console import inert
-from . import units
+from ..ground import units
 
 MAX_POINTS = 40        # sparkline: the newest values
 

@@ -9,7 +9,8 @@ import math
 
 from ..analysis.changepoints import ChangePoint
 from ..store.history import Trend, command_display
-from . import svg, units
+from . import svg
+from ..ground import units
 from .report_html import COLORS, CSS
 
 W, H, PAD, TOP = 900, 150, 56, 14

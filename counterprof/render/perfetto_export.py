@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.across_ranks import rank_ranges
-from ..errors import RunDirectoryError
+from ..ground.errors import RunDirectoryError
 from ..store.run_files import RunFile, Window, earliest_ns
 from .perfetto import PLAN_COLUMNS, SAMPLE_COLUMNS, SPAN_COLUMNS, TraceWriter
 
@@ -163,7 +163,7 @@ def export_run(run, files: dict[int, list[RunFile]], ranks: list[int], out: Path
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            from ..errors import os_error
+            from ..ground.errors import os_error
             raise os_error(exc, out, "writing the Perfetto timeline",
                            kept="nothing (the part-file was removed)") from None
         raise

@@ -8,7 +8,8 @@ import shlex
 
 from ..analysis.classify import Verdict, describe
 from ..analysis.report import Report
-from . import svg, units
+from . import svg
+from ..ground import units
 
 COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", "collectives": "#1f8fb5", "host": "#d9a400",
           "unknown": "#9a9a9a", "compute|memory": "#4a6fd6"}

@@ -9,8 +9,9 @@ from rich.text import Text
 
 from ..analysis.classify import Verdict, describe
 from ..analysis.report import Report
-from . import units
+from ..ground import units
 from .console import inert
+from .summary import summary_renderable
 
 COLORS = {"compute": "green", "memory": "magenta", "collectives": "cyan", "host": "yellow",
           "unknown": "white", "compute|memory": "blue"}
@@ -183,7 +184,7 @@ def report_renderable(r: Report):
     parts.extend([Text(""), t])
 
     if r.summary is not None and r.summary.rows:
-        parts.append(r.summary)
+        parts.append(summary_renderable(r.summary))
 
     for title, col, devices in device_tables(r.devices):
         t = Table(title=title, title_justify="left", box=None, pad_edge=False)

@@ -11,9 +11,9 @@ from rich.table import Table
 
 from ..analysis.roofline import MISFIT, Roofline, ceilings_words
 from ..analysis.run_roofline import TODAYS
-from ..analysis.thresholds import value
+from ..ground.thresholds import value
 from . import svg
-from .units import duration, ratio, seconds, share, si
+from ..ground.units import duration, ratio, seconds, share, si
 
 BOUND_COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", None: "#9a9a9a"}
 

@@ -8,15 +8,15 @@ numbers right-aligned, nothing wraps (as perf stat's table does not).
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 import shlex
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import units
+from ..ground import units
 from .inert import inert, inert_lines
 
-if TYPE_CHECKING:     # types only: the Summary calls this module to print itself
-    from ..analysis.summary import Summary, SummaryRow
+from ..analysis.summary import Summary, SummaryRow
 
 Span = tuple[str, str]           # (text, style: "" | "bold" | "dim" | "yellow")
 Line = list[Span]
@@ -147,3 +147,18 @@ def _isatty(stream) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+class ShownSummary(Summary):
+    """A Summary that prints as perf stat's table: what counterprof.Run.summary() returns, so
+    `print(run.summary())` and rich's console show the table (the analysis' Summary is data)."""
+
+    def __rich__(self) -> Any:
+        return summary_renderable(self)
+
+    def __str__(self) -> str:
+        return summary_text(self)
+
+
+def shown(s: Summary) -> ShownSummary:
+    return ShownSummary(**{f.name: getattr(s, f.name) for f in fields(s)})

@@ -29,15 +29,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import RunDirectoryError, os_error
-from ..threadname import name_os_thread
+from ..ground.errors import RunDirectoryError, os_error
+from ..ground.threadname import name_os_thread
 from . import safepath
 from .journal import Segment, SegmentRead, read_segment, segments
 from .liveness import journal_writer_alive, profiler_elsewhere
 from .meta import read_meta
 from .parquet_writer import open_parquet
 from .rundir import JOURNAL, META, make_dirs, run_of_rank, table_dir
-from counterprof.record import record
+from counterprof.ground.record import record
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
 ROW_GROUP_ROWS = 64 * 1024

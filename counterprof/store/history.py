@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CounterprofError, UsageError
+from ..ground.errors import CounterprofError, UsageError
 from . import limits
 
 SCHEMA = [
@@ -246,14 +246,14 @@ def run_count(con: Any) -> int:
 
 def command_text(command: list[str] | None) -> str:
     """The command as the history file keeps it: redacted (the file is a derived output)."""
-    from ..redact import redact_argv
+    from ..ground.redact import redact_argv
     return json.dumps(redact_argv(command))
 
 
 def command_display(text: str) -> str:
     """The stored command (a JSON list) as a shell line, redacted again (a history file written
     before redaction holds commands as they were run)."""
-    from ..redact import command_line, redact_text
+    from ..ground.redact import command_line, redact_text
     try:
         return command_line(json.loads(text)) or "(no command)"
     except (ValueError, TypeError):
@@ -363,7 +363,7 @@ def _remove_part(part: Path) -> None:
 
 def _raise_disk_full(exc: BaseException, db: str, kept: str) -> None:
     if "No space left" in str(exc) or (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
-        from ..errors import DiskFull
+        from ..ground.errors import DiskFull
         raise DiskFull(f"{Path(db).parent or '.'}: no space left on the device (adding to {db}); "
                        f"{kept}; free some space and add again") from None
 

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
-from ..schema import TABLES
+from ..ground.schema import TABLES
 from . import safepath
 from .rundir import JOURNAL, rank_dir
-from counterprof.record import record
+from counterprof.ground.record import record
 
 SUFFIX = ".arrows"
 # What the end of a run has left to compact is at most one segment per table: 16 MB is about

@@ -21,7 +21,7 @@ import re
 import socket
 from typing import Any, cast
 
-from ..proctree import pid_alive
+from ..ground.proctree import pid_alive
 
 
 def profiler_host(meta: dict[str, Any]) -> str | None:

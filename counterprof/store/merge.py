@@ -16,7 +16,7 @@ from typing import Any
 
 from . import safepath
 from .compact import LOCK
-from ..errors import UsageError
+from ..ground.errors import UsageError
 
 
 class MergeConflict(UsageError):
@@ -35,7 +35,7 @@ def merge_runs(inputs: list[str], output: str, replace: bool = False) -> MergeRe
     """Merge the runs at inputs into a new run at output (replace: one already there). Inputs
     that overlap the output, or share a rank, are a MergeConflict; an input with an unfinished
     journal, or none with a rank partition, a RunDirectoryError; all before anything is written."""
-    from ..errors import RunDirectoryError
+    from ..ground.errors import RunDirectoryError
     from . import rundir
     from .journal import segments
     from .reader import Run

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, cast, get_args
 from collections.abc import Callable
 
-from ..errors import RunDirectoryError, os_error
+from ..ground.errors import RunDirectoryError, os_error
 from . import safepath
-from counterprof.record import record
+from counterprof.ground.record import record
 
 _INT = (int,)
 _NUM = (int, float)

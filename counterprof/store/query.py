@@ -131,7 +131,7 @@ class RunQuery:
             self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_all{where}")
             self.tables.add(table)
         else:        # none (left): an empty view, for a query retried without a damaged file
-            from ..schema import TABLES
+            from ..ground.schema import TABLES
             empty = TABLES[table].empty_table()
             self.con.register(f"{table}_none", empty.append_column("rank", pa.array([], pa.int64())))
             self.con.execute(f"CREATE VIEW {table} AS SELECT * FROM {table}_none")
@@ -255,7 +255,7 @@ class RunQuery:
 
     def spans(self) -> pa.Table:
         """Every span, with its rank (small next to the samples: read whole)."""
-        from ..schema import SPANS_SCHEMA
+        from ..ground.schema import SPANS_SCHEMA
         if "spans" not in self.tables:
             return SPANS_SCHEMA.empty_table().append_column("rank", pa.array([], pa.int64()))
         return self.arrow("SELECT * FROM spans ORDER BY start")

@@ -10,25 +10,23 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from collections.abc import Iterator
 
 import pyarrow as pa
 
-from ..errors import RunDirectoryError
-from ..schema import TABLES
+from ..ground.errors import RunDirectoryError
+from ..ground.schema import TABLES
 from . import rundir, safepath
 from .meta import read_catalog, read_meta
 from .run_files import BATCH_ROWS, RunFile, list_files
 from .span import Span, run_span
 from .rundir import CATALOG, META, is_run, rank_dirs
 
-if TYPE_CHECKING:      # for the checker only: analysis reads the store, not the other way
-    from ..analysis.summary import Summary
-
 
 class Run:
-    """A run directory. `samples()` and `summary()` read it; nothing here writes.
+    """A run directory: its tables, samples and meta (counterprof.Run adds summary()); nothing
+    here writes.
 
     An unreadable Parquet file or row group (a damaged disk, a partial copy between hosts) stops
     a read with a RunDirectoryError naming it; with skip_unreadable=True it is left out instead
@@ -156,11 +154,6 @@ class Run:
         """Every sample (samples schema), time-ordered, with the partition's rank as a column
         whenever the run has more than one rank (with_rank: always or never)."""
         return self.table("samples", rank, with_rank)
-
-    def summary(self, rank: int | None = None) -> Summary:
-        """Totals per event and the workload's figures, like perf stat's table."""
-        from ..analysis.summary import COLUMNS, summarize
-        return summarize(self.batches("samples", list(COLUMNS), rank), self.catalog, self.meta)
 
 
 def _with_rank(table: pa.Table, rank: int, add: bool) -> pa.Table:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Iterator
 from .meta import RunMeta
-from counterprof.record import record
+from counterprof.ground.record import record
 
 BATCH_ROWS = 64 * 1024
 
@@ -140,7 +140,7 @@ class RunFile:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from ..schema import TABLES
+        from ..ground.schema import TABLES
         from .journal import batch_problem, read_segment
         from .span import TIME_COLUMNS
         if self.unreadable:
@@ -234,7 +234,7 @@ def schema_problem(columns: tuple[tuple[str, str], ...], table: str) -> str:
     """Why a file with these (name, kind) columns is not a file of table ("" when it is): a
     column the table requires (not nullable) is missing, or one of the table's columns has
     another type. Columns the table does not know are let be (readers select by name)."""
-    from ..schema import TABLES
+    from ..ground.schema import TABLES
     have = dict(columns)
     want = TABLES[table]
     missing = [f.name for f in want if not f.nullable and f.name not in have]
@@ -249,7 +249,7 @@ def schema_problem(columns: tuple[tuple[str, str], ...], table: str) -> str:
 def misplaced(path: Path, table: str) -> str:
     """The warning naming a Parquet file in table's folder that is not a file of table ("" when
     it is one, or when its footer cannot be read: then the damage policy names it)."""
-    from ..schema import TABLES
+    from ..ground.schema import TABLES
     columns = _file_columns(path)
     if columns is None:
         return ""

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from collections.abc import Callable
 
-from ..errors import RunDirectoryError
+from ..ground.errors import RunDirectoryError
 from . import safepath
 from .liveness import claimer_alive, profiler_alive
 from .meta import load_json, read_meta
@@ -283,7 +283,7 @@ def _write_marker(path: Path, words: Words) -> None:
             f.write("\n")
     except OSError as exc:         # a full disk: no half-written marker makes the directory a run
         safepath.unlink_in_run(path / MARKER)
-        from ..errors import os_error
+        from ..ground.errors import os_error
         raise os_error(exc, path, "creating the run directory") from None
 
 

@@ -19,7 +19,7 @@ import stat
 import sys
 from collections.abc import Callable
 
-from ..errors import RunDirectoryError
+from ..ground.errors import RunDirectoryError
 
 TYPE_CHECKING = False     # (typing.TYPE_CHECKING without importing typing: ~2 ms)
 if TYPE_CHECKING:

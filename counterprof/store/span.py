@@ -14,7 +14,7 @@ from typing import Any
 from collections.abc import Iterable
 
 import pyarrow as pa
-from counterprof.record import record
+from counterprof.ground.record import record
 
 # A rank on another host (clock skew), a trace's ops before the profiler's start, a workload
 # still writing when the profiler stopped: rows this far outside the recorded span are real.
@@ -87,7 +87,7 @@ def span_of(metas: Iterable[dict[str, Any]]) -> Span | None:
 def run_span(run_path: str | os.PathLike[str]) -> Span | None:
     """span_of the run's meta.json and those of the ranks that joined it (unreadable ones
     left out: the reader that needs them says why)."""
-    from ..errors import RunDirectoryError
+    from ..ground.errors import RunDirectoryError
     from .meta import read_meta
     from .rundir import META, rank_dirs
     metas = []

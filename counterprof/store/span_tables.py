@@ -16,7 +16,7 @@ def spans_by_rank(run: Run, columns: list[str], categories: Iterable[str],
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ..schema import SPANS_SCHEMA
+    from ..ground.schema import SPANS_SCHEMA
     out = {}
     wanted = pa.array(list(categories))
     # names as dictionaries: a kernel's name recurs thousands of times (a 1 GB trace's spans

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from counterprof import regions
-from counterprof.schema import samples_batch
+from counterprof.ground.schema import samples_batch
 from counterprof.session import Session
 from counterprof.store import compact as compact_mod
 from counterprof.store import journal, rundir

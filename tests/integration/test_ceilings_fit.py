@@ -30,7 +30,7 @@ from helpers import run_cli                                           # noqa: E4
 
 from counterprof.analysis.roofline import MISFIT                     # noqa: E402
 from counterprof.analysis.run_roofline import TODAYS                 # noqa: E402
-from counterprof.analysis.thresholds import value                    # noqa: E402
+from counterprof.ground.thresholds import value                    # noqa: E402
 
 LIMIT = value("roofline_over_roof")
 HERE = socket.gethostname()

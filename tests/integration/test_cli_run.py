@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import counterprof
-from counterprof.schema import SAMPLES_SCHEMA
+from counterprof.ground.schema import SAMPLES_SCHEMA
 from helpers import COUNTERPROF, EXAMPLES, HAS_PMU, PYTHON, REPO, run_cli, table_files, journal_dir
 
 WORKLOADS = str(REPO / "tests" / "workloads.py")

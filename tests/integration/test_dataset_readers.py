@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 import counterprof
-from counterprof.schema import TABLES
+from counterprof.ground.schema import TABLES
 from counterprof.store import rundir
 from helpers import PYTHON, rank_files, run_cli, table_files, to_older_layout, two_rank_run
 
@@ -132,7 +132,7 @@ def test_an_older_run_exports_and_merges_into_the_current_layout(run_dir, older_
 
 def test_an_older_run_a_killed_profiler_left_is_recovered_in_its_own_layout(tmp_path):
     """A journal left in rank=<r>/journal/ is compacted beside it, as before."""
-    from counterprof.schema import samples_batch
+    from counterprof.ground.schema import samples_batch
     from counterprof.store.journal import JournalWriter
     run = tmp_path / "run"
     with counterprof.profile(path=run, collectors=["host"]):

@@ -178,7 +178,7 @@ def test_a_journal_segment_that_grows_between_the_passes(tmp_path, monkeypatch):
     planned rows are written (more crashed the export)."""
     from counterprof.cli import export as export_cli
     from counterprof.render import perfetto
-    from counterprof.schema import spans_batch
+    from counterprof.ground.schema import spans_batch
     from counterprof.store.journal import JournalWriter
     from perfetto_check import check
     run_dir = tmp_path / "r"

@@ -151,7 +151,7 @@ def test_import_names_and_leaves_out_negative_durations(tmp_path):
 def test_profile_and_session_refuse_an_empty_path(tmp_path):
     code = """
 import counterprof
-from counterprof.errors import UsageError
+from counterprof.ground.errors import UsageError
 from counterprof.session import Session
 for make in (lambda: counterprof.profile(path="").__enter__(), lambda: Session(""),
              lambda: Session(b"")):

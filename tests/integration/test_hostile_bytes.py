@@ -8,7 +8,7 @@ import pytest
 
 from hostile.cases import (Pristine, finished_run, journal_cases, killed_run,
                            parquet_cases, run_case, span_cases)
-from counterprof.schema import samples_batch
+from counterprof.ground.schema import samples_batch
 from counterprof.store.journal import JournalWriter, SegmentRead, read_segment, segments
 
 pytestmark = pytest.mark.slow

@@ -53,7 +53,7 @@ def _killed(run: Path) -> None:
 
 def _segment_in(folder: Path, writer: str) -> None:
     """A real journal segment (one samples batch) of a dead writer, in folder/journal/."""
-    from counterprof.schema import TABLES
+    from counterprof.ground.schema import TABLES
     schema = TABLES["samples"]
     row = {f.name: [None] for f in schema}
     row.update(time=[1], metric=["victim-metric"], source=["host"], entity=["x"], value=[7.0],

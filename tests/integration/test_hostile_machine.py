@@ -39,7 +39,7 @@ def test_a_run_the_user_cannot_read_is_one_line_and_compare_exits_2(runs, tmp_pa
 
 
 def test_os_errors_become_one_line_naming_the_file():
-    from counterprof.errors import DiskFull, os_error
+    from counterprof.ground.errors import DiskFull, os_error
     e = os_error(PermissionError(errno.EACCES, "Permission denied"), "/r/meta.json", "read")
     assert str(e).startswith("/r/meta.json: permission denied (read")
     full = os_error(OSError(errno.ENOSPC, "No space left on device"), "/r/samples/x.parquet",

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from hostile.cases import Pristine, finished_run, meta_cases, run_case
-from counterprof.errors import RunDirectoryError
+from counterprof.ground.errors import RunDirectoryError
 from counterprof.store.meta import catalog_problem, meta_problem, read_meta
 
 

@@ -87,7 +87,7 @@ def test_history_refuses_a_run_still_being_written(tmp_path):
 @pytest.mark.skipif(shutil.which("setpriv") is None or os.geteuid() != 0,
                     reason="needs root and setpriv to be another user")
 def test_counting_another_users_process_names_its_owner(tmp_path):
-    code = ("import errno, sys; from counterprof.errors import perf_error; "
+    code = ("import errno, sys; from counterprof.ground.errors import perf_error; "
             "print(perf_error(errno.EACCES, 'task-clock', pid=int(sys.argv[1])))")
     p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", PYTHON,
                         "-c", code, "1"], capture_output=True, text=True, timeout=60, cwd="/")

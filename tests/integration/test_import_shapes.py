@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import counterprof
-from counterprof.analysis.opcost import FORMULAS
+from counterprof.ground.opcost import FORMULAS
 from helpers import run_cli
 from kineto_traces import needs_shared_traces, shared_traces, SHARED
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from counterprof.clock import Clock
+from counterprof.ground.clock import Clock
 from counterprof.collector import SessionContext, Target
 from counterprof.collectors.neuron import NeuronCollector
 from counterprof.collectors.neuron import collector as neuron_collector

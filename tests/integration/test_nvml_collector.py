@@ -14,7 +14,7 @@ import pytest
 import counterprof
 from counterprof.collector import Target
 from counterprof.collectors.nvml import NvmlCollector
-from counterprof.errors import UsageError
+from counterprof.ground.errors import UsageError
 from counterprof.session import Session
 from fake_nvml import FakeNvml, ampere, hopper
 from helpers import PYTHON, REPO, run_cli

@@ -72,7 +72,7 @@ def test_corrupt_partition_is_skipped_and_named(tmp_path, real_run):
 
 def test_compare_and_history_skip_a_corrupt_file_and_name_it(tmp_path, real_run):
     import shutil
-    from counterprof.errors import RunDirectoryError
+    from counterprof.ground.errors import RunDirectoryError
     from counterprof.store.reader import Run
     run_dir = tmp_path / "copy"
     shutil.copytree(real_run.path, run_dir)

@@ -43,7 +43,7 @@ def test_three_runs_one_set_and_the_means_with_their_spread(sets):
     # the summary's task-clock is the mean of the three runs' own, with their sample sd
     rows = {r["metric"]: r for r in data["summary"]["rows"]}
     tc = rows["task-clock"]
-    from counterprof.store.reader import Run
+    from counterprof import Run
     vals = [Run(path / f"run-{i}").summary().value("task-clock") for i in (1, 2, 3)]
     assert tc["value"] == pytest.approx(statistics.fmean(vals))
     assert tc["stddev"] == pytest.approx(statistics.stdev(vals))

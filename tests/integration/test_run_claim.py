@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from counterprof.errors import RunDirectoryError
+from counterprof.ground.errors import RunDirectoryError
 from counterprof.store import rundir
 from helpers import COUNTERPROF, PYTHON, run_cli, table_files, wait_for_samples
 

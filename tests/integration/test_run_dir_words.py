@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import counterprof
-from counterprof.errors import RunDirectoryError
+from counterprof.ground.errors import RunDirectoryError
 from counterprof.store import rundir
 from helpers import run_cli, rank_files
 

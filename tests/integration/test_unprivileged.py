@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from helpers import COUNTERPROF, PYTHON, REPO
-from counterprof.errors import perf_event_paranoid
+from counterprof.ground.errors import perf_event_paranoid
 
 SETPRIV = shutil.which("setpriv")
 pytestmark = [

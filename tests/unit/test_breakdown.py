@@ -5,8 +5,8 @@ import pyarrow as pa
 import pytest
 
 from counterprof.analysis import breakdown as bd
-from counterprof.analysis.kernels import hta_kernel_class, kernel_class
-from counterprof.schema import SPANS_SCHEMA
+from counterprof.ground.kernels import hta_kernel_class, kernel_class
+from counterprof.ground.schema import SPANS_SCHEMA
 
 US = 1000
 

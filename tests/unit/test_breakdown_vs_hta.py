@@ -24,7 +24,7 @@ import pyarrow as pa
 import pytest
 
 from counterprof.analysis import breakdown as bd
-from counterprof.analysis.kernels import hta_kernel_class, kernel_class
+from counterprof.ground.kernels import hta_kernel_class, kernel_class
 from counterprof.collectors.torch_trace.convert import TraceConversion
 from helpers import REPO
 from kineto_traces import needs_shared_traces, shared, shared_traces

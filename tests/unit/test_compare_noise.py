@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from counterprof.analysis.compare import Change, compare, explain, judge, judgement, machine
 from counterprof.analysis.run_figures import STEP, Contention, RunFigures, run_figures
-from counterprof.analysis.thresholds import value
+from counterprof.ground.thresholds import value
 from counterprof.render.compare import compare_markdown, compare_text
-from counterprof.schema import samples_batch, spans_batch
+from counterprof.ground.schema import samples_batch, spans_batch
 
 
 # ---- the statuses ------------------------------------------------------------------------------

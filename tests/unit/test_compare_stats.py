@@ -211,7 +211,7 @@ def test_a_bitmask_is_not_compared_as_a_number(tmp_path):
     nor history keeps them."""
     import pyarrow as pa
     from counterprof.analysis.run_figures import samples_pass
-    from counterprof.schema import samples_batch
+    from counterprof.ground.schema import samples_batch
     catalog = {"gpu.throttle_reasons": {"name": "gpu.throttle_reasons", "unit": "bitmask", "kind": "gauge"},
                "gpu.util": {"name": "gpu.util", "unit": "%", "kind": "gauge"}}
     n = 20

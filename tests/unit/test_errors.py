@@ -3,7 +3,7 @@ import errno
 
 import pytest
 
-from counterprof.errors import (EventNotSupported, PerfPermissionError, TargetGone, UsageError,
+from counterprof.ground.errors import (EventNotSupported, PerfPermissionError, TargetGone, UsageError,
                                 EventSyntaxError, perf_error)
 
 

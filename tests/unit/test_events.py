@@ -12,7 +12,7 @@ from counterprof.collectors.perf.events import (
     DEFAULT_EVENTS, PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW, PERF_TYPE_SOFTWARE,
     EventParser, EventSpec, cache_event_names, parse_events)
 from counterprof.collectors.perf.sysfs import Sysfs
-from counterprof.errors import EventSyntaxError, UsageError
+from counterprof.ground.errors import EventSyntaxError, UsageError
 
 import sysfs_trees as trees  # tests/, on sys.path through pytest's pythonpath
 

@@ -5,7 +5,7 @@ import pytest
 
 import counterprof
 from counterprof import api
-from counterprof.gil import QUICK_SWITCH_S, quick_handoffs
+from counterprof.ground.gil import QUICK_SWITCH_S, quick_handoffs
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from counterprof.gitrev import git_revision
+from counterprof.ground.gitrev import git_revision
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

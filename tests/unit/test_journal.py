@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from counterprof.schema import SAMPLES_SCHEMA, samples_batch
+from counterprof.ground.schema import SAMPLES_SCHEMA, samples_batch
 from counterprof.store import rundir
 from counterprof.store.compact import compact_rank, parquet_name
 from counterprof.store.journal import JournalWriter, read_segment, segments, SegmentRead
@@ -159,7 +159,8 @@ def test_a_partition_another_host_writes_is_left_to_that_host(tmp_path):
     so this host's compaction (and recovery) leaves its journal alone; --force takes it."""
     import json
     import socket
-    from counterprof.store import liveness, recover as rec
+    from counterprof import recover as rec
+    from counterprof.store import liveness
     path, _ = make_run(tmp_path)
     rank = rundir.rank_dir(path, 1)
     w = JournalWriter(rank, "4242-abcdef")

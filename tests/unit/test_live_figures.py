@@ -156,7 +156,7 @@ def test_verdict_prefers_task_clock_and_thresholds_are_documented():
                                 host_batch(t, 100 * MS, {"proc.cpu_user": 0.05})])
     v = figures(w).verdict
     assert v.label.startswith("unknown (busy CPU") and "1.00 CPUs" in v.evidence
-    from counterprof.analysis.thresholds import T    # every cut-off in one table, with its source
+    from counterprof.ground.thresholds import T    # every cut-off in one table, with its source
     assert set(T) >= {"machine_gpu_busy", "machine_busy", "machine_iowait", "machine_idle"}
     assert all(t.why for t in T.values())
 

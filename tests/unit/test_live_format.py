@@ -1,7 +1,7 @@
 """The live view's one formatting module: a figure carries numbers (detail_parts), and its
-words come from render/units.py (its live view section), with the value column's and the detail column's roundings."""
+words come from ground/units.py (its live view section), with the value column's and the detail column's roundings."""
 from counterprof.live.figures import Figure
-from counterprof.render.units import (live_detail as fmt_detail, live_si as si, live_si_short as si_short,
+from counterprof.ground.units import (live_detail as fmt_detail, live_si as si, live_si_short as si_short,
                                      live_value as fmt_value)
 
 

@@ -9,7 +9,7 @@ from live_batches import MS, T0, host_batch, perf_batch
 
 from counterprof.live.buckets import Bucket
 from counterprof.live.window import TICK_NS, LiveWindow, fold
-from counterprof.schema import SAMPLES_SCHEMA, samples_batch
+from counterprof.ground.schema import SAMPLES_SCHEMA, samples_batch
 
 
 def test_fold_sums_rows_of_one_tick_and_keeps_unknown_apart():
@@ -131,7 +131,7 @@ def test_a_row_stamped_far_ahead_is_left_out_not_made_now():
     """A damaged time (the year 2200) would make every real series fall out of the window."""
     import time as _time
     from counterprof.live.window import LiveWindow
-    from counterprof.schema import samples_batch
+    from counterprof.ground.schema import samples_batch
     w = LiveWindow()
     now = _time.time_ns()
     w.write("samples", samples_batch([now - 10**9, now, 7_258_000_000 * 10**9], [10**8] * 3, "perf",

@@ -12,7 +12,7 @@ from counterprof.live.frame import live_figures
 from counterprof.analysis.signals import Signal
 from counterprof.collectors.neuron.metrics import METRICS
 from counterprof.live.window import LiveWindow
-from counterprof.schema import samples_batch
+from counterprof.ground.schema import samples_batch
 
 CAT = catalog(*METRICS)
 

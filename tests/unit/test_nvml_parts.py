@@ -8,7 +8,7 @@ import pytest
 from counterprof.collectors.nvml import devices
 from counterprof.collectors.nvml.library import Nvml, open_nvml, union_value
 from counterprof.collectors.nvml.sampler import counter_delta
-from counterprof.errors import GpuLost, NvmlUnavailable, UsageError, nvml_error
+from counterprof.ground.errors import GpuLost, NvmlUnavailable, UsageError, nvml_error
 from fake_nvml import FakeNvml, ampere, hopper
 
 
@@ -226,7 +226,7 @@ def test_nvml_wall_clock_stamps_land_on_the_runs_axis_after_a_wall_clock_step():
     """The run clock is monotonic + an offset fixed at start; if the wall clock has since
     stepped by an hour, NVML's wall-clock stamps must still map to the run clock's now."""
     import time
-    from counterprof.clock import Clock
+    from counterprof.ground.clock import Clock
     from counterprof.collectors.nvml.sampler import WallClock
     stepped = Clock(offset_ns=Clock().offset_ns - 3600 * 10**9)
     wall = WallClock(stepped)
@@ -281,7 +281,7 @@ def test_the_default_module_says_no_driver_as_the_real_library_does():
     if not no_driver_here():
         pytest.skip("an NVIDIA driver is present here")
     code = ("import sys\nfrom counterprof.collectors.nvml.library import open_nvml\n"
-            "from counterprof.errors import NvmlUnavailable\n"
+            "from counterprof.ground.errors import NvmlUnavailable\n"
             "try:\n    open_nvml()\nexcept NvmlUnavailable as exc:\n"
             "    print(exc.code, 'pynvml' in sys.modules, exc)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

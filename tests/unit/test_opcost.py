@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F                                      # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode                 # noqa: E402
 
-from counterprof.analysis.opcost import dtype_info, has_model, op_cost            # noqa: E402
+from counterprof.ground.opcost import dtype_info, has_model, op_cost            # noqa: E402
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 if not TRACES.is_dir():

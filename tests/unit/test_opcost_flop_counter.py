@@ -15,7 +15,7 @@ import torch.nn.functional as F                                      # noqa: E40
 import torch.utils.flop_counter as fc                                # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode                 # noqa: E402
 
-from counterprof.analysis.opcost import FORMULAS, op_cost            # noqa: E402
+from counterprof.ground.opcost import FORMULAS, op_cost            # noqa: E402
 
 
 def _recorded_backward(make, op: str, tmp_path) -> tuple[list[dict], int]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import errno
 
-from counterprof.errors import DiskFull, RunDirectoryError, os_error
+from counterprof.ground.errors import DiskFull, RunDirectoryError, os_error
 
 
 def test_an_unexpected_error_names_what_was_being_done():

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from counterprof.schema import SAMPLES_SCHEMA, samples_batch
+from counterprof.ground.schema import SAMPLES_SCHEMA, samples_batch
 from counterprof.store import parquet_writer
 from counterprof.store.parquet_writer import open_parquet
 

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from counterprof.pathsearch import which
+from counterprof.ground.pathsearch import which
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ import math
 import pyarrow as pa
 
 from counterprof._native import ffi
-from counterprof.clock import Clock
+from counterprof.ground.clock import Clock
 from counterprof.collectors.perf import PerfCollector
-from counterprof.schema import SAMPLES_SCHEMA
+from counterprof.ground.schema import SAMPLES_SCHEMA
 
 
 class Ctx:

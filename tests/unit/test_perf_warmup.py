@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from counterprof import perf_warmup
-from counterprof.errors import perf_event_paranoid
+from counterprof.ground.errors import perf_event_paranoid
 from helpers import PYTHON
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from counterprof.cli import main as cli_main
 from counterprof.render.perfetto import _us, nesting_lanes
-from counterprof.schema import SAMPLES_SCHEMA, SPANS_SCHEMA, samples_batch, spans_batch
+from counterprof.ground.schema import SAMPLES_SCHEMA, SPANS_SCHEMA, samples_batch, spans_batch
 from perfetto_check import check, ns
 from helpers import rank_files, table_file
 

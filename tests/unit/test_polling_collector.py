@@ -5,9 +5,9 @@ from __future__ import annotations
 import errno
 import threading
 
-from counterprof.clock import Clock
+from counterprof.ground.clock import Clock
 from counterprof.collector import Collector, PollingCollector, SessionContext, Target, native_available
-from counterprof.errors import (EventNotSupported, NativeUnavailable, PerfEventError, PerfPermissionError,
+from counterprof.ground.errors import (EventNotSupported, NativeUnavailable, PerfEventError, PerfPermissionError,
                                 native_missing, perf_error)
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from counterprof.collector import Target
-from counterprof.proctree import RANK_VARIABLES, rank_of
+from counterprof.ground.proctree import RANK_VARIABLES, rank_of
 from counterprof.ranks import (ANNOUNCE_MAX_BYTES, Announcement, RankWatcher, parse_announcement,
                                read_announcements)
 from counterprof.session import Session

@@ -4,7 +4,7 @@ import pytest
 
 from counterprof.analysis.across_ranks import analyze_ranks, clock_skew
 from counterprof.ranks import launches_ranks
-from counterprof.schema import spans_batch
+from counterprof.ground.schema import spans_batch
 
 MS = 1_000_000
 
@@ -97,7 +97,7 @@ def test_launchers(cmd, yes):
 
 def test_a_ranks_gpu_samples_land_in_its_partition(tmp_path):
     """nvml samples the machine once; a rank that drives gpu:1 (LOCAL_RANK 1) owns its rows."""
-    from counterprof.schema import samples_batch
+    from counterprof.ground.schema import samples_batch
     from counterprof.session import Session
 
     class Sink:

@@ -1,4 +1,4 @@
-"""counterprof.record against dataclasses: the same class body under @record and @dataclass
+"""counterprof.ground.record against dataclasses: the same class body under @record and @dataclass
 behaves the same (construction, errors, repr, equality, hashing, frozenness, the dataclasses
 functions), and defining one compiles nothing."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import FrozenInstanceError, field
 
 import pytest
 
-from counterprof.record import record
+from counterprof.ground.record import record
 
 
 def _pair(frozen: bool):

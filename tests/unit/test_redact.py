@@ -1,9 +1,9 @@
-"""redact_argv: what a derived output may show of a command line (counterprof/redact.py)."""
+"""redact_argv: what a derived output may show of a command line (counterprof/ground/redact.py)."""
 from __future__ import annotations
 
 import pytest
 
-from counterprof.redact import command_line, redact_argv
+from counterprof.ground.redact import command_line, redact_argv
 
 
 @pytest.mark.parametrize("argv,shown", [

@@ -7,7 +7,7 @@ import pytest
 from counterprof.analysis.classify import classify
 from counterprof.analysis.run_figures import default_window_ns, run_figures, span_times, summary_series
 from counterprof.analysis.signals import RunData, load_samples, signals
-from counterprof.schema import SAMPLES_SCHEMA, spans_batch
+from counterprof.ground.schema import SAMPLES_SCHEMA, spans_batch
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from counterprof.errors import RunDirectoryError
-from counterprof.schema import SAMPLES_SCHEMA, samples_batch
+from counterprof.ground.errors import RunDirectoryError
+from counterprof.ground.schema import SAMPLES_SCHEMA, samples_batch
 from counterprof.store.journal import JournalWriter
 from counterprof.store.query import RunQuery
 from counterprof.store.reader import Run

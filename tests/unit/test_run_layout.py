@@ -5,7 +5,7 @@ import pyarrow as pa
 import pyarrow.dataset
 import pyarrow.parquet as pq
 
-from counterprof.schema import samples_batch
+from counterprof.ground.schema import samples_batch
 from counterprof.store import rundir
 from counterprof.store.compact import compact_rank
 from counterprof.store.journal import JournalSet, JournalWriter

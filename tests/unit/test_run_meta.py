@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from counterprof.errors import RunDirectoryError
+from counterprof.ground.errors import RunDirectoryError
 from counterprof.store.meta import CollectorStatus, RunMeta, read_meta, read_run_meta
 
 DATA = Path(__file__).resolve().parents[1] / "data"

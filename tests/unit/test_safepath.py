@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from counterprof.errors import RunDirectoryError
+from counterprof.ground.errors import RunDirectoryError
 from counterprof.store import meta, rundir, safepath
 
 

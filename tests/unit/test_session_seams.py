@@ -5,9 +5,9 @@ import os
 
 import pytest
 
-from counterprof.clock import Clock
+from counterprof.ground.clock import Clock
 from counterprof.collector import Collector, SessionContext, Target
-from counterprof.errors import CounterprofError
+from counterprof.ground.errors import CounterprofError
 from counterprof.session import Session
 
 

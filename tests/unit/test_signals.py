@@ -3,7 +3,7 @@ import pyarrow as pa
 import pytest
 
 from counterprof.analysis.signals import RunData, load_samples, load_spans, signals
-from counterprof.schema import samples_batch, spans_batch
+from counterprof.ground.schema import samples_batch, spans_batch
 
 MS = 1_000_000
 CATALOG = {"task-clock": {"kind": "delta"}, "instructions": {"kind": "delta"},

@@ -54,7 +54,7 @@ def test_the_api_loads_on_first_use():
     """The lazy attributes are the real ones (counterprof.profile is the context manager)."""
     code = ("import sys, counterprof; assert 'pyarrow' not in sys.modules; "
             "from counterprof.api import profile; from counterprof.regions import region; "
-            "from counterprof.store.reader import Run, load; "
+            "from counterprof.api import Run, load; "
             "assert counterprof.profile is profile and counterprof.region is region; "
             "assert counterprof.Run is Run and counterprof.load is load; "
             "assert set(counterprof.__all__) <= set(dir(counterprof)); print('ok')")
@@ -119,7 +119,7 @@ def test_a_default_run_imports_no_module_it_does_not_use(tmp_path):
     from counterprof.collectors.nvml.library import no_driver_here
     p, names = _run_in_process(tmp_path, ['run', '-q'])
     left_out = {"importlib.metadata", "secrets", "hashlib", "counterprof.calibrate.measure",
-                "statistics", "counterprof.redact", "counterprof.collectors.neuron.child",
+                "statistics", "counterprof.ground.redact", "counterprof.collectors.neuron.child",
                 "pyarrow.parquet", "pyarrow.fs", "pyarrow._s3fs", "ssl", "dateutil",
                 "shutil", "bz2", "lzma", "difflib", "counterprof.collectors.torch_trace.steps"}
     if no_driver_here():
@@ -190,7 +190,7 @@ def test_a_run_exits_with_the_workloads_status_through_the_fast_exit(tmp_path):
 
 
 # Logs every class that dataclasses gives generated methods (one exec per method: ~0.8 ms a
-# class, ~1.5 ms a frozen one); counterprof.record's classes ask it for none.
+# class, ~1.5 ms a frozen one); counterprof.ground.record's classes ask it for none.
 _LOG_DATACLASSES = """import dataclasses, atexit
 _made = []
 _process = dataclasses._process_class
@@ -209,7 +209,7 @@ atexit.register(lambda: print("DATACLASSES " + " ".join(_made)))
                                         (["run", "-e", "task-clock"], ("--", "true")),
                                         (["import", "TRACE"], ("-q",))])
 def test_run_and_import_build_no_dataclass_methods(tmp_path, args, tail):
-    """The classes a run or an import defines before it is done are counterprof.record's:
+    """The classes a run or an import defines before it is done are counterprof.ground.record's:
     @dataclass would compile their methods one exec at a time, ~25 ms of a `run -- true`."""
     if "TRACE" in args:
         from kineto_traces import SHARED
@@ -221,8 +221,8 @@ def test_run_and_import_build_no_dataclass_methods(tmp_path, args, tail):
     # OpCost stays a dataclass: an import makes one per costed op (10,194 in a100_rank3of8), and
     # a record's shared __init__ costs ~2 µs more per instance than the generated one
     ours = [name for name in made if name.startswith("counterprof")
-            and name != "counterprof.analysis.opcost.OpCost"]
-    assert not ours, f"use counterprof.record.record for these (no exec per method): {ours}"
+            and name != "counterprof.ground.opcost.OpCost"]
+    assert not ours, f"use counterprof.ground.record.record for these (no exec per method): {ours}"
 
 
 def test_an_import_loads_only_what_it_uses(tmp_path):

@@ -3,7 +3,7 @@ import pytest
 
 from counterprof.analysis.summary import summarize
 from counterprof.render.summary import summary_text
-from counterprof.schema import samples_batch
+from counterprof.ground.schema import samples_batch
 import pyarrow as pa
 
 MS = 1_000_000
@@ -156,7 +156,7 @@ def test_one_rank_keeps_plain_peaks_and_a_caller_may_say_how_many_ranks():
 def test_the_report_counts_the_rank_partitions_it_read_not_the_jobs_world_size():
     """One host's directory of an 8-rank job holds 2 ranks: the summary says 2, not 8."""
     from counterprof.analysis.report import build_report, inputs_from_samples
-    from counterprof.schema import SPANS_SCHEMA
+    from counterprof.ground.schema import SPANS_SCHEMA
     meta = {**META, "job": "host:123", "rank": 0, "env": {"RANK": "0", "WORLD_SIZE": "8"}}
     spans = SPANS_SCHEMA.empty_table()
     assert build_report(inputs_from_samples(table(TWO_RANKS), spans, CATALOG_RANKS, meta, ranks=2)).summary.ranks == 2

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from counterprof.collectors.perf.sysfs import Pmu, Sysfs, parse_format, parse_int, parse_terms
-from counterprof.errors import EventSyntaxError
+from counterprof.ground.errors import EventSyntaxError
 
 import sysfs_trees as trees  # tests/, on sys.path through pytest's pythonpath
 

@@ -6,7 +6,7 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from counterprof.clock import Clock
+from counterprof.ground.clock import Clock
 from counterprof.collector import SessionContext, Target
 from counterprof.collectors.threads import (COMM, EXCLUDED, INTRAOP, LOADER, MAIN, OTHER, Contenders, Critical,
                                             ThreadReader, ThreadsCollector, assign_roles, descend_wrappers,
@@ -296,7 +296,7 @@ def test_collector_rows_main_blocked_is_the_rest_of_the_interval(tmp_path):
 
 
 def test_validate_rejects_bad_intervals():
-    from counterprof.errors import UsageError
+    from counterprof.ground.errors import UsageError
     for bad in (0, -5, 1e9, "fast"):
         with pytest.raises(UsageError, match="threads interval"):
             ThreadsCollector.validate({"interval_ms": bad})

@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 import pytest
 
 from counterprof.collectors.torch_trace.convert import TraceConversion, rank_from_name
-from counterprof.schema import SPANS_SCHEMA
+from counterprof.ground.schema import SPANS_SCHEMA
 from kineto_traces import X, launch, needs_shared_traces, shared, shared_traces, write_trace
 
 

@@ -1,11 +1,12 @@
-"""render/units.py (numbers into words) and render/svg.py (the pages' plotting)."""
+"""ground/units.py (numbers into words) and render/svg.py (the pages' plotting)."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from counterprof.render import svg, units
+from counterprof.ground import units
+from counterprof.render import svg
 
 
 @pytest.mark.parametrize("call, text", [

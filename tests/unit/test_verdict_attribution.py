@@ -8,7 +8,7 @@ import pytest
 from counterprof.analysis.classify import classify
 from counterprof.analysis.headline import headline, too_short
 from counterprof.analysis.signals import RunData, Signal, host_where, load_samples, load_spans, signals
-from counterprof.schema import samples_batch, spans_batch
+from counterprof.ground.schema import samples_batch, spans_batch
 
 MS = 1_000_000
 MAIN = 7

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import RunDirectoryError
-from . import rundir, safepath
-from .compact import CompactionReport, compact_rank
-from .liveness import profiler_alive, profiler_on_this_host
-from .meta import read_meta
+from .ground.errors import RunDirectoryError
+from .store import rundir, safepath
+from .store.compact import CompactionReport, compact_rank
+from .store.liveness import profiler_alive, profiler_on_this_host
+from .store.meta import read_meta
 
 
 @dataclass
@@ -55,7 +55,7 @@ def recover(path: str | os.PathLike[str], force: bool = False) -> Recovery:
     result = Recovery(CompactionReport())
     for _rank, d in rundir.rank_dirs(path):
         compact_rank(d, result.compaction, force=force)
-    from ..collector import registry
+    from .collector import registry
     for name, cls in sorted(registry().items()):
         if isinstance(cls, Exception):
             continue

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 import pyarrow as pa
-from counterprof.record import record
+from counterprof.ground.record import record
 
 _dict = pa.dictionary(pa.int32(), pa.string())
 
