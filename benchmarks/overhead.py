@@ -1443,7 +1443,7 @@ def main(argv: list[str] | None = None) -> int:
         version = counterprof.__version__
     except ImportError:
         version = "?"
-    from counterprof.session import host_facts
+    from counterprof.run_meta import host_facts
 
     started = time.perf_counter()
     bench = Bench(args)

@@ -26,6 +26,7 @@ from typing import Any
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.ground.errors import UsageError
 from counterprof.ground.schema import Metric, samples_from_columns
+from .host_options import HostOptions
 
 METRICS = [
     Metric("proc.cpu_user", "s", "delta", "user CPU time of the process tree (reaped children included)", "host"),
@@ -138,6 +139,7 @@ def system_stats(proc: str = "/proc") -> dict[str, float]:
 
 class HostCollector(PollingCollector):
     name = "host"
+    options = HostOptions
     per_rank = True
     # system.* once a second: /proc/stat is the dearest read of a record, and the system's
     # figures move slowly next to the tree's

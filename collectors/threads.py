@@ -51,6 +51,7 @@ from counterprof.ground.errors import UsageError
 from counterprof.ground.schema import Metric
 
 from .thread_rows import COMM, EXCLUDED, INTRAOP, LOADER, MAIN, OTHER, ThreadRows
+from .threads_options import ThreadsOptions
 from counterprof.ground.proctree import cmdline, cpu_ticks, helper_kind
 from counterprof.ground.record import record
 
@@ -381,6 +382,7 @@ class Contenders:
 
 class ThreadsCollector(PollingCollector):
     name = "threads"
+    options = ThreadsOptions
     per_rank = True
     start_late = True   # the profiler's threads registered before the first sample
     DEFAULTS = {"interval_ms": 100.0, "proc": "/proc"}

@@ -4,7 +4,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
 
 from .collector import Target
 from .ground.gil import quick_handoffs
@@ -52,7 +53,7 @@ class profile(contextlib.ContextDecorator):
     """
 
     def __init__(self, events: str | None = None, interval_ms: float = 100.0, *,
-                 path: str | os.PathLike | None = None, collectors: list[str] | None = None,
+                 path: str | os.PathLike[str] | None = None, collectors: list[str] | None = None,
                  host_interval_ms: float = 100.0, per_thread: bool = False,
                  rank: int | None = None, replace: bool = False, job: str | None = None,
                  config: dict[str, dict[str, Any]] | None = None):
@@ -90,7 +91,8 @@ class profile(contextlib.ContextDecorator):
         self.run = Run(self.session.path)
         return self.run
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
         if self.session is not None:
             with quick_handoffs():
                 self.session.stop()

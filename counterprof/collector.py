@@ -19,15 +19,22 @@ from dataclasses import field
 from functools import reduce
 from pathlib import Path
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from .ground.clock import Clock
 from .ground.errors import CounterprofError, UsageError, native_missing
-from .ground.schema import Metric
 from .ground.threadname import name_os_thread
 from counterprof.ground.record import record
 
+if TYPE_CHECKING:        # `counterprof run` builds its parser from this module, before pyarrow may load
+    import argparse
+
+    from .ground.schema import Metric
+
 ENTRY_POINT_GROUP = "counterprof.collectors"
+# each collector's command-line options (CollectorOptions), by the collector's name: modules that
+# import nothing heavy, loaded for `counterprof run`'s parser without the collectors themselves
+OPTIONS_ENTRY_POINT_GROUP = "counterprof.collector_options"
 
 
 
@@ -121,6 +128,51 @@ class SessionContext:
         return None
 
 
+class CollectorOptions:
+    """A collector's part of `counterprof run`'s command line: its flags, and its configuration
+    from them. `run` names no collector: it adds every registered collector's flags to the
+    parser, a group each, and asks each for its configuration from the parsed namespace.
+
+    A collector sets its subclass as its `options` and registers it under the collector's name
+    in the `counterprof.collector_options` entry-point group, in a module that imports nothing
+    heavy (no pyarrow, numpy, torch): `counterprof run --help` loads it, and a run parses its
+    command line before pyarrow loads. A collector registered without that entry still has its
+    options: `run` then loads the collector class for them.
+
+    The namespace holds every collector's options and run's own: `args.interval_ms` is -I,
+    `args.pid`, `args.command` and `args.collectors` (--collectors, see named_collectors) are
+    what they are on `counterprof run`. A collector reads another's option with getattr and a
+    default (that collector may not be installed).
+    """
+
+    # the group's heading in `counterprof run --help` (None: "<name> collector")
+    title: ClassVar[str | None] = None
+    # where the group comes in `counterprof run --help` (and a collector it turns on in the
+    # run's list), lowest first: counterprof's own from 10 (perf) to 70 (jax), others after
+    help_order: ClassVar[int] = 100
+    # with the collector turned on, a launched Python job's ranks announce themselves as they
+    # init (torch, jax): --per-rank then defaults to auto (the tree is one until ranks appear)
+    finds_ranks: ClassVar[bool] = False
+
+    @classmethod
+    def add_arguments(cls, group: argparse._ArgumentGroup) -> None:
+        """Add the collector's flags to its group of `counterprof run`'s parser. Each dest is
+        the namespace's, shared with every other collector's: name them after the collector."""
+
+    @classmethod
+    def config_from_args(cls, args: argparse.Namespace) -> dict[str, Any] | None:
+        """The collector's configuration from the parsed command line (None: none, its DEFAULTS
+        apply). Raise UsageError for a bad value or a bad combination: said with run's usage,
+        exit status 2, before anything starts."""
+        return None
+
+    @classmethod
+    def turned_on(cls, args: argparse.Namespace) -> bool:
+        """The command line asks for this collector, beside the default ones or the ones
+        --collectors names (--torch, --jax)."""
+        return False
+
+
 class Collector:
     """Base class. Subclasses set `name`, implement availability/start/stop.
 
@@ -139,6 +191,8 @@ class Collector:
     per_rank: ClassVar[bool] = False
     # the configuration keys it knows and their values when not given
     DEFAULTS: ClassVar[dict[str, Any]] = {}
+    # its flags on `counterprof run` and its configuration from them (none by default)
+    options: ClassVar[type[CollectorOptions]] = CollectorOptions
 
     def __init__(self, config: dict[str, Any] | None = None):
         self.config = self.with_defaults(config)
@@ -320,11 +374,45 @@ def _fast_entry_points(group: str) -> list[_EntryPoint] | None:
     sys.path, in importlib.metadata's order: its import alone (email, zipfile, csv...) is ~10
     ms of every run's start-up. None where only importlib.metadata knows how to look: a zip on
     sys.path, or an import hook that supplies distributions of its own."""
+    texts = _entry_point_texts()
+    if texts is None:
+        return None
+    return [ep for text in texts for ep in _group_lines(text, group)]
+
+
+# (sys.path's directories and their mtimes, the entry_points.txt texts found there): a run asks
+# three times (its parser, its configuration, its collectors), and one look is ~2 ms
+_seen_texts: tuple[tuple[tuple[str, int | None], ...], list[str] | None] | None = None
+
+
+def _entry_point_texts() -> list[str] | None:
+    """The entry_points.txt of every distribution on sys.path, the first of a name only, in
+    importlib.metadata's order; None where only importlib.metadata knows how to look. Looked
+    for again once sys.path or a directory on it changes (an install adds or removes a
+    distribution's directory: its directory's mtime changes)."""
+    global _seen_texts
     from importlib.machinery import PathFinder
     for finder in sys.meta_path:
         if finder is not PathFinder and getattr(finder, "find_distributions", None) is not None:
             return None
-    found: list[_EntryPoint] = []
+    key = tuple((os.path.abspath(entry or "."), _mtime_ns(entry or ".")) for entry in sys.path)
+    seen = _seen_texts
+    if seen is not None and seen[0] == key:
+        return seen[1]
+    texts = _read_entry_point_texts()
+    _seen_texts = (key, texts)
+    return texts
+
+
+def _mtime_ns(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+def _read_entry_point_texts() -> list[str] | None:
+    texts: list[str] = []
     seen: set[str] = set()
     for entry in sys.path:
         base = entry or "."
@@ -347,19 +435,18 @@ def _fast_entry_points(group: str) -> list[_EntryPoint] | None:
             seen.add(name)
             try:
                 with open(os.path.join(base, child, "entry_points.txt"), encoding="utf-8") as f:
-                    text = f.read()
+                    texts.append(f.read())
             except OSError:
                 continue
-            found.extend(_group_lines(text, group))
-    return found
+    return texts
 
 
-def _entry_points() -> Iterable[Any]:
-    fast = _fast_entry_points(ENTRY_POINT_GROUP)
+def _entry_points(group: str = ENTRY_POINT_GROUP) -> Iterable[Any]:
+    fast = _fast_entry_points(group)
     if fast is not None:
         return fast
     from importlib import metadata
-    return metadata.entry_points(group=ENTRY_POINT_GROUP)
+    return metadata.entry_points(group=group)
 
 
 def registry() -> dict[str, type[Collector] | Exception]:
@@ -375,6 +462,28 @@ def registry() -> dict[str, type[Collector] | Exception]:
             "no collectors are registered: counterprof is not installed as a package; "
             "run `pip install .` in the source tree")
     return found
+
+
+def options_registry() -> dict[str, type[CollectorOptions] | Exception]:
+    """Every registered collector's command-line options by its name, in registry()'s order,
+    loaded without the collector where it registers them (OPTIONS_ENTRY_POINT_GROUP), else its
+    class's `options`; an entry that fails to load maps to its error."""
+    declared = {ep.name: ep for ep in _entry_points(OPTIONS_ENTRY_POINT_GROUP)}
+    found: dict[str, type[CollectorOptions] | Exception] = {}
+    for ep in _entry_points():
+        try:
+            if ep.name in declared:
+                found[ep.name] = declared[ep.name].load()
+            else:
+                found[ep.name] = ep.load().options
+        except Exception as exc:  # a broken plugin must not take the others (or --help) down
+            found[ep.name] = exc
+    return found
+
+
+def named_collectors(text: str | None) -> list[str] | None:
+    """The collectors `--collectors LIST` names, in its order (None: not given)."""
+    return [c.strip() for c in text.split(",") if c.strip()] if text else None
 
 
 def resolve(names: list[str] | None) -> dict[str, type[Collector] | Exception]:

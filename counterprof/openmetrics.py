@@ -25,10 +25,19 @@ from __future__ import annotations
 import re
 import socket
 import threading
-from typing import Any
-from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
+
+if TYPE_CHECKING:   # prometheus_client and the live window load when a server starts
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+    from prometheus_client.metrics_core import Metric
+
+    from .live.figures import LiveVerdict
+    from .live.window import LiveWindow
+    from .serve_http import MetricsServer
+    from .session import Session
 
 # catalog unit -> (factor to the base unit, name suffix); units not here keep a sanitized suffix
 UNITS = {
@@ -85,9 +94,9 @@ class Totals:
     """A session sink: per (rank, source, metric, entity), the sum of every known value and the
     newest value with its time. Thread-safe (collectors' threads write)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rows: dict[tuple[int, str, str, str], list] = {}   # key -> [sum, last, last_time]
+        self._rows: dict[tuple[int, str, str, str], list[float]] = {}   # key -> [sum, last, last_time]
 
     def write(self, table: str, batch: pa.RecordBatch, rank: int = 0) -> None:
         if table != "samples" or batch.num_rows == 0:
@@ -113,9 +122,10 @@ class Totals:
                     if r["time_max"] >= cur[2]:
                         cur[1], cur[2] = r["value_last"], r["time_max"]
 
-    def rows(self) -> dict[tuple[int, str, str, str], tuple[float, float, int]]:
+    def rows(self) -> dict[tuple[int, str, str, str], tuple[float, float, float]]:
+        """key -> (sum, last, last_time)."""
         with self._lock:
-            return {k: tuple(v) for k, v in self._rows.items()}
+            return {k: (v[0], v[1], v[2]) for k, v in self._rows.items()}
 
     def close(self) -> None:
         pass
@@ -138,7 +148,7 @@ def _entity(entity: str) -> str:
 class LiveCollector:
     """A prometheus_client collector over a session's totals and live window."""
 
-    def __init__(self, totals: Totals, window, host: str | None = None):
+    def __init__(self, totals: Totals, window: LiveWindow | None, host: str | None = None):
         self.totals, self.window = totals, window
         self.host = host or socket.gethostname()
         self.catalog: Callable[[], Mapping[str, Any]] = dict
@@ -146,26 +156,26 @@ class LiveCollector:
         self.run_info: dict[str, str] = {}
         self.figure_options: dict[str, Any] = {}
 
-    def describe(self):
+    def describe(self) -> list[Metric]:
         return []           # families depend on the catalog, known only at scrape time
 
-    def collect(self):
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily,
                                             InfoMetricFamily)
         catalog = self.catalog()
-        families: dict[str, Any] = {}
-        merged: dict[tuple[str, int, str], list] = {}
+        families: dict[str, CounterMetricFamily | GaugeMetricFamily] = {}
+        merged: dict[tuple[str, int, str], tuple[float, str]] = {}      # -> (value, source)
         for (rank, source, metric, entity), (total, last, _t) in self.totals.rows().items():
             kind, unit = _kind_unit(catalog.get(metric, {}))
             if unit in SKIPPED_UNITS:
                 continue
             if kind == "delta":
                 key = (metric, rank, _entity(entity))
-                acc = merged.setdefault(key, [0.0, source])
-                acc[0] += total
+                acc, first_source = merged.get(key, (0.0, source))
+                merged[key] = (acc + total, first_source)
             else:
                 key = (metric, rank, entity)
-                merged[key] = [last, source]
+                merged[key] = (last, source)
         for (metric, rank, entity), (value, source) in sorted(merged.items()):
             kind, unit = _kind_unit(catalog.get(metric, {}))
             name, factor = metric_name(metric, unit)
@@ -175,7 +185,8 @@ class LiveCollector:
                 desc = (entry.get("description", "") if isinstance(entry, Mapping)
                         else getattr(entry, "description", ""))
                 doc = f"{metric} ({source} collector, {kind}, {unit or 'count'}): {desc}".rstrip(": ")
-                cls = CounterMetricFamily if kind == "delta" else GaugeMetricFamily
+                cls: type[CounterMetricFamily | GaugeMetricFamily] = (
+                    CounterMetricFamily if kind == "delta" else GaugeMetricFamily)
                 fam = families[name] = cls(name, doc, labels=LABELS)
             fam.add_metric([str(rank), entity, self.host], value * factor)
         yield from families.values()
@@ -198,7 +209,7 @@ class LiveCollector:
                 s.add_metric([cls_name, self.host], float(share))
             yield s
 
-    def _verdict(self):
+    def _verdict(self) -> LiveVerdict | None:
         if self.window is None:
             return None
         from .live.frame import live_figures
@@ -216,7 +227,7 @@ class Exporter:
 
     fresh_rows = True          # a scrape wants the last seconds
 
-    def __init__(self, host: str, port: int, window=None):
+    def __init__(self, host: str, port: int, window: LiveWindow | None = None):
         from prometheus_client import CollectorRegistry
         from .live.window import LiveWindow
         from .serve_http import MetricsServer
@@ -227,16 +238,17 @@ class Exporter:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         # one thread, idle connections closed after a timeout, a cap on open ones (serve_http.py)
-        self.server = MetricsServer(host, port, self.registry)
+        server = MetricsServer(host, port, self.registry)
+        self.server: MetricsServer | None = server
         self.host = host
-        self.port = self.server.server_port
+        self.port = server.server_port
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/metrics"
 
-    def attach(self, session, **figure_options) -> None:
+    def attach(self, session: Session, **figure_options: Any) -> None:
         """Read the session's catalog and collector statuses live; figure_options go to
         live_figures (scope, cpus, perf_system_wide)."""
         from .ground.redact import command_line

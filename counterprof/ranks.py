@@ -40,9 +40,10 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from .collector import Collector, Target, start_order, stop_order
+from .collector import Collector, SessionContext, Target, start_order, stop_order
+from .ground.clock import Clock
 from .ground.proctree import environ, multiprocessing_helper, pid_alive, rank_of, tree_order
 from counterprof.ground.record import record
 
@@ -111,18 +112,19 @@ def parse_announcement(name: str, data: bytes) -> Announcement:
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
 
-    def integer(key: str, required: bool) -> int | None:
+    def integer(key: str) -> int:
         value = doc.get(key)
-        if value is None and not required:
-            return None
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{key} is {value!r}, not a whole number >= 0")
         return value
 
-    pid, rank = integer("pid", True), integer("rank", True)
+    def optional(key: str) -> int | None:
+        return None if doc.get(key) is None else integer(key)
+
+    pid, rank = integer("pid"), integer("rank")
     if pid != int(name[:-5]):
         raise ValueError(f"names pid {pid}, but the file is {name}")
-    world, local, device = (integer(k, False) for k in ("world_size", "local_rank", "cuda_device"))
+    world, local, device = (optional(k) for k in ("world_size", "local_rank", "cuda_device"))
     if world is not None and rank >= world:
         raise ValueError(f"rank {rank} is not below world_size {world}")
     host = doc.get("host")
@@ -162,7 +164,8 @@ def read_announcements(folder: Path, done: set[str], since_ns: int = 0
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                bad.append((name, "is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror))
+                bad.append((name, "is a symbolic link" if exc.errno == errno.ELOOP
+                            else exc.strerror or str(exc)))
                 continue
             try:
                 st = os.fstat(fd)
@@ -187,14 +190,52 @@ def read_announcements(folder: Path, done: set[str], since_ns: int = 0
     return good, bad
 
 
+class RankSession(Protocol):
+    """What the watcher needs of the session whose job's ranks it counts (session.Session):
+    the run, the clock and the collectors' config it starts each rank's collectors with, and
+    the calls that keep the session's books on the ranks (its partitions, its meta.json)."""
+
+    @property
+    def path(self) -> Path:
+        """The run directory: its .ranks/ folder holds the announcements."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def config(self) -> dict[str, dict[str, Any]]:
+        """Each collector's config, by name."""
+
+    def warn(self, message: str) -> None:
+        """Say something to the user, and in meta.json's warnings."""
+
+    def own_entity(self, entity: str, rank: int) -> None:
+        """Samples of `entity` (e.g. gpu:1, sampled once for the machine) belong to `rank`."""
+
+    def rank_context(self, rank: int, target: Target) -> SessionContext:
+        """The context a collector counting `rank` starts in: its batches land in that rank's
+        partition."""
+
+    def stop_root_per_rank(self, classes: list[type[Collector]]) -> list[str]:
+        """auto mode's switch: stop the root's collectors of these classes; their names."""
+
+    def rank_switched(self, facts: dict[str, Any]) -> None:
+        """auto mode switched to counting each rank (facts: when, the trigger, what stopped)."""
+
+    def rank_status(self, rank: int, col: Collector, status: str, reason: str,
+                    found: dict[str, Any] | None) -> None:
+        """A rank's collector started, failed or stopped; found: the watcher's entry for the
+        rank (its pid, where its rank was read, world size, GPU)."""
+
+
 class RankWatcher:
     """Finds the ranks of the tree under root and starts `classes` on each.
 
     mode "on": from the start, the root's per_rank collectors are not running. mode "auto":
     they are (session.collectors), and are stopped at the first rank found below the root."""
 
-    def __init__(self, session, classes: list[type[Collector]], root: int, poll_s: float = 0.25,
-                 mode: str = "on", announce_dir: Path | None = None):
+    def __init__(self, session: RankSession, classes: list[type[Collector]], root: int | None,
+                 poll_s: float = 0.25, mode: str = "on", announce_dir: Path | None = None):
         self.session = session
         self.classes = classes
         self.root = root
@@ -213,7 +254,7 @@ class RankWatcher:
         self._young: dict[int, tuple[float, bytes]] = {}  # rankless pids that may exec yet: (seen, cmdline)
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread = None
+        self._thread: threading.Thread | None = None
         try:    # made by the profiler before the workload runs, for the owner only
             self.announce_dir.mkdir(mode=0o700, exist_ok=True)
         except OSError:
@@ -224,7 +265,7 @@ class RankWatcher:
         """Whether ranks are counted on their own now (always in mode on; after the switch in auto)."""
         return self.mode == "on" or self.switch is not None
 
-    def start(self, ctx) -> None:
+    def start(self, ctx: SessionContext) -> None:
         self._thread = ctx.start_thread("counterprof-ranks", self._loop)
 
     def _loop(self) -> None:
@@ -236,7 +277,7 @@ class RankWatcher:
 
     def scan(self) -> None:
         """Start collectors on every rank root that appeared since the last scan."""
-        pids = tree_order(self.root)
+        pids = tree_order(self.root) if self.root is not None else []    # no pid: no tree
         now = time.monotonic()
         for pid in pids:
             if pid in self._seen and not self._may_exec(pid, now):
@@ -343,10 +384,10 @@ class RankWatcher:
             col = cls(self.session.config.get(cls.name, {}))
             reason = ctx.start_collector(col)
             if reason is not None:
-                self.session.rank_status(rank, col, "failed", reason)
+                self.session.rank_status(rank, col, "failed", reason, self.ranks[rank])
                 continue
             self.ranks[rank]["collectors"].append(col)
-            self.session.rank_status(rank, col, "ok", "")
+            self.session.rank_status(rank, col, "ok", "", self.ranks[rank])
 
     def _say_if_nested(self, rank: int, pid: int) -> None:
         """A rank inside another rank's tree (a launcher that is rank 0 itself and starts the
@@ -375,9 +416,9 @@ class RankWatcher:
                 try:
                     col.stop()
                 except Exception as exc:
-                    self.session.rank_status(rank, col, "failed", f"stop failed: {exc}")
+                    self.session.rank_status(rank, col, "failed", f"stop failed: {exc}", entry)
                     continue
-                self.session.rank_status(rank, col, col.status, col.reason)
+                self.session.rank_status(rank, col, col.status, col.reason, entry)
 
 
 def _cmdline(pid: int) -> bytes:

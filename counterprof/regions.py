@@ -24,6 +24,10 @@ import threading
 import time
 from pathlib import Path
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .store.journal import JournalWriter
 
 FLUSH_EVERY_NS = 1_000_000_000
 ENV_RUN_DIR = "COUNTERPROF_RUN_DIR"
@@ -33,18 +37,18 @@ ENV_CLOCK_OFFSET = "COUNTERPROF_CLOCK_OFFSET_NS"
 class _Recorder:
     """This process's buffered spans and where they are flushed to."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rows: list[tuple] = []
-        self._sink: Callable | None = None          # emit(table, batch) of a live session
+        self._rows: list[tuple[int, int, str, str, int, int]] = []
+        self._sink: Callable[..., None] | None = None          # emit(table, batch) of a live session
         self._offset_ns = 0
         self._last_flush = 0
         self._env_checked = False
-        self._journal = None
+        self._journal: JournalWriter | None = None
 
     # -- where spans go -----------------------------------------------------------------
 
-    def attach(self, emit: Callable, offset_ns: int) -> None:
+    def attach(self, emit: Callable[..., None], offset_ns: int) -> None:
         """An in-process session started: spans go to it, on its clock."""
         with self._lock:
             self._sink, self._offset_ns = emit, offset_ns
@@ -128,7 +132,7 @@ class region(contextlib.ContextDecorator):
         stack.append(time.monotonic_ns())
         return self
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         end = time.monotonic_ns()
         start = self._starts.stack.pop()
         if recorder.active:

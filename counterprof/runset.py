@@ -21,7 +21,7 @@ SET_FILE = "runset.json"
 MEMBER_PREFIX = "run-"
 
 
-def is_set(path: str | os.PathLike) -> bool:
+def is_set(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / SET_FILE).is_file()
 
 
@@ -30,7 +30,7 @@ def member_name(i: int) -> str:
     return f"{MEMBER_PREFIX}{i}"
 
 
-def read_set(path: str | os.PathLike) -> dict[str, Any]:
+def read_set(path: str | os.PathLike[str]) -> dict[str, Any]:
     from .ground.errors import RunDirectoryError
     from .store.safepath import open_read
     f = Path(path) / SET_FILE
@@ -46,7 +46,7 @@ def read_set(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def members(path: str | os.PathLike) -> list[Path]:
+def members(path: str | os.PathLike[str]) -> list[Path]:
     """The set's runs in the order they ran (only those that exist: a set cut short by
     Ctrl-C lists the runs it finished)."""
     from .store.rundir import is_run
@@ -62,13 +62,13 @@ def expand(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def write_set(path: str | os.PathLike, data: dict[str, Any]) -> None:
+def write_set(path: str | os.PathLike[str], data: dict[str, Any]) -> None:
     """Write SET/runset.json atomically (a reader never sees half of it)."""
     from .store.rundir import write_json
     write_json(Path(path) / SET_FILE, data)
 
 
-def prepare_dir(path: str | os.PathLike, replace: bool) -> Path:
+def prepare_dir(path: str | os.PathLike[str], replace: bool) -> Path:
     """Create the set's directory. An existing set is replaced only with replace=True (its
     member runs and set file, nothing else); a run or any other non-empty directory is refused."""
     from .ground.errors import RunDirectoryError

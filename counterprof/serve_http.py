@@ -28,7 +28,10 @@ import selectors
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 MAX_CONNECTIONS = 32
 REQUEST_TIMEOUT_S = 5.0
@@ -58,7 +61,7 @@ class MetricsServer:
     """Serves a prometheus_client registry on (host, port) from one daemon thread until close().
     Binds in the constructor: an address in use raises OSError there."""
 
-    def __init__(self, host: str, port: int, registry: Any, *,
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, *,
                  max_connections: int = MAX_CONNECTIONS,
                  request_timeout_s: float = REQUEST_TIMEOUT_S,
                  response_timeout_s: float = RESPONSE_TIMEOUT_S):
@@ -104,7 +107,8 @@ class MetricsServer:
                     if key.fileobj is self._sock:
                         self._accept()
                         continue
-                    conn = self._conns.get(key.fileobj)      # type: ignore[arg-type]
+                    # still open? (one closed earlier in this round is gone from _conns)
+                    conn = self._conns.get(key.fileobj) if isinstance(key.fileobj, socket.socket) else None
                     if conn is None:
                         continue
                     try:

@@ -19,6 +19,7 @@ import stat
 import threading
 import time
 from dataclasses import asdict
+from typing import Any, overload
 
 from .ground.errors import CounterprofError, native_missing
 from .ground.pathsearch import which
@@ -50,7 +51,7 @@ class WorkloadResult:
     forwarded_signals: list[int]
     max_rss_note: str = ""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -159,9 +160,14 @@ class Workload:
         self.pid, self._go_fd, self._status_fd = pid[0], go[0], st[0]
         return self.pid
 
+    def _child(self) -> int:
+        """The child's pid (spawn() came first)."""
+        assert self.pid is not None, "spawn() first"
+        return self.pid
+
     def release(self) -> None:
         """Let the child exec. Raises WorkloadStartError if exec failed."""
-        self._pre_exec_hwm = _vm_hwm(self.pid)
+        self._pre_exec_hwm = _vm_hwm(self._child())
         self._started_at = time.monotonic()
         os.write(self._go_fd, b"g")
         os.close(self._go_fd)
@@ -176,7 +182,7 @@ class Workload:
         self._status_fd = -1
         if len(data) >= 4:
             err = int.from_bytes(data[:4], "little", signed=True)
-            os.waitpid(self.pid, 0)
+            os.waitpid(self._child(), 0)
             code = 127 if err == errno.ENOENT else 126
             raise WorkloadStartError(f"{self.argv[0]}: cannot execute: {os.strerror(err)}", code)
 
@@ -194,6 +200,10 @@ class Workload:
             except ChildProcessError:
                 pass
 
+    @overload
+    def wait(self, poll_s: float = ..., stop: None = None) -> WorkloadResult: ...
+    @overload
+    def wait(self, poll_s: float = ..., stop: threading.Event | None = None) -> WorkloadResult | None: ...
     def wait(self, poll_s: float = 5.0, stop: threading.Event | None = None) -> WorkloadResult | None:
         """Wait for the child, forwarding the signals someone sent us. Returns None, with
         the child still running, once `stop` is set (wake us with wake_main_thread()).
@@ -210,14 +220,14 @@ class Workload:
                 continue
             if info.si_code in (SI_USER, SI_QUEUE, SI_TKILL) and info.si_pid != self.pid:
                 try:
-                    os.kill(self.pid, info.si_signo)
+                    os.kill(self._child(), info.si_signo)
                     self.forwarded.append(info.si_signo)
                 except ProcessLookupError:
                     pass
 
     def _try_reap(self, flags: int) -> WorkloadResult | None:
         try:
-            pid, status, ru = os.wait4(self.pid, flags)
+            pid, status, ru = os.wait4(self._child(), flags)
         except ChildProcessError:
             raise CounterprofError(f"lost track of the workload (pid {self.pid})") from None
         if pid == 0:
@@ -229,7 +239,8 @@ class Workload:
         else:
             sig, code = None, os.WEXITSTATUS(status)
             exit_status = code
-        rss, note = ru.ru_maxrss * 1024, ""
+        rss: int | None = ru.ru_maxrss * 1024
+        note = ""
         pre = getattr(self, "_pre_exec_hwm", None)
         if pre is not None and rss <= pre + 256 * 1024:
             # the kernel keeps the forked profiler's resident size (before exec) in the child's
@@ -237,7 +248,7 @@ class Workload:
             rss, note = None, (f"not above the {pre / 2**20:.1f} MB the kernel counts for the "
                                "profiler's copy before exec; the host collector's proc.rss "
                                "(peak) is the workload's")
-        return WorkloadResult(self.pid, exit_status, code, sig, elapsed, ru.ru_utime, ru.ru_stime,
+        return WorkloadResult(self._child(), exit_status, code, sig, elapsed, ru.ru_utime, ru.ru_stime,
                               rss, list(self.forwarded), note)
 
 
@@ -265,7 +276,9 @@ def wait_for_stop(pid: int | None, duration_s: float | None, poll_s: float = 0.2
 def wake_main_thread() -> None:
     """Cut short the main thread's sigtimedwait (in wait / wait_for_stop) from another
     thread: a SIGCHLD aimed at it is taken there and changes nothing else."""
-    signal.pthread_kill(threading.main_thread().ident, signal.SIGCHLD)
+    ident = threading.main_thread().ident
+    assert ident is not None            # the main thread is running
+    signal.pthread_kill(ident, signal.SIGCHLD)
 
 
 def _alive(pid: int) -> bool:

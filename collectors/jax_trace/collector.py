@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.ground.errors import CounterprofError, UsageError
 from counterprof.store import rundir, safepath
+from .options import JaxOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -127,6 +128,7 @@ def converted_profile(folder: Path) -> tuple[pa.Table | None, str | None]:
 
 class JaxCollector(PollingCollector):
     name = "jax"
+    options = JaxOptions
     default_on = False
     DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "poll_s": 0.5, "window_s": 2.0,
                 "window_every_s": 20.0, "python_tracer": False}

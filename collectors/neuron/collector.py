@@ -36,6 +36,7 @@ from counterprof.ground.schema import samples_batch
 
 from . import monitor, sysfs
 from .metrics import BY_NAME
+from .options import NeuronOptions
 from .topology import Topology, device_rows, neuron_ls, own_cores, sysfs_root
 
 if TYPE_CHECKING:
@@ -87,6 +88,7 @@ def _monitor_path() -> str | None:
 
 class NeuronCollector(Collector):
     name = "neuron"
+    options = NeuronOptions
     DEFAULTS = {"interval_ms": 1000.0, "sysfs_root": None, "process_tag": None}
 
     def __init__(self, config: dict[str, Any] | None = None):

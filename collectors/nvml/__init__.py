@@ -6,9 +6,21 @@
   sampler.py    one GPU: probe, fast tick, GPM windows, the driver's sample buffer
   procs.py      the workload's process tree (for its GPU memory)
   collector.py  the Collector: thread, cadences, emission, failure
+  options.py    its flags on `counterprof run`
 
 pynvml is imported only when the collector is used, never here.
 """
-from .collector import NvmlCollector
+from __future__ import annotations
 
-__all__ = ["NvmlCollector"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    """NvmlCollector from collector.py, on first use: `counterprof run` builds its parser from
+    options.py alone, before pyarrow loads."""
+    if name != "NvmlCollector":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(f"{__name__}.collector"), name)

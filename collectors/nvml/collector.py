@@ -25,6 +25,7 @@ from counterprof.ground.schema import samples_batch
 from . import devices
 from .library import Nvml, open_nvml
 from .metrics import METRICS
+from .options import NvmlOptions
 from counterprof.ground.proctree import tree_pids
 from .sampler import MIN_GPM_WINDOW_MS, GpuSampler, WallClock
 
@@ -50,6 +51,7 @@ def _why_not(exc: Exception) -> str:
 
 class NvmlCollector(PollingCollector):
     name = "nvml"
+    options = NvmlOptions
     DEFAULTS = {"interval_ms": 100.0, "gpm_interval_ms": 100.0, "gpus": None, "module": None}
 
     def __init__(self, config: dict[str, Any] | None = None):

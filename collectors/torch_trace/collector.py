@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.ground.errors import CounterprofError, UsageError
 from counterprof.store import rundir
+from .options import TorchOptions
 
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ def load_driver():
 
 class TorchCollector(PollingCollector):
     name = "torch"
+    options = TorchOptions
     default_on = False
     DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "record_shapes": True,
                 "with_stack": False, "profile_memory": False, "poll_s": 0.5,

@@ -1,1 +1,2 @@
-"""Pure functions over a run's tables: they never read files and never print."""
+"""Functions over a run's tables: they read a run only through its front door
+(store.reader.Run: tables, batches, meta), never its files, and never print."""

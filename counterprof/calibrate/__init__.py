@@ -25,13 +25,28 @@ import re
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 from collections.abc import Callable
 
 SCHEMA = 1
 
+Doc = dict[str, Any]      # a ceilings document (JSON), as the module docstring describes
+
+
+class Mode(TypedDict):
+    """A calibration's shape sweeps (square sides; collectives' bytes) and timing."""
+
+    cpu_sizes: list[int]
+    bf16_sizes: list[int]
+    gpu_sizes: list[int]
+    repeats: int
+    min_s: float
+    stream_min_s: float
+    coll_sizes: list[int]
+
+
 # shape sweeps and timing per mode: quick fits in 30 s on 2 CPU cores
-MODES = {
+MODES: dict[bool, Mode] = {
     True: {"cpu_sizes": [1024, 2048], "bf16_sizes": [1024], "gpu_sizes": [2048, 4096],
            "repeats": 5, "min_s": 0.08, "stream_min_s": 0.2, "coll_sizes": [8, 1 << 20, 16 << 20]},
     False: {"cpu_sizes": [256, 512, 1024, 2048, 3072, 4096], "bf16_sizes": [512, 1024, 2048],
@@ -53,7 +68,7 @@ def cache_path(device: str, host: str | None = None) -> Path:
     return cache_dir() / f"{_slug(host or socket.gethostname())}-{_slug(device)}.json"
 
 
-def save(docs: dict[str, dict]) -> list[Path]:
+def save(docs: dict[str, Doc]) -> list[Path]:
     """Write each device's document to the cache (atomically: a reader never sees half a file)."""
     paths = []
     for device, doc in docs.items():
@@ -66,10 +81,10 @@ def save(docs: dict[str, dict]) -> list[Path]:
     return paths
 
 
-def cached(host: str | None = None) -> dict[str, dict]:
+def cached(host: str | None = None) -> dict[str, Doc]:
     """This host's saved ceilings by device; {} when `counterprof calibrate` never ran here."""
     prefix = _slug(host or socket.gethostname()) + "-"
-    out: dict[str, dict] = {}
+    out: dict[str, Doc] = {}
     d = cache_dir()
     try:
         if not d.is_dir():
@@ -87,7 +102,7 @@ def cached(host: str | None = None) -> dict[str, dict]:
     return out
 
 
-def load_file(path: str | os.PathLike) -> dict[str, dict]:
+def load_file(path: str | os.PathLike[str]) -> dict[str, Doc]:
     """Ceilings from a file given by the user: one document, or {device: document}."""
     doc = json.loads(Path(path).read_text())
     if not isinstance(doc, dict):
@@ -105,7 +120,7 @@ def load_file(path: str | os.PathLike) -> dict[str, dict]:
     return docs
 
 
-def peak(doc: dict, dtype: str | None) -> float | None:
+def peak(doc: Doc, dtype: str | None) -> float | None:
     """The FLOP/s ceiling for a dtype; None when it was not measured (never guessed)."""
     if not dtype:
         return None
@@ -113,7 +128,7 @@ def peak(doc: dict, dtype: str | None) -> float | None:
     return float(value) if value else None
 
 
-def bandwidth(doc: dict) -> float | None:
+def bandwidth(doc: Doc) -> float | None:
     value = doc.get("bandwidth_bytes_per_s")
     return float(value) if value else None
 
@@ -132,7 +147,7 @@ def cpu_name() -> str:
 
 def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: None,
               gpu: bool = True, collectives: bool = True, world: int = 2,
-              fresh_process: bool = False) -> dict[str, dict]:
+              fresh_process: bool = False) -> dict[str, Doc]:
     """Measure this machine: the CPU always, each GPU when torch sees one.
     fresh_process: this process has run no torch op yet (the CLI), so the collectives' ranks
     may fork from it (seconds faster than starting interpreters); otherwise they are spawned."""
@@ -195,7 +210,7 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
     return docs
 
 
-def loaded(docs: dict[str, dict]) -> dict[str, Any] | None:
+def loaded(docs: dict[str, Doc]) -> dict[str, Any] | None:
     """The load record of a calibration that others' CPU use spoiled (None: a quiet one, or
     not known)."""
     for doc in docs.values():

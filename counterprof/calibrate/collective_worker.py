@@ -15,6 +15,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 
 
 def main(argv: list[str]) -> int:
@@ -31,27 +33,29 @@ def run(backend: str, sizes: list[int], repeats: int, out: str, rank: int, world
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
         torch.cuda.set_device(device)
     dist.init_process_group(backend, rank=rank, world_size=world)
-    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    results: dict = {}
+    sync: Callable[[], None] = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    # {collective: {size: [seconds, ...]} or why not}
+    results: dict[str, dict[str, list[float]] | str] = {}
     for coll in ("all_reduce", "all_gather", "reduce_scatter"):
-        per_size: dict = {}
+        per_size: dict[str, list[float]] = {}
         try:
             for size in sizes:
                 n = max(1, size // 4)
+                call: Callable[[], object]
                 if coll == "all_reduce":
                     x = torch.ones(n, device=device)
-                    call = lambda x=x: dist.all_reduce(x)                      # noqa: E731
+                    call = partial(dist.all_reduce, x)
                 elif coll == "all_gather":
                     # nccl-tests: size is the gathered buffer; each rank sends size / world
                     part = max(1, n // world)
                     x, y = torch.ones(part, device=device), torch.empty(part * world, device=device)
                     gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-                    call = lambda g=gather, x=x, y=y: g(y, x)                  # noqa: E731
+                    call = partial(gather, y, x)
                 else:
                     part = max(1, n // world)
                     x, y = torch.ones(part * world, device=device), torch.empty(part, device=device)
                     scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-                    call = lambda s=scatter, x=x, y=y: s(y, x)                 # noqa: E731
+                    call = partial(scatter, y, x)
                 call()
                 sync()
                 times = []

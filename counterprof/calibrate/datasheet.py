@@ -8,6 +8,7 @@ bytes/s. Each entry names its source.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 T = 1e12
 _TABLE = [
@@ -53,7 +54,7 @@ _TABLE = [
 _ARCH = {"gfx942": "MI300X", "gfx90a": "MI250"}
 
 
-def lookup(name: str | None, arch: str | None = None) -> dict | None:
+def lookup(name: str | None, arch: str | None = None) -> dict[str, Any] | None:
     """The ceilings document of a device by its name (as torch/Kineto report it), or None."""
     candidates = [name or ""]
     if arch:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from functools import partial
+from types import ModuleType
 from typing import Any
 from collections.abc import Callable
 
@@ -39,7 +41,7 @@ def summarize(values: list[float]) -> dict[str, Any]:
 WARMUP_S = 0.25
 
 
-def _timed(fn: Callable[[], None], min_s: float, sync: Callable[[], None] = lambda: None) -> float:
+def _timed(fn: Callable[[], object], min_s: float, sync: Callable[[], None] = lambda: None) -> float:
     """Seconds per call of fn, over as many calls as fill min_s."""
     n, total = 0, 0.0
     sync()
@@ -86,7 +88,7 @@ def llc_bytes() -> int | None:
     return best
 
 
-def _torch():
+def _torch() -> ModuleType | None:
     try:
         import torch
         return torch
@@ -100,6 +102,9 @@ def cpu_matmul(dtype: str, sizes: list[int], repeats: int, min_s: float,
                progress: Progress = _quiet) -> dict[str, Any]:
     """Dense square matmul FLOP/s (2 n^3 per call) at each size; the best size's median is the peak."""
     torch = _torch()
+    # two square operands of side n, and their product: numpy arrays or torch tensors
+    make: Callable[[int], tuple[Any, Any]]
+    mul: Callable[[Any, Any], Any]
     if torch is None:
         if dtype != "fp32":
             return {"skipped": "needs torch"}
@@ -124,16 +129,16 @@ def cpu_matmul(dtype: str, sizes: list[int], repeats: int, min_s: float,
         # warm-up for a while, not one call: a fresh process's first ~0.1 s of matmuls (the thread
         # pool's start, first-touch page faults) ran 20% under its later rate on the 2-core VM,
         # and a quick calibration took that as its peak (a job's 1024^2 mm then at 113% of it)
-        _timed(lambda a=a, b=b: mul(a, b), max(min_s, WARMUP_S))
+        _timed(partial(mul, a, b), max(min_s, WARMUP_S))
         cond = cpu_conditions()
-        rates = [2 * n ** 3 / _timed(lambda a=a, b=b: mul(a, b), min_s) for _ in range(repeats)]
+        rates = [2 * n ** 3 / _timed(partial(mul, a, b), min_s) for _ in range(repeats)]
         per_size[str(n)] = {**summarize(rates), "conditions": cond}
     best = max(per_size, key=lambda k: per_size[k]["median"])
     return {"flops_per_s": per_size[best]["median"], **{k: v for k, v in per_size[best].items()},
             "best_shape": [int(best)] * 3, "sizes": per_size, "threads": threads, "impl": impl}
 
 
-def _cpu_has_bf16(torch) -> bool:
+def _cpu_has_bf16(torch: ModuleType) -> bool:
     try:
         with open("/proc/cpuinfo") as f:
             flags = next((line for line in f if line.startswith("flags")), "")
@@ -169,6 +174,8 @@ def cpu_stream(repeats: int, min_s: float, array_bytes: int | None = None,
     n = size // 8
     progress(f"CPU memory arrays (3 x {n * 8 >> 20} MiB)")
     torch = _torch()
+    copy: Callable[[], object]
+    triad: Callable[[], object]
     if torch is not None:
         a, b, c = torch.empty(n, dtype=torch.float64), torch.rand(n, dtype=torch.float64), \
             torch.rand(n, dtype=torch.float64)
@@ -200,7 +207,7 @@ def cpu_stream(repeats: int, min_s: float, array_bytes: int | None = None,
     return out
 
 
-def _numpy_stream(n: int):
+def _numpy_stream(n: int) -> tuple[Callable[[], None], Callable[[], None], int]:
     """copy and triad on os.cpu_count() threads over contiguous chunks (numpy releases the GIL)."""
     import numpy as np
     from concurrent.futures import ThreadPoolExecutor
@@ -209,14 +216,14 @@ def _numpy_stream(n: int):
     bounds = [(i * n // threads, (i + 1) * n // threads) for i in range(threads)]
     pool = ThreadPoolExecutor(threads)
 
-    def run(body):
+    def run(body: Callable[[int, int], None]) -> None:
         list(pool.map(lambda lo_hi: body(*lo_hi), bounds))
 
-    def copy():
+    def copy() -> None:
         run(lambda lo, hi: np.copyto(a[lo:hi], b[lo:hi]))
 
-    def triad():
-        def part(lo, hi):
+    def triad() -> None:
+        def part(lo: int, hi: int) -> None:
             np.multiply(c[lo:hi], 3.0, out=a[lo:hi])
             np.add(a[lo:hi], b[lo:hi], out=a[lo:hi])   # (two passes: numpy has no fused triad)
         run(part)
@@ -226,7 +233,7 @@ def _numpy_stream(n: int):
 # ---- collectives (gloo on the CPU, NCCL on GPUs) -----------------------------------------------
 
 # nccl-tests' bus bandwidth: algbw x factor(n) (doc/PERFORMANCE.md)
-BUSBW_FACTOR = {
+BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
@@ -339,7 +346,7 @@ def _spawned(world: int, port: int, backend: str, sizes: list[int], repeats: int
     return errors
 
 
-def _busbw(raw: dict, backend: str, world: int, repeats: int) -> dict[str, Any]:
+def _busbw(raw: dict[str, Any], backend: str, world: int, repeats: int) -> dict[str, Any]:
     result: dict[str, Any] = {"backend": backend, "world_size": world}
     for coll, per_size in raw.items():
         if isinstance(per_size, str):
@@ -388,11 +395,13 @@ class _NvmlSampler:
             return {}
         n, h = self.nvml, self.handle
         out: dict[str, Any] = {}
-        for key, fn in (("sm_clock_mhz", lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
-                        ("mem_clock_mhz", lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
-                        ("power_w", lambda: n.nvmlDeviceGetPowerUsage(h) / 1000),
-                        ("temperature_c", lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
-                        ("throttle_reasons", lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(h))):
+        probes: tuple[tuple[str, Callable[[], object]], ...] = (
+            ("sm_clock_mhz", lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_SM)),
+            ("mem_clock_mhz", lambda: n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
+            ("power_w", lambda: n.nvmlDeviceGetPowerUsage(h) / 1000),
+            ("temperature_c", lambda: n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
+            ("throttle_reasons", lambda: n.nvmlDeviceGetCurrentClocksThrottleReasons(h)))
+        for key, fn in probes:
             try:
                 out[key] = fn()
             except Exception:
@@ -400,7 +409,7 @@ class _NvmlSampler:
         return out
 
 
-def _cuda_time(torch, fn, min_s: float) -> float:
+def _cuda_time(torch: ModuleType, fn: Callable[[], object], min_s: float) -> float:
     """Seconds per call, timed with CUDA events over as many calls as fill min_s."""
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     n = 1
@@ -410,7 +419,7 @@ def _cuda_time(torch, fn, min_s: float) -> float:
             fn()
         end.record()
         end.synchronize()
-        s = start.elapsed_time(end) / 1000
+        s: float = start.elapsed_time(end) / 1000
         if s >= min_s or n >= 1 << 16:
             return s / n
         n = max(n * 2, int(n * min_s / max(s, 1e-6)) + 1)
@@ -434,7 +443,7 @@ def gpu_device(index: int, sizes: list[int], repeats: int, min_s: float,
             a, b = torch.randn(n, n, device=dev, dtype=dt), torch.randn(n, n, device=dev, dtype=dt)
             torch.matmul(a, b)
             cond = nvml.sample()
-            rates = [2 * n ** 3 / _cuda_time(torch, lambda a=a, b=b: torch.matmul(a, b), min_s)
+            rates = [2 * n ** 3 / _cuda_time(torch, partial(torch.matmul, a, b), min_s)
                      for _ in range(repeats)]
             per_size[str(n)] = {**summarize(rates), "conditions": {**cond, **_after(nvml)}}
         best = max(per_size, key=lambda k: per_size[k]["median"])
@@ -448,7 +457,8 @@ def gpu_device(index: int, sizes: list[int], repeats: int, min_s: float,
             a = torch.randn(n, n, device=dev).to(fp8)
             b = torch.randn(n, n, device=dev).to(fp8).t()
             one = torch.tensor(1.0, device=dev)
-            mm = lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)  # noqa: E731
+            mm: Callable[[], object] = partial(torch._scaled_mm, a, b, scale_a=one, scale_b=one,
+                                               out_dtype=torch.bfloat16)
             progress(f"GPU{index} fp8 matmul {n}x{n}")
             mm()
             rates = [2 * n ** 3 / _cuda_time(torch, mm, min_s) for _ in range(repeats)]
@@ -463,18 +473,18 @@ def gpu_device(index: int, sizes: list[int], repeats: int, min_s: float,
     y = torch.empty_like(x)
     progress(f"GPU{index} device-to-device copy")
     y.copy_(x)
-    rates = [2 * nbytes / _cuda_time(torch, lambda: y.copy_(x), min_s) for _ in range(repeats)]
+    rates = [2 * nbytes / _cuda_time(torch, partial(y.copy_, x), min_s) for _ in range(repeats)]
     out["memory"] = {"d2d": {"bytes_per_s": statistics.median(rates), **summarize(rates),
                              "bytes": nbytes, "counted": "read + write"},
                      "bytes_per_s": statistics.median(rates)}
-    x = y = None                       # 2 GiB back before the host buffers
+    del x, y                           # 2 GiB back before the host buffers
     host_bytes = 256 << 20
     out["host_device"] = {}
     for pinned in (True, False):
         h = torch.empty(host_bytes, dtype=torch.uint8, pin_memory=pinned)
         d = torch.empty(host_bytes, dtype=torch.uint8, device=dev)
-        for direction, fn in (("h2d", lambda d=d, h=h, p=pinned: d.copy_(h, non_blocking=p)),
-                              ("d2h", lambda d=d, h=h, p=pinned: h.copy_(d, non_blocking=p))):
+        for direction, fn in (("h2d", partial(d.copy_, h, non_blocking=pinned)),
+                              ("d2h", partial(h.copy_, d, non_blocking=pinned))):
             label = f"{direction}_{'pinned' if pinned else 'pageable'}"
             progress(f"GPU{index} {label}")
             fn()
@@ -505,7 +515,7 @@ def gpu_p2p(repeats: int, min_s: float, progress: Progress = _quiet) -> dict[str
             src = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{i}")
             dst = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{j}")
             with torch.cuda.device(i):
-                rates = [nbytes / _cuda_time(torch, lambda dst=dst, src=src: dst.copy_(src), min_s)
+                rates = [nbytes / _cuda_time(torch, partial(dst.copy_, src), min_s)
                          for _ in range(repeats)]
             out[f"{i}->{j}"] = {"bytes_per_s": statistics.median(rates), **summarize(rates),
                                 "peer_access": torch.cuda.can_device_access_peer(i, j)}

@@ -137,7 +137,7 @@ def _main(argv: list[str]) -> int:
     wanted = parse_ranks(args.ranks, usage)
 
     from ..ground.errors import RunDirectoryError
-    from ..render.perfetto_export import export_run
+    from ..export import export_run
     from ..store.run_files import list_files
     run = open_run(args.run)
     out = Path(args.perfetto)

@@ -18,6 +18,10 @@ from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, c
 from .process_setup import (import_arrow_with_one_blas_thread, keep_pandas_out, pause_gc, resume_gc,
                             use_system_allocator)
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ..collector import CollectorOptions
+
 EPILOG = """\
 examples:
   counterprof run -- python train.py
@@ -36,37 +40,15 @@ examples:
 """
 
 
-# The threads collector's thread wakes every interval: under -I 1 it was two thirds of the
-# profiler's CPU (5% of a core against perf stat -I 1's 3.4%); 10 ms still resolves the
-# verdict's 100 ms regions. --threads-interval-ms goes finer.
-THREADS_FINEST_DEFAULT_MS = 10.0
-# Under --sampling kernel nothing else wakes per interval: a 10 ms threads tick would be most
-# of its cost (0.5-0.7% of a core on a VM, perf stat -I 10's whole cost is 0.9%), so its
-# threads default to the verdict's 100 ms regions there.
-THREADS_KERNEL_DEFAULT_MS = 100.0
-
-
-def _threads_interval_ms(args: argparse.Namespace) -> float:
-    if args.threads_interval_ms is not None:
-        return float(args.threads_interval_ms)
-    finest = THREADS_KERNEL_DEFAULT_MS if args.sampling == "kernel" else THREADS_FINEST_DEFAULT_MS
-    return max(float(args.interval_ms), finest)
-
-
 def build_parser() -> ArgumentParser:
+    """run's own options, then every registered collector's, a group each (CollectorOptions:
+    the collectors declare their flags; this module names none). The collectors whose options
+    were added are the namespace's `collector_options`."""
     p = ArgumentParser(prog="counterprof run", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-e", "--events", action="append",
-                   help="events in perf's syntax, comma separated; repeatable "
-                        "(default: perf stat's: task-clock, context-switches, cpu-migrations, "
-                        "page-faults, cycles, instructions, branches, branch-misses)")
+    # every collector's interval unless it has its own: perf counts at it, threads follows it
     p.add_argument("-I", "--interval-ms", type=float, default=100.0, metavar="MS",
                    help="counter sampling interval in ms (default 100; 1 works)")
-    p.add_argument("--sampling", choices=("tick", "kernel"), default="tick",
-                   help="how counters are sampled: tick (default) reads them every -I of wall time; "
-                        "kernel has the kernel sample every -I of each thread's CPU time (a launched "
-                        "command, Linux 6.12+; rows still land on the -I wall-time grid, a thread's "
-                        "counts at its next sample; falls back to tick with a warning)")
     from .arguments import output_path
     p.add_argument("-o", "--output", metavar="DIR", type=output_path(
                        "name the run directory, or leave -o out for ./counterprof-<date>-<time>"),
@@ -79,49 +61,6 @@ def build_parser() -> ArgumentParser:
     target.add_argument("-p", "--pid", type=int, help="attach to a running process (all its threads)")
     target.add_argument("-a", "--all-cpus", action="store_true",
                         help="count on every CPU (needs root, CAP_PERFMON or perf_event_paranoid <= 0)")
-    p.add_argument("-A", "--no-aggr", action="store_true",
-                   help="with -a: one series per CPU instead of their sum")
-    p.add_argument("--per-thread", action="store_true",
-                   help="with --pid: one series per thread instead of their sum")
-    p.add_argument("--torch", action="store_true",
-                   help="record torch.profiler traces in every Python process of the command that "
-                        "imports torch (a window of steps every N), converted into spans")
-    p.add_argument("--torch-window", metavar="ACTIVE/EVERY", default=None,
-                   help="with --torch: record ACTIVE steps every EVERY steps, exactly (default: 5 "
-                        "every 50 or more, paced so the profiler's own calls take under 5%% of "
-                        "the run)")
-    p.add_argument("--torch-time-window", metavar="SECONDS/EVERY", default=None,
-                   help="with --torch, in a process with no step marks and no module forwards: "
-                        "record SECONDS every EVERY seconds, exactly (default: the first window "
-                        "~1 s after torch's import, the next ones paced so the profiler's own "
-                        "calls take under 5%% of the run, each at most 2 s)")
-    p.add_argument("--jax", action="store_true",
-                   help="record jax.profiler profiles in every Python process of the command that "
-                        "imports jax (a window of StepTraceAnnotation steps every N, else windows "
-                        "of time), converted into spans; every step is timed")
-    p.add_argument("--jax-window", metavar="ACTIVE/EVERY", default=None,
-                   help="with --jax: record ACTIVE steps every EVERY steps, exactly (default: 5 "
-                        "every 50 or more, after the first step, paced so the profiler's start "
-                        "and stop take under 5%% of the run)")
-    p.add_argument("--host-interval-ms", type=float, default=100.0, metavar="MS",
-                   help="host collector interval in ms (default 100)")
-    p.add_argument("--host-system-interval-ms", type=float, default=1000.0, metavar="MS",
-                   help="the system's CPU and memory figures (/proc/stat, /proc/meminfo) every MS "
-                        "(default 1000; 0: with every host sample)")
-    p.add_argument("--threads-interval-ms", type=float, default=None, metavar="MS",
-                   help="threads collector interval in ms (default: -I's, 10 at the finest; 100 at "
-                        "the finest under --sampling kernel): thread states by role, which the "
-                        "verdict follows, so they sample as finely as the counters down to 10 ms")
-    p.add_argument("--gpus", metavar="LIST",
-                   help="GPUs to sample, by CUDA ordinal as the workload sees them (after "
-                        "CUDA_VISIBLE_DEVICES), comma separated (default: every visible GPU)")
-    p.add_argument("--nvml-interval-ms", type=float, default=100.0, metavar="MS",
-                   help="GPU (NVML) sampling interval in ms (default 100)")
-    p.add_argument("--gpm-interval-ms", type=float, default=100.0, metavar="MS",
-                   help="GPM window in ms, Hopper and newer (default 100; at least 100)")
-    p.add_argument("--neuron-interval-ms", type=float, default=1000.0, metavar="MS",
-                   help="Neuron sampling interval in ms (default 1000): neuron-monitor reports at "
-                        "most once a second, the Neuron sysfs counters at this interval")
     p.add_argument("--duration", type=float, metavar="S",
                    help="with --pid or -a and no command: stop after S seconds")
     ranks = p.add_mutually_exclusive_group()
@@ -145,8 +84,30 @@ def build_parser() -> ArgumentParser:
     from .serve import add_arguments as add_serve_arguments
     add_repeat_arguments(p)
     add_serve_arguments(p)
+    p.set_defaults(collector_options=_add_collector_options(p))
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     return p
+
+
+def _add_collector_options(p: ArgumentParser) -> dict[str, type[CollectorOptions]]:
+    """Every registered collector's flags, a group each: counterprof's own collectors first,
+    then third parties', each in the registry's order; those whose flags were added. One that
+    does not load is left out here (the run says why it did not run, as for any collector that
+    fails to load); one whose flags cannot be added (a flag another has: a third party's, as
+    counterprof's come first) is said, and left out."""
+    from ..collector import options_registry
+    loaded = [(name, options) for name, options in options_registry().items()
+              if not isinstance(options, Exception)]
+    loaded.sort(key=lambda item: (not item[1].__module__.startswith("counterprof."), item[1].help_order))
+    added: dict[str, type[CollectorOptions]] = {}
+    for name, options in loaded:
+        try:
+            options.add_arguments(p.add_argument_group(options.title or f"{name} collector"))
+        except Exception as exc:      # a third-party collector's: counterprof run goes on
+            err(f"the {name} collector's options are left out: {exc}")
+            continue
+        added[name] = options
+    return added
 
 
 def main(argv: list[str]) -> int:
@@ -245,64 +206,35 @@ def _run(args) -> int:
 
 
 def _collector_config(args) -> tuple[dict, list[str] | None]:
-    """The options as the collectors' configuration, and the collectors asked for (None: the
-    default ones)."""
-    perf_cfg: dict = {"interval_ms": args.interval_ms, "per_thread": args.per_thread,
-                      "per_cpu": args.no_aggr, "sampling": args.sampling}
-    if args.events:
-        perf_cfg["events"] = ",".join(args.events)
-    nvml_cfg: dict = {"interval_ms": args.nvml_interval_ms, "gpm_interval_ms": args.gpm_interval_ms}
-    if args.gpus is not None:
-        nvml_cfg["gpus"] = args.gpus
-    host_cfg = {"interval_ms": args.host_interval_ms, "system_interval_ms": args.host_system_interval_ms}
-    config = {"perf": perf_cfg, "host": host_cfg,
-              "threads": {"interval_ms": _threads_interval_ms(args)}, "nvml": nvml_cfg,
-              "neuron": {"interval_ms": args.neuron_interval_ms}}
-    collectors = [c.strip() for c in args.collectors.split(",") if c.strip()] if args.collectors else None
-    if args.gpus is not None and collectors is not None and "nvml" not in collectors:
-        raise _usage("--gpus selects GPUs for the nvml collector, which --collectors leaves out")
-    if args.torch:
-        from ..collector import resolve
-        config["torch"] = {}
-        if args.torch_window is not None:      # given: followed to the step (else the paced default)
-            active, _, every = args.torch_window.partition("/")
-            if not (active.isdigit() and every.isdigit()):
-                raise _usage(f"--torch-window {args.torch_window!r}: give ACTIVE/EVERY, e.g. 5/50")
-            config["torch"] = {"active": int(active), "every": int(every)}
-        if args.torch_time_window is not None:   # given: followed exactly (else paced)
-            seconds, _, every_s = args.torch_time_window.partition("/")
-            try:
-                config["torch"].update(window_s=float(seconds), window_every_s=float(every_s))
-            except ValueError:
-                raise _usage(f"--torch-time-window {args.torch_time_window!r}: give "
-                             "SECONDS/EVERY, e.g. 2/20") from None
-        if collectors is None:
-            collectors = list(resolve(None))
-        if "torch" not in collectors:
-            collectors.append("torch")
-    if args.jax_window is not None and not args.jax:
-        raise _usage("--jax-window applies with --jax")
-    if args.jax and (args.pid is not None or not any(c != "--" for c in args.command)):
-        raise _usage("--jax profiles a command counterprof launches (`counterprof run --jax -- CMD`), "
-                     "not a running process")
-    if args.jax:
-        from ..collector import resolve
-        config["jax"] = {}
-        if args.jax_window is not None:        # given: followed to the step (else the paced default)
-            active, _, every = args.jax_window.partition("/")
-            if not (active.isdigit() and every.isdigit()):
-                raise _usage(f"--jax-window {args.jax_window!r}: give ACTIVE/EVERY, e.g. 5/50")
-            config["jax"] = {"active": int(active), "every": int(every)}
-        if collectors is None:
-            collectors = list(resolve(None))
-        if "jax" not in collectors:
-            collectors.append("jax")
+    """The options as the collectors' configuration, each collector's from its own options,
+    and the collectors asked for (None: the default ones)."""
+    from ..collector import named_collectors
+    from ..ground.errors import UsageError
+    config: dict = {}
+    collectors = named_collectors(args.collectors)
+    for name, options in args.collector_options.items():
+        try:
+            cfg = options.config_from_args(args)
+        except UsageError as exc:
+            raise _usage(str(exc)) from None
+        if cfg is not None:
+            config[name] = cfg
+        if options.turned_on(args):       # --torch, --jax: beside the default ones
+            if collectors is None:
+                from ..collector import resolve
+                collectors = list(resolve(None))
+            if name not in collectors:
+                collectors.append(name)
     return config, collectors
 
 
 def _per_rank_mode(args, command: list[str]) -> bool | str:
+    """--per-rank, --no-per-rank, or the default: auto where a collector turned on finds a
+    Python job's ranks as they init (--torch, --jax)."""
     from ..ranks import per_rank_mode
-    return per_rank_mode(command, args.per_rank, args.torch or args.jax)
+    finds_ranks = any(options.finds_ranks and options.turned_on(args)
+                      for options in args.collector_options.values())
+    return per_rank_mode(command, args.per_rank, finds_ranks)
 
 
 def _report(session, args, totals=None) -> None:

@@ -8,9 +8,8 @@ reads files, keeps state or formats text.
 """
 from __future__ import annotations
 
-from collections import namedtuple
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from collections.abc import Iterable, Mapping
 
 # One display tick of one series, as sums (so buckets merge by adding):
@@ -18,14 +17,26 @@ from collections.abc import Iterable, Mapping
 #   kdur  duration the known values cover (ns)    qdur  duration actually counted (quality x duration)
 #   dur   all duration, known or not     known/unknown  row counts
 #   last  newest known value (gauges)    vmax  largest known value    t_last newest time (ns)
-Bucket = namedtuple("Bucket", "vsum vdur kdur qdur dur known unknown last vmax t_last")
+class Bucket(NamedTuple):
+    vsum: float
+    vdur: float
+    kdur: float
+    qdur: float
+    dur: float
+    known: int
+    unknown: int
+    last: float | None
+    vmax: float | None
+    t_last: int
+
+
 EMPTY = Bucket(0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, None, None, 0)
 
 CURRENT_S = 1.0    # "now" values: the last second every collector has reported
 VERDICT_S = 3.0    # the bottleneck line: a little longer, so it does not flicker
 STALE_S = 2.0      # a collector this far behind the others is left out of "now"
 
-Key = tuple  # (source, metric, entity)
+Key = tuple[str, str, str]  # (source, metric, entity)
 
 
 def merge(a: Bucket, b: Bucket) -> Bucket:
@@ -54,7 +65,7 @@ class Snapshot:
     history_ticks: int = 1
     newest: int | None = None          # newest tick seen in any series
     version: int = 0                   # changes whenever data arrives
-    mfu: tuple = ()                    # per torch trace window, newest last: {"rank", "end_ns", "mfu"}
+    mfu: tuple[dict[str, Any], ...] = ()   # per torch trace window, newest last: {"rank", "end_ns", "mfu"}
 
     def keys(self, source: str | None = None) -> list[Key]:
         return [k for k in self.series if source is None or k[0] == source]
@@ -102,8 +113,14 @@ def side_by_side(a: Bucket, b: Bucket) -> Bucket:
     the share counted is the worse one."""
     m = merge(a, b)
     dur = max(a.dur, b.dur)
-    worst = min(coverage(a) if a.dur else 1.0, coverage(b) if b.dur else 1.0)
+    worst = min(_counted(a), _counted(b))
     return m._replace(kdur=max(a.kdur, b.kdur), dur=dur, qdur=worst * dur)
+
+
+def _counted(b: Bucket) -> float:
+    """The share of b's interval counted; 1.0 for a bucket without duration."""
+    share = coverage(b) if b.dur else 1.0
+    return 1.0 if share is None else share
 
 
 def common_end(snap: Snapshot) -> int | None:
@@ -151,7 +168,8 @@ def binned(buckets: Mapping[int, Bucket] | None, end: int | None, window_ticks: 
     for t, b in buckets.items():
         if start <= t <= end:
             i = (t - start) * points // window_ticks
-            out[i] = b if out[i] is None else merge(out[i], b)
+            prev = out[i]
+            out[i] = b if prev is None else merge(prev, b)
     return out
 
 
@@ -178,11 +196,15 @@ def cpus_from_seconds(b: Bucket | None) -> float | None:
 def cpu_seconds(user: LiveSeries | None, sys_: LiveSeries | None) -> LiveSeries:
     """user + system CPU seconds (both cover the same intervals: time is not doubled)."""
     def add(u: Mapping[int, Bucket], s: Mapping[int, Bucket]) -> dict[int, Bucket]:
-        out = {}
+        out: dict[int, Bucket] = {}
         for t in set(u) | set(s):
             a, b = u.get(t), s.get(t)
-            out[t] = a if b is None else b if a is None else merge(a, b)._replace(
-                kdur=max(a.kdur, b.kdur), dur=max(a.dur, b.dur))
+            if b is None:
+                out[t] = u[t]           # t is in u or s
+            elif a is None:
+                out[t] = b
+            else:
+                out[t] = merge(a, b)._replace(kdur=max(a.kdur, b.kdur), dur=max(a.dur, b.dur))
         return out
     empty = LiveSeries({}, {})
     user, sys_ = user or empty, sys_ or empty

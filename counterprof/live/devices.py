@@ -126,12 +126,12 @@ def _panel_title(source: str, entity: str) -> str:
     return f"{source} {entity}"
 
 
-def _entity_sort(entity: str):
+def _entity_sort(entity: str) -> list[tuple[int, int, str]]:
     return [(0, int(p), "") if p.isdigit() else (1, 0, p)
             for p in entity.replace(":", "/").split("/")]
 
 
-def device_sort(title: str):
+def device_sort(title: str) -> tuple[int, int, str]:
     if title.startswith("gpu:") and title[4:].isdigit():
         return (0, int(title[4:]), title)
     if title.startswith("neuron:") and title[7:].isdigit():

@@ -47,7 +47,7 @@ class LiveVerdict:
 
     label: str                     # CPU-bound | GPU-bound | waiting | waiting for I/O | starved | idle | busy | unknown
     evidence: str                  # "1.00 CPUs busy, no GPU"
-    shares: dict = field(default_factory=dict)   # the classifier's time share per class (workload scope)
+    shares: dict[str, float] = field(default_factory=dict)   # the classifier's time share per class (workload scope)
 
     def __str__(self) -> str:
         return f"{self.label}: {self.evidence}" if self.evidence else self.label

@@ -4,6 +4,7 @@ peak."""
 from __future__ import annotations
 
 from statistics import median
+from typing import Any
 
 from .figures import Figure, PanelContext, PanelFigures
 
@@ -18,7 +19,7 @@ def mfu_panel(c: PanelContext) -> PanelFigures:
     if not wins:
         panel.notes.append("no MFU: no op with a cost model and shapes in the trace windows")
         return panel
-    newest: dict[int, dict] = {}
+    newest: dict[int, dict[str, Any]] = {}
     for w in wins:
         newest[w["rank"]] = w["mfu"]
     last = list(newest.values())
@@ -46,7 +47,8 @@ def mfu_panel(c: PanelContext) -> PanelFigures:
     return panel
 
 
-def _window_points(c: PanelContext, wins: list[dict], field_: str, scale: float = 100.0) -> list[float | None]:
+def _window_points(c: PanelContext, wins: list[dict[str, Any]], field_: str,
+                   scale: float = 100.0) -> list[float | None]:
     """One value per sparkline point: the newest window ending in it (None where none did)."""
     if not c.points:
         return []

@@ -3,7 +3,7 @@ process tree and the system) and threads (the critical thread's states). Numbers
 figure's detail is words and (value, unit) pairs that ground/units.py writes."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, overload
 from collections.abc import Mapping
 
 from .buckets import (CURRENT_S, LiveSeries, Snapshot, combined, coverage, cpu_seconds,
@@ -28,17 +28,22 @@ def _series_by_base(snap: Snapshot, source: str) -> dict[str, LiveSeries]:
     return out
 
 
-def _mux_coverage(series: Mapping[str, LiveSeries], c: PanelContext, seconds: float | None):
+@overload
+def _mux_coverage(series: Mapping[str, LiveSeries], c: PanelContext, seconds: float) -> float | None: ...
+@overload
+def _mux_coverage(series: Mapping[str, LiveSeries], c: PanelContext, seconds: None) -> list[float | None]: ...
+def _mux_coverage(series: Mapping[str, LiveSeries], c: PanelContext, seconds: float | None
+                  ) -> float | list[float | None] | None:
     """The worst share counted among the events, now (seconds) or per bin (None)."""
     if seconds is not None:
-        vals = [coverage(c.now(b, seconds)) for b in series.values()]
-        vals = [v for v in vals if v is not None]
+        now = [coverage(c.now(b, seconds)) for b in series.values()]
+        vals = [v for v in now if v is not None]
         return min(vals) if vals else None
     per_event = [c.bins(b) for b in series.values()]
-    hist = []
+    hist: list[float | None] = []
     for i in range(c.points):
-        vals = [coverage(p[i]) for p in per_event if p[i] is not None]
-        vals = [v for v in vals if v is not None]
+        at = [coverage(p[i]) for p in per_event if p[i] is not None]
+        vals = [v for v in at if v is not None]
         hist.append(min(vals) if vals else None)
     return hist
 
@@ -119,7 +124,7 @@ def host_panel(c: PanelContext, statuses: Mapping[str, Any]) -> PanelFigures:
     panel = PanelFigures("host")
     figs = panel.figures
 
-    def s(metric: str, entity: str):
+    def s(metric: str, entity: str) -> LiveSeries | None:
         return combined(c.snap, "host", metric, [entity])
 
     user, sys_ = s("proc.cpu_user", "process"), s("proc.cpu_system", "process")
@@ -171,7 +176,7 @@ def threads_panel(c: PanelContext, statuses: Mapping[str, Any]) -> PanelFigures:
     panel = PanelFigures("threads")
     figs = panel.figures
 
-    def s(metric: str):
+    def s(metric: str) -> LiveSeries | None:
         return combined(c.snap, "threads", metric)
 
     states = {k: s(f"thread.main.{k}") for k in ("running", "runnable", "blocked")}

@@ -16,7 +16,8 @@ class ProcessRow:
     rss: float | None
 
 
-def top_processes(prev: Mapping[int, tuple[str, float, float]], cur: Mapping[int, tuple[str, float, float]],
+def top_processes(prev: Mapping[int, tuple[str, float, float | None]],
+                  cur: Mapping[int, tuple[str, float, float | None]],
                   seconds: float, n: int) -> list[ProcessRow]:
     """The n busiest processes between two polls. prev/cur: pid -> (name, cpu seconds, rss)."""
     rows = []
@@ -35,7 +36,7 @@ class ProcessPoller:
     def __init__(self, n: int, period_s: float = 1.0):
         self.n, self.period_s = n, period_s
         self._rows: list[ProcessRow] = []
-        self._prev: dict[int, tuple[str, float, float]] = {}
+        self._prev: dict[int, tuple[str, float, float | None]] = {}
         self._prev_t = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -46,7 +47,7 @@ class ProcessPoller:
     def poll(self) -> None:
         import psutil
 
-        cur = {}
+        cur: dict[int, tuple[str, float, float | None]] = {}
         for p in psutil.process_iter(["name", "cpu_times", "memory_info"], ad_value=None):
             ct, mem = p.info["cpu_times"], p.info["memory_info"]
             if ct is None:

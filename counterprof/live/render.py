@@ -11,11 +11,13 @@ and `plain_line`, one line of text per interval when stderr is not a terminal.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from rich import box
 from rich.cells import cell_len, set_cell_size
-from rich.console import Group
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -33,6 +35,9 @@ MIN_PANEL_W = 60        # two panels side by side from 2 x this many columns
 MIN_SPARK_W = 8
 MAX_SPARK_W = 60
 FULL_MIN_WIDTH = 60     # narrower than this: the compact view
+
+# rich's colour systems (Console(color_system=...))
+ColorSystem = Literal["auto", "standard", "256", "truecolor", "windows"]
 
 
 @dataclass
@@ -192,7 +197,7 @@ class Dashboard:
         self.figs, self.h, self.width = figs, h, width
         self.processes, self.ascii_only = processes, ascii_only
 
-    def __rich_console__(self, console, options):
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = min(self.width, options.max_width)
         yield from _header_lines(self.h, verdict_text(self.figs), width)
         spark_w = spark_width(width)
@@ -259,7 +264,8 @@ def plain_line(figs: LiveFigures, elapsed_s: float) -> str:
 
 # -- to terminal lines ------------------------------------------------------------------
 
-def to_lines(renderable, width: int, color_system: str | None, ascii_only: bool = False) -> list[str]:
+def to_lines(renderable: RenderableType, width: int, color_system: ColorSystem | None,
+             ascii_only: bool = False) -> list[str]:
     """Render to lines of text with ANSI styles, each at most `width` cells."""
     console = SafeConsole(file=io.StringIO(), width=width, force_terminal=color_system is not None,
                       color_system=color_system, legacy_windows=False, highlight=False,
@@ -272,7 +278,8 @@ def to_lines(renderable, width: int, color_system: str | None, ascii_only: bool 
     return text.split("\n")
 
 
-def layout(figs_for, h: Header, width: int, max_rows: int, color_system: str | None,
+def layout(figs_for: Callable[[int], LiveFigures], h: Header, width: int, max_rows: int,
+           color_system: ColorSystem | None,
            processes: list[ProcessRow] | None = None, ascii_only: bool = False) -> tuple[str, list[str]]:
     """The largest form that fits: ("full" | "compact" | "line", lines). figs_for(points)
     computes the figures for a sparkline width (so they are computed once per frame)."""

@@ -22,6 +22,7 @@ import select
 import termios
 import threading
 import time
+from typing import Any
 from collections.abc import Callable
 
 CSI = "\x1b["
@@ -79,7 +80,7 @@ class BottomRegion:
             if size != self.size:
                 out.append(self._relayout(size, max(len(lines), 1 if self.size is None else 0)))
             elif len(lines) > self.n:
-                out.append(self._grow(len(lines)))
+                out.append(self._grow(len(lines), size))
             lines = lines[:self.n] + [""] * (self.n - len(lines))   # never below the screen
             cols, rows = size
             top = rows - self.n + 1
@@ -109,10 +110,11 @@ class BottomRegion:
         return (f"{CSI}1;{rows - n}r{CSI}{rows - n};1H\n{SAVE}"
                 f"{CSI}{rows - n + 1};1H{CSI}J")
 
-    def _grow(self, n: int) -> str:
-        """More rows for the dashboard: scroll the workload's region up to make them."""
-        cols, rows = self.size
-        n = min(n, self.max_rows(self.size))
+    def _grow(self, n: int, size: tuple[int, int]) -> str:
+        """More rows for the dashboard (laid out for `size` already): scroll the workload's
+        region up to make them."""
+        cols, rows = size
+        n = min(n, self.max_rows(size))
         d = n - self.n
         if d <= 0:
             return ""
@@ -146,7 +148,7 @@ class KeyReader:
         self.on_key = on_key
         self.path = path
         self.fd = -1
-        self._saved = None
+        self._saved: list[Any] | None = None      # the terminal's mode before cbreak
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 

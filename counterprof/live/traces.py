@@ -26,7 +26,7 @@ WINDOWS_KEPT = 64
 COLUMNS = ("start", "end", "name", "category", "kernel_class", "device", "pid", "tid", "correlation", "attrs")
 
 
-def _this_host_ceilings() -> dict:
+def _this_host_ceilings() -> dict[str, Any]:
     from ..calibrate import cached
     return {"ceilings": cached() or None, "host": {"hostname": socket.gethostname()}}
 
@@ -36,12 +36,12 @@ class TraceMFU:
     last, each {"rank", "end_ns", "mfu": the roofline's mfu dict} (mfu None: no op with a
     cost model, or no shapes)."""
 
-    def __init__(self, meta: Callable[[], dict] = _this_host_ceilings,
+    def __init__(self, meta: Callable[[], dict[str, Any]] = _this_host_ceilings,
                  on_error: Callable[[str], None] | None = None):
         self._meta_of = meta
-        self._meta: dict | None = None
+        self._meta: dict[str, Any] | None = None
         self._pending: dict[int, list[pa.Table]] = {}
-        self._steps: dict[int, deque] = {}
+        self._steps: dict[int, deque[pa.Table]] = {}
         self._lock = threading.Lock()
         self.windows: deque[dict[str, Any]] = deque(maxlen=WINDOWS_KEPT)
         self.on_error = on_error
@@ -82,7 +82,7 @@ class TraceMFU:
                                  "framework": "jax" if xla else "torch", **ops})
         return True
 
-    def _mfu(self, spans: pa.Table) -> dict | None:
+    def _mfu(self, spans: pa.Table) -> dict[str, Any] | None:
         from ..analysis.run_roofline import spans_roofline     # the ceilings `counterprof roofline` would use
         if self._meta is None:
             self._meta = self._meta_of()

@@ -4,7 +4,7 @@ the live window (`WindowMetricView`); for the machine (counterprof top without -
 system figures."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Iterable, Mapping
 
 from .buckets import (VERDICT_S, Bucket, Key, LiveSeries, combined, current_value, gauge_mean,
@@ -12,6 +12,9 @@ from .buckets import (VERDICT_S, Bucket, Key, LiveSeries, combined, current_valu
 from .devices import device_sort
 from .figures import LiveVerdict, PanelContext
 from .panels import event_base
+
+if TYPE_CHECKING:   # analysis.signals loads pyarrow and numpy: imported where it is used
+    from ..analysis.signals import MetricView, Signal
 
 def _gpu_util(c: PanelContext, seconds: float) -> list[tuple[str, float]]:
     """Per GPU: the busiest utilization-like percent metric (name holds 'util')."""
@@ -90,32 +93,33 @@ class WindowMetricView:
         return next((n for n in names if n in self._keys), None)
 
 
-def live_signals(c: PanelContext, seconds: float, cpus: int | None = None) -> dict[str, Any]:
+def live_signals(c: PanelContext, seconds: float, cpus: int | None = None) -> dict[str, Signal]:
     """The classifier's signals over the last `seconds` of the window: the report's signal
     table (analysis.signals.counter_signals) over the live window, and the CPUs other
     processes held (cpus: the machine's)."""
     from ..analysis.signals import Signal, counter_signals, others_cpus
     out: dict[str, Signal] = {"wall_s": Signal(seconds, "live", "the last seconds")}
-    view = WindowMetricView(c, seconds)
+    # a MetricView by its methods (analysis.signals, loaded lazily, is not its base class)
+    view = cast("MetricView", WindowMetricView(c, seconds))
     out.update(counter_signals(view))
     out.update(others_cpus(view, cpus, out))
     out.update(_traced_main_ops(c))
     return out
 
 
-def _traced_main_ops(c: PanelContext) -> dict[str, Any]:
+def _traced_main_ops(c: PanelContext) -> dict[str, Signal]:
     """The newest trace window's share of the main thread's time inside its own ops (and
     in op time the collectives caused), per rank, averaged (live/traces.py measures it as the
     report does over a traced step): carried to the live seconds, so the live line says
     "Python outside torch ops" as the report does."""
     from ..analysis.signals import Signal
-    newest: dict[int, dict] = {}
+    newest: dict[int, dict[str, Any]] = {}
     for w in getattr(c.snap, "mfu", ()) or ():
         if "main_in_ops" in w:
             newest[w.get("rank") or 0] = w
     if not newest:
         return {}
-    out = {}
+    out: dict[str, Signal] = {}
     for key in ("main_in_ops", "main_in_comm_ops"):
         vals = [w.get(key, 0.0) for w in newest.values()]
         if key == "main_in_ops" or any(vals):

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Mapping
 
 from . import render as R
@@ -22,6 +22,9 @@ from .frame import live_figures
 from .processes import ProcessRow
 from .terminal import BottomRegion, KeyReader, terminal_size, write_all
 from .window import LiveWindow
+
+if TYPE_CHECKING:
+    from ..session import Session
 
 REFRESH_S = 0.25          # at least 4 frames a second
 LINE_S = 1.0              # one plain line a second when not on a terminal
@@ -36,7 +39,7 @@ def choose_mode(fd: int = 2, environ: Mapping[str, str] = os.environ) -> str:
     return "dashboard"
 
 
-def color_system(environ: Mapping[str, str] = os.environ) -> str | None:
+def color_system(environ: Mapping[str, str] = os.environ) -> R.ColorSystem | None:
     if "NO_COLOR" in environ:
         return None
     if environ.get("COLORTERM") in ("truecolor", "24bit"):
@@ -116,7 +119,7 @@ class LiveView:
             for w in self.warnings:      # shown one at a time while live; all of them now
                 write_all(self.fd, f"counterprof: {w}\n".encode("utf-8", "replace"))
 
-    def facts(self) -> dict:
+    def facts(self) -> dict[str, Any]:
         """What meta.json records about the view (after close): its mode and its own cost."""
         return {"mode": self.mode, "frames": self.frames, "cpu_s": round(self.frame_cpu_s, 6),
                 "rows_seen": self.window.rows_seen}
@@ -162,6 +165,8 @@ class LiveView:
 
     def _dashboard_loop(self) -> None:
         region = self._region
+        if region is None:        # start() makes it in dashboard mode
+            return
         last_key = None
         t0 = time.thread_time()
         next_at = time.monotonic()
@@ -207,7 +212,7 @@ class LiveView:
             self.frame_cpu_s = time.thread_time() - t0
 
 
-def for_session(session, window: LiveWindow, title: str, **kw) -> LiveView:
+def for_session(session: Session, window: LiveWindow, title: str, **kw: Any) -> LiveView:
     """A view of a Session's window: its catalog and collector statuses read live."""
     return LiveView(window, title=title, run_path=str(session.path),
                     catalog=lambda: dict(session.metrics),

@@ -16,7 +16,7 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .buckets import Bucket, Snapshot, merge, side_by_side
+from .buckets import Bucket, Key, Snapshot, merge, side_by_side
 from .traces import TraceMFU
 
 TICK_NS = 250_000_000          # one display tick (the view refreshes 4 times a second)
@@ -72,7 +72,7 @@ def fold(batch: pa.RecordBatch, tick_ns: int) -> list[tuple[tuple[str, str, str]
     ])
     cols = agg.to_pydict()
     entity_of = [_summed_entity(e) for e in e_names]
-    out: dict[tuple, Bucket] = {}
+    out: dict[tuple[str, str, str, int], Bucket] = {}
     for i in range(agg.num_rows):
         key = (s_names[cols["s"][i]], m_names[cols["m"][i]], entity_of[cols["e"][i]], cols["tick"][i])
         b = Bucket(cols["value_sum"][i] or 0.0, cols["vdur_sum"][i] or 0.0,
@@ -96,9 +96,9 @@ def _summed_entity(entity: str) -> str:
     return entity
 
 
-def _trim(store: dict, oldest: int, keep: int) -> list:
+def _trim(store: dict[Key, dict[int, Bucket]], oldest: int, keep: int) -> list[Key]:
     """Delete buckets before `oldest` in every series of store; the keys left empty."""
-    empty = []
+    empty: list[Key] = []
     for key, series in store.items():
         # buckets arrive nearly in order, so the oldest are first in the dict
         while series:
@@ -182,9 +182,11 @@ class LiveWindow:
 
     def _evict(self) -> None:
         """Drop what is older than each resolution keeps, and series with no history left."""
-        _trim(self._series, self._newest - self.recent_ticks + 1, self.recent_ticks)
+        newest = self._newest
+        assert newest is not None           # write() set it before evicting
+        _trim(self._series, newest - self.recent_ticks + 1, self.recent_ticks)
         h = self.history_ticks
-        for key in _trim(self._history, self._newest // h - self.window_ticks // h + 1,
+        for key in _trim(self._history, newest // h - self.window_ticks // h + 1,
                          self.window_ticks // h):
             del self._history[key]
             self._series.pop(key, None)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -41,7 +41,7 @@ def _who(r: RankBreakdown) -> str:
 
 def render(b: Breakdown, rules: str = "counterprof") -> Group:
     rows = list(b.ranks) + ([b.total] if b.total is not None and len(b.ranks) > 1 else [])
-    parts: list = []
+    parts: list[RenderableType] = []
     if not b.ranks:
         parts.append(Text("No GPU activity in this run's traces (CPU-only traces): nothing to "
                           "break down.", style="yellow"))

@@ -3,8 +3,9 @@ Comparison; computes nothing (JSON is Comparison.to_json())."""
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 
-from ..analysis.compare import WALL, Comparison, Row
+from ..analysis.compare import WALL, Comparison, Row, Side
 from ..analysis.run_figures import STEP
 from .console import inert
 from ..ground import units
@@ -91,7 +92,9 @@ def _plural(n: int, word: str) -> str:
 
 def _headline(cmp: Comparison) -> str:
     """Regressions that fail the gate (all of them when strict), then the rest."""
-    count = lambda status: sum(1 for r in cmp.rows if r.status == status and not r.explained)   # noqa: E731
+    def count(status: str) -> int:
+        return sum(1 for r in cmp.rows if r.status == status and not r.explained)
+
     strict = cmp.settings.get("strict", False)
     regressions = len(cmp.failing)
     explained = [r for r in cmp.rows if r.explained]
@@ -148,7 +151,7 @@ def _scope_name(r: Row) -> str:
     return label(r) + (f" (rank {r.rank})" if r.rank is not None else "")
 
 
-def _side_text(side) -> str:
+def _side_text(side: Side) -> str:
     ranks = sorted({len(r) for r in side.ranks})
     runs = f"{len(side.ids)} run{'s' if len(side.ids) != 1 else ''}"
     return (f"{', '.join(side.ids[:4])}{' …' if len(side.ids) > 4 else ''}  ({runs}, "
@@ -191,8 +194,8 @@ def compare_text(cmp: Comparison, all_rows: bool = False) -> str:
     multi = _multi(cmp)
     strict = cmp.settings.get("strict", False)
     rows = shown(cmp, all_rows)
-    table = [("quantity", "rank", "baseline", "candidate", "change", f"{100 * cmp.settings['confidence']:g}% CI",
-              "status", "verdict")]
+    table: list[tuple[str, ...]] = [("quantity", "rank", "baseline", "candidate", "change",
+                                     f"{100 * cmp.settings['confidence']:g}% CI", "status", "verdict")]
     for r in rows:
         *cells, last = _cells(r, multi)
         table.append((*cells, status_word(r, strict), last))
@@ -216,7 +219,8 @@ def compare_text(cmp: Comparison, all_rows: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _closing(cmp: Comparison, heads: tuple[str, str, str], esc=lambda text: text) -> list[str]:
+def _closing(cmp: Comparison, heads: tuple[str, str, str],
+             esc: Callable[[str], str] = lambda text: text) -> list[str]:
     """The problems, the notes, then the method: a line each, headed (and escaped) per format."""
     problem, note, method = heads
     return ([problem + esc(n) for n in cmp.problems] + [note + esc(n) for n in cmp.notes]

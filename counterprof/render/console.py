@@ -21,19 +21,20 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import IO
-from collections.abc import Mapping
+from typing import IO, Any, cast
+from collections.abc import Iterable, Mapping
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
+from rich.text import Text
 
-from .inert import _CONTROL_KEEP_NL, inert, inert_lines  # noqa: F401  (re-exported)
+from .inert import _CONTROL_KEEP_NL, inert as inert, inert_lines as inert_lines  # (re-exported)
 
 # "no wrapping": wider than any line counterprof prints; tables are sized to their content
 UNWRAPPED_WIDTH = 100_000
 
 
-def width_for(stream: IO, environ: Mapping[str, str] = os.environ) -> int | None:
+def width_for(stream: IO[str], environ: Mapping[str, str] = os.environ) -> int | None:
     """The width to lay text out at on `stream`: COLUMNS when set, the terminal's own when
     it is one (None: rich asks the terminal), else UNWRAPPED_WIDTH."""
     cols = environ.get("COLUMNS", "").strip()
@@ -49,10 +50,11 @@ class SafeConsole(Console):
     before they are measured, so columns stay aligned; a Text object is escaped only as it is
     drawn, after its width was taken, so renderers pass names through inert() themselves."""
 
-    def render_str(self, text: str, **kw):
+    def render_str(self, text: str, **kw: Any) -> Text:
         return super().render_str(inert_lines(text), **kw)
 
-    def render(self, renderable, options=None):
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None
+               ) -> Iterable[Segment]:
         for seg in super().render(renderable, options):
             if not seg.control and _CONTROL_KEEP_NL.search(seg.text):
                 seg = Segment(inert_lines(seg.text), seg.style, seg.control)
@@ -65,7 +67,7 @@ class _TrimmedLines:
 
     _TRAILING = re.compile(r" +(?=\n)")
 
-    def __init__(self, stream: IO):
+    def __init__(self, stream: IO[str]):
         self.stream = stream
 
     def write(self, text: str) -> int:
@@ -85,21 +87,22 @@ class _TrimmedLines:
         return getattr(self.stream, "encoding", "utf-8") or "utf-8"
 
 
-def console(stderr: bool = False, file: IO | None = None,
-            environ: Mapping[str, str] = os.environ, **kw) -> Console:
+def console(stderr: bool = False, file: IO[str] | None = None,
+            environ: Mapping[str, str] = os.environ, **kw: Any) -> Console:
     """The Console every text renderer of counterprof prints through (stdout, or stderr)."""
     stream = file if file is not None else (sys.stderr if stderr else sys.stdout)
-    options = dict(highlight=False, markup=False, emoji=False,
-                   no_color=environ.get("NO_COLOR", "") != "")
+    options: dict[str, Any] = dict(highlight=False, markup=False, emoji=False,
+                                   no_color=environ.get("NO_COLOR", "") != "")
     options.update(kw)
     if "width" not in options:
         options["width"] = width_for(stream, environ)
     if not _isatty(stream) and "FORCE_COLOR" not in environ:
-        file = _TrimmedLines(stream)
+        # rich writes to a file through write, flush, isatty, fileno and encoding only
+        file = cast(IO[str], _TrimmedLines(stream))
     return SafeConsole(file=file, stderr=stderr and file is None, **options)
 
 
-def _isatty(stream: IO) -> bool:
+def _isatty(stream: IO[str]) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):

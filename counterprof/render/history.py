@@ -3,6 +3,7 @@ its trend and its change points. Formats; computes nothing."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence, Set
 from typing import Any
 
 from ..analysis.changepoints import ChangePoint
@@ -13,7 +14,7 @@ from ..ground import units
 MAX_POINTS = 40        # sparkline: the newest values
 
 
-def sparkline(values: list[float], marks: set[int] = frozenset()) -> str:
+def sparkline(values: list[float], marks: Set[int] = frozenset()) -> str:
     """The newest values' trend, scaled from their smallest to their largest; '|' before a
     change point (marks: indices into values)."""
     offset = max(0, len(values) - MAX_POINTS)
@@ -58,12 +59,12 @@ def hidden_text(hidden: list[tuple[str, str]]) -> str:
 
 
 def history_text(db: str, runs: int, trends: list[Trend], points: list[list[ChangePoint]],
-                 threshold: float, hidden: list[tuple[str, str]] = ()) -> str:
+                 threshold: float, hidden: Sequence[tuple[str, str]] = ()) -> str:
     lines = [f"counterprof history: {db}, {runs} run{'s' if runs != 1 else ''}"]
     command = None
     table: list[tuple[str, ...]] = []
 
-    def flush():
+    def flush() -> None:
         if not table:
             return
         head = ("series", "runs", "first", "latest", "median", "trend (oldest → newest)", "verdict", "change points")
@@ -97,7 +98,7 @@ def history_text(db: str, runs: int, trends: list[Trend], points: list[list[Chan
 
 
 def history_json(trends: list[Trend], points: list[list[ChangePoint]], threshold: float,
-                 hidden: list[tuple[str, str]] = ()) -> dict[str, Any]:
+                 hidden: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
     return {"threshold": threshold, "method": "e-divisive, permutation test, alpha 0.05",
             "not_shown": [{"command": command_display(c), "series": s} for c, s in hidden],
             "series": [{"command": command_display(t.command), "series": t.series, "unit": t.unit,

@@ -16,7 +16,7 @@ from .report_html import COLORS, CSS
 W, H, PAD, TOP = 900, 150, 56, 14
 
 
-def _e(x) -> str:
+def _e(x: object) -> str:
     return html.escape(str(x))
 
 

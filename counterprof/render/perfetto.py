@@ -34,8 +34,10 @@ import queue
 import re
 import threading
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -67,10 +69,15 @@ def _scalar(text: str) -> pa.Scalar:
     return got
 
 
-def _join(*parts) -> pa.Array:
+def _join(*parts: pa.Array | str) -> pa.Array:
     """Element-wise concatenation of string arrays and constant pieces."""
     return pc.binary_join_element_wise(
         *(_scalar(x) if isinstance(x, str) else x for x in parts), _scalar(""))
+
+# a span track before lanes: (kind "g" | "t" | "c", rank, a: the device or pid, b: the stream,
+# tid or category code); a counter track: (rank, source, metric, entity)
+_BaseKey = tuple[str, int, int, int]
+_CounterKey = tuple[int, str, str, str]
 
 # counter kinds: how a sample becomes a counter value
 RATE, GAUGE, AT_START, RAW = 0, 1, 2, 3
@@ -82,7 +89,8 @@ def _ns(col: pa.Array) -> np.ndarray:
         col = col.cast(pa.int64())
     if col.null_count:
         col = col.fill_null(0)
-    return col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    out: np.ndarray = col.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return out
 
 
 def _us(ns: np.ndarray, then: str = "") -> list[pa.Array]:
@@ -107,7 +115,7 @@ def _json_ok(text: str) -> bool:
         return False
 
 
-def _dict_parts(col: pa.Array) -> tuple[np.ndarray, list]:
+def _dict_parts(col: pa.Array) -> tuple[np.ndarray, list[Any]]:
     """(indices, values) of a string or dictionary column; the values end with None, which
     null rows point to."""
     if not pa.types.is_dictionary(col.type):
@@ -134,8 +142,15 @@ class Counts:
     negative_spans: int = 0       # end before start: written with dur 0
     bad_attrs: int = 0            # attrs that were not JSON: written as a string
     relaned: int = 0              # slices moved to an overlap track so that Perfetto keeps them
-    uncataloged: set = field(default_factory=set)   # metrics missing from the catalog: raw values
+    uncataloged: set[str] = field(default_factory=set)   # metrics missing from the catalog: raw values
     bytes: int = 0                # JSON bytes before compression
+
+
+class _Compressor(Protocol):
+    """zlib's (or ISA-L's) compression object."""
+
+    def compress(self, data: bytes, /) -> bytes: ...
+    def flush(self) -> bytes: ...
 
 
 class _Sink:
@@ -145,14 +160,15 @@ class _Sink:
     def __init__(self, path: Path, gzip: bool):
         # 0600 when created: the timeline is its owner's to share (an existing file keeps its mode)
         self.file = open(path, "wb", opener=lambda p, fl: os.open(p, fl | os.O_CLOEXEC, 0o600))
-        self.compressor = None
+        self.compressor: _Compressor | None = None
         if gzip:
             try:
                 from isal import isal_zlib
                 self.compressor = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31)
             except ImportError:
                 self.compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)
-        self.queue: queue.Queue = queue.Queue(maxsize=4)
+        # bytes or an Arrow buffer (pa.Buffer); None ends the thread
+        self.queue: queue.Queue[bytes | pa.Buffer | None] = queue.Queue(maxsize=4)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._loop, name="counterprof-export-writer",
                                        daemon=True)
@@ -171,7 +187,7 @@ class _Sink:
             except BaseException as exc:     # reported to the writer on its next put
                 self.error = exc
 
-    def put(self, data) -> None:
+    def put(self, data: bytes | pa.Buffer) -> None:
         if self.error is not None:
             raise self.error
         self.queue.put(data)
@@ -251,7 +267,8 @@ class SpanPlan:
 
     def __init__(self, writer: TraceWriter, rank: int):
         self.writer, self.rank = writer, rank
-        self._parts: list[tuple] = []
+        # per batch: (track, start, end, launch link keys, GPU link keys)
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.links = np.empty(0, np.int64)      # sorted link keys seen on both sides
         self.first_flow = 0
         self.lanes: np.ndarray | None = None    # per span row, in add() order; None: all 0
@@ -289,8 +306,8 @@ class SpanPlan:
 class TraceWriter:
     """Writes Chrome-trace JSON: `with TraceWriter(path, base_ns) as w: w.spans(batch, rank)...`"""
 
-    def __init__(self, path: str | os.PathLike, base_ns: int, other_data: dict | None = None,
-                 catalog: dict | None = None, gzip: bool | None = None):
+    def __init__(self, path: str | os.PathLike[str], base_ns: int, other_data: dict[str, Any] | None = None,
+                 catalog: dict[str, dict[str, Any]] | None = None, gzip: bool | None = None):
         self.path = Path(path)
         self.base_ns = int(base_ns)
         self.catalog = catalog or {}
@@ -299,16 +316,16 @@ class TraceWriter:
         self._first = True
         self._next_id = 1                    # pids and tids share one space: none collide
         self._next_flow = 1
-        self._processes: dict[tuple, int] = {}
-        self._bases: dict[tuple, int] = {}       # (kind, rank, a, b) -> span track before lanes
-        self._base_keys: list[tuple] = []
-        self._threads: dict[tuple, tuple[int, int]] = {}       # (base, lane) -> (pid, tid)
+        self._processes: dict[tuple[int, int | None], int] = {}     # (rank, device) -> pid
+        self._bases: dict[_BaseKey, int] = {}       # (kind, rank, a, b) -> span track before lanes
+        self._base_keys: list[_BaseKey] = []
+        self._threads: dict[tuple[int, int], tuple[int, int]] = {}     # (base, lane) -> (pid, tid)
         self._thread_order: dict[int, int] = {}                 # pid -> threads so far
-        self._counters: dict[tuple, int] = {}                   # (rank, src, metric, entity) -> i
+        self._counters: dict[_CounterKey, int] = {}             # (rank, src, metric, entity) -> i
         self._c_prefix: list[pa.Scalar] = []
         self._c_kind: list[int] = []
         self._c_last = np.empty(0, np.int64)
-        self._json_cache: dict[str, str] = {}
+        self._json_cache: dict[str | None, str] = {}
         self._categories: dict[str, int] = {}
         head = {"otherData": {"generator": "counterprof export", "base_time_ns": self.base_ns,
                               "ts_unit": "µs since base_time_ns (epoch ns), 3 decimals = ns",
@@ -316,11 +333,11 @@ class TraceWriter:
         self._put(json.dumps(head)[:-1].encode() + b',"traceEvents":[')
 
     # -- output ----------------------------------------------------------------------------
-    def _put(self, data) -> None:
+    def _put(self, data: bytes | pa.Buffer) -> None:
         self.counts.bytes += len(data) if isinstance(data, bytes) else data.size
         self._sink.put(data)
 
-    def _event(self, event: dict) -> None:
+    def _event(self, event: dict[str, Any]) -> None:
         text = ("\n" if self._first else ",\n") + json.dumps(event, separators=(",", ":"))
         self._first = False
         self._put(text.encode())
@@ -348,10 +365,10 @@ class TraceWriter:
         except Exception:
             pass
 
-    def __enter__(self):
+    def __enter__(self) -> TraceWriter:
         return self
 
-    def __exit__(self, exc_type, *_):
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
         if exc_type is None:
             self.close()
         else:
@@ -374,7 +391,7 @@ class TraceWriter:
                          "args": {"sort_index": rank * 1000 + (0 if device is None else 1 + device)}})
         return pid
 
-    def _track_ids(self, col: dict, rank: int) -> np.ndarray:
+    def _track_ids(self, col: dict[str, pa.Array], rank: int) -> np.ndarray:
         """Each span row's track (before lanes), registering new ones: a GPU span goes to its
         device's stream, a host span to its (pid, tid), and steps, regions, trace windows and
         spans without a thread to a track per (pid, category) (a step boundary falls inside
@@ -383,7 +400,7 @@ class TraceWriter:
         device, stream, pid, tid = col["device"], col["stream"], col["pid"], col["tid"]
         gpu = device.is_valid().to_numpy(zero_copy_only=False)
 
-        def ids(c):
+        def ids(c: pa.Array) -> np.ndarray:
             a = _ns(c)
             return np.where(c.is_valid().to_numpy(zero_copy_only=False), a, _NULL) if c.null_count else a
 
@@ -411,8 +428,8 @@ class TraceWriter:
         got = self._threads.get((base, lane))
         if got is not None:
             return got
-        kind, rank, a, b = self._base_keys[base]
-        a = None if a == _NULL else int(a)
+        kind, rank, a_key, b = self._base_keys[base]
+        a = None if a_key == _NULL else int(a_key)
         if kind == "g":
             pid = self._process(rank, a)
             name = "stream ?" if b == _NULL else f"stream {b}"
@@ -439,7 +456,7 @@ class TraceWriter:
                      "args": {"sort_index": sort}})
         return pid, tid
 
-    def _json_str(self, values: list) -> list[str]:
+    def _json_str(self, values: list[str | None]) -> list[str]:
         cache = self._json_cache
         if len(cache) > 200_000:               # kernel names are many but repeat: keep it bounded
             cache.clear()
@@ -489,7 +506,7 @@ class TraceWriter:
         if len(plan.links):
             self._flows(col, start, dur, row_track, threads, plan)
 
-    def _span_args(self, col: dict):
+    def _span_args(self, col: dict[str, pa.Array]) -> Iterator[pa.Array]:
         """Per optional column, a ',"key":value' fragment per row ("" where null)."""
         for key in ("kernel_class", "collective"):
             c = col[key]
@@ -516,8 +533,8 @@ class TraceWriter:
             frags.append("")
             yield pa.array(frags).take(pa.array(idx))
 
-    def _flows(self, col: dict, start: np.ndarray, dur: np.ndarray, row_track: np.ndarray,
-               threads: list, plan: SpanPlan) -> None:
+    def _flows(self, col: dict[str, pa.Array], start: np.ndarray, dur: np.ndarray, row_track: np.ndarray,
+               threads: list[tuple[int, int]], plan: SpanPlan) -> None:
         key, ok = _link_keys(col["device"], col["pid"], col["correlation"])
         found, fid = plan.flow_ids(key)
         rows = np.nonzero(found & ok)[0]
@@ -593,9 +610,10 @@ class TraceWriter:
             if i is None:
                 i = self._new_counter(key)
             lut[code] = i
-        return lut[local]
+        tracks: np.ndarray = lut[local]
+        return tracks
 
-    def _new_counter(self, key: tuple) -> int:
+    def _new_counter(self, key: _CounterKey) -> int:
         rank, source, metric, entity = key
         gpu = _GPU_ENTITY.match(entity or "")
         pid = self._process(rank, int(gpu.group(1)) if gpu else None)

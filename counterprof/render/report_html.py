@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import html
 import shlex
+from typing import TYPE_CHECKING
 
 from ..analysis.classify import Verdict, describe
 from ..analysis.report import Report
 from . import svg
 from ..ground import units
+
+if TYPE_CHECKING:
+    from ..analysis.roofline import Roofline
 
 COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", "collectives": "#1f8fb5", "host": "#d9a400",
           "unknown": "#9a9a9a", "compute|memory": "#4a6fd6"}
@@ -26,7 +30,7 @@ td,th{padding:2px 10px 2px 0;text-align:left} svg{display:block;margin:6px 0} .l
 """
 
 
-def _e(x) -> str:
+def _e(x: object) -> str:
     return html.escape(str(x))
 
 
@@ -45,14 +49,17 @@ def _plot(r: Report, key: str, title: str, ymax: float | None) -> str:
     pts = [(p["t_s"], p[key]) for p in r.plot if key in p]
     if not pts:
         return ""
-    t_end = max((r.overall.end_ns - r.overall.start_ns) / 1e9, 1e-9)
+    start, end = r.overall.start_ns, r.overall.end_ns
+    assert start is not None and end is not None        # a report with plot points spans the run
+    t_end = max((end - start) / 1e9, 1e-9)
     top = ymax or max(1e-9, max(v for _, v in pts) * 1.1)
     x = svg.scale(0.0, t_end, PAD, W - PAD, clamp=True)
     y = svg.scale(0.0, top, 8, H - 8, flip=True, clamp=True)
     half = r.plot_step_s / 2
     band = []
     for w in r.windows:   # the verdict band under the plot
-        x0, x1 = x((w.start_ns - r.overall.start_ns) / 1e9), x((w.end_ns - r.overall.start_ns) / 1e9)
+        assert w.start_ns is not None and w.end_ns is not None      # a window's verdict has its times
+        x0, x1 = x((w.start_ns - start) / 1e9), x((w.end_ns - start) / 1e9)
         band.append(svg.element("rect", f"<title>{_e(describe(w))}</title>", x=x0, y=H, width=max(x1 - x0, 0.5),
                                 height=8, fill=COLORS.get(w.verdict, "#999")))
     marks = []
@@ -82,7 +89,7 @@ def _evidence(v: Verdict) -> str:
     return "".join(out)
 
 
-def report_html(r: Report, roofline=None) -> str:
+def report_html(r: Report, roofline: Roofline | None = None) -> str:
     """roofline: an analysis.roofline.Roofline of the run, drawn after the GPU breakdown."""
     o = r.overall
     cmd = shlex.join(r.run.get("command") or []) or "(no command)"

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -38,7 +39,7 @@ def _host_parts(v: Verdict) -> str:
     return f" ({', '.join(parts)})" if len(parts) > 1 or (parts and len(v.host_parts) > 1) else ""
 
 
-def roofline_line(rl: dict) -> Text:
+def roofline_line(rl: dict[str, Any]) -> Text:
     """MFU and how much of the op time has a cost model (details: `counterprof roofline RUN`)."""
     from .roofline import above_peak, caveats
     mfu = rl.get("mfu") or {}
@@ -92,7 +93,7 @@ def timeline(r: Report, width: int = 100) -> Text:
     return text
 
 
-def device_tables(devices: list[dict]) -> list[tuple[str, str, list[dict]]]:
+def device_tables(devices: list[dict[str, Any]]) -> list[tuple[str, str, list[dict[str, Any]]]]:
     """The report's device figures in one table per kind: GPUs, then Neuron devices (their
     cores and runtimes, entities neuron:D/...)."""
     neuron = [d for d in devices if str(d["entity"]).startswith("neuron:")]
@@ -126,8 +127,8 @@ def phase_words(p: Verdict) -> str:
     return f"{length} {what}".strip()
 
 
-def report_renderable(r: Report):
-    parts = []
+def report_renderable(r: Report) -> Group:
+    parts: list[RenderableType] = []
     cmd = inert(shlex.join(r.run.get("command") or [])) or "(no command)"
     parts.append(Text(f"counterprof report: {inert(r.run.get('id'))}  '{cmd}'", style="bold"))
     parts.extend(warning_lines(r.run.get("warnings") or []))
@@ -188,8 +189,8 @@ def report_renderable(r: Report):
 
     for title, col, devices in device_tables(r.devices):
         t = Table(title=title, title_justify="left", box=None, pad_edge=False)
-        for c in (col, "metric", "mean", "peak", "unit"):
-            t.add_column(c)
+        for column in (col, "metric", "mean", "peak", "unit"):
+            t.add_column(column)
         for d in devices:
             for metric, m in d["metrics"].items():
                 t.add_row(inert(d["entity"]), inert(metric), units.number(m["mean"]), units.number(m["peak"]),

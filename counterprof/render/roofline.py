@@ -40,7 +40,7 @@ def _table(title: str, *columns: str) -> Table:
 
 # ---- calibrate -------------------------------------------------------------------------------
 
-def ceilings_table(docs: dict[str, dict], out: IO[str]) -> None:
+def ceilings_table(docs: dict[str, dict[str, Any]], out: IO[str]) -> None:
     console = Console(file=out, width=120, highlight=False)
     for device, doc in docs.items():
         ds = doc.get("datasheet") or {}
@@ -121,7 +121,7 @@ def above_peak(x: float | None) -> str:
     return " (above the peak: the ceilings do not fit this run)"
 
 
-def _mfu_words(m: dict) -> str:
+def _mfu_words(m: dict[str, Any]) -> str:
     parts = []
     for key, what in (("measured", "the measured peak"), ("datasheet", "the datasheet's")):
         peak = m[f"peak_{key}_flops_per_s"]
@@ -178,8 +178,8 @@ def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
     for n in r.notes:
         if n not in caveats([n]):
             console.print(n, style="dim")
-    for m in r.missing:
-        console.print(f"missing: {m}")
+    for miss in r.missing:
+        console.print(f"missing: {miss}")
     console.print("bytes are the tensors read and written once each: a lower bound on traffic "
                   "(intensity an upper bound)", style="dim")
 
@@ -195,19 +195,21 @@ td.n{text-align:right} svg{display:block;margin:6px 0}
 """
 
 
-def _e(x) -> str:
+def _e(x: object) -> str:
     return html.escape(str(x))
 
 
 def roofline_svg(r: Roofline) -> str:
     """Log-log: x arithmetic intensity (FLOP/B), y FLOP/s; the memory roof and each dtype's
     peak as lines; each op+shape a dot, area proportional to its time, colored by its bound."""
-    pts = [o for o in r.ops if o.intensity and o.achieved_flops_per_s]
+    # (op, intensity, FLOP/s) of the ops with both
+    pts = [(o, o.intensity, o.achieved_flops_per_s) for o in r.ops
+           if o.intensity and o.achieved_flops_per_s]
     c = r.ceilings or {}
     peaks = {k: float(v) for k, v in (c.get("peaks") or {}).items() if v}
     bw = c.get("bandwidth_bytes_per_s")
-    xs = [o.intensity for o in pts] + ([p / bw for p in peaks.values()] if bw else [])
-    ys = [o.achieved_flops_per_s for o in pts] + list(peaks.values())
+    xs = [x for _, x, _ in pts] + ([p / bw for p in peaks.values()] if bw else [])
+    ys = [y for _, _, y in pts] + list(peaks.values())
     if not xs or not ys:
         return "<p class='dim'>nothing to draw: no op with FLOPs and time</p>"
     x0, x1 = 10 ** math.floor(math.log10(min(xs)) - 0.3), 10 ** math.ceil(math.log10(max(xs)) + 0.3)
@@ -240,13 +242,13 @@ def roofline_svg(r: Roofline) -> str:
                                    y1=Y(p), x2=X(x1), y2=Y(p), stroke="#2e9e44", stroke_width=2)
                        + svg.text(W - PADR + 4, Y(p) + 3, f'{k} {si(p, "FLOP/s")}', fill="#2e9e44"))
     total = r.total_time_ns or 1
-    for o in sorted(pts, key=lambda o: -o.time_ns):
+    for o, intensity, flops_per_s in sorted(pts, key=lambda p: -p[0].time_ns):
         rad = 3 + 22 * math.sqrt(o.time_ns / total)
         tip = (f'{o.name} {dims_text(o.input_dims, 80)} {o.dtype or ""}: {o.calls} calls, {duration(o.time_ns)} '
-               f'({pct(o.time_ns / total)}), {si(o.achieved_flops_per_s, "FLOP/s")}, {ratio(o.intensity)} FLOP/B, '
+               f'({pct(o.time_ns / total)}), {si(flops_per_s, "FLOP/s")}, {ratio(intensity)} FLOP/B, '
                f'{o.bound or "no bound"}, {pct(o.roof_fraction)} of roof')
-        out.append(svg.element("circle", f"<title>{_e(tip)}</title>", cls="op", cx=X(o.intensity),
-                               cy=Y(o.achieved_flops_per_s), r=rad, fill=BOUND_COLORS.get(o.bound),
+        out.append(svg.element("circle", f"<title>{_e(tip)}</title>", cls="op", cx=X(intensity),
+                               cy=Y(flops_per_s), r=rad, fill=BOUND_COLORS.get(o.bound),
                                fill_opacity="0.55", stroke="#333", stroke_width="0.5"))
     return f'<svg class="roofline" width="{W}" height="{H}" role="img" xmlns="http://www.w3.org/2000/svg">{"".join(out)}</svg>'
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import fields
 import shlex
 import sys
-from typing import Any
+from typing import IO, Any
 
 from ..ground import units
 from .inert import inert, inert_lines
@@ -125,7 +125,7 @@ def summary_text(s: Summary, width: int = 120) -> str:
     return "".join(inert_lines("".join(part for part, _ in _trimmed(line))) + "\n" for line in summary_lines(s))
 
 
-def print_summary(summary, as_json: bool) -> None:
+def print_summary(summary: Summary, as_json: bool) -> None:
     """The end-of-run summary on stderr: the perf-stat-like table, or one JSON object. Styled
     through rich on a terminal (or with FORCE_COLOR), plain text elsewhere."""
     if as_json:
@@ -142,7 +142,7 @@ def print_summary(summary, as_json: bool) -> None:
     sys.stderr.flush()
 
 
-def _isatty(stream) -> bool:
+def _isatty(stream: IO[str]) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):

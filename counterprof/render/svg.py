@@ -13,7 +13,7 @@ def num(v: float) -> str:
     return f"{v:.1f}" if isinstance(v, float) else str(v)
 
 
-def element(tag: str, body: str | None = None, **attrs) -> str:
+def element(tag: str, body: str | None = None, **attrs: object) -> str:
     """<tag a="v" .../> or <tag ...>body</tag>; `cls` is class, '_' in a name is '-'
     (stroke_width -> stroke-width). Numbers go through num(), strings as given (escape
     what is not yours)."""
@@ -24,11 +24,11 @@ def element(tag: str, body: str | None = None, **attrs) -> str:
     return f"<{' '.join(parts)}/>" if body is None else f"<{' '.join(parts)}>{body}</{tag}>"
 
 
-def line(x1: float, y1: float, x2: float, y2: float, body: str | None = None, **attrs) -> str:
+def line(x1: float, y1: float, x2: float, y2: float, body: str | None = None, **attrs: object) -> str:
     return element("line", body, x1=x1, y1=y1, x2=x2, y2=y2, **attrs)
 
 
-def text(x: float, y: float, words: str, font_size: int = 10, **attrs) -> str:
+def text(x: float, y: float, words: str, font_size: int = 10, **attrs: object) -> str:
     """Words at (x, y), escaped."""
     return element("text", html.escape(words), x=x, y=y, font_size=font_size, **attrs)
 

@@ -21,7 +21,7 @@ import fcntl
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import field
 from itertools import groupby
@@ -29,14 +29,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..ground.errors import RunDirectoryError, os_error
+from ..ground.errors import CounterprofError, RunDirectoryError, os_error
 from ..ground.threadname import name_os_thread
 from . import safepath
 from .journal import Segment, SegmentRead, read_segment, segments
 from .liveness import journal_writer_alive, profiler_elsewhere
 from .meta import read_meta
 from .parquet_writer import open_parquet
-from .rundir import JOURNAL, META, make_dirs, run_of_rank, table_dir
+from .rundir import JOURNAL, META, make_dirs, rank_dirs, run_of_rank, table_dir
 from counterprof.ground.record import record
 
 # Readers decode a whole row group at a time: 64k rows keeps that to a few MB.
@@ -95,6 +95,24 @@ def compact_rank(rank_path: Path, report: CompactionReport | None = None, *,
     # stopping together) would write into one file: one at a time.
     with _partition_lock(Path(rank_path)):
         return _compact(Path(rank_path), report)
+
+
+def compact_run(run: Path, report: CompactionReport, warn: Callable[[str], None]) -> bool:
+    """The end of a session: compact every partition of the run (its own, and those the
+    workload's processes wrote: regions, traces) into report, each problem said through warn;
+    False when one could not be (a full disk: its journal stays whole)."""
+    complete = True
+    for _rank, rank_path in rank_dirs(run):
+        try:
+            compact_rank(rank_path, report)
+        except CounterprofError as exc:       # a full disk: the journal stays whole
+            warn(str(exc))
+            complete = False
+    for problem in report.truncated:
+        warn(f"journal damaged: {problem}")
+    for problem in report.damaged:
+        warn(f"journal damaged: {problem}")
+    return complete
 
 
 @contextmanager

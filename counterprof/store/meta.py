@@ -8,7 +8,7 @@ rest of counterprof relies on and hand back the plain dict (list) it already use
 
 RunMeta is the typed reading side: read_run_meta (or RunMeta.of over a dict already read) checks
 the shape and the statuses once, and the code after it reads attributes. meta.json itself is
-still written as a dict (Session builds it up over the run), and RunMeta.raw hands that dict back
+still written as a dict (run_meta.MetaDocument, built up over a session), and RunMeta.raw hands it back
 to code that copies it through (merge, a rank copied in).
 """
 from __future__ import annotations

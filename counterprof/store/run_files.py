@@ -1,6 +1,6 @@
 """The files of a run's tables: listed in one place, read with one damage policy.
 
-Every reader of a run's rows (store.reader.Run, store.query.RunQuery, render.perfetto_export)
+Every reader of a run's rows (store.reader.Run, store.query.RunQuery, export.py)
 lists them here and reads them by these rules, so that one damaged run reads the same way in
 every subcommand.
 

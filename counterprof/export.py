@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..analysis.across_ranks import rank_ranges
-from ..ground.errors import RunDirectoryError
-from ..store.run_files import RunFile, Window, earliest_ns
-from .perfetto import PLAN_COLUMNS, SAMPLE_COLUMNS, SPAN_COLUMNS, TraceWriter
+from .analysis.across_ranks import rank_ranges
+from .ground.errors import RunDirectoryError
+from .store.run_files import RunFile, Window, earliest_ns
+from .render.perfetto import PLAN_COLUMNS, SAMPLE_COLUMNS, SPAN_COLUMNS, TraceWriter
 
 BIG_JSON = 1 << 30      # beyond about this much JSON the browser UI runs out of memory
 
@@ -139,7 +139,7 @@ def export_run(run, files: dict[int, list[RunFile]], ranks: list[int], out: Path
     started = time.perf_counter()
     if all(p.rows() == 0 for r in ranks for p in files[r]):
         raise RunDirectoryError(f"{run.path}: rank(s) {rank_ranges(ranks)} hold no samples or spans to export")
-    from ..store.meta import RunMeta
+    from .store.meta import RunMeta
     start_ns = RunMeta.of(run.meta).start_ns
     if not isinstance(start_ns, int):
         start_ns = earliest_ns([p for ps in files.values() for p in ps]) or 0
@@ -163,7 +163,7 @@ def export_run(run, files: dict[int, list[RunFile]], ranks: list[int], out: Path
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            from ..ground.errors import os_error
+            from .ground.errors import os_error
             raise os_error(exc, out, "writing the Perfetto timeline",
                            kept="nothing (the part-file was removed)") from None
         raise
