@@ -1,6 +1,6 @@
 """JAX profiles, and the Kineto traces given with them, -> a run directory (`counterprof import`).
 
-counterprof/trace_import.py sends an import here when a path given is (or holds) a JAX profile;
+counterprof/import_trace.py sends an import here when a path given is (or holds) a JAX profile;
 the Kineto traces among the paths are converted by the torch importer's own conversion, so a
 run may hold both. Each profile file becomes one Parquet file of spans ending with its window
 span, written under a temporary name and renamed into spans/rank=<r>/ once every file is

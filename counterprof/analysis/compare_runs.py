@@ -34,7 +34,7 @@ def figures(run: Run, warn: Callable[[str], None], window_ns: int | None = None,
             bounds: tuple[int, int] | None = None) -> RunFigures:
     """A run reduced by analysis.run_figures (one streaming pass over its samples)."""
     from .run_figures import run_figures
-    from .run_roofline import roofline_if_ops
+    from .roofline_run import roofline_if_ops
     spans = run.table("spans", with_rank=True)
     roof = roofline_if_ops(run, spans, warn)       # the verdicts' compute vs memory, and the MFU
     f = run_figures(str(run.path), run.meta, run.catalog, run.ranks(),

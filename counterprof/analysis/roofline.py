@@ -94,7 +94,7 @@ class Roofline:
     # the figures above their ceiling (fit_check): {"what": op | step | mfu, "name", "fraction",
     # "ceiling", "text", ...}; empty: the ceilings fit (or there are none)
     over_roof: list[dict[str, Any]] = field(default_factory=list)
-    origin: str | None = None       # where the ceilings came from (run_roofline.choose_ceilings)
+    origin: str | None = None       # where the ceilings came from (roofline_run.choose_ceilings)
     # (op start ns, ns, row index or -1)
     _atoms: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 

@@ -211,7 +211,7 @@ def open_run(path: str, skip_unreadable: bool = False):
     """A Run, recovered first when a killed profiler left it (and saying so): what every
     subcommand that reads a run opens it with. skip_unreadable: leave out unreadable Parquet
     files (the subcommand names them from run.skipped)."""
-    from ..runset import is_set, members
+    from ..repeat_set import is_set, members
     from ..store.reader import Run
     from ..recover import recover, run_needs_recovery
     if is_set(path):

@@ -80,7 +80,7 @@ def _threshold(text: str, p: ArgumentParser) -> float:
 def expand(patterns: list[str], p: ArgumentParser) -> list[str]:
     """Run directories from paths and globs (quoted, so that the shell leaves them to us); a
     run set (`run -r N`) stands for its runs."""
-    from ..runset import expand as expand_sets, is_set
+    from ..repeat_set import expand as expand_sets, is_set
     out: list[str] = []
     for pat in patterns:
         if glob.has_magic(pat):

@@ -50,7 +50,7 @@ def _parser() -> ArgumentParser:
 
 def _add(args) -> int:
     from ..analysis.history import run_record
-    from ..runset import expand as expand_sets
+    from ..repeat_set import expand as expand_sets
     from ..store.history import add_records, check_file
     from .common import open_run
     check_file(args.db)                                # a bad --db before reading the runs

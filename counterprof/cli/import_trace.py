@@ -60,7 +60,7 @@ def _main(argv: list[str]) -> int:
     # the first trace's inflate and parse go on beside the libraries' imports (~50 ms); a JAX
     # profile is not JSON to scan (a Kineto scan started on it would never be adopted)
     from ..collectors.torch_trace.scan import start_early
-    from ..trace_import import is_jax_profile
+    from ..import_trace import is_jax_profile
     if not is_jax_profile(args.traces[0]):
         start_early(args.traces[0])
     # the libraries' imports (pyarrow: ~100 modules) make no garbage worth the cyclic
@@ -71,7 +71,7 @@ def _main(argv: list[str]) -> int:
         # no numpy, so pyarrow loads without it (~45 ms)
         with numpy_left_out():
             use_system_allocator()
-            from ..trace_import import check_run_target, import_traces
+            from ..import_trace import check_run_target, import_traces
             check_run_target(args.output, args.force)    # (loads the importer)
     finally:
         resume_gc()

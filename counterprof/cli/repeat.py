@@ -1,6 +1,6 @@
 """counterprof run -r N -- CMD: run the command N times, like `perf stat -r N`.
 
-Each repetition is an ordinary `counterprof run` into SET/run-<i>/ (see counterprof/runset.py);
+Each repetition is an ordinary `counterprof run` into SET/run-<i>/ (see counterprof/repeat_set.py);
 the summary on stderr gives the means over the runs with their standard deviations, and
 runset.json records the set, so `compare SET_A SET_B` and `history add SET` take its runs as
 the runs of one side. The runs go on after a workload fails (its status is recorded and is the
@@ -22,8 +22,8 @@ def add_arguments(p) -> None:
 
 def run_repeated(args, run_once: Callable, usage: str) -> int:
     """Run `run_once(args)` args.repeat times, each into its own member directory."""
-    from ..repetitions import finish_set, new_set, repeat
-    from ..runset import prepare_dir
+    from ..repeat import finish_set, new_set, repeat
+    from ..repeat_set import prepare_dir
     from ..store.rundir import default_run_path
     n = args.repeat
     if n < 1:

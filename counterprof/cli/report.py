@@ -56,7 +56,7 @@ def _main(argv: list[str]) -> int:
     ranks = [r for r in run.ranks() if r >= 0]
     totals, devices, rank_buckets = regroup(q.groups())
     spans = q.spans()
-    from ..analysis.run_roofline import roofline_if_ops
+    from ..analysis.roofline_run import roofline_if_ops
     inputs = ReportInputs(q.buckets(bucket_ns(meta)), totals, devices, spans,
                           catalog, meta, ranks=len(ranks),
                           rank_buckets=rank_buckets if len(ranks) > 1 else None,

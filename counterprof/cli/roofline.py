@@ -42,7 +42,7 @@ def _main(argv: list[str]) -> int:
         except (OSError, ValueError) as exc:
             raise UsageFailure(f"--ceilings {args.ceilings}: {exc}", p.format_usage()) from None
 
-    from ..analysis.run_roofline import run_roofline
+    from ..analysis.roofline_run import run_roofline
     from ..render.roofline import roofline_html, roofline_text
     from ..store.op_rows import OpRows
     from ..store.query import RunQuery

@@ -83,7 +83,7 @@ class TraceMFU:
         return True
 
     def _mfu(self, spans: pa.Table) -> dict[str, Any] | None:
-        from ..analysis.run_roofline import spans_roofline     # the ceilings `counterprof roofline` would use
+        from ..analysis.roofline_run import spans_roofline
         if self._meta is None:
             self._meta = self._meta_of()
         return spans_roofline(spans, self._meta).mfu

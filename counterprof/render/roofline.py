@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..analysis.roofline import MISFIT, Roofline, ceilings_words
-from ..analysis.run_roofline import TODAYS
+from ..analysis.roofline_run import TODAYS
 from ..ground.thresholds import value
 from . import svg
 from ..ground.units import duration, ratio, seconds, share, si

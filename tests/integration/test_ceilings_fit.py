@@ -29,7 +29,7 @@ torch = pytest.importorskip("torch")
 from helpers import run_cli                                           # noqa: E402
 
 from counterprof.analysis.roofline import MISFIT                     # noqa: E402
-from counterprof.analysis.run_roofline import TODAYS                 # noqa: E402
+from counterprof.analysis.roofline_run import TODAYS                 # noqa: E402
 from counterprof.ground.thresholds import value                    # noqa: E402
 
 LIMIT = value("roofline_over_roof")

@@ -326,7 +326,7 @@ def test_import_beside_a_kineto_trace(jobs, tmp_path):
 
 
 def test_rankless_profiles_of_two_processes_get_ranks_in_their_order(jobs, tmp_path):
-    from counterprof.trace_import import import_traces
+    from counterprof.import_trace import import_traces
     mixed = jobs["mixed"]
     second = _xplane(mixed["dir"] / "jaxlog") if mixed else None
     if second is None:

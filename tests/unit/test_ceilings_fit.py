@@ -16,7 +16,7 @@ import pytest
 from kineto_traces import X, launch, write_trace
 
 from counterprof.analysis.roofline import MISFIT, busy_split, roofline
-from counterprof.analysis.run_roofline import TODAYS, choose_ceilings
+from counterprof.analysis.roofline_run import TODAYS, choose_ceilings
 from counterprof.ground.thresholds import value
 from counterprof.calibrate import cache_path, save
 from counterprof.calibrate.load import LoadMeter, Sample, between, words

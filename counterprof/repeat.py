@@ -1,4 +1,4 @@
-"""`counterprof run -r N`: one command run N times into a run set (counterprof/runset.py).
+"""`counterprof run -r N`: one command run N times into a run set (counterprof/repeat_set.py).
 
 The runs go on after a workload fails (its status is recorded and is the set's exit status);
 a run stopped by a signal `counterprof run` forwards (Ctrl-C, a termination) ends the
@@ -19,7 +19,7 @@ STOPPING = {128 + int(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
 def new_set(base: Path, command: list[str], n: int) -> dict[str, Any]:
     """The set's record, written to base's runset.json before its first run."""
     from . import __version__
-    from .runset import write_set
+    from .repeat_set import write_set
     data: dict[str, Any] = {"kind": "counterprof run set", "counterprof_version": __version__, "command": command,
                             "repeat": n, "runs": [], "exit_statuses": [], "start_time": time.time()}
     write_set(base, data)
@@ -30,7 +30,7 @@ def repeat(base: Path, data: dict[str, Any], run_member: Callable[[Path], int],
            warn: Callable[[str], None]) -> int:
     """run_member(its directory) for each of the set's data["repeat"] runs, recorded in data and
     runset.json as each ends; the first failing run's exit status, else 0."""
-    from .runset import member_name, write_set
+    from .repeat_set import member_name, write_set
     n = data["repeat"]
     status = 0
     for i in range(1, n + 1):
@@ -53,7 +53,7 @@ def finish_set(base: Path, data: dict[str, Any], warn: Callable[[str], None]) ->
     before it wrote anything (bad events, say) is removed: ([], None)."""
     from .analysis.repeat import combine
     from .analysis.summary import run_summary
-    from .runset import SET_FILE, members, write_set
+    from .repeat_set import SET_FILE, members, write_set
     from .store.reader import Run
     runs = members(base)
     if not runs:
