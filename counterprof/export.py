@@ -10,12 +10,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .analysis.across_ranks import rank_ranges
 from .ground.errors import RunDirectoryError
 from .store.run_files import RunFile, Window, earliest_ns
-from .render.perfetto import PLAN_COLUMNS, SAMPLE_COLUMNS, SPAN_COLUMNS, TraceWriter
+from .render.perfetto import PLAN_COLUMNS, SAMPLE_COLUMNS, SPAN_COLUMNS, Counts, TraceWriter
+
+if TYPE_CHECKING:
+    from .store.reader import Run
 
 BIG_JSON = 1 << 30      # beyond about this much JSON the browser UI runs out of memory
 
@@ -61,7 +64,7 @@ class ExportResult:
     span_cut: Window
     sample_cut: Window
     problems: list[str] = field(default_factory=list)
-    counts: Any = None                    # render.perfetto.Counts, once written
+    counts: Counts | None = None          # once written
     elapsed: float = 0.0
 
     def extent(self) -> tuple[int | None, int | None]:
@@ -72,6 +75,7 @@ class ExportResult:
 
     def _covers(self) -> str:
         lo, hi = self.extent()
+        assert lo is not None and hi is not None, "asked once the export saw something"
         return (f"the run covers {(lo - self.start_ns) / 1e9:.3f} to {(hi - self.start_ns) / 1e9:.3f} s "
                 "from its start")
 
@@ -105,6 +109,7 @@ class ExportResult:
     def lines(self) -> list[str]:
         """The export's account, a line each: what was written, cut, and left out."""
         c, out = self.counts, self.out
+        assert c is not None, "the account of a written export"
         packed = f", {size_text(out.stat().st_size)} gzip'd" if out.name.endswith(".gz") else ""
         lines = [f"wrote {out}: rank(s) {rank_ranges(self.ranks)}; {c.spans:,} spans on {c.span_tracks} "
                  f"tracks, {c.flows:,} launch→GPU flows, {c.samples:,} samples on {c.counter_tracks} "
@@ -130,7 +135,7 @@ class ExportResult:
         return lines
 
 
-def export_run(run, files: dict[int, list[RunFile]], ranks: list[int], out: Path, *,
+def export_run(run: Run, files: dict[int, list[RunFile]], ranks: list[int], out: Path, *,
                window_s: tuple[float | None, float | None] = (None, None),
                window: str | None = None, ranks_cut: bool = False) -> ExportResult:
     """Write ranks of run (files: list_files' answer) to out as a Chrome-trace/Perfetto JSON
@@ -178,8 +183,8 @@ def _write_rank(writer: TraceWriter, rank: int, parts: list[RunFile], res: Expor
     # first pass: flows and nesting need every span of the rank (a few numbers each); where
     # each row group starts among them, for the second pass
     plan = writer.plan(rank)
-    starts: dict = {}
-    rows: dict = {}
+    starts: dict[tuple[Path, int], int] = {}
+    rows: dict[tuple[Path, int], int] = {}
     for part in spans:
         for g, b in part.batches(PLAN_COLUMNS, Window(*bounds)):
             starts.setdefault((part.path, g), plan.rows)
@@ -189,7 +194,7 @@ def _write_rank(writer: TraceWriter, rank: int, parts: list[RunFile], res: Expor
     for part in spans:
         # a live run's last journal segment grows between the passes: only the rows the first
         # pass planned are written
-        written: dict = {}
+        written: dict[tuple[Path, int], int] = {}
         for g, b in part.batches(SPAN_COLUMNS, res.span_cut):
             key = (part.path, g)
             done = written.get(key, 0)

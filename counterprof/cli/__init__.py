@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 SUBCOMMANDS = {
     "run": "profile a command, a running process (--pid) or the whole machine (-a)",
     "list": "collectors and events usable here, and why not",
@@ -49,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     if name not in LAUNCHES:
         from .common import private_umask
         private_umask()
-    return importlib.import_module(f".{MODULES.get(name, name)}", __name__).main(rest)
+    subcommand: Callable[[list[str]], int] = importlib.import_module(
+        f".{MODULES.get(name, name)}", __name__).main      # each subcommand's main(argv) -> int
+    return subcommand(rest)
 
 
 # Subcommands that end with os._exit once done (see exit_without_teardown): each has all it

@@ -3,6 +3,10 @@ from __future__ import annotations
 
 from .common import ArgumentParser
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 def run_output_parser(prog: str, doc: str, json_help: str, html_help: str) -> ArgumentParser:
     """The parser of a subcommand that reads one run and prints it (--json) or writes a page
@@ -14,7 +18,7 @@ def run_output_parser(prog: str, doc: str, json_help: str, html_help: str) -> Ar
     return p
 
 
-def output_path(hint: str):
+def output_path(hint: str) -> Callable[[str], str]:
     """An argparse type for -o DIR: refuses "" (an unset shell variable: `-o "$OUT"`), which
     every path function reads as the current directory, so a run would be written into it.
     hint: what to give instead, said after the reason."""

@@ -16,6 +16,13 @@ import sys
 
 from .common import ArgumentParser, err, guarded
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    import argparse
+    from typing import Any
+
+    from ..calibrate import Doc
+
 
 def main(argv: list[str]) -> int:
     return guarded(lambda: _main(argv))
@@ -39,7 +46,7 @@ def _main(argv: list[str]) -> int:
 
     from .. import calibrate as cal
     from ..render.roofline import ceilings_table
-    docs = _measure(cal, args)
+    docs = _measure(args)
     load = cal.loaded(docs)
     refused = False
     if load is not None:
@@ -57,7 +64,7 @@ def _main(argv: list[str]) -> int:
     return 1 if refused else 0
 
 
-def loaded_message(load: dict, saving: bool, force: bool) -> str:
+def loaded_message(load: dict[str, Any], saving: bool, force: bool) -> str:
     """What a calibration on a loaded machine tells the user, and what to do."""
     from ..calibrate.load import words
     text = (f"the machine was busy while calibrate measured: {words(load)}; at "
@@ -72,8 +79,9 @@ def loaded_message(load: dict, saving: bool, force: bool) -> str:
             "to save these.")
 
 
-def _measure(cal, args) -> dict:
+def _measure(args: argparse.Namespace) -> dict[str, Doc]:
     """calibrate() under a progress bar on stderr (when it is a terminal)."""
+    from .. import calibrate as cal
     mode = cal.MODES[args.quick]
     steps = len(mode["cpu_sizes"]) + len(mode["bf16_sizes"]) + 2 + (0 if args.no_collectives else 1)
     if not sys.stderr.isatty():

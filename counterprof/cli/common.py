@@ -11,6 +11,16 @@ from contextlib import contextmanager
 
 from ..ground.errors import CounterprofError
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, NoReturn
+
+    from ..live.view import LiveView
+    from ..live.window import LiveWindow
+    from ..session import Session
+    from ..store.reader import Run
+
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
@@ -18,13 +28,15 @@ EXIT_USAGE = 2
 class ArgumentParser(argparse.ArgumentParser):
     """argparse that reports usage errors with exit code 2 through a return value."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         raise UsageFailure(message, self.format_usage())
 
-    def _get_formatter(self):
+    def _get_formatter(self) -> argparse.HelpFormatter:
         # argparse finds its width through shutil, which imports bz2, lzma and zlib (~2 ms of
         # every run's start-up, as add_argument checks each option's format): the same width here
-        return self.formatter_class(prog=self.prog, width=help_width())
+        # (typeshed's formatter_class protocol names prog only; every HelpFormatter takes width)
+        formatter_class: Callable[..., argparse.HelpFormatter] = self.formatter_class
+        return formatter_class(prog=self.prog, width=help_width())
 
 
 def help_width() -> int:
@@ -63,8 +75,8 @@ class WarningRoute:
     """Where session warnings go: stderr, or the live view while it owns the terminal
     (a line printed under the dashboard would tear it)."""
 
-    def __init__(self):
-        self.view = None
+    def __init__(self) -> None:
+        self.view: LiveView | None = None
 
     def __call__(self, message: str) -> None:
         view = self.view
@@ -78,16 +90,16 @@ class LiveViewSlot:
     """The live view of `run --live` and `top`, for profile_run: drawn over the session's
     window from open() to close(); while drawn, the session's warnings go to it."""
 
-    def __init__(self, window, warnings: WarningRoute, title: str, show_run_path: bool = True,
-                 **options):
+    def __init__(self, window: LiveWindow, warnings: WarningRoute, title: str,
+                 show_run_path: bool = True, **options: Any) -> None:
         self.window, self.warnings, self.title = window, warnings, title
         self.show_run_path = show_run_path
         self.options = options          # for live.view.LiveView: scope, cpus, keys_hint...
-        self.view = None
+        self.view: LiveView | None = None
         from ..live.view import for_session    # imported now, at start-up: not in the run's time
         self._for_session = for_session
 
-    def open(self, session):
+    def open(self, session: Session) -> threading.Event:
         from ..workload import wake_main_thread
         self.view = self._for_session(session, self.window, self.title, on_quit=wake_main_thread,
                                       **self.options)
@@ -97,7 +109,7 @@ class LiveViewSlot:
         self.warnings.view = self.view
         return self.view.quit_requested
 
-    def close(self) -> dict | None:
+    def close(self) -> dict[str, Any] | None:
         if self.view is None:
             return None
         self.warnings.view = None
@@ -173,7 +185,7 @@ def terminated_on_sigterm() -> Iterator[None]:
         yield
         return
 
-    def raise_terminated(_signum, _frame):
+    def raise_terminated(_signum: int, _frame: FrameType | None) -> NoReturn:
         raise Terminated()
 
     before = signal.signal(signal.SIGTERM, raise_terminated)
@@ -207,7 +219,7 @@ def check_pid(pid: int, usage: str) -> None:
                            "nothing runs there to profile", usage)
 
 
-def open_run(path: str, skip_unreadable: bool = False):
+def open_run(path: str, skip_unreadable: bool = False) -> Run:
     """A Run, recovered first when a killed profiler left it (and saying so): what every
     subcommand that reads a run opens it with. skip_unreadable: leave out unreadable Parquet
     files (the subcommand names them from run.skipped)."""
@@ -268,7 +280,7 @@ def write_text_file(path: str, text: str, option: str) -> None:
         raise CounterprofError(f"cannot write {option} {path}: {exc.strerror or exc}") from None
 
 
-def private_opener(path, flags: int) -> int:
+def private_opener(path: str, flags: int) -> int:
     """open()'s opener for an output counterprof creates: 0600 (an existing file keeps the mode
     its owner gave it). Derived outputs are redacted (counterprof/ground/redact.py), but they describe
     the user's workload: sharing one is the user's decision (chmod)."""

@@ -20,6 +20,12 @@ from pathlib import Path
 
 from .common import ArgumentParser, UsageFailure, check_output_file, err, guarded, write_text_file
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    import argparse
+
+    from ..store.history import RunRecord
+
 DEFAULT_SHOWN = ("wall_time", "step_time", "region:*", "metric:roofline.mfu*", "signal:*")   # --metric picks any series
 
 
@@ -48,7 +54,7 @@ def _parser() -> ArgumentParser:
     return p
 
 
-def _add(args) -> int:
+def _add(args: argparse.Namespace) -> int:
     from ..analysis.history import run_record
     from ..repeat_set import expand as expand_sets
     from ..store.history import add_records, check_file
@@ -58,7 +64,7 @@ def _add(args) -> int:
     # read every run before writing anything
     records = [(p, run_record(open_run(p, skip_unreadable=True), p, err)) for p in args.runs]
 
-    def said(path, rec, seq: int, added: bool) -> None:
+    def said(path: str, rec: RunRecord, seq: int, added: bool) -> None:
         if added:
             rev = f", git {rec.git_rev[:12]}" if rec.git_rev else ", no git revision (cwd is not a checkout)"
             err(f"{path}: added as run {seq} ({len(rec.figures)} series, verdict {rec.verdict}{rev})")
@@ -68,7 +74,7 @@ def _add(args) -> int:
     return 0
 
 
-def _show(args, p) -> int:
+def _show(args: argparse.Namespace, p: ArgumentParser) -> int:
     from ..analysis.compare_runs import parse_threshold
     from ..store.history import connect, run_count, select_trends
     try:

@@ -9,12 +9,18 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from types import ModuleType
+
 
 class _NoPandas:
     """A meta-path finder that says pandas is not installed."""
 
     @staticmethod
-    def find_spec(name, path=None, target=None):
+    def find_spec(name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> None:
         if name == "pandas" or name.startswith("pandas."):
             raise ModuleNotFoundError("pandas is kept out of counterprof's own process", name=name)
         return None

@@ -13,14 +13,20 @@ from collections.abc import Callable
 
 from .common import UsageFailure, err
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    import argparse
+    from pathlib import Path
 
-def add_arguments(p) -> None:
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-r", "--repeat", type=int, metavar="N",
                    help="run the command N times (like perf stat -r): the summary gives means "
                         "± standard deviation; -o DIR holds the runs as DIR/run-1 ... run-N")
 
 
-def run_repeated(args, run_once: Callable, usage: str) -> int:
+def run_repeated(args: argparse.Namespace, run_once: Callable[[argparse.Namespace], int],
+                 usage: str) -> int:
     """Run `run_once(args)` args.repeat times, each into its own member directory."""
     from ..repeat import finish_set, new_set, repeat
     from ..repeat_set import prepare_dir
@@ -40,7 +46,7 @@ def run_repeated(args, run_once: Callable, usage: str) -> int:
     base = prepare_dir(args.output or default_run_path(), replace=args.force)
     quiet = args.quiet
 
-    def run_member(path) -> int:
+    def run_member(path: Path) -> int:
         args.output, args.force, args.quiet = str(path), False, True
         return run_once(args)
     data = new_set(base, command, n)

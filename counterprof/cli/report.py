@@ -15,11 +15,15 @@ from .arguments import run_output_parser
 from .common import check_output_file, err, guarded, open_run, write_text_file
 from ..store.run_files import nothing_recorded
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    from ..store.reader import Run
 
-def world_size(run, ranks: list[int]) -> int | None:
+
+def world_size(run: Run, ranks: list[int]) -> int | None:
     """The job's WORLD_SIZE as any rank recorded it (its meta.json env; the rank watcher's)."""
     from ..analysis.across_ranks import parse_world_size
-    seen = []
+    seen: list[int] = []
     for m in [run.meta] + [run.rank_meta(r) for r in ranks]:
         w = parse_world_size((m.get("env") or {}).get("WORLD_SIZE"))
         if w is not None:

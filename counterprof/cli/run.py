@@ -20,7 +20,12 @@ from .process_setup import (import_arrow_with_one_blas_thread, keep_pandas_out, 
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
+    from ..analysis.summary import Totals
     from ..collector import CollectorOptions
+    from ..live.window import LiveWindow
+    from ..session import Session
 
 EPILOG = """\
 examples:
@@ -139,7 +144,7 @@ def _usage(message: str) -> UsageFailure:
     return UsageFailure(message, build_parser().format_usage())
 
 
-def _run(args) -> int:
+def _run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -167,7 +172,8 @@ def _run(args) -> int:
     else:
         target = Target("pid", None, system_wide=True)
 
-    window = view = None
+    window: LiveWindow | None = None
+    view: LiveViewSlot | None = None
     warnings = WarningRoute()
     if args.live:
         from ..live.window import LiveWindow
@@ -181,7 +187,7 @@ def _run(args) -> int:
                                 cpus=os.cpu_count())
     from .serve import exporter_for
     exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
-    totals = None
+    totals: Totals | None = None
     if not args.quiet:     # the summary's sums as the run goes: none to read back at the end
         from ..analysis.summary import Totals
         totals = Totals()
@@ -205,14 +211,15 @@ def _run(args) -> int:
     return exit_status
 
 
-def _collector_config(args) -> tuple[dict, list[str] | None]:
+def _collector_config(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], list[str] | None]:
     """The options as the collectors' configuration, each collector's from its own options,
     and the collectors asked for (None: the default ones)."""
     from ..collector import named_collectors
     from ..ground.errors import UsageError
-    config: dict = {}
+    config: dict[str, dict[str, Any]] = {}
     collectors = named_collectors(args.collectors)
-    for name, options in args.collector_options.items():
+    added: dict[str, type[CollectorOptions]] = args.collector_options     # build_parser's
+    for name, options in added.items():
         try:
             cfg = options.config_from_args(args)
         except UsageError as exc:
@@ -228,16 +235,16 @@ def _collector_config(args) -> tuple[dict, list[str] | None]:
     return config, collectors
 
 
-def _per_rank_mode(args, command: list[str]) -> bool | str:
+def _per_rank_mode(args: argparse.Namespace, command: list[str]) -> bool | str:
     """--per-rank, --no-per-rank, or the default: auto where a collector turned on finds a
     Python job's ranks as they init (--torch, --jax)."""
     from ..ranks import per_rank_mode
-    finds_ranks = any(options.finds_ranks and options.turned_on(args)
-                      for options in args.collector_options.values())
+    added: dict[str, type[CollectorOptions]] = args.collector_options     # build_parser's
+    finds_ranks = any(options.finds_ranks and options.turned_on(args) for options in added.values())
     return per_rank_mode(command, args.per_rank, finds_ranks)
 
 
-def _report(session, args, totals=None) -> None:
+def _report(session: Session, args: argparse.Namespace, totals: Totals | None = None) -> None:
     """totals: the summary's sums taken as the batches passed (analysis.summary.Totals)."""
     if not args.quiet:
         from ..analysis.summary import run_summary

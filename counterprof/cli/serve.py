@@ -5,15 +5,22 @@ from __future__ import annotations
 
 from .common import err
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    import argparse
 
-def add_arguments(p) -> None:
+    from ..live.window import LiveWindow
+    from ..openmetrics import Exporter
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--serve", metavar="[HOST:]PORT",
                    help="serve the live figures as OpenMetrics on http://HOST:PORT/metrics for "
                         "Prometheus (needs the prometheus extra); HOST defaults to 127.0.0.1: "
                         "another address (0.0.0.0) lets other machines read it")
 
 
-def exporter_for(args, window=None):
+def exporter_for(args: argparse.Namespace, window: LiveWindow | None = None) -> Exporter | None:
     """The Exporter for args.serve, serving already; None without --serve."""
     if not getattr(args, "serve", None):
         return None

@@ -18,6 +18,15 @@ import tempfile
 from .common import (ArgumentParser, LiveViewSlot, UsageFailure, WarningRoute, check_pid, err, guarded)
 from .process_setup import keep_pandas_out, use_system_allocator
 
+TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
+if TYPE_CHECKING:
+    import threading
+    from typing import Any
+
+    from ..live.processes import ProcessPoller
+    from ..live.window import LiveWindow
+    from ..session import Session
+
 EPILOG = """\
 examples:
   counterprof top
@@ -70,7 +79,7 @@ def _main(argv: list[str]) -> int:
     from ..live.window import LiveWindow
     from ..session import Session
 
-    perf_cfg: dict = {"interval_ms": args.interval_ms}
+    perf_cfg: dict[str, Any] = {"interval_ms": args.interval_ms}
     if args.events:
         perf_cfg["events"] = ",".join(args.events)
     # top is the machine's view: its CPU and memory figures with every refresh, not once a second
@@ -84,7 +93,7 @@ def _main(argv: list[str]) -> int:
     exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
     keep = args.output is not None
     tmp = None if keep else tempfile.mkdtemp(prefix="counterprof-top-")
-    path = args.output if keep else os.path.join(tmp, "run")
+    path = args.output if tmp is None else os.path.join(tmp, "run")     # (tmp: None when keep)
     warnings = WarningRoute()
     session = Session(path, collectors=collectors, config=config, target=target, command=None,
                       replace=args.force, rank=0, on_warning=warnings,
@@ -102,23 +111,26 @@ def _main(argv: list[str]) -> int:
 class _TopView(LiveViewSlot):
     """The view, with the machine's busiest processes polled while it is drawn."""
 
-    def __init__(self, procs, *args, **kw):     # procs: a live.processes.ProcessPoller, or None
-        super().__init__(*args, processes=procs.rows if procs is not None else None, **kw)
+    def __init__(self, procs: ProcessPoller | None, window: LiveWindow, warnings: WarningRoute,
+                 title: str, show_run_path: bool = True, **options: Any) -> None:
+        super().__init__(window, warnings, title, show_run_path,
+                         processes=procs.rows if procs is not None else None, **options)
         self.procs = procs
 
-    def open(self, session):
+    def open(self, session: Session) -> threading.Event:
         if self.procs is not None:
             self.procs.start()
         return super().open(session)
 
-    def close(self):
+    def close(self) -> dict[str, Any] | None:
         facts = super().close()
         if self.procs is not None:
             self.procs.stop()
         return facts
 
 
-def _watch(session, window, warnings: WarningRoute, args, machine: bool, keep: bool) -> int:
+def _watch(session: Session, window: LiveWindow, warnings: WarningRoute, args: argparse.Namespace,
+           machine: bool, keep: bool) -> int:
     from ..live.processes import ProcessPoller
     from ..profile_run import observe
     session.prepare()
