@@ -21,12 +21,15 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
 from counterprof.ground.errors import UsageError
 from counterprof.ground.schema import Metric, samples_from_columns
 from .host_options import HostOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 METRICS = [
     Metric("proc.cpu_user", "s", "delta", "user CPU time of the process tree (reaped children included)", "host"),
@@ -87,7 +90,7 @@ class ProcReader:
 
     def record(self) -> int:
         """One sample turned into rows, kept in C (the first is the baseline: no rows)."""
-        rc = self.lib.cp_procstat_record(self.handle)
+        rc: int = self.lib.cp_procstat_record(self.handle)
         if rc < 0:
             raise OSError(-rc, os.strerror(-rc), "/proc")
         return rc
@@ -96,7 +99,7 @@ class ProcReader:
     def root_gone(self) -> bool:
         return bool(self.lib.cp_procstat_root_gone(self.handle))
 
-    def drain(self, source_dict, metric_dict, entity_dict):
+    def drain(self, source_dict: pa.Array, metric_dict: pa.Array, entity_dict: pa.Array) -> pa.RecordBatch | None:
         """The rows recorded so far as one samples batch (None when there are none)."""
         import numpy as np
         ffi, lib = self.ffi, self.lib
@@ -153,7 +156,7 @@ class HostCollector(PollingCollector):
         self._last_flush = 0.0                        # time.monotonic()
 
     @classmethod
-    def availability(cls, config=None) -> Availability:
+    def availability(cls, config: dict[str, Any] | None = None) -> Availability:
         proc = cls.with_defaults(config)["proc"]
         if not (native := native_available()):
             return native

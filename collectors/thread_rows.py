@@ -35,6 +35,13 @@ _WALK_IDX = np.arange(len(WALK_COLUMNS), dtype=np.int32)
 _WALK_TIMED = np.array([src in ("run", "wait") for _n, src, _r in WALK_COLUMNS])
 _MAIN_IDX = np.arange(len(WALK_COLUMNS), len(_NAMES), dtype=np.int32)
 
+# a chunk: (time, duration, has duration, metric index, entity, value)
+_Chunk = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str, np.ndarray]
+_Reading = tuple[int, int, int]          # (time, run, wait ns)
+# a critical thread's pending readings: (chunk index, entity, the reading before, the last
+# reading, duration, run, wait ns per interval)
+_Main = tuple[int, str, _Reading, _Reading, np.ndarray, np.ndarray, np.ndarray]
+
 
 class ThreadRows:
     """Pending rows as chunks of columns: (time, duration, has duration, metric index, entity,
@@ -43,14 +50,13 @@ class ThreadRows:
     def __init__(self, source: str):
         self._source = pa.array([source], pa.string())
         self._metrics = pa.array(_NAMES, pa.string())
-        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str, np.ndarray]] = []
+        self._chunks: list[_Chunk | None] = []     # None: dropped (settle_until)
         # the critical threads' pending readings: (chunk index, entity, the reading before, the
         # last reading, duration, run, wait ns per interval); their values are set by take()
-        self._main: list[tuple[int, str, tuple[int, int, int], tuple[int, int, int], np.ndarray, np.ndarray,
-                               np.ndarray]] = []
+        self._main: list[_Main] = []
         # per entity: its last reading taken (time, run, wait ns) and the (run, wait) ns carried past it
-        self._carry: dict[str, tuple[tuple[int, int, int], tuple[int, int]]] = {}
-        self.settled: dict[str, tuple[tuple[int, int, int], tuple[int, int]]] = {}   # by the last take
+        self._carry: dict[str, tuple[_Reading, tuple[int, int]]] = {}
+        self.settled: dict[str, tuple[_Reading, tuple[int, int]]] = {}   # by the last take
 
     def walks(self, time_ns: np.ndarray, duration_ns: np.ndarray, run_by: np.ndarray, wait_by: np.ndarray,
               intraop: np.ndarray, loaders: np.ndarray) -> None:
@@ -61,7 +67,8 @@ class ThreadRows:
         k = len(WALK_COLUMNS)
         roles = run_by.shape[1]
         # run by role, wait by role, the two counts side by side; the walk's columns picked from them
-        pick = [role if src == "run" else roles + role if src == "wait" else 2 * roles + (src == "loaders")
+        # (the counts have no role)
+        pick = [2 * roles + (src == "loaders") if role is None else role if src == "run" else roles + role
                 for _name, src, role in WALK_COLUMNS]
         values = np.column_stack([run_by, wait_by, intraop, loaders])[:, pick]
         self._chunks.append((np.repeat(np.asarray(time_ns, np.int64), k),
@@ -86,7 +93,8 @@ class ThreadRows:
         wait = np.maximum(0, np.diff(np.concatenate(([prev[2]], wait_ns)).astype(np.int64)))
         n = len(duration)
         last = (int(t[-1]), int(run_ns[-1]), int(wait_ns[-1]))
-        self._main.append((len(self._chunks), entity, tuple(map(int, prev)), last, duration, run, wait))
+        self._main.append((len(self._chunks), entity, (int(prev[0]), int(prev[1]), int(prev[2])), last, duration,
+                           run, wait))
         self._chunks.append((np.repeat(t[1:], 3), np.repeat(duration, 3), np.ones(3 * n, bool),
                              np.tile(_MAIN_IDX, n), entity, np.zeros(3 * n)))
 
@@ -95,11 +103,11 @@ class ThreadRows:
         last = self._carry.get(entity)
         return (0.0, 0.0) if last is None else (last[1][0] / 1e9, last[1][1] / 1e9)
 
-    def _settle(self, items: list) -> None:
+    def _settle(self, items: list[_Main]) -> None:
         """Pending readings (of one or several entities, in the order taken) settled: their
         running, runnable and blocked seconds into their chunks; per entity, each run of
         readings that follow on from each other at once (settle)."""
-        by_entity: dict[str, list] = {}
+        by_entity: dict[str, list[_Main]] = {}
         for item in items:
             by_entity.setdefault(item[1], []).append(item)
         for entity, mine in by_entity.items():
@@ -119,6 +127,7 @@ class ThreadRows:
                 at = 0
                 for idx, *_rest, duration, _r, _w in seg:
                     c = self._chunks[idx]
+                    assert c is not None          # only dropped readings' chunks are None
                     self._chunks[idx] = c[:5] + (values[at:at + len(duration)].ravel(),)
                     at += len(duration)
                 start = k
@@ -135,7 +144,7 @@ class ThreadRows:
                 self._chunks[x[0]] = None
         else:
             self._settle(mine)
-        self._carry[entity] = (tuple(map(int, last)), (int(carry[0]), int(carry[1])))
+        self._carry[entity] = ((int(last[0]), int(last[1]), int(last[2])), (int(carry[0]), int(carry[1])))
 
     def take(self) -> pa.RecordBatch | None:
         """Everything pending as one samples batch (None if nothing), and the chunks cleared.

@@ -58,7 +58,7 @@ from counterprof.ground.record import record
 SOURCE = "threads"
 
 
-def _m(name, unit, kind, desc):
+def _m(name: str, unit: str, kind: str, desc: str) -> Metric:
     return Metric(name, unit, kind, desc, SOURCE)
 
 
@@ -289,8 +289,9 @@ class ThreadReader:
         intraop, loaders = ffi.new("int32_t[]", n), ffi.new("int32_t[]", n)
         n = lib.cp_threads_drain_walks(self.handle, n, t, d, run, wait, intraop, loaders)
 
-        def arr(buf, dtype, width=1):
-            return np.frombuffer(ffi.buffer(buf, n * width * np.dtype(dtype).itemsize), dtype).copy()
+        def arr(buf: Any, dtype: type[np.generic], width: int = 1) -> np.ndarray:
+            a: np.ndarray = np.frombuffer(ffi.buffer(buf, n * width * np.dtype(dtype).itemsize), dtype).copy()
+            return a
         return (arr(t, np.int64), arr(d, np.int64), arr(run, np.float64, k).reshape(n, k),
                 arr(wait, np.float64, k).reshape(n, k), arr(intraop, np.int32), arr(loaders, np.int32))
 
@@ -315,8 +316,9 @@ def process_table(proc: str = "/proc", cap: int = 4096) -> tuple[np.ndarray, ...
             break
         cap = 2 * n                        # more processes than room: again, with room for all
 
-    def arr(buf, dtype):
-        return np.frombuffer(ffi.buffer(buf, n * np.dtype(dtype).itemsize), dtype).copy()
+    def arr(buf: Any, dtype: type[np.generic] | str) -> np.ndarray:
+        a: np.ndarray = np.frombuffer(ffi.buffer(buf, n * np.dtype(dtype).itemsize), dtype).copy()
+        return a
     return (arr(pid, np.int32), arr(start, np.int64), arr(ppid, np.int32), arr(cpu, np.int64),
             arr(comm, "S16"))
 
@@ -435,7 +437,7 @@ class ThreadsCollector(PollingCollector):
             self._prevs[key] = prev
 
     @classmethod
-    def availability(cls, config=None) -> Availability:
+    def availability(cls, config: dict[str, Any] | None = None) -> Availability:
         if not (native := native_available()):
             return native
         proc = cls.with_defaults(config)["proc"]
@@ -462,13 +464,15 @@ class ThreadsCollector(PollingCollector):
             self.reason = "no process to follow (a system-wide run without a command)"
             return
         self.in_process = t.kind == "self"
-        self.root = os.getpid() if self.in_process else t.pid
+        root = os.getpid() if self.in_process else t.pid
+        assert root is not None                 # (a target without one returned above)
+        self.root: int = root
         # in-process, the critical thread is the one that entered profile(): the session's target
         self._self_tid = threading.get_native_id() if self.in_process else None
         ctx.add_metrics(METRICS)
         self.details["main"] = []
         self._before_exec = t.kind == "launch"
-        self.reader = ThreadReader(self.root, self.proc)
+        self.reader = reader = ThreadReader(self.root, self.proc)
         self._excluded: set[int] = set()
         self._roles = np.zeros(0, np.int64)
         self._mains, self._prevs = {}, {}      # the critical threads' schedstat, read every sample
@@ -476,7 +480,7 @@ class ThreadsCollector(PollingCollector):
         self._procs_children: dict[int, list[int]] = {}
         self._procs_comm: dict[int, str] = {}
         self._loader_workers = 0
-        alive, _changed, _interval, arr = self.reader.sample(full=True)
+        alive, _changed, _interval, arr = reader.sample(full=True)
         self._prev_time = self._last_emit = self._last_full = ctx.clock.now_ns()
         self.root_gone = not alive
         self._restructure(arr)
@@ -507,7 +511,9 @@ class ThreadsCollector(PollingCollector):
         # with 65 processes, 5-15 ms on a node listing 1500); the workload's first milliseconds
         # of their CPU are not counted. release() joins this thread before the last reading.
         self._read_contenders()
-        wake_fd = self.reader.lib.cp_threads_wake_fd(self.reader.handle)
+        reader = self.reader
+        assert reader is not None               # polling starts once it is open
+        wake_fd = reader.lib.cp_threads_wake_fd(reader.handle)
         while not self._stop.is_set():
             if self._ride is not None:
                 # the sampler walks and perf's drain thread drains: wake for a walk kept for us, a
@@ -567,7 +573,8 @@ class ThreadsCollector(PollingCollector):
             if self._stop.is_set() or self.reader is None or self.root_gone:
                 return
             from counterprof._native import ffi, lib
-            h = self.reader.handle
+            reader = self.reader
+            h = reader.handle
             every = max(1, self._interval_ns // interval_ns)      # at our interval, as our own thread
             rc = lib.cp_threads_ride_setup(h, self.ctx.clock.offset_ns, self._prev_time, interval_ns * every,
                                            WALK_NS, WALK_BIG_NS, WALK_SMALL_UP_TO, FULL_EVERY_NS)
@@ -587,7 +594,7 @@ class ThreadsCollector(PollingCollector):
             self._ride = (sampler, every, rider)
             self.details["main_reads"] = self.details["walks"] = "perf sampler tick"
             self._watch()
-        self.reader.lib.cp_threads_wake(self.reader.handle)   # our loop: from its own period to the drain's
+        reader.lib.cp_threads_wake(reader.handle)   # our loop: from its own period to the drain's
 
     def unride(self) -> None:
         """perf stops its sampler: take the walks and readings left, walk and read on our own
@@ -595,19 +602,22 @@ class ThreadsCollector(PollingCollector):
         with self._lock:
             if self._ride is None:
                 return
-            lib = self.reader.lib
+            reader = self.reader
+            assert reader is not None             # riding: it is open
+            lib = reader.lib
             lib.cp_sampler_remove_rider(self._ride[0], self._ride[2])   # no walk runs once it returns
             self._drain_ride_locked()
             self._unwatch()
-            self._prev_time = lib.cp_threads_last_walk_ns(self.reader.handle)
+            self._prev_time = lib.cp_threads_last_walk_ns(reader.handle)
             if not self.root_gone:
                 self.flush()          # the tick's rows out now: perf removes its spill once its riders left
-            lib.cp_threads_wake(self.reader.handle)
+            lib.cp_threads_wake(reader.handle)
 
     def _watch(self) -> None:
         """Point the sampler at the critical threads' schedstat files (none: no reads), each with
         an epoch of its own. Once this returns the sampler no longer reads the fds it read before."""
         from counterprof._native import ffi, lib
+        assert self._ride is not None             # riding
         sampler, every, _rider = self._ride
         watched = [(tid, fd) for tid, (_pid, fd) in self._mains.items() if fd is not None][:lib.CP_SCHED_WATCH]
         first = lib.cp_sampler_watch_schedstats(sampler, len(watched), ffi.new("int[]", [fd for _t, fd in watched]),
@@ -624,14 +634,17 @@ class ThreadsCollector(PollingCollector):
 
     def _unwatch(self) -> None:
         from counterprof._native import ffi, lib
-        lib.cp_sampler_remove_rider(self._ride[0], self._ride[2])
-        lib.cp_sampler_watch_schedstat(self._ride[0], -1, 1)
-        lib.cp_threads_watch_children(self.reader.handle, -1)
-        lib.cp_threads_set_spill(self.reader.handle, ffi.NULL)
+        reader, ride = self.reader, self._ride
+        assert reader is not None and ride is not None      # riding
+        lib.cp_sampler_remove_rider(ride[0], ride[2])
+        lib.cp_sampler_watch_schedstat(ride[0], -1, 1)
+        lib.cp_threads_watch_children(reader.handle, -1)
+        lib.cp_threads_set_spill(reader.handle, ffi.NULL)
         self._ride = None
 
     def _push_roles(self) -> None:
         """The roles by tid into C, for the walks on the tick; resumes them after a kept walk."""
+        assert self.reader is not None            # riding
         self.reader.set_roles([t for t, _p, _c in self._threads], self._roles.tolist(), self._loader_workers)
 
     def drain_ridden(self) -> None:
@@ -659,11 +672,13 @@ class ThreadsCollector(PollingCollector):
                 self.flush()
 
     def _drain_ride_locked(self) -> None:
-        walks = self.reader.drain_walks()
+        reader = self.reader
+        assert reader is not None                 # riding
+        walks = reader.drain_walks()
         if walks is not None:
             self._rows.walks(*walks)
         self._drain_main()
-        kept = self.reader.kept_walk()
+        kept = reader.kept_walk()
         if kept is not None:
             t, d, alive, _changed, arr = kept
             self._prev_time = t
@@ -696,6 +711,7 @@ class ThreadsCollector(PollingCollector):
         """The critical threads' readings taken on the sampler's tick, into rows."""
         from counterprof._native import ffi, lib
         t, run, wait, epoch = self._ring
+        assert self._ride is not None             # riding
         n = lib.cp_sampler_drain_schedstat(self._ride[0], lib.CP_SCHED_RING, t, run, wait, epoch)
         if n == 0:
             return
@@ -719,6 +735,7 @@ class ThreadsCollector(PollingCollector):
     def _choose_criticals(self) -> tuple[Critical, ...]:
         if self.in_process:
             self._anchor = self.root
+            assert self._self_tid is not None     # in-process: the thread that entered profile()
             return (Critical(self.root, self._self_tid),)
         wchans: dict[int, str | None] = {}
 
@@ -857,7 +874,7 @@ class ThreadsCollector(PollingCollector):
         if not criticals:
             return
         now = self.ctx.clock.now_ns()
-        entries = []
+        entries: list[dict[str, Any]] = []
         for c in criticals:
             entry = {"pid": c.pid, "tid": c.tid, "comm": self._comm_of(c.tid), "from_ns": now}
             if c.pid in self._launcher_of:
@@ -911,6 +928,7 @@ class ThreadsCollector(PollingCollector):
         full = now - self._last_full >= FULL_EVERY_NS
         if full:
             self._last_full = now
+        assert self.reader is not None            # started
         alive, changed, _interval, arr = self.reader.sample(full)
         duration = now - self._prev_time
         self._prev_time = now
@@ -981,6 +999,7 @@ class ThreadsCollector(PollingCollector):
                 except OSError:
                     self._children_fd = None
         if self._ride is not None:
+            assert self.reader is not None        # riding
             self._watch()                  # the sampler lets go of the dropped fds before they are closed
             self.reader.lib.cp_threads_watch_children(self.reader.handle,
                                                       -1 if self._children_fd is None else self._children_fd)
@@ -989,6 +1008,7 @@ class ThreadsCollector(PollingCollector):
 
     def _close_main(self) -> None:
         if self._ride is not None:
+            assert self.reader is not None        # riding
             self.reader.lib.cp_sampler_watch_schedstat(self._ride[0], -1, 1)   # let go before closing
             self.reader.lib.cp_threads_watch_children(self.reader.handle, -1)
         for _pid, fd in self._mains.values():
@@ -1075,6 +1095,7 @@ class ThreadsCollector(PollingCollector):
             self._close_main()
             if self._ride is not None:
                 self._unwatch()
+        assert self.reader is not None            # released only once polling started
         self.reader.close()
         self._read_contenders()
         self.details["contenders"] = self.contenders.top()

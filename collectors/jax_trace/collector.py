@@ -44,6 +44,7 @@ from .options import JaxOptions
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..torch_trace.claim import Claim
     from ..torch_trace.steps import StepsFile
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
@@ -150,7 +151,7 @@ class JaxCollector(PollingCollector):
     # -- contract ---------------------------------------------------------------------------
 
     @classmethod
-    def availability(cls, config=None) -> Availability:
+    def availability(cls, config: dict[str, Any] | None = None) -> Availability:
         return native_available()
 
     @classmethod
@@ -173,7 +174,7 @@ class JaxCollector(PollingCollector):
                              f"{window_every_s:g} s (need 0 < window_s <= window_every_s)")
 
     @classmethod
-    def inventory(cls, config=None) -> list[dict[str, Any]]:
+    def inventory(cls, config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         from importlib import metadata
         try:
             version = metadata.version("jax")
@@ -197,7 +198,7 @@ class JaxCollector(PollingCollector):
         return {**{k: self.config[k] for k in keys}, "paced": self.paced,
                 "time_paced": self.time_paced}
 
-    def launch_environment(self, run_path) -> dict[str, str]:
+    def launch_environment(self, run_path: Path) -> dict[str, str]:
         self.run_path = Path(run_path)
         existing = os.environ.get("PYTHONPATH", "")
         return {
@@ -370,7 +371,7 @@ class JaxCollector(PollingCollector):
     # -- recovery -----------------------------------------------------------------------------
 
     @classmethod
-    def recover(cls, run_path) -> list[str]:
+    def recover(cls, run_path: Path) -> list[str]:
         """Convert the profiles a killed profiler left unconverted (or half converted) into
         their own Parquet files. The step times are the torch collector's recovery's (the
         steps files are `*.steps`)."""
@@ -401,7 +402,7 @@ class JaxCollector(PollingCollector):
         return lines
 
 
-def _recover_one(path: Path, rank: int, claim) -> str:
+def _recover_one(path: Path, rank: int, claim: Claim) -> str:
     """One profile into spans-recovered-<profile>.parquet, the rows of a cut-off conversion
     (the process's, of the profile's categories, inside its window) dropped first."""
     import fcntl

@@ -29,6 +29,7 @@ READ_CHUNK = 1 << 16
 DRAIN_S = 1.0                 # after stop: what is already in the pipe, for at most this long
 PR_SET_PDEATHSIG = 1
 
+_prctl: Callable[..., int] | None
 try:
     _prctl = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):      # not Linux/glibc: no death signal, the group kill stays
@@ -53,7 +54,7 @@ class MonitorProcess:
     def __init__(self, argv: list[str], max_line: int = MAX_LINE):
         self.argv = argv
         self.max_line = max_line
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._stderr = bytearray()
         self.long_lines = 0
         self.partial_at_end = 0       # bytes of a last line cut off by the monitor's end
@@ -147,12 +148,12 @@ class MonitorProcess:
         proc = self.proc
         if proc is None:
             return None
-        self._signal_group(signal.SIGTERM)
+        self._signal_group(proc, signal.SIGTERM)
         try:
             rc = proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             rc = None
-        self._signal_group(signal.SIGKILL)
+        self._signal_group(proc, signal.SIGKILL)
         if rc is None:
             try:
                 rc = proc.wait(timeout=wait_s)
@@ -160,9 +161,10 @@ class MonitorProcess:
                 rc = None
         return rc
 
-    def _signal_group(self, sig: int) -> None:
+    @staticmethod
+    def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         try:
-            os.killpg(self.proc.pid, sig)
+            os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 

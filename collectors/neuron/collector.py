@@ -39,6 +39,9 @@ from .metrics import BY_NAME
 from .options import NeuronOptions
 from .topology import Topology, device_rows, neuron_ls, own_cores, sysfs_root
 
+# one sample: (time_ns, duration_ns | None, metric, entity, value, rank)
+_Sample = tuple[int, int | None, str, str, float, int]
+
 if TYPE_CHECKING:
     from .child import MonitorProcess
 
@@ -95,7 +98,7 @@ class NeuronCollector(Collector):
         super().__init__(config)
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._rows: list[tuple] = []
+        self._rows: list[_Sample] = []
         self._threads: list[threading.Thread] = []
         self._mon: MonitorProcess | None = None
         self._spawned = threading.Event()
@@ -124,7 +127,7 @@ class NeuronCollector(Collector):
     # -- before the run ------------------------------------------------------------------
 
     @classmethod
-    def availability(cls, config=None) -> Availability:
+    def availability(cls, config: dict[str, Any] | None = None) -> Availability:
         cfg = cls.with_defaults(config)
         root = sysfs_root(cfg)
         if _monitor_path() or sysfs.present(root):
@@ -145,7 +148,7 @@ class NeuronCollector(Collector):
                              "neuron-monitor itself reports at most once a second)")
 
     @classmethod
-    def inventory(cls, config=None) -> list[dict[str, Any]]:
+    def inventory(cls, config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         cfg = cls.with_defaults(config)
         listed = neuron_ls()
         if listed is not None:
@@ -221,7 +224,9 @@ class NeuronCollector(Collector):
         pids = tree_order(self.root)[:MAX_TREE_PIDS]
         if self._mon is not None:
             pids = [p for p in pids if p != self._mon.pid]     # in-process: our own child
-        pid_rank, core_rank, env_cores = {}, {}, set()
+        pid_rank: dict[int, int] = {}
+        core_rank: dict[int, int] = {}
+        env_cores: set[int] = set()
         for pid in pids:
             env = environ(pid)
             if env.get("NEURON_PROCESS_TAG"):
@@ -327,8 +332,10 @@ class NeuronCollector(Collector):
             self._fail(f"{MONITOR_COMMAND} printed a line that is not its report (line {self.lines}): {why}")
 
     def _on_long_line(self, size: int) -> None:
+        mon = self._mon
+        assert mon is not None                  # a callback of its pump
         self.lines += 1
-        self._bad_line(f"a line of {size / 2**20:.1f} MiB, over the {self._mon.max_line >> 20} MiB a "
+        self._bad_line(f"a line of {size / 2**20:.1f} MiB, over the {mon.max_line >> 20} MiB a "
                        "report can be; dropped")
 
     def _on_idle(self) -> None:
@@ -352,13 +359,15 @@ class NeuronCollector(Collector):
     # -- sysfs -----------------------------------------------------------------------------
 
     def _sample_sysfs(self) -> None:
+        sampler = self.sampler
+        assert sampler is not None              # the thread starts only with one
         clock = self.ctx.clock
         next_tick = clock.now_ns()
         next_flush = next_tick + SCAN_EVERY_NS
         try:
             while True:
                 now = clock.now_ns()
-                self._add(now, self.sampler.tick(now, self._sysfs_cores()))
+                self._add(now, sampler.tick(now, self._sysfs_cores()))
                 if now >= next_flush:
                     self.flush()
                     next_flush = now + SCAN_EVERY_NS
@@ -368,7 +377,7 @@ class NeuronCollector(Collector):
                 if self._stop.wait(max(0.0, (next_tick - clock.now_ns()) / 1e9)):
                     break
         except Exception as exc:
-            self._fail(f"reading {self.sampler.root}: {type(exc).__name__}: {exc}")
+            self._fail(f"reading {sampler.root}: {type(exc).__name__}: {exc}")
         finally:
             self.details["sysfs_thread_cpu_s"] = time.thread_time()
 
@@ -383,7 +392,7 @@ class NeuronCollector(Collector):
 
     # -- rows ------------------------------------------------------------------------------
 
-    def _add(self, now: int, rows: list) -> None:
+    def _add(self, now: int, rows: list[monitor.Row]) -> None:
         if not rows:
             return
         with self._lock:          # the monitor's and the sysfs thread's rows
@@ -398,7 +407,7 @@ class NeuronCollector(Collector):
     def flush(self) -> None:
         with self._lock:
             rows, self._rows = self._rows, []
-        by_rank: dict[int, list[tuple]] = {}
+        by_rank: dict[int, list[_Sample]] = {}
         for r in rows:
             by_rank.setdefault(r[5], []).append(r)
         for rank, part in sorted(by_rank.items()):

@@ -76,7 +76,7 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) and f >= 0 else None
 
 
-def _period_ns(g: dict, default_s: float) -> int:
+def _period_ns(g: dict[str, Any], default_s: float) -> int:
     """A group's captured period in ns; the default when it is missing or not a sane period."""
     p = _num(g.get("period"))
     return int((p if p and p <= MAX_PERIOD_S else default_s) * 1e9)
@@ -90,7 +90,7 @@ def _pid(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_PID else None
 
 
-def _group(report: dict, *names: str) -> tuple[str, dict] | tuple[None, None]:
+def _group(report: dict[str, Any], *names: str) -> tuple[str, dict[str, Any]] | tuple[None, None]:
     for n in names:
         g = report.get(n)
         if isinstance(g, dict):
@@ -98,7 +98,7 @@ def _group(report: dict, *names: str) -> tuple[str, dict] | tuple[None, None]:
     return None, None
 
 
-def _first(d: dict, *names: str) -> Any:
+def _first(d: dict[str, Any], *names: str) -> Any:
     for n in names:
         if n in d:
             return d[n]
@@ -181,15 +181,15 @@ class Parser:
 
     # -- groups ---------------------------------------------------------------------------
 
-    def _runtime(self, report: dict, pid: int | None, where: str, errors: dict[str, str],
+    def _runtime(self, report: dict[str, Any], pid: int | None, where: str, errors: dict[str, str],
                  default_period_s: float) -> Iterable[Row]:
         topo = self.topology
         rows: list[Row] = []
 
-        def period(g: dict) -> int:
+        def period(g: dict[str, Any]) -> int:
             return _period_ns(g, default_period_s)
 
-        def note_error(name: str, g: dict) -> None:
+        def note_error(name: str | None, g: dict[str, Any]) -> None:
             if _text(g.get("error")):
                 errors[f"{where} {name}"] = _text(g["error"])
 
@@ -202,6 +202,7 @@ class Parser:
         per_core_mem = breakdown.get("neuroncore_memory_usage") if isinstance(breakdown, dict) else None
         cores |= {n for n, _ in _core_keys(per_core_mem)}
         self.cores_seen |= cores
+        dev: int | None
         if cores:
             dev = topo.device_of(min(cores))
             if pid is not None:
@@ -211,7 +212,7 @@ class Parser:
         self.devices_used |= {topo.device_of(c) for c in cores}
         rt_entity = f"neuron:{dev if dev is not None else '-'}/pid:{pid if pid is not None else '-'}"
 
-        def add(dur, metric, entity, value, core=None):
+        def add(dur: int | None, metric: str, entity: str, value: Any, core: int | None = None) -> None:
             v = _num(value)
             if v is not None:
                 rows.append(Row(dur, metric, entity, v, pid, core))
@@ -220,7 +221,7 @@ class Parser:
         if g is not None:
             note_error(name, g)
             dur = period(g)
-            per_core = g.get("neuroncores_in_use")
+            per_core: Any = g.get("neuroncores_in_use")
             if not isinstance(per_core, dict):
                 per_core = g.get("neuron_cores") if isinstance(g.get("neuron_cores"), dict) else {}
             for core, key in _core_keys(per_core):
@@ -248,8 +249,8 @@ class Parser:
             if isinstance(total, dict):
                 host_ent = rt_entity
                 add(None, "neuron.host_mem_used", host_ent, total.get("host"))
-                bd = total.get("usage_breakdown") if isinstance(total.get("usage_breakdown"), dict) else {}
-                host = bd.get("host") if isinstance(bd.get("host"), dict) else {}
+                bd: Any = total.get("usage_breakdown") if isinstance(total.get("usage_breakdown"), dict) else {}
+                host: Any = bd.get("host") if isinstance(bd.get("host"), dict) else {}
                 for p in HOST_MEM_PARTS:
                     add(None, f"neuron.host_mem_{p}", host_ent, host.get(p))
                 ncm = bd.get("neuroncore_memory_usage")
@@ -279,7 +280,7 @@ class Parser:
         if g is not None:
             note_error(name, g)
             dur = period(g)
-            errs = g.get("error_summary") if isinstance(g.get("error_summary"), dict) else {}
+            errs: Any = g.get("error_summary") if isinstance(g.get("error_summary"), dict) else {}
             for k in ERROR_KINDS:
                 add(dur, f"neuron.exec_errors_{k}", rt_entity,
                     errs.get(k) if k in errs else errs.get("numeric") if k == "numerical" else None)
@@ -288,7 +289,7 @@ class Parser:
                 add(dur, "neuron.exec_completed", rt_entity, summ.get("completed"))
                 for o in OUTCOMES:
                     add(dur, f"neuron.exec_{o}", rt_entity, summ.get(o))
-            lat = g.get("latency_stats") if isinstance(g.get("latency_stats"), dict) else {}
+            lat: Any = g.get("latency_stats") if isinstance(g.get("latency_stats"), dict) else {}
             for key, prefix in (("total_latency", "neuron.latency"), ("device_latency", "neuron.device_latency")):
                 pcts = lat.get(key)
                 if isinstance(pcts, dict):      # null when no model ran in the period
@@ -300,14 +301,15 @@ class Parser:
             rows.extend(self._ecc(g, f"{where} {name}", errors, default_period_s, force=True))
         return rows
 
-    def _ecc(self, g: dict, name: str | None, errors: dict[str, str], default_period_s: float,
+    def _ecc(self, g: dict[str, Any], name: str | None, errors: dict[str, str], default_period_s: float,
              force: bool = False) -> list[Row]:
         """ECC events per device, for the devices the workload uses (force: a runtime's own)."""
         if _text(g.get("error")):
             errors[name or "neuron_hw_counters"] = _text(g["error"])
         dur = _period_ns(g, default_period_s)
         rows = []
-        for d in g.get("neuron_devices") if isinstance(g.get("neuron_devices"), list) else []:
+        devices: Any = g.get("neuron_devices") if isinstance(g.get("neuron_devices"), list) else []
+        for d in devices:
             if not isinstance(d, dict):
                 continue
             idx = _first(d, "neuron_device_index", "device_index")

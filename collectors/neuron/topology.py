@@ -113,6 +113,8 @@ def neuron_ls(command: str = "neuron-ls") -> list[dict[str, Any]] | None:
         ls.spawn()
     except OSError:
         return None
+    proc = ls.proc
+    assert proc is not None         # spawned
     lines: list[bytes] = []
     size = [0]
 
@@ -128,9 +130,9 @@ def neuron_ls(command: str = "neuron-ls") -> list[dict[str, Any]] | None:
     try:
         ls.pump(take, too_long, lambda: None,
                 lambda: (time.monotonic() > deadline or size[0] > NEURON_LS_MAX_BYTES
-                         or ls.proc.poll() is not None))     # exited: what it wrote is in the pipe
+                         or proc.poll() is not None))     # exited: what it wrote is in the pipe
         try:
-            rc = ls.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             rc = None
     finally:

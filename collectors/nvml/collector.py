@@ -16,6 +16,7 @@ dropped; the other GPUs go on being sampled. A library-wide failure ends the sam
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext
@@ -27,7 +28,7 @@ from .library import Nvml, open_nvml
 from .metrics import METRICS
 from .options import NvmlOptions
 from counterprof.ground.proctree import tree_pids
-from .sampler import MIN_GPM_WINDOW_MS, GpuSampler, WallClock
+from .sampler import MIN_GPM_WINDOW_MS, GpuSampler, Row, WallClock
 
 # once a second: the driver's sample buffer, per-process memory, and the emit (one batch a
 # second: a killed profiler loses < 1 s)
@@ -56,7 +57,7 @@ class NvmlCollector(PollingCollector):
 
     def __init__(self, config: dict[str, Any] | None = None):
         super().__init__(config)
-        self._rows: list[tuple] = []
+        self._rows: list[Row] = []
         self._failures: list[str] = []
         self._cataloged: set[str] = set()
         self.samplers: list[GpuSampler] = []
@@ -65,7 +66,7 @@ class NvmlCollector(PollingCollector):
     # -- before the run ------------------------------------------------------------------
 
     @classmethod
-    def availability(cls, config=None) -> Availability:
+    def availability(cls, config: dict[str, Any] | None = None) -> Availability:
         cfg = cls.with_defaults(config)
         try:
             nvml = _open(cfg)
@@ -117,7 +118,7 @@ class NvmlCollector(PollingCollector):
             nvml.close()
 
     @classmethod
-    def inventory(cls, config=None) -> list[dict[str, Any]]:
+    def inventory(cls, config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         cfg = cls.with_defaults(config)
         nvml = _open(cfg)
         try:
@@ -151,15 +152,14 @@ class NvmlCollector(PollingCollector):
 
     def start(self, ctx: SessionContext) -> None:
         self.ctx = ctx
-        self.nvml = _open(self.config)
+        self.nvml = nvml = _open(self.config)
         try:
-            self._start(ctx)
+            self._start(ctx, nvml)
         except BaseException:
             self._close()
             raise
 
-    def _start(self, ctx: SessionContext) -> None:
-        nvml = self.nvml
+    def _start(self, ctx: SessionContext, nvml: Nvml) -> None:
         visible, warnings = devices.discover(nvml)
         gpus = devices.select(visible, devices.parse_gpus(self.config["gpus"]), os.environ)
         for w in warnings:
@@ -239,7 +239,7 @@ class NvmlCollector(PollingCollector):
             except GpuLost as exc:
                 self._lost(s, exc)
 
-    def _each(self, step) -> None:
+    def _each(self, step: Callable[[GpuSampler, list[Row]], None]) -> None:
         for s in list(self.samplers):
             try:
                 step(s, self._rows)

@@ -134,7 +134,7 @@ def order_warning(gpus: list[Gpu], environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def parse_gpus(value) -> list[int] | None:
+def parse_gpus(value: Any) -> list[int] | None:
     """--gpus "0,1" (or a list) -> [0, 1]; None = every visible GPU."""
     if value is None or value == "" or value == "all":
         return None

@@ -43,14 +43,15 @@ _RAW = {0: struct.Struct("=d"), 1: struct.Struct("=I4x"),
         3: struct.Struct("=Q"), 4: struct.Struct("=q"), 5: struct.Struct("=i4x"), 6: struct.Struct("=H6x")}
 
 
-def _record_format(cls) -> struct.Struct | None:
+def _record_format(cls: Any) -> struct.Struct | None:
     """One struct.Struct for the whole c_nvmlFieldValue_t record, laid out from the ctypes
     class's own offsets: (timestamp, valueType, nvmlReturn, value bytes). Decoding the array
     at once skips pynvml's Python-level __getattribute__ on every member of every field.
     None when the layout is not the one this code knows (then members are read one by one)."""
     try:
         want = [("timestamp", "q", 8), ("valueType", "I", 4), ("nvmlReturn", "I", 4), ("value", "8s", 8)]
-        parts, pos = [], 0
+        parts: list[str] = []
+        pos = 0
         for name, code, size in sorted(want, key=lambda w: getattr(cls, w[0]).offset):
             member = getattr(cls, name)
             if member.size != size or member.offset < pos:
@@ -64,7 +65,7 @@ def _record_format(cls) -> struct.Struct | None:
         return None
 
 
-def union_value(value_type: int, value) -> tuple[float | None, int | None]:
+def union_value(value_type: int, value: Any) -> tuple[float | None, int | None]:
     """(number, counter width in bits) of an nvmlValue_t read as `value_type`."""
     member, width = _VALUE_MEMBERS.get(int(value_type), (None, None))
     if member is None:
@@ -72,7 +73,7 @@ def union_value(value_type: int, value) -> tuple[float | None, int | None]:
     return float(getattr(value, member)), width
 
 
-def load_module(module: Any = None):
+def load_module(module: Any = None) -> Any:
     """The NVML module: `module` itself when it is an object, else import it by name
     (default pynvml). ImportError when nvidia-ml-py is not installed."""
     if module is None or isinstance(module, str):
@@ -115,14 +116,14 @@ class Nvml:
         except self.lib.NVMLError:
             pass
 
-    def const(self, name: str, default=None):
+    def const(self, name: str, default: Any = None) -> Any:
         """A constant (NVML_FI_..., NVML_GPM_METRIC_...) of this nvidia-ml-py, or default when
         it is older than the constant."""
         return getattr(self.lib, name, default)
 
     # -- calls ---------------------------------------------------------------------------
 
-    def call(self, fn: str, *args, where: str = "", name: str | None = None,
+    def call(self, fn: str, *args: Any, where: str = "", name: str | None = None,
              absent_codes: tuple[int, ...] = (), absent: Any = None) -> Any:
         """lib.fn(*args), or None when NVML cannot answer. `name`: what to call it in
         meta.json (default fn). `absent_codes`: return codes that mean "nothing to report"
@@ -141,7 +142,7 @@ class Nvml:
             self.note(name or fn, exc.value, where)
             return None
 
-    def field_values(self, handle, fields: list[tuple[int, int]], names: list[str],
+    def field_values(self, handle: Any, fields: list[tuple[int, int]], names: list[str],
                      where: str = "") -> list[tuple[float, int | None, int] | None]:
         """One nvmlDeviceGetFieldValues for (field id, scope id) pairs: per field
         (value, counter width, timestamp in epoch µs), or None where that field's own
@@ -154,7 +155,7 @@ class Nvml:
         out: list[tuple[float, int | None, int] | None] = []
         if self._record is None:
             self._record = _record_format(getattr(self.lib, "c_nvmlFieldValue_t", None)) or False
-        if self._record and isinstance(values, ctypes.Array):
+        if isinstance(self._record, struct.Struct) and isinstance(values, ctypes.Array):
             records = self._record.iter_unpack(memoryview(values).cast("B"))
         else:
             records = ((v.timestamp, v.valueType, v.nvmlReturn, v.value) for v in values)

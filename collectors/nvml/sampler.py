@@ -12,6 +12,8 @@ cadences, driven by the collector's thread:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 from counterprof.ground.clock import Clock
 from counterprof.ground.errors import NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPORTED, NVML_SUCCESS
@@ -19,6 +21,9 @@ from counterprof.ground.errors import NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPO
 from .devices import Gpu
 from .library import Nvml, union_value
 from .metrics import DRIVER_SAMPLES, FIELDS, GPM, NVLINK_FIELDS, NVLINK_LINK_COUNT, FieldSpec
+
+# one sample: (time_ns, duration_ns | None, metric, entity, value)
+Row = tuple[int, int | None, str, str, float]
 
 MIN_GPM_WINDOW_MS = 100.0   # NVML documents GPM metrics over windows of at least 100 ms
 
@@ -62,7 +67,7 @@ def counter_delta(prev: float, cur: float, width: int | None) -> float | None:
 
 class GpuSampler:
     def __init__(self, nvml: Nvml, gpu: Gpu, wall: WallClock, *, gpm: bool = True,
-                 on_new_metrics=lambda names: None):
+                 on_new_metrics: Callable[[set[str]], None] = lambda names: None):
         self.nvml, self.gpu, self.wall = nvml, gpu, wall
         # GPM says per metric whether it is supported only in a first window: those that
         # answer are handed to on_new_metrics then (the catalog), the others named in meta.json
@@ -100,7 +105,7 @@ class GpuSampler:
         self.sample_last: dict[int, int] = {}
         # GPM
         self.gpm_metrics: list[tuple[int, str, float, str]] = []
-        self.gpm_samples: list = []
+        self.gpm_samples: list[Any] = []
         self.gpm_request = None
         self.gpm_prev_ns = 0
         self.gpm_status = "off"
@@ -163,7 +168,7 @@ class GpuSampler:
         self.gpm_prev_ns = self.wall.clock.now_ns()
         self.gpm_status = "on"
 
-    def probe(self, rows: list) -> None:
+    def probe(self, rows: list[Row]) -> None:
         """The first read: sets the counters' baselines and turns off whatever NVML says
         this GPU does not support (named once in meta.json, left out of the catalog)."""
         for stype, *_ in self.sample_types:
@@ -205,7 +210,7 @@ class GpuSampler:
 
     # -- ticks ---------------------------------------------------------------------------
 
-    def tick(self, rows: list) -> None:
+    def tick(self, rows: list[Row]) -> None:
         nvml, h, w = self.nvml, self.gpu.handle, self.where
         wall = self.wall
         now = wall.clock.now_ns()
@@ -264,7 +269,7 @@ class GpuSampler:
             if r is not None:
                 rows.append((now_ns(), None, "gpu.throttle_reasons", w, float(r)))
 
-    def gpm_tick(self, rows: list) -> None:
+    def gpm_tick(self, rows: list[Row]) -> None:
         """The GPM metrics over the window since the previous GPM sample."""
         if self.gpm_status != "on":
             return
@@ -304,7 +309,7 @@ class GpuSampler:
         self.gpm_samples = [cur, prev]     # this sample opens the next window
         self.gpm_prev_ns = now
 
-    def slow_tick(self, rows: list, pids: set[int] | None, probing: bool = False) -> None:
+    def slow_tick(self, rows: list[Row], pids: set[int] | None, probing: bool = False) -> None:
         nvml, h, w, wall = self.nvml, self.gpu.handle, self.where, self.wall
         now = wall.clock.now_ns()
         if self.gpu.memory_total is not None:

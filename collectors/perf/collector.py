@@ -5,6 +5,7 @@ import errno
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from counterprof.ground.schema import SAMPLES_SCHEMA, Metric
 
 from . import kernel_mode, native
 from .counters import CounterSet, Unit, cpu_units, open_counters, task_units
-from .events import DEFAULT_EVENTS, PERF_TYPE_SOFTWARE, EventParser, EventSpec
+from .events import DEFAULT_EVENTS, PERF_TYPE_SOFTWARE, EventGroup, EventParser, EventSpec
 from .options import PerfOptions
 from .sysfs import Sysfs
 
@@ -59,7 +60,7 @@ class PerfCollector(Collector):
         self._stopped = False
         self._lock = threading.Lock()
         self._drain_cpu_s = 0.0
-        self._riders: list = []
+        self._riders: list[Any] = []
         self._kernel: kernel_mode.KernelSampling | None = None
         self._spill: Any = None            # spill.Spill while the sampler spills
 
@@ -93,13 +94,13 @@ class PerfCollector(Collector):
         return inventory_tables(cls.with_defaults(config)["sysfs_root"])
 
     @classmethod
-    def recover(cls, run_path) -> list[str]:
+    def recover(cls, run_path: Path) -> list[str]:
         """A killed profiler's spill: the rows its last drains had not taken."""
         from .spill import recover
         return recover(run_path)
 
     @staticmethod
-    def parse(events: str, sysfs_root: str = "/sys"):
+    def parse(events: str, sysfs_root: str = "/sys") -> list[EventGroup]:
         return EventParser(Sysfs(sysfs_root)).parse(events)
 
     @classmethod
@@ -146,10 +147,12 @@ class PerfCollector(Collector):
             units = cpu_units(cfg["sysfs_root"])
             aggregate = None if cfg["per_cpu"] else "system"
         elif launch:
+            assert target.pid is not None          # a launched target is its child's pid
             units = [Unit(target.pid, -1, "process")]
             aggregate = "process"
         else:
             pid = target.pid if target.kind == "pid" else os.getpid()
+            assert pid is not None                  # a pid target names its process
             with ctx.lock:
                 exclude = set(ctx.profiler_tids) if target.kind == "self" else set()
             units = task_units(pid, exclude)
@@ -296,6 +299,7 @@ class PerfCollector(Collector):
 
     def _record_event_status(self, ctx: SessionContext) -> None:
         cs = self.counters
+        assert cs is not None                       # called once the counters are open
         events = {}
         unsupported = []
         for name, st in cs.status.items():
@@ -390,10 +394,10 @@ class PerfCollector(Collector):
         self.ctx.emit("samples", batch)
         return got
 
-    def _batch(self, ffi, n, t, d, slot, val, q, valid) -> pa.RecordBatch:
+    def _batch(self, ffi: Any, n: int, t: Any, d: Any, slot: Any, val: Any, q: Any, valid: Any) -> pa.RecordBatch:
         """Arrow columns over the C arrays (no copy, no per-row Python). Times are already
         on the session's epoch axis (the sampler adds the clock offset)."""
-        def col(type_, data, validity=None):
+        def col(type_: pa.DataType, data: Any, validity: pa.Buffer | None = None) -> pa.Array:
             return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(data)])
 
         slots = np.frombuffer(ffi.buffer(slot, n * 4), np.int32)
@@ -440,7 +444,7 @@ class PerfCollector(Collector):
             return
         self._stopped = True
         if self._kernel is not None:
-            self._stop_kernel()
+            self._stop_kernel(self._kernel)
             return
         lib = native.lib
         if self.sampler is not None:
@@ -483,7 +487,7 @@ class PerfCollector(Collector):
         if self.counters is not None:
             self.counters.close()
 
-    def _stop_kernel(self) -> None:
+    def _stop_kernel(self, kernel: kernel_mode.KernelSampling) -> None:
         lib = native.lib
         if self.sampler is not None:              # the riders' tick: their last reads, then off
             lib.cp_sampler_stop(self.sampler)
@@ -506,11 +510,11 @@ class PerfCollector(Collector):
             with self._lock:
                 self.sampler = None
         try:
-            self.details["kernel_sampler"] = self._kernel.finish()
+            self.details["kernel_sampler"] = kernel.finish()
         except Exception as exc:
             self.ctx.fail(self.name, f"final drain failed: {type(exc).__name__}: {exc}")
         finally:
-            self._kernel.close()
+            kernel.close()
         self.details["thread_cpu_s"] = self._drain_cpu_s + tick_cpu_s
 
     def _finish_status(self, per_slot: dict[int, tuple[int, int, float]]) -> None:

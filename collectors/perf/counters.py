@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Set as AbstractSet
 from dataclasses import field
 
 from counterprof.ground.errors import (EventNotSupported, PerfEventError, PerfPermissionError,
@@ -59,7 +60,7 @@ class CounterSet:
         self.groups.clear()
 
 
-def task_units(pid: int, exclude: set[int] = frozenset(), proc: str = "/proc") -> list[Unit]:
+def task_units(pid: int, exclude: AbstractSet[int] = frozenset(), proc: str = "/proc") -> list[Unit]:
     """One unit per existing thread of `pid`."""
     try:
         tids = sorted(int(t) for t in os.listdir(f"{proc}/{pid}/task"))

@@ -179,7 +179,9 @@ class EventGroup:
 
 def _split_top(text: str) -> list[str]:
     """Split on commas that are not inside {...} or pmu/.../."""
-    items, cur, depth, in_pmu = [], [], 0, False
+    items: list[str] = []
+    cur: list[str] = []
+    depth, in_pmu = 0, False
     for ch in text:
         if ch == "{" and not in_pmu:
             depth += 1
@@ -357,7 +359,8 @@ class EventParser:
         spec = self._pmu_event(pmu, expanded, body, event_alias=alias)
         return replace(spec, name=display) if display else spec
 
-    def _pmu_event(self, pmu: Pmu, terms, text: str, event_alias: str | None) -> EventSpec:
+    def _pmu_event(self, pmu: Pmu, terms: list[tuple[str, str | None]], text: str,
+                   event_alias: str | None) -> EventSpec:
         terms = [(k, v) for k, v in terms if k not in ("period", "percore")]
         config, config1, config2 = pmu.encode(terms, text)
         scale, unit = pmu.event_extra(event_alias) if event_alias else (1.0, "")
@@ -381,7 +384,7 @@ class EventParser:
                 "machine knows; raw events: rNNNN or pmu/event=0x..,umask=0x../)")
 
 
-def _cache_word(words: list[str], i: int, table) -> tuple[int, int] | None:
+def _cache_word(words: list[str], i: int, table: dict[int, tuple[str, tuple[str, ...]]]) -> tuple[int, int] | None:
     """(id, words used) if words[i:] starts with one of the table's names."""
     for width in (2, 1):   # speculative-read spans two words
         if i + width > len(words):

@@ -34,7 +34,7 @@ from counterprof.ground.schema import Metric
 
 from . import native
 from .counters import CounterSet, OpenedGroup, Unit, online_cpus, open_counters
-from .events import PERF_TYPE_SOFTWARE, EventSpec
+from .events import PERF_TYPE_SOFTWARE, EventGroup, EventSpec
 
 TASK_CLOCK = 1                      # PERF_COUNT_SW_TASK_CLOCK
 MIN_RING_PAGES, MAX_RING_PAGES = 4, 512
@@ -97,7 +97,7 @@ class KernelSampling:
         self.handle: Any = None
         self.counters: CounterSet | None = None
 
-    def open(self, groups: list, pid: int, interval_ns: int, cpus: list[int],
+    def open(self, groups: list[EventGroup], pid: int, interval_ns: int, cpus: list[int],
              drain_period_s: float) -> None:
         """Open every group on every CPU and map its ring; KernelModeRefused (with everything
         closed) where the kernel refuses. The events' status comes from the tick's own opening
@@ -180,7 +180,7 @@ class KernelSampling:
             if n == 0:
                 return 0
             t, d, slot, val, q, valid = native.drain_buffers(ffi, n)
-            got = lib.cp_ks_drain(self.handle, n, t, d, slot, val, q, valid)
+            got: int = lib.cp_ks_drain(self.handle, n, t, d, slot, val, q, valid)
             if got == 0:
                 return 0
             batch = col._batch(ffi, got, t, d, slot, val, q, valid)
@@ -218,7 +218,8 @@ class KernelSampling:
             self.counters.close()
 
 
-def start(col: Any, ctx: Any, groups: list, interval_ms: float, drain_period_s: float) -> KernelSampling | None:
+def start(col: Any, ctx: Any, groups: list[EventGroup], interval_ms: float,
+          drain_period_s: float) -> KernelSampling | None:
     """Kernel sampling for `col`, running; None (warned why) where the tick must run instead."""
     cfg = col.config
     reason = refusal(ctx, cfg)
@@ -238,12 +239,14 @@ def start(col: Any, ctx: Any, groups: list, interval_ms: float, drain_period_s: 
         col.details["sampling_fallback"] = reason
         ctx.warn(f"perf: kernel sampling cannot run ({reason}); sampling on a tick instead")
         return None
-    col.counters = ks.counters
+    counters = ks.counters
+    assert counters is not None       # set by a successful open
+    col.counters = counters
     col._record_event_status(ctx)
     ctx.add_metrics([Metric(sp.name, sp.unit or "count", "delta", sp.description or sp.name, "perf")
-                     for sp in ks.counters.counted_events()])
+                     for sp in counters.counted_events()])
     col.details["sampling"] = "kernel"
-    hardware = [sp.name for sp in ks.counters.counted_events() if sp.type != PERF_TYPE_SOFTWARE]
+    hardware = [sp.name for sp in counters.counted_events() if sp.type != PERF_TYPE_SOFTWARE]
     if hardware:
         col.details["kernel_unscaled"] = hardware
         ctx.warn(f"perf: kernel sampling does not scale {', '.join(hardware)} for multiplexing "

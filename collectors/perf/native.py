@@ -14,7 +14,7 @@ from .events import EventSpec
 from counterprof.ground.record import record
 
 try:
-    from counterprof._native import ffi, lib
+    from counterprof._native import ffi as ffi, lib as lib     # re-exported: kernel_mode reads them
 except ImportError as _exc:   # an uncompiled source tree
     ffi = lib = None
     _IMPORT_ERROR = str(_exc)
@@ -30,7 +30,7 @@ PERF_FORMAT_GROUP = 1 << 3
 READ_FORMAT = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING | PERF_FORMAT_GROUP
 
 
-def require_native():
+def require_native() -> tuple[Any, Any]:
     if lib is None:
         raise native_missing(_IMPORT_ERROR)
     return ffi, lib
@@ -52,7 +52,7 @@ class OpenFlags:
     inherit: bool           # children and new threads are counted too (task counters)
 
 
-def make_spec(event: EventSpec, flags: OpenFlags):
+def make_spec(event: EventSpec, flags: OpenFlags) -> Any:
     ffi_, _ = require_native()
     spec = ffi_.new("struct cp_event_spec *")
     spec.type = event.type
@@ -82,7 +82,8 @@ def attr_bytes(event: EventSpec, flags: OpenFlags) -> bytes:
     size = lib_.cp_attr_size()
     buf = ffi_.new("char[]", size)
     lib_.cp_build_attr(make_spec(event, flags), buf)
-    return ffi_.buffer(buf, size)[:]
+    data: bytes = ffi_.buffer(buf, size)[:]
+    return data
 
 
 # perf_event_attr's fixed layout (include/uapi/linux/perf_event.h); the flag bits live
@@ -111,7 +112,7 @@ def open_event(event: EventSpec, flags: OpenFlags, pid: int, cpu: int, group_fd:
                *, system_wide: bool = False) -> int:
     """perf_event_open; the fd, or a counterprof PerfEventError saying what to do."""
     _, lib_ = require_native()
-    fd = lib_.cp_event_open(make_spec(event, flags), pid, cpu, group_fd)
+    fd: int = lib_.cp_event_open(make_spec(event, flags), pid, cpu, group_fd)
     if fd < 0:
         raise perf_error(-fd, event.name, system_wide=system_wide,
                          kernel=not event.modifiers.exclude_kernel, pid=pid if pid > 0 else None)

@@ -8,14 +8,14 @@ import errno
 from counterprof.ground.errors import EventNotSupported, PerfEventError, PerfPermissionError
 
 from . import native
-from .events import HARDWARE, SOFTWARE, EventParser, cache_event_names
+from .events import HARDWARE, SOFTWARE, EventParser, EventSpec, cache_event_names
 from .sysfs import Sysfs
 
 _ALIASES = {"cpu-cycles", "branch-instructions", "idle-cycles-frontend", "idle-cycles-backend",
             "faults", "cs", "migrations"}
 
 
-def probe_one(spec) -> tuple[str, str]:
+def probe_one(spec: EventSpec) -> tuple[str, str]:
     flags = native.OpenFlags(leader=True, enable_on_exec=False, inherit=False)
     try:
         fd = native.open_event(spec, flags, 0, -1)

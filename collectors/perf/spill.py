@@ -17,7 +17,10 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SPILL_DIR = "spill"
 MAGIC = b"CPSPILL1"
@@ -148,7 +151,7 @@ def spill_records(folder: Path, name: str) -> list[tuple[int, bytes]]:
     return [rec for seq, recs in files if seq >= 0 for rec in recs]
 
 
-def spill_rows(records: list[tuple[int, bytes]], labels: dict[str, Any]):
+def spill_rows(records: list[tuple[int, bytes]], labels: dict[str, Any]) -> pa.Table:
     """The samples rows the records stand for, as the drains would have made them (a table)."""
     import numpy as np
     import pyarrow as pa

@@ -61,7 +61,7 @@ def parse_int(text: str) -> int:
 
 def parse_terms(text: str) -> list[tuple[str, str | None]]:
     """'event=0x3c,umask=0x1,inv' -> [('event','0x3c'), ('umask','0x1'), ('inv', None)]."""
-    terms = []
+    terms: list[tuple[str, str | None]] = []
     for part in text.strip().split(","):
         part = part.strip()
         if not part:
@@ -177,7 +177,7 @@ def _int_term(raw: str, key: str, event_text: str) -> int:
 class Sysfs:
     """The PMUs under <root>/bus/event_source/devices, read lazily."""
 
-    def __init__(self, root: str | os.PathLike = "/sys"):
+    def __init__(self, root: str | os.PathLike[str] = "/sys"):
         self.root = Path(root)
 
     @cached_property

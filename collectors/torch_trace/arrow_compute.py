@@ -9,7 +9,7 @@ conversion's array work is Arrow's, and Python reads integer arrays through int_
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pyarrow import _compute
@@ -130,8 +130,9 @@ def indices_nonzero(arr: Any) -> Any:
 
 # ---- Arrow arrays read from Python, without numpy ------------------------------------------
 
-_FORMATS = {pa.int64(): "q", pa.uint64(): "Q", pa.int32(): "i", pa.uint32(): "I", pa.int8(): "b",
-            pa.uint8(): "B"}
+_IntFormat = Literal["q", "Q", "i", "I", "b", "B"]          # memoryview.cast's integer formats
+_FORMATS: dict[pa.DataType, _IntFormat] = {pa.int64(): "q", pa.uint64(): "Q", pa.int32(): "i", pa.uint32(): "I",
+                                           pa.int8(): "b", pa.uint8(): "B"}
 
 
 def int_view(arr: pa.Array) -> memoryview:

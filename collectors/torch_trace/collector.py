@@ -41,6 +41,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from counterprof.collector import Availability, PollingCollector, SessionContext, native_available
@@ -56,11 +57,12 @@ BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 DRIVER = "_counterprof_torch_driver"
 
 
-def load_driver():
+def load_driver() -> ModuleType:
     """The driver module, under the name counterprof.step() looks for."""
     mod = sys.modules.get(DRIVER)
     if mod is None:
         spec = importlib.util.spec_from_file_location(DRIVER, BOOTSTRAP / f"{DRIVER}.py")
+        assert spec is not None and spec.loader is not None     # a .py file's
         mod = importlib.util.module_from_spec(spec)
         sys.modules[DRIVER] = mod
         spec.loader.exec_module(mod)
@@ -95,7 +97,7 @@ class TorchCollector(PollingCollector):
     # -- contract ---------------------------------------------------------------------------
 
     @classmethod
-    def availability(cls, config=None) -> Availability:
+    def availability(cls, config: dict[str, Any] | None = None) -> Availability:
         return native_available()
 
     @classmethod
@@ -118,7 +120,7 @@ class TorchCollector(PollingCollector):
                              f"{window_every_s:g} s (need 0 < window_s <= window_every_s)")
 
     @classmethod
-    def inventory(cls, config=None) -> list[dict[str, Any]]:
+    def inventory(cls, config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         from importlib import metadata     # ~9 ms: not on `counterprof import`'s path
         try:
             version = metadata.version("torch")
@@ -145,7 +147,7 @@ class TorchCollector(PollingCollector):
         return {**{k: self.config[k] for k in keys}, "paced": self.paced,
                 "time_paced": self.time_paced}
 
-    def launch_environment(self, run_path) -> dict[str, str]:
+    def launch_environment(self, run_path: Path) -> dict[str, str]:
         self.run_path = Path(run_path)
         existing = os.environ.get("PYTHONPATH", "")
         return {
@@ -191,9 +193,11 @@ class TorchCollector(PollingCollector):
         if self.ctx.target.kind == "self":
             if self.driver is None:
                 return []
+            assert self.run_path is not None      # start() checked it
             root = str(self.run_path.resolve()) + os.sep
             return [Path(p) for p in list(self.driver.written) if p.startswith(root)]
         from .trace_files import TRACE_PATTERNS   # here: a run without --torch loads none of it
+        assert self.run_path is not None          # start() checked it
         return rundir.trace_files(self.run_path, *TRACE_PATTERNS)      # no link followed
 
     def sweep(self) -> int:
@@ -231,6 +235,7 @@ class TorchCollector(PollingCollector):
                 return []
             return [Path(p) for p in list(self.driver.steps_paths)]
         from .steps import steps_files
+        assert self.run_path is not None          # start() checked it
         return steps_files(self.run_path)
 
     def sweep_steps(self) -> int:
@@ -273,7 +278,7 @@ class TorchCollector(PollingCollector):
             self.ctx.warn(msg)
 
     @classmethod
-    def recover(cls, run_path) -> list[str]:
+    def recover(cls, run_path: Path) -> list[str]:
         """Convert the trace files a killed profiler left unconverted (or half converted),
         and the step times it had not read."""
         from .recovery import recover_traces
@@ -306,7 +311,7 @@ class TorchCollector(PollingCollector):
                             steps=sum(sf.steps for sf in files),
                             dataloader_waits=sum(sf.inputs for sf in files),
                             processes=len(files), step_marks=marks)
-        windows = {}
+        windows: dict[str, int] = {}
         for sf in files:
             for k, v in sf.windows.items():
                 windows[k] = windows.get(k, 0) + v

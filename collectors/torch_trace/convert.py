@@ -53,14 +53,14 @@ from counterprof.ground.kernels import (COMMUNICATION, collective_in_kernel_name
 from counterprof.ground.schema import SPANS_SCHEMA
 
 from . import arrow_compute as pc
-from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner, adopt, op_shapes, scan_ahead
+from .scan import BATCH_ROWS, CHUNK_BYTES, KinetoScanner, RawEvents, adopt, op_shapes, scan_ahead
 
 CATEGORIES = ("kernel", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation",
               "step", "collective", "window", "input")
 INPUT_PREFIX = "enumerate(DataLoader)#"
 CLASSES = ("compute", "communication", "memory", "other")
 _CAT_CODE = {c: i for i, c in enumerate(CATEGORIES)}
-_CLASS_CODE = {c: i for i, c in enumerate(CLASSES)}
+_CLASS_CODE: dict[str | None, int] = {c: i for i, c in enumerate(CLASSES)}
 
 # intermediate kinds: the category before name-based refinements
 SKIP, KERNEL, MEMCPY, MEMSET, SYNC, CPU_OP, RUNTIME, ANNOT, GPU_ANNOT, TRACE = range(10)
@@ -135,7 +135,7 @@ def _costed_ops() -> pa.Array:
 _COSTED = None
 
 
-def rank_from_name(path: str | os.PathLike) -> int | None:
+def rank_from_name(path: str | os.PathLike[str]) -> int | None:
     m = _RANK_IN_NAME.search(os.path.basename(os.fspath(path)))
     return _int(m.group(1), 0, MAX_RANK) if m else None
 
@@ -154,8 +154,8 @@ class TraceConversion:
     the system's temporary directory).
     """
 
-    def __init__(self, path: str | os.PathLike, *, default_rank: int = 0,
-                 spill_dir: str | os.PathLike | None = None, native: bool = True,
+    def __init__(self, path: str | os.PathLike[str], *, default_rank: int = 0,
+                 spill_dir: str | os.PathLike[str] | None = None, native: bool = True,
                  chunk_bytes: int = CHUNK_BYTES, batch_rows: int = BATCH_ROWS,
                  drop_marks: bool = False, scan_ahead: bool = False):
         self.path = os.fspath(path)
@@ -176,8 +176,8 @@ class TraceConversion:
         self.spans = 0
         self.gpu_spans = 0
         self.host_pid: int | None = None
-        self._pids: Counter = Counter()
-        self._skipped_categories: Counter = Counter()
+        self._pids: Counter[int] = Counter()
+        self._skipped_categories: Counter[str] = Counter()
         self._collectives = _CollectiveIndex()      # External id -> (collective, bytes, group, attrs)
         self._trace_extent: tuple[int, int] | None = None
         self._extent = [None, None]
@@ -217,6 +217,7 @@ class TraceConversion:
             late_base = _base_time(meta, self.problems)
             if spill_writer is not None:
                 spill_writer.close()
+                assert spill is not None          # (made with its writer)
                 spill.seek(0)
                 shift = late_base or 0
                 for batch in pa.ipc.open_stream(spill):
@@ -241,7 +242,7 @@ class TraceConversion:
             self.problems.append(f"{self._negative:,} complete event(s) (ph X) left out: their dur "
                                  "is negative (they would end before they start)")
         meta = sc.meta
-        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+        dist: Any = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
         rank = _int(dist.get("rank"), 0, MAX_RANK)
         if dist.get("rank") is not None and rank is None:
             self.problems.append(f"distributedInfo.rank {str(dist.get('rank'))[:40]} is not a rank "
@@ -258,7 +259,7 @@ class TraceConversion:
 
     # -- one batch ----------------------------------------------------------------------------
 
-    def _convert(self, raw, base: int) -> pa.RecordBatch | None:
+    def _convert(self, raw: RawEvents, base: int) -> pa.RecordBatch | None:
         cols = raw.columns
         cat_enc = pc.dictionary_encode(cols["cat"])
         cat_names = cat_enc.dictionary.to_pylist() + [None]
@@ -401,9 +402,8 @@ class TraceConversion:
             if comm_rows:
                 found = self._collectives.lookup([ext_r[i] for i in comm_rows])
                 comm_names = pc.take(names, pa.array(comm_rows, pa.int64())).to_pylist()
-                for i, info, name in zip(comm_rows, found, comm_names):
-                    if info is None:
-                        info = (collective_in_kernel_name(name), None, None, None)
+                for i, known, name in zip(comm_rows, found, comm_names):
+                    info = known if known is not None else (collective_in_kernel_name(name), None, None, None)
                     collective[i], bytes_list[i], group[i], attrs[i] = info
 
         self.spans += n
@@ -459,7 +459,7 @@ class TraceConversion:
         sc = self.scanner
         meta = sc.meta
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else None
-        devices = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
+        devices: Any = meta.get("deviceProperties") if isinstance(meta.get("deviceProperties"), list) else []
         self.info = {
             "trace": os.path.basename(self.path),
             "schema_version": meta.get("schemaVersion"),
@@ -507,7 +507,7 @@ def _int(v: Any, lo: int = _INT64[0], hi: int = _INT64[1]) -> int | None:
     return v if isinstance(v, int) and lo <= v <= hi else None
 
 
-def _base_time(meta: dict, problems: list[str]) -> int | None:
+def _base_time(meta: dict[str, Any], problems: list[str]) -> int | None:
     """baseTimeNanoseconds, when it is a time; else said once in problems."""
     raw = meta.get("baseTimeNanoseconds")
     base = _int(raw, 0)
@@ -547,14 +547,14 @@ class _CollectiveIndex:
     record_param_comms in the file. Compact (12 bytes an entry; each distinct info once), since
     a long trace holds many collectives."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.ext = array("q")
         self.idx = array("i")
-        self.infos: list[tuple] = []
-        self._ids: dict[tuple, int] = {}
+        self.infos: list[tuple[Any, ...]] = []
+        self._ids: dict[tuple[Any, ...], int] = {}
         self._sorted: tuple[list[int], list[int]] | None = None
 
-    def add(self, ext: int, info: tuple) -> None:
+    def add(self, ext: int, info: tuple[Any, ...]) -> None:
         i = self._ids.get(info)
         if i is None:
             i = self._ids[info] = len(self.infos)
@@ -563,7 +563,7 @@ class _CollectiveIndex:
         self.idx.append(i)
         self._sorted = None
 
-    def lookup(self, exts: list[int]) -> list[tuple | None]:
+    def lookup(self, exts: list[int]) -> list[tuple[Any, ...] | None]:
         if not self.ext:
             return [None] * len(exts)
         if self._sorted is None:
@@ -571,7 +571,7 @@ class _CollectiveIndex:
             self._sorted = [self.ext[o] for o in order], [self.idx[o] for o in order]
         keys, ids = self._sorted
         last = len(keys) - 1
-        found: list[tuple | None] = []
+        found: list[tuple[Any, ...] | None] = []
         for e in exts:
             p = min(bisect_left(keys, e), last)       # the first entry of that id
             found.append(self.infos[ids[p]] if keys[p] == e and e >= 0 else None)
@@ -580,10 +580,10 @@ class _CollectiveIndex:
 
 _RPC_FIELDS = ("Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size",
                "Process Group Name", "Process Group Description", "Process Group Ranks")
-_rpc_cache: dict[tuple, tuple] = {}
+_rpc_cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
-def _record_param_comms(args: dict) -> tuple:
+def _record_param_comms(args: dict[str, Any]) -> tuple[Any, ...]:
     """(collective, bytes, group size, attrs json) from record_param_comms's args (the same
     arguments recur all through a trace: computed once each)."""
     key = tuple(str(args.get(k)) for k in _RPC_FIELDS)
@@ -595,7 +595,7 @@ def _record_param_comms(args: dict) -> tuple:
     return info
 
 
-def _record_param_comms_uncached(args: dict) -> tuple:
+def _record_param_comms_uncached(args: dict[str, Any]) -> tuple[Any, ...]:
     size = dtype_bytes(args.get("dtype"))
     in_n, out_n = _int(args.get("In msg nelems")), _int(args.get("Out msg nelems"))
     in_b = in_n * size if in_n is not None and size else None
@@ -612,7 +612,7 @@ def _record_param_comms_uncached(args: dict) -> tuple:
             json.dumps(attrs, separators=(",", ":")) if attrs else None)
 
 
-def _shaped_collective(coll: str, args: dict, group: int | None) -> tuple:
+def _shaped_collective(coll: str, args: dict[str, Any], group: int | None) -> tuple[Any, ...]:
     """(collective, bytes, group size, attrs) from a collective's recorded input shapes."""
     dims, types = args.get("Input Dims"), args.get("Input type")
     total = None
@@ -640,7 +640,7 @@ def _with_shapes(attrs: pa.Array, shapes: pa.Array | None, take: pa.Array) -> pa
     return pc.coalesce(attrs, pc.take(shapes, take))
 
 
-def _shapes(d: Any) -> list[list]:
+def _shapes(d: Any) -> list[list[Any]]:
     """Shapes in an Input Dims entry: [n, m] for a tensor, [[n], [m]] for a TensorList."""
     if isinstance(d, list) and d and all(isinstance(x, list) for x in d):
         return [x for x in d if all(isinstance(y, int) for y in x)]

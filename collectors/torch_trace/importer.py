@@ -61,7 +61,7 @@ class ImportedTrace:
                 "problems": self.problems, "failed": self.failed or None}
 
 
-def find_traces(paths: list[str | os.PathLike]) -> list[Path]:
+def find_traces(paths: list[str | os.PathLike[str]]) -> list[Path]:
     """Files as given, and the trace files (*.json, *.json.gz) under directories."""
     found: list[Path] = []
     for p in map(Path, paths):
@@ -97,7 +97,7 @@ class _ParquetSink:
 
     def __init__(self, target: Path):
         self.target = target
-        self.writer = None
+        self.writer: Any = None        # _parquet_writer's, once the first batch comes
 
     def write(self, batches: list[pa.RecordBatch]) -> None:
         if self.writer is None:
@@ -172,7 +172,7 @@ def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,
         trace.tmp = target
 
 
-def import_traces(paths: list[str | os.PathLike], run: str | os.PathLike, *, replace: bool = False,
+def import_traces(paths: list[str | os.PathLike[str]], run: str | os.PathLike[str], *, replace: bool = False,
                   default_rank: int = 0, command: list[str] | None = None,
                   on_trace: Callable[[ImportedTrace], None] | None = None) -> list[ImportedTrace]:
     """Convert `paths` (files or directories) into the run directory `run`."""
@@ -194,6 +194,7 @@ def import_traces(paths: list[str | os.PathLike], run: str | os.PathLike, *, rep
                 f"{t.path}: {t.failed}" for t in traces)))
         for i, trace in enumerate(traces):
             if trace.tmp is not None:
+                assert trace.rank is not None     # converted: its rank is known
                 target = rundir.dataset_dir(run_path, "spans", trace.rank) / f"spans-import-{i}.parquet"
                 os.replace(trace.tmp, target)
                 trace.tmp = None
@@ -220,6 +221,7 @@ def _check_ranks(traces: list[ImportedTrace]) -> None:
     by_rank: dict[int, list[ImportedTrace]] = {}
     for t in traces:
         if t.tmp is not None:
+            assert t.rank is not None             # converted: its rank is known
             by_rank.setdefault(t.rank, []).append(t)
     clashes = []
     for rank, group in sorted(by_rank.items()):
@@ -250,8 +252,8 @@ def _write_meta(run_path: Path, traces: list[ImportedTrace], command: list[str] 
         "cwd": os.getcwd(),
         "start_ns": start,
         "end_ns": end,
-        "duration_ns": end - start if start is not None else None,
-        "rank": min((t.rank for t in imported), default=0),
+        "duration_ns": end - start if start is not None and end is not None else None,
+        "rank": min((t.rank for t in imported if t.rank is not None), default=0),   # (each has one)
         "traces": [t.to_json() for t in traces],
         "collectors": {"torch": {"status": "ok" if imported else "failed",
                                  "reason": "" if imported else "no trace could be read",
@@ -262,7 +264,7 @@ def _write_meta(run_path: Path, traces: list[ImportedTrace], command: list[str] 
     rundir.write_json(run_path / rundir.CATALOG, [])
 
 
-def check_run_target(run: str | os.PathLike, replace: bool) -> None:
+def check_run_target(run: str | os.PathLike[str], replace: bool) -> None:
     """Refuse early (before converting anything) what rundir.create would refuse."""
     p = Path(run)
     if p.exists() and rundir.is_run(p) and not replace:

@@ -39,9 +39,10 @@ _TORCH = pa.array([c for c in CATEGORIES])
 _TRACE_ONLY = pa.array([c for c in CATEGORIES if c not in MARK_CATEGORIES])
 
 
-def _windows(t) -> list[str]:
+def _windows(t: pa.Table) -> list[str]:
     w = t.filter(pc.equal(t["category"].cast(pa.string()), "window"))
-    return w["name"].to_pylist()
+    names: list[str] = w["name"].to_pylist()
+    return names
 
 
 def converted_traces(run_path: Path, rank: int | None = None) -> set[tuple[int, str]]:
@@ -49,7 +50,7 @@ def converted_traces(run_path: Path, rank: int | None = None) -> set[tuple[int, 
     files or in a journal not compacted yet (a live process's, or one that died since). The
     journal is read first: a compaction running meanwhile renames its Parquet file into place
     before deleting the segments, so a span is seen in one or the other."""
-    done = set()
+    done: set[tuple[int, str]] = set()
     for r, d in rundir.rank_dirs(run_path):
         if rank is not None and r != rank:
             continue

@@ -26,7 +26,7 @@ import re
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 TYPE_CHECKING = False     # (typing.TYPE_CHECKING without importing typing: ~2 ms before the scan starts)
 if TYPE_CHECKING:
@@ -36,10 +36,13 @@ if TYPE_CHECKING:
 # pyarrow loads where a batch is finished, not with this module: `counterprof import` starts
 # scanning its first trace while it loads (start_early), ~60 ms of its start-up
 
-try:   # ISA-L inflates gzip twice as fast as zlib (x86-64, Arm); the same API
-    from isal import isal_zlib as _zlib
-except ImportError:
+if TYPE_CHECKING:     # isal_zlib has zlib's API (its stub types `error` as an instance)
     import zlib as _zlib
+else:
+    try:   # ISA-L inflates gzip twice as fast as zlib (x86-64, Arm); the same API
+        from isal import isal_zlib as _zlib
+    except ImportError:
+        import zlib as _zlib
 
 NONE = -(2 ** 63)            # CP_KINETO_NONE: an absent integer
 INT_COLUMNS = ("ts_ns", "dur_ns", "pid", "tid", "stream", "device", "correlation",
@@ -74,7 +77,7 @@ class RawEvents:
 
     __slots__ = ("columns", "args", "shapes")
 
-    def __init__(self, columns: dict[str, pa.Array], args: dict[int, dict] | None = None,
+    def __init__(self, columns: dict[str, pa.Array], args: dict[int, dict[str, Any]] | None = None,
                  shapes: pa.Array | None = None):
         self.columns = columns
         self.args = {} if args is None else args
@@ -89,7 +92,7 @@ def wants_nothing(cat: pa.Array, name: pa.Array) -> pa.Array | None:
     return None
 
 
-def op_shapes(args: dict) -> str | None:
+def op_shapes(args: dict[str, Any]) -> str | None:
     """attrs of a torch op: its recorded Input Dims and Input type exactly as the trace has
     them, and Concrete Inputs (stride, padding, groups, is_causal) when any is recorded.
     native/kineto.c makes the same text from the args' own bytes (make_shapes); this is the
@@ -113,7 +116,7 @@ class _Source:
 
     RAW_BYTES = 1 << 20
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = os.fspath(path)
         try:
             self.raw = open(self.path, "rb", buffering=0)
@@ -183,7 +186,7 @@ class _ReadAhead:
         self.compressed = src.compressed
         self.problem = ""
         self._n = n
-        self._chunks: queue.Queue = queue.Queue(self.AHEAD)
+        self._chunks: queue.Queue[tuple[bytes, str, BaseException | None]] = queue.Queue(self.AHEAD)
         self._stop = threading.Event()
         self._done = False
         self._thread = threading.Thread(target=self._run, name="counterprof-inflate", daemon=True)
@@ -192,6 +195,7 @@ class _ReadAhead:
     def _run(self) -> None:
         import queue
         while not self._stop.is_set():
+            item: tuple[bytes, str, BaseException | None]
             try:
                 item = (self.src.read(self._n), self.src.problem, None)
             except BaseException as exc:      # handed to the reader, raised there
@@ -254,7 +258,7 @@ class KinetoScanner:
     RawEvents.shapes (the costed torch ops), made without decoding their args in Python.
     """
 
-    def __init__(self, path: str | os.PathLike, *, native: bool = True,
+    def __init__(self, path: str | os.PathLike[str], *, native: bool = True,
                  chunk_bytes: int = CHUNK_BYTES, batch_rows: int = BATCH_ROWS,
                  wants_args: Callable[[pa.Array, pa.Array], Any] = wants_nothing,
                  wants_shapes: Callable[[pa.Array, pa.Array], Any] = wants_nothing,
@@ -285,7 +289,7 @@ class KinetoScanner:
     # -- buffer ---------------------------------------------------------------------------
 
     def _open(self) -> None:
-        self.src = _Source(self.path)
+        self.src: _Source | _ReadAhead = _Source(self.path)
         # an early scan inflates in its own thread while the libraries load (two cores: the
         # imports keep one); the inflate thread starts once they are loaded (_fill)
         if self.src.compressed and not self._holding():
@@ -311,6 +315,7 @@ class KinetoScanner:
         self.bytes_read += len(data)
         if not data:
             self.eof = True
+            tail: str | bytes
             if self._decoder is not None:
                 tail = self._decoder.decode(b"", final=True)
             else:
@@ -325,10 +330,12 @@ class KinetoScanner:
         """The next non-whitespace character ("" at the end), self.pos moved onto it."""
         while True:
             m = _WS_BYTES.match(self.buf, self.pos) if self.native else _WS_STR.match(self.buf, self.pos)
+            assert m is not None          # (whitespace or none: it always matches)
             self.pos = m.end()
             if self.pos < len(self.buf):
                 ch = self.buf[self.pos:self.pos + 1]
-                return ch.decode("latin-1") if self.native else ch
+                c: str = ch.decode("latin-1") if self.native else ch
+                return c
             if self.eof:
                 return ""
             self._fill()
@@ -496,8 +503,8 @@ class KinetoScanner:
                 f"{NAME_BYTES:,} bytes")
 
     def _events_python(self) -> Iterator[RawEvents]:
-        rows: list[tuple] = []
-        args: dict[int, dict] = {}
+        rows: list[tuple[Any, ...]] = []
+        args: dict[int, dict[str, Any]] = {}
         want = self.wants_args is not wants_nothing or self.wants_shapes is not wants_nothing
         need_comma = False
         while True:
@@ -540,7 +547,7 @@ class KinetoScanner:
                 yield from self._flush_python(rows, args)
         yield from self._flush_python(rows, args)
 
-    def _flush_python(self, rows: list[tuple], args: dict[int, dict]) -> Iterator[RawEvents]:
+    def _flush_python(self, rows: list[tuple[Any, ...]], args: dict[int, dict[str, Any]]) -> Iterator[RawEvents]:
         if not rows:
             return
         import pyarrow as pa
@@ -548,7 +555,7 @@ class KinetoScanner:
         columns = {"cat": pa.array(cols[0], pa.string()), "name": pa.array(cols[1], pa.string())}
         for i, name in enumerate(INT_COLUMNS):
             columns[name] = pa.array(cols[2 + i], pa.int64())
-        kept_args: dict[int, dict] = {}
+        kept_args: dict[int, dict[str, Any]] = {}
         if args:
             mask = self.wants_args(columns["cat"], columns["name"])
             if mask is not None:
@@ -639,7 +646,7 @@ class _ScanAhead:
     def __init__(self, scanner: KinetoScanner, depth: int = 2):
         import queue
         self.scanner = scanner
-        self.items: queue.Queue = queue.Queue(depth)
+        self.items: queue.Queue[Any] = queue.Queue(depth)
         self.stop = threading.Event()
         self.done = object()
         self.thread = threading.Thread(target=self._run, name="counterprof-scan", daemon=True)
@@ -677,7 +684,7 @@ class _ScanAhead:
         self.thread.join()
 
 
-def scan_ahead(scanner: KinetoScanner, depth: int = 2) -> Iterator[tuple[RawEvents, dict[str, Any]]]:
+def scan_ahead(scanner: KinetoScanner, depth: int = 2) -> Generator[tuple[RawEvents, dict[str, Any]], None, None]:
     """scanner's batches, each with scanner.meta as it was when the batch came out, scanned by
     a thread up to `depth` batches ahead of the caller: the C scanner runs without the GIL, so
     on two cores the parse of the next batch overlaps the caller's conversion and Parquet
@@ -706,7 +713,7 @@ def scan_ahead(scanner: KinetoScanner, depth: int = 2) -> Iterator[tuple[RawEven
 _early: dict[tuple[int, int], _ScanAhead] = {}
 
 
-def start_early(path: str | os.PathLike) -> None:
+def start_early(path: str | os.PathLike[str]) -> None:
     """Start scanning the regular file `path` on a thread now, before the libraries load: the
     inflate and the C parse run without the GIL, beside the imports (the Python of each batch
     waits for adopt). Anything unusual (not a regular file, not readable) is left to the
@@ -731,8 +738,9 @@ def start_early(path: str | os.PathLike) -> None:
         sys.setswitchinterval(EARLY_SWITCH_INTERVAL)
 
 
-def adopt(path: str | os.PathLike, *, native: bool, chunk_bytes: int, batch_rows: int,
-          wants_args: Callable, wants_shapes: Callable) -> KinetoScanner | None:
+def adopt(path: str | os.PathLike[str], *, native: bool, chunk_bytes: int, batch_rows: int,
+          wants_args: Callable[[pa.Array, pa.Array], Any],
+          wants_shapes: Callable[[pa.Array, pa.Array], Any]) -> KinetoScanner | None:
     """The scanner start_early started on this same file with these settings, now given what
     the conversion wants (read once the libraries are loaded); None: there is none."""
     if not _early:
@@ -777,7 +785,7 @@ class _NativeBatch:
 
     _alloc = None      # cffi's allocator that leaves memory as it comes (as np.empty does)
 
-    def __init__(self, ffi, capacity: int):
+    def __init__(self, ffi: Any, capacity: int):
         self.ffi = ffi
         self.capacity = capacity
         if _NativeBatch._alloc is None:
@@ -807,7 +815,7 @@ class _NativeBatch:
         c.cat_cap = CAT_BYTES
         c.name_cap = NAME_BYTES
         c.shapes_cap = SHAPES_BYTES
-        self.args: dict[int, dict] = {}
+        self.args: dict[int, dict[str, Any]] = {}
         self._buffers: dict[str, pa.Buffer] | None = None
 
     def _arrow(self) -> dict[str, pa.Buffer]:
@@ -828,7 +836,8 @@ class _NativeBatch:
         return pa.StringArray.from_buffers(n, bufs[f"{which}_off"].slice(4 * r0, 4 * (n + 1)),
                                            bufs[f"{which}_data"].slice(0, off[r1]), mask)
 
-    def take_args(self, wants, wants_shapes) -> None:
+    def take_args(self, wants: Callable[[pa.Array, pa.Array], Any],
+                  wants_shapes: Callable[[pa.Array, pa.Array], Any]) -> None:
         """For each segment not taken yet: decode the args of its rows that `wants` selects,
         and the shapes kineto.c left to Python of those `wants_shapes` selects, from the
         buffer they were parsed from."""
@@ -856,13 +865,15 @@ class _NativeBatch:
                     args = self._args(buf, row)
                     self.shapes_python[row] = None if args is None else op_shapes(args)
 
-    def _args(self, buf, row: int) -> dict | None:
+    def _args(self, buf: bytes, row: int) -> dict[str, Any] | None:
         start = self._mem["args_start"][row]
         if start < 0:
             return None
         try:
             # not strict, as the reference decoder: a raw tab in an argument's string keeps the args
-            return _META_DECODER.decode(buf[start:self._mem["args_end"][row]].decode("utf-8", "replace"))
+            text = buf[start:self._mem["args_end"][row]].decode("utf-8", "replace")
+            args: dict[str, Any] = _META_DECODER.decode(text)
+            return args
         except ValueError:
             return None
 
@@ -900,7 +911,7 @@ class _NativeBatch:
         return RawEvents(columns, self.args, self._shapes(n))
 
 
-def _true_indices(mask) -> list[int]:
+def _true_indices(mask: Any) -> list[int]:
     import pyarrow as pa
     from . import arrow_compute as pc
     if isinstance(mask, (pa.Array, pa.ChunkedArray)):
@@ -947,7 +958,7 @@ def _decode_one(buf: str, pos: int, eof: bool, decoder: json.JSONDecoder) -> tup
         if end >= len(buf):
             raise _Incomplete()      # a number or literal may go on in the next chunk
         if isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool) \
-                and _NUMBER_TAIL.match(buf, end).end() == len(buf):
+                and (m := _NUMBER_TAIL.match(buf, end)) is not None and m.end() == len(buf):
             raise _Incomplete()      # "0" of "0.5" cut after the "0."
     return value, end
 
@@ -981,7 +992,7 @@ def _text(v: Any) -> str | None:
     return v if v.isascii() else _SURROGATE.sub("\ufffd", v)
 
 
-def _python_row(ev: Any) -> tuple | None:
+def _python_row(ev: Any) -> tuple[Any, ...] | None:
     """The reference decoder's reading of one element of traceEvents."""
     if not isinstance(ev, dict):
         return None

@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -65,7 +67,7 @@ class StepsFile:
     windows: dict[str, int] = field(default_factory=dict)   # its time windows' account, at exit
     claim: Claim | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.pid is None:
             try:
                 self.pid = int(self.path.name[: -len(SUFFIX)].rsplit("_", 1)[1])
@@ -88,7 +90,7 @@ class StepsFile:
         if end < 0:
             return None
         self.offset += end + 1
-        cols = {"start": [], "end": [], "name": [], "category": [], "tid": []}
+        cols: dict[str, list[Any]] = {"start": [], "end": [], "name": [], "category": [], "tid": []}
         for line in data[:end].decode("utf-8", "replace").split("\n"):
             parts = line.split("\t")
             kind = parts[0]
@@ -128,7 +130,7 @@ class StepsFile:
         return spans_batch(cols["start"], cols["end"], cols["name"], cols["category"],
                            pid=[self.pid] * n, tid=cols["tid"])
 
-    def batches(self):
+    def batches(self) -> Iterator[pa.RecordBatch]:
         while True:
             before = self.offset
             batch = self.read()
@@ -181,7 +183,7 @@ def _present(part: Path, pid: int) -> set[tuple[str, int, int]]:
     found: set[tuple[str, int, int]] = set()
     cols = ["start", "category", "pid", "tid"]
 
-    def add(t) -> None:
+    def add(t: pa.Table) -> None:
         cat = t["category"].cast(pa.string())
         keep = pc.and_(pc.equal(t["pid"], pid), pc.is_in(cat, value_set=pa.array(MARK_CATEGORIES)))
         keep = pc.fill_null(keep, False)

@@ -74,6 +74,18 @@ import sys
 import threading
 import time
 
+TYPE_CHECKING = False     # (typing.TYPE_CHECKING without importing typing into the workload)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
+
+    _LoaderBase = Loader
+else:
+    _LoaderBase = object
+
 ENV = "COUNTERPROF_JAX"
 ENV_CLOCK_OFFSET = "COUNTERPROF_CLOCK_OFFSET_NS"      # counterprof.regions.ENV_CLOCK_OFFSET
 STEPS_SUFFIX = ".jax.steps"
@@ -107,8 +119,8 @@ except (AttributeError, ValueError, OSError):
 
 _driver: Driver | None = None
 # jax's own start_trace and stop_trace, before the wrappers (counterprof's windows call these)
-_start_trace = None
-_stop_trace = None
+_start_trace: Callable[..., Any] | None = None
+_stop_trace: Callable[..., Any] | None = None
 
 
 def _say(message: str) -> None:
@@ -193,7 +205,7 @@ def _caught_an_execution(folder: str) -> bool:
 
 
 class Driver:
-    def __init__(self, run: str, **config):
+    def __init__(self, run: str, **config: Any):
         cfg = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
         self.run = run
         self.every = int(cfg["every"])
@@ -209,7 +221,7 @@ class Driver:
         self.announced = False        # the rank watcher was told this process's rank
         self.pid = os.getpid()
         self.host = socket.gethostname().split(".")[0]
-        offset = cfg["clock_offset_ns"] if cfg["clock_offset_ns"] is not None \
+        offset: Any = cfg["clock_offset_ns"] if cfg["clock_offset_ns"] is not None \
             else os.environ.get(ENV_CLOCK_OFFSET)
         try:
             self.offset_ns = int(offset)
@@ -250,7 +262,7 @@ class Driver:
         self.seq = 0                  # profiles written
         self.written: list[str] = []
         # the steps file
-        self._records: collections.deque = collections.deque()
+        self._records: collections.deque[tuple[str, int, int, int, str]] = collections.deque()
         self._files: dict[str, int] = {}
         self.steps_paths: list[str] = []
         self._flush_lock = threading.Lock()
@@ -288,7 +300,7 @@ class Driver:
 
     # -- steps --------------------------------------------------------------------------------
 
-    def step_enters(self, ann) -> None:
+    def step_enters(self, ann: Any) -> None:
         tid = _ident()
         depth = self._depth.get(tid, 0)
         self._depth[tid] = depth + 1
@@ -305,7 +317,7 @@ class Driver:
         except Exception as exc:
             self._fail(exc)
 
-    def step_exits(self, ann) -> None:
+    def step_exits(self, ann: Any) -> None:
         now = _monotonic_ns()
         tid = _ident()
         depth = self._depth.get(tid, 1) - 1
@@ -391,10 +403,12 @@ class Driver:
             options.python_tracer_level = 1 if self.python_tracer else 0
         except (ImportError, AttributeError):
             pass                      # an older jax: its default options
+        start_trace = _start_trace
+        assert start_trace is not None          # set by _patch_profiler, at install
         if options is not None:
-            _start_trace(hidden, profiler_options=options)
+            start_trace(hidden, profiler_options=options)
         else:
-            _start_trace(hidden)
+            start_trace(hidden)
         self.session, self.session_dir = kind, hidden
         self.session_started_ns = _monotonic_ns()
 
@@ -406,8 +420,10 @@ class Driver:
         if not kind:
             return None
         ended = _monotonic_ns()
+        stop_trace = _stop_trace
+        assert stop_trace is not None           # set by _patch_profiler, at install
         try:
-            _stop_trace()             # writes the profile into the folder
+            stop_trace()              # writes the profile into the folder
         except BaseException:
             _rmtree(folder)
             raise
@@ -773,7 +789,7 @@ class Driver:
 
 # -- the wrappers -------------------------------------------------------------------------------
 
-def _patch_steps(jp) -> None:
+def _patch_steps(jp: Any) -> None:
     """Time every StepTraceAnnotation: its class's __init__ keeps the name and step_num,
     __enter__ and __exit__ time the step (subclasses inherit them)."""
     cls = jp.StepTraceAnnotation
@@ -782,20 +798,20 @@ def _patch_steps(jp) -> None:
     init, enter, leave = cls.__init__, cls.__enter__, cls.__exit__
 
     @functools.wraps(init)
-    def __init__(self, name, **kwargs):
+    def __init__(self: Any, name: str, **kwargs: Any) -> None:
         init(self, name, **kwargs)
         try:
             self._counterprof_name = (name, kwargs.get("step_num"))
         except AttributeError:        # a subclass without a __dict__: named "step#<n>"
             pass
 
-    def __enter__(self):
+    def __enter__(self: Any) -> Any:
         drv = _driver
         if drv is not None:
             drv.step_enters(self)
         return enter(self)
 
-    def __exit__(self, *exc):
+    def __exit__(self: Any, *exc: Any) -> Any:
         try:
             return leave(self, *exc)
         finally:
@@ -807,7 +823,7 @@ def _patch_steps(jp) -> None:
     cls._counterprof_patched = True
 
 
-def _patch_profiler(jp) -> None:
+def _patch_profiler(jp: Any) -> None:
     """The script's own start_trace / stop_trace (and jax.profiler.trace, which calls them)
     go first: counterprof's window makes way. counterprof calls jax's originals."""
     global _start_trace, _stop_trace
@@ -817,7 +833,7 @@ def _patch_profiler(jp) -> None:
     _start_trace, _stop_trace = original_start, original_stop
 
     @functools.wraps(original_start)
-    def start_trace(*args, **kwargs):
+    def start_trace(*args: Any, **kwargs: Any) -> Any:
         drv = _driver
         if drv is not None:
             drv.user_trace_starts()
@@ -829,7 +845,7 @@ def _patch_profiler(jp) -> None:
             raise
 
     @functools.wraps(original_stop)
-    def stop_trace(*args, **kwargs):
+    def stop_trace(*args: Any, **kwargs: Any) -> Any:
         drv = _driver
         if drv is not None and drv.session and not drv.user_traces:
             # what jax says without counterprof: the session running is counterprof's
@@ -840,8 +856,8 @@ def _patch_profiler(jp) -> None:
             if drv is not None:
                 drv.user_trace_ended()
 
-    start_trace._counterprof = stop_trace._counterprof = True
-    public = sys.modules.get("jax.profiler")
+    start_trace.__dict__["_counterprof"] = stop_trace.__dict__["_counterprof"] = True
+    public: Any = sys.modules.get("jax.profiler")
     for module in (jp, public):
         if module is None:
             continue
@@ -852,7 +868,7 @@ def _patch_profiler(jp) -> None:
     original_fdo = getattr(jp, "stop_and_get_fdo_profile", None)
     if original_fdo is not None:
         @functools.wraps(original_fdo)
-        def stop_and_get_fdo_profile(*args, **kwargs):
+        def stop_and_get_fdo_profile(*args: Any, **kwargs: Any) -> Any:
             try:
                 return original_fdo(*args, **kwargs)
             finally:
@@ -865,7 +881,7 @@ def _patch_profiler(jp) -> None:
                 module.stop_and_get_fdo_profile = stop_and_get_fdo_profile
 
 
-def _on_duration_event(event: str, *args, **kwargs) -> None:
+def _on_duration_event(event: str, *args: Any, **kwargs: Any) -> None:
     # called inside jax's compile: it never raises into it
     if event == COMPILE_EVENT:
         drv = _driver
@@ -886,24 +902,24 @@ def _patch_distributed() -> None:
     """Announce the rank right after the script's jax.distributed.initialize returns (the
     flusher's once-a-second current_rank() would be up to a second late)."""
     import jax
-    dist = getattr(jax, "distributed", None)
+    dist: Any = getattr(jax, "distributed", None)
     original = getattr(dist, "initialize", None)
     if original is None or getattr(original, "_counterprof", False):
         return
 
     @functools.wraps(original)
-    def initialize(*args, **kwargs):
+    def initialize(*args: Any, **kwargs: Any) -> Any:
         result = original(*args, **kwargs)
         drv = _driver
         if drv is not None and drv.pid == os.getpid():
             drv.current_rank()
         return result
 
-    initialize._counterprof = True
+    initialize.__dict__["_counterprof"] = True
     dist.initialize = initialize
 
 
-def create(run: str, **config) -> Driver:
+def create(run: str, **config: Any) -> Driver:
     """The process's driver (one per process), its wrappers installed; jax is imported."""
     global _driver
     if _driver is not None and _driver.pid == os.getpid() and not _driver.stopped:
@@ -928,7 +944,7 @@ def _on_jax_imported() -> None:
 class _JaxImportWatcher:
     """A meta path finder that runs _on_jax_imported once `import jax` has finished."""
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if name != "jax":
             return None
         import importlib.util
@@ -940,21 +956,22 @@ class _JaxImportWatcher:
         return spec
 
 
-class _AfterExec:
-    def __init__(self, loader):
+class _AfterExec(_LoaderBase):
+    def __init__(self, loader: Loader):
         self._loader = loader
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
         module.__loader__ = self._loader          # leave no trace of the wrapper
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None:
+            spec.loader = self._loader
         _on_jax_imported()
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
 

@@ -70,6 +70,20 @@ import time
 import warnings
 import weakref
 
+TYPE_CHECKING = False     # (typing.TYPE_CHECKING without importing typing into the workload)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from importlib.abc import Loader
+    from importlib.machinery import ModuleSpec
+    from types import FrameType, ModuleType
+    from typing import Any, Literal
+
+    from torch.profiler import ProfilerAction
+
+    _LoaderBase = Loader
+else:
+    _LoaderBase = object
+
 ENV = "COUNTERPROF_TORCH"
 WINDOW_COST_SHARE = 0.05       # the most of a run's time that windows' profiler calls may take
 DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "record_shapes": True, "with_stack": False,
@@ -124,7 +138,7 @@ class _calling_profiler:
     here, and the warning is not the workload's to read (torch 2.11 gives it from a start or
     a stop, 2.13 from a step). It also keeps inductor unloaded (below)."""
 
-    def __enter__(self):
+    def __enter__(self) -> _calling_profiler:
         _IN_PROFILER_CALL.append(1)
         self.filters = warnings.catch_warnings()
         self.filters.__enter__()
@@ -132,7 +146,7 @@ class _calling_profiler:
         self.inductor = _inductor_left_unloaded().__enter__()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         try:
             self.inductor.__exit__(*exc)
         finally:
@@ -148,15 +162,16 @@ class _inductor_left_unloaded:
     1.1 s on these VMs) inside the workload's step. Where the workload never imported inductor
     the answer is False (what torch means to ask: is inductor in use), without the import."""
 
-    def __enter__(self):
-        self.torch = torch = sys.modules.get("torch")
+    def __enter__(self) -> _inductor_left_unloaded:
+        torch: Any = sys.modules.get("torch")
+        self.torch = torch
         self.lazy = torch.__dict__.get("__getattr__") if torch is not None else None
         if self.lazy is None or "torch._inductor" in sys.modules:
             self.lazy = None
             return self
         lazy = self.lazy
 
-        def unloaded(name):
+        def unloaded(name: str) -> Any:
             if name == "_inductor" and "torch._inductor" not in sys.modules:
                 raise AttributeError(name)
             return lazy(name)
@@ -164,7 +179,7 @@ class _inductor_left_unloaded:
         torch.__getattr__ = unloaded
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: Any) -> Literal[False]:
         if self.lazy is not None and self.torch.__dict__.get("__getattr__") is self.unloaded:
             self.torch.__getattr__ = self.lazy
         return False
@@ -190,7 +205,7 @@ def _say(message: str) -> None:
 
 
 class Driver:
-    def __init__(self, run: str, **config):
+    def __init__(self, run: str, **config: Any):
         cfg = {**DEFAULTS, **{k: v for k, v in config.items() if v is not None}}
         self.run = run
         self.every = int(cfg["every"])
@@ -200,12 +215,12 @@ class Driver:
         self.with_stack = bool(cfg["with_stack"])
         self.profile_memory = bool(cfg["profile_memory"])
         self.rank = cfg["rank"]
-        self.known_rank = None        # torch.distributed's, once seen initialised
+        self.known_rank: int | None = None   # torch.distributed's, once seen initialised
         self.start_now = bool(cfg["start_now"])
         self.pid = os.getpid()
         self.host = socket.gethostname().split(".")[0]
         self.lock = threading.RLock()
-        self.prof = None              # our torch.profiler.profile, once the first window starts
+        self.prof: Any = None         # our torch.profiler.profile, once the first window starts
         self.seq = 0                  # windows written
         self.explicit = False         # counterprof.step() or a profiler's step() was seen
         self.user_profilers = 0       # the script's own profilers running now
@@ -213,11 +228,11 @@ class Driver:
         self.stopped = ""             # why this process stopped profiling
         self.discard = False
         self.written: list[str] = []
-        self._hooks = []
+        self._hooks: list[Any] = []      # torch's hook handles
         # step and input timing, for the whole run (see the module docstring)
         self.window_s = float(cfg["window_s"])
         self.window_every_s = float(cfg["window_every_s"])
-        offset = cfg["clock_offset_ns"] if cfg["clock_offset_ns"] is not None \
+        offset: Any = cfg["clock_offset_ns"] if cfg["clock_offset_ns"] is not None \
             else os.environ.get(ENV_CLOCK_OFFSET)
         try:
             self.offset_ns = int(offset)
@@ -233,21 +248,22 @@ class Driver:
         self.sched = self.every - self.warmup if self.paced and 0 < self.warmup < self.every else 0
         self.window_cost_s = 0.0      # time spent in torch.profiler calls for this window
         self.next_window_at = 0.0     # monotonic s before which no step window starts
-        self.open_start = None        # monotonic ns the step in progress started (mark kinds)
+        self.open_start: int | None = None   # monotonic ns the step in progress started (mark kinds)
         self.forwards = 0             # outermost forwards seen
-        self.pending = None           # [start, end, tid] of the last outermost forward
-        self.held: list = []          # forwards not yet trusted as steps (FORWARDS_TO_TRUST)
+        self.pending: list[Any] | None = None    # [start, end, tid] of the last outermost forward
+        self.held: list[list[Any]] = []   # forwards not yet trusted as steps (FORWARDS_TO_TRUST)
         self._depth: dict[int, int] = {}
         self._counted: dict[int, bool] = {}
-        self._has_params = weakref.WeakKeyDictionary()
-        self._forward_hooks = []
-        self._records = collections.deque()   # (kind, start, end, tid, name or step number)
+        self._has_params: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        self._forward_hooks: list[Any] = []
+        self._records: collections.deque[tuple[str, int, int, int, str | int]] = collections.deque()
+        # (kind, start, end, tid, name or step number)
         self._files: dict[str, int] = {}       # steps file -> fd
         self.steps_paths: list[str] = []
         self._flush_lock = threading.Lock()
         self._wake = threading.Event()
-        self._flusher = None
-        self.window_prof = None       # the time window's profiler while it records
+        self._flusher: threading.Thread | None = None
+        self.window_prof: Any = None  # the time window's profiler while it records
         self.window_end = 0.0
         # the time schedule: adaptive by default (the module docstring), else the one given
         self.time_paced = bool(cfg["time_paced"])
@@ -262,10 +278,10 @@ class Driver:
         self.window_empty = False     # the last time window caught no op (its trace dropped)
         self.windows = 0              # time windows started
         self.windows_kept = 0         # time windows written (they caught ops)
-        self.held_windows: list = []  # (ended, hidden path, suffix) of adaptive ones held back
+        self.held_windows: list[tuple[float, str, str]] = []  # (ended, hidden path, suffix) of adaptive ones held back
         self.holds = 0
         self.empty_windows = 0        # time windows dropped (no op)
-        self._statm = None            # fd of /proc/self/statm, while time windows record
+        self._statm: int | None = None   # fd of /proc/self/statm, while time windows record
         self._window_signal = False   # our handler is installed for WINDOW_SIGNAL
         self._ticking = False
         self.closing = False          # close() has begun
@@ -273,7 +289,7 @@ class Driver:
 
     # -- the schedule ---------------------------------------------------------------------
 
-    def schedule(self, step: int):
+    def schedule(self, step: int) -> ProfilerAction:
         from torch.profiler import ProfilerAction
         pos = step % self.every
         if pos < self.active - 1:
@@ -316,17 +332,17 @@ class Driver:
         if threading.current_thread() is threading.main_thread():
             self._sampler = threading.Thread(target=self._pystack_loop, name="counterprof-pystack", daemon=True)
             self._sampler.start()
-        cls = tp.profile
+        cls: Any = tp.profile
         if not getattr(cls, "_counterprof_patched", False):
             original_start, original_stop, original_step = cls.start, cls.stop, cls.step
 
-            def start(prof, *a, **k):
+            def start(prof: Any, *a: Any, **k: Any) -> Any:
                 drv = _driver
                 if drv is not None and not getattr(prof, "_counterprof", False):
                     drv._user_profiler_starts(prof)
                 return original_start(prof, *a, **k)
 
-            def stop(prof, *a, **k):
+            def stop(prof: Any, *a: Any, **k: Any) -> Any:
                 try:
                     return original_stop(prof, *a, **k)
                 finally:
@@ -334,7 +350,7 @@ class Driver:
                     if drv is not None and not getattr(prof, "_counterprof", False):
                         drv.user_profilers = max(0, drv.user_profilers - 1)
 
-            def step(prof, *a, **k):
+            def step(prof: Any, *a: Any, **k: Any) -> Any:
                 drv = _driver
                 if drv is not None and not getattr(prof, "_counterprof", False):
                     drv.explicit = True
@@ -366,18 +382,18 @@ class Driver:
         except Exception:
             pass
 
-    def _optimizer_hook(self, optimizer, args, kwargs) -> None:
+    def _optimizer_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.step("optimizer")
 
     # -- outermost module forwards ------------------------------------------------------------
 
-    def _forward_hooks_pair(self):
+    def _forward_hooks_pair(self) -> tuple[Callable[[Any, Any], None], Callable[[Any, Any, Any], None]]:
         """The global forward pre and post hooks. They run for every module call, so the
         inner calls' path is a depth count per thread and nothing else (closures over locals)."""
         depth, counted_by_tid, has_params = self._depth, self._counted, self._has_params
         compiling, ident, clock, starts = _compiling, _ident, _monotonic_ns, self._forward_starts
 
-        def pre(module, args):
+        def pre(module: Any, args: Any) -> None:
             if compiling():
                 return        # inside a torch.compile'd region: never an outermost call
             tid = ident()
@@ -394,7 +410,7 @@ class Driver:
                 if counted:
                     starts()
 
-        def post(module, args, output):
+        def post(module: Any, args: Any, output: Any) -> None:
             if compiling():
                 return
             tid = ident()
@@ -424,7 +440,7 @@ class Driver:
         except Exception as exc:
             self._fail(exc)
 
-    def _forward_was_a_step(self, fwd) -> None:
+    def _forward_was_a_step(self, fwd: list[Any]) -> None:
         if self.marks == "forward":
             self._record_step(fwd[0], fwd[1], fwd[2])
             self._advance()
@@ -443,7 +459,7 @@ class Driver:
         self._forward_hooks = []
         self.pending, self.held = None, []
 
-    def _user_profiler_starts(self, prof) -> None:
+    def _user_profiler_starts(self, prof: Any) -> None:
         """The script starts its own torch.profiler: ours makes way, and each trace the script
         exports from it (its on_trace_ready, tensorboard_trace_handler, or an explicit
         export_chrome_trace) is copied into the run. Kineto saves a trace only once, so we never
@@ -458,7 +474,7 @@ class Driver:
             prof._counterprof_copies = True
             original = prof.export_chrome_trace
 
-            def export_chrome_trace(path, *args, **kwargs):
+            def export_chrome_trace(path: Any, *args: Any, **kwargs: Any) -> Any:
                 result = original(path, *args, **kwargs)
                 self._copy(str(path))
                 return result
@@ -567,9 +583,9 @@ class Driver:
                 activities = [ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(ProfilerActivity.CUDA)    # ROCm builds too
-                prof = profile(activities=activities, schedule=lambda n: self.schedule(step + n),
-                               on_trace_ready=self._export, record_shapes=self.record_shapes,
-                               with_stack=self.with_stack, profile_memory=self.profile_memory)
+                prof: Any = profile(activities=activities, schedule=lambda n: self.schedule(step + n),
+                                    on_trace_ready=self._export, record_shapes=self.record_shapes,
+                                    with_stack=self.with_stack, profile_memory=self.profile_memory)
                 prof._counterprof = True
                 t = time.monotonic()
                 with _calling_profiler():
@@ -693,15 +709,15 @@ class Driver:
                 activities = [ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(ProfilerActivity.CUDA)
-                extra = {}
+                extra: dict[str, Any] = {}
                 try:                  # every thread's ops, not only the main thread's
                     from torch._C._profiler import _ExperimentalConfig
                     extra["experimental_config"] = _ExperimentalConfig(profile_all_threads=True)
                 except (ImportError, TypeError):
                     pass
-                prof = profile(activities=activities, on_trace_ready=self._export_time_window,
-                               record_shapes=self.record_shapes, with_stack=self.with_stack,
-                               profile_memory=self.profile_memory, **extra)
+                prof: Any = profile(activities=activities, on_trace_ready=self._export_time_window,
+                                    record_shapes=self.record_shapes, with_stack=self.with_stack,
+                                    profile_memory=self.profile_memory, **extra)
                 prof._counterprof = True
                 self.window_full = False
                 self.window_rss = self._rss() if self.time_paced else 0
@@ -771,6 +787,7 @@ class Driver:
         main thread's time outside ops (signals.host_where)."""
         main = threading.main_thread()
         ident, tid = main.ident, main.native_id
+        assert ident is not None and tid is not None    # (the main thread runs)
         try:
             import sysconfig
             paths = sysconfig.get_paths()
@@ -782,7 +799,8 @@ class Driver:
         real: dict[str, str] = {}
         try:
             from importlib import _bootstrap
-            importing = _bootstrap._module_locks        # a module's entry while it is imported
+            bootstrap: Any = _bootstrap                 # (private: typeshed leaves it out)
+            importing = bootstrap._module_locks         # a module's entry while it is imported
         except (ImportError, AttributeError):
             return
         while not self._wake.wait(PYSAMPLE_S):
@@ -991,7 +1009,7 @@ class Driver:
             seq = self.seq
         return os.path.join(folder, f"{self.host}_{self.pid}.{seq}{suffix}")
 
-    def _export_time_window(self, prof) -> None:
+    def _export_time_window(self, prof: Any) -> None:
         """A time window's trace is named apart (<host>_<pid>.<n>.time.pt.trace.json): recorded
         while nothing marked steps, it may hold the first step, which the step verdict leaves
         out (analysis/signals.py). One that caught no torch op is dropped (the process was
@@ -1012,7 +1030,8 @@ class Driver:
         if self.windows_kept == 1:
             self._set_marks_note("window")
 
-    def _export(self, prof, suffix: str = ".pt.trace.json", keep=None, hold: bool = False) -> bool:
+    def _export(self, prof: Any, suffix: str = ".pt.trace.json", keep: Callable[[str], bool] | None = None,
+                hold: bool = False) -> bool:
         """Write the window's trace into the run (complete files only: a temporary name, then
         renamed); keep(temporary path) False: drop it instead; hold: leave it under its
         temporary name, in self.held_windows, for _release_held. True: written (or held)."""
@@ -1108,7 +1127,7 @@ def _caught_an_op(path: str) -> bool:
         return True                   # kept: the export's own failure is not hidden here
 
 
-def _on_window_signal(signum, frame) -> None:
+def _on_window_signal(signum: int, frame: FrameType | None) -> None:
     """The flusher's ask to start or end a time window, run by Python on the main thread
     between two bytecodes, wherever it was. Not inside an import: torch.profiler's start reads
     torch._inductor.config, and a start while the main thread was importing that very module
@@ -1128,12 +1147,12 @@ def _on_window_signal(signum, frame) -> None:
 def _patch_dataloader() -> None:
     """Time every next() on a DataLoader iterator (the base class's: subclasses keep it)."""
     from torch.utils.data import dataloader
-    cls = dataloader._BaseDataLoaderIter
+    cls: Any = dataloader._BaseDataLoaderIter
     if getattr(cls.__next__, "_counterprof", False):
         return
     original = cls.__next__
 
-    def __next__(self):
+    def __next__(self: Any) -> Any:
         start = _monotonic_ns()
         try:
             return original(self)
@@ -1144,8 +1163,8 @@ def _patch_dataloader() -> None:
                     f"enumerate(DataLoader)#{type(self).__name__}.__next__"
                 drv.record_input(start, _monotonic_ns(), name)
 
-    __next__._counterprof = True
-    __next__.__wrapped__ = original
+    __next__.__dict__["_counterprof"] = True
+    __next__.__dict__["__wrapped__"] = original
     cls.__next__ = __next__
 
 
@@ -1158,7 +1177,7 @@ def step(source: str = "counterprof") -> None:
         _driver.step(source)
 
 
-def create(run: str, **config) -> Driver:
+def create(run: str, **config: Any) -> Driver:
     """The process's driver (one per process), hooks installed; torch must be importable."""
     global _driver
     if _driver is not None and _driver.pid == os.getpid() and not _driver.stopped:
@@ -1177,10 +1196,10 @@ def create(run: str, **config) -> Driver:
 # knows it, in <run>/.ranks/<pid>.json, written once per process.
 
 _announced_pid = 0
-_announce_hook = None
+_announce_hook: Any = None       # torch's hook handle
 
 
-def _watch_for_rank(driver) -> None:
+def _watch_for_rank(driver: Driver) -> None:
     """Announce this process's rank right after init_process_group returns (wrapped), else at
     the first optimizer step that finds torch.distributed initialised (a process group made
     through a reference to init_process_group taken before the wrap). Only under
@@ -1198,13 +1217,14 @@ def _watch_for_rank(driver) -> None:
         original = c10d.init_process_group
         if not getattr(original, "_counterprof_announces", False):
             @functools.wraps(original)
-            def init_process_group(*args, **kwargs):
+            def init_process_group(*args: Any, **kwargs: Any) -> Any:
                 result = original(*args, **kwargs)
                 _announce_rank()
                 return result
 
-            init_process_group._counterprof_announces = True
-            for module in (dist, c10d):
+            init_process_group.__dict__["_counterprof_announces"] = True
+            modules: tuple[Any, ...] = (dist, c10d)
+            for module in modules:
                 if getattr(module, "init_process_group", None) is original:
                     module.init_process_group = init_process_group
         if _announce_hook is None:
@@ -1238,7 +1258,7 @@ def _announce_rank() -> None:
         _say(f"could not announce the rank of pid {pid}: {type(exc).__name__}: {exc}")
 
 
-def write_announcement(run: str, doc: dict) -> None:
+def write_announcement(run: str, doc: dict[str, Any]) -> None:
     """<run>/.ranks/<doc's pid>.json (0600, in a 0700 folder, never through a link, renamed
     into place complete: the rank watcher, counterprof/ranks.py, reads whole files). The jax
     driver announces its ranks through this too. Raises OSError."""
@@ -1286,7 +1306,7 @@ def _on_torch_imported() -> None:
 class _TorchImportWatcher:
     """A meta path finder that runs _on_torch_imported once `import torch` has finished."""
 
-    def find_spec(self, name, path=None, target=None):
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> ModuleSpec | None:
         if name != "torch":
             return None
         import importlib.util
@@ -1298,21 +1318,22 @@ class _TorchImportWatcher:
         return spec
 
 
-class _AfterExec:
-    def __init__(self, loader):
+class _AfterExec(_LoaderBase):
+    def __init__(self, loader: Loader):
         self._loader = loader
 
-    def create_module(self, spec):
+    def create_module(self, spec: ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
-    def exec_module(self, module):
+    def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
         module.__loader__ = self._loader          # leave no trace of the wrapper
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None:
+            spec.loader = self._loader
         _on_torch_imported()
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
 

@@ -27,6 +27,7 @@ def _counterprof_bootstrap() -> None:
             path = os.path.join(os.path.dirname(os.path.dirname(here)), "jax_trace", "bootstrap",
                                 name + ".py")
             spec = importlib.util.spec_from_file_location(name, path)   # not on sys.path
+            assert spec is not None and spec.loader is not None     # a .py file's
             jax_driver = importlib.util.module_from_spec(spec)
             sys.modules[name] = jax_driver
             spec.loader.exec_module(jax_driver)
