@@ -113,6 +113,10 @@ def classify(sig: dict[str, Signal], scope: str = "run", facts: dict[str, Any] |
     else:
         v = _classify_cpu(sig, scope, facts)
     v.shares = {k: round(s, 6) for k, s in v.shares.items() if s > 0}
+    excess = round(sum(v.shares.values()) - 1.0, 6)
+    if excess > 0:          # three roundings can add to 1.000001: the largest gives it back
+        top = max(v.shares, key=v.shares.__getitem__)
+        v.shares[top] = round(v.shares[top] - excess, 6)
     v.host_parts = {k: round(s, 6) for k, s in v.host_parts.items() if s > 0}
     _secondary(sig, v)
     return v
@@ -236,7 +240,7 @@ OVERSUBSCRIBED = "oversubscribed by its own threads"
 # who held the CPUs while the main thread waited for one: (signal, words, where the time goes)
 HOLDERS = (("comm_cpus", "its communication threads", "comm"),
            ("intraop_cpus", "its intra-op threads", "own"),
-           ("other_ranks_cpus", "its other ranks' main threads", "own"),
+           ("other_ranks_cpus", "its other ranks", "own"),
            ("other_cpus", "its other threads", "own"),
            ("loader_cpus", "its DataLoader workers", "loader"),
            ("others_cpus", "other processes", "others"))
@@ -246,7 +250,7 @@ def _holders(sig: dict[str, Signal]) -> list[tuple[str, str, float]]:
     """(words, where the time goes, CPUs held over the scope) of everyone who ran beside the
     main thread: the job's own threads by role, its other ranks' main threads, other processes."""
     cpus = {k: sig[k].value for k, _, _ in HOLDERS if k in sig}
-    if "main_threads" in sig and "main_running" in sig:
+    if "other_ranks_cpus" not in cpus and "main_threads" in sig and "main_running" in sig:
         cpus["other_ranks_cpus"] = sig["main_running"].value * max(0.0, sig["main_threads"].value - 1)
     return [(words, to, cpus[k]) for k, words, to in HOLDERS if cpus.get(k, 0.0) > 0]
 

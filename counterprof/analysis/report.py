@@ -17,7 +17,8 @@ from ..store.meta import RunMeta
 from . import intervals as iv
 from .classify import HOST_NEXT_STEPS, NEXT_STEPS, Evidence, Verdict, classify
 from .headline import headline, step_scope, too_short
-from .signals import BUCKET_NS, MAX_BUCKETS, RunData, bucket_table, host_where, load_buckets, load_spans, signals
+from .signals import (BUCKET_NS, MAX_BUCKETS, RunData, beside_the_rank, bucket_table, host_where, load_buckets,
+                      load_spans, signals)
 from .summary import Summary, summary_from_totals
 from ..ground.thresholds import value
 
@@ -297,7 +298,9 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
             lo, hi = whole.start_ns, whole.end_ns
             # judged over its steps as the headline is (start-up apart), else its whole run
             steps = step_scope(data, [(lo, hi)])
-            v = classify(signals(data, steps or [(lo, hi)], steps=bool(steps)), f"rank {r}")
+            sig = signals(data, steps or [(lo, hi)], steps=bool(steps))
+            sig.update(beside_the_rank(whole, steps or [(lo, hi)], sig))
+            v = classify(sig, f"rank {r}")
             v.start_ns, v.end_ns = lo, hi
             report.rank_verdicts.append(v)
     analysis = analyze_ranks(spans, inputs.hosts, world_size=inputs.world_size)

@@ -573,6 +573,20 @@ def others_cpus(view: MetricView, cpus: int | None, sig: dict[str, Signal]) -> d
                                   "system.cpu_util x CPUs - the workload's CPUs")}
 
 
+def beside_the_rank(whole: RunData, scope: iv.Intervals, rank_sig: dict[str, Signal]) -> dict[str, Signal]:
+    """Who held the CPUs beside one rank, from the whole run over the rank's scope: other
+    processes (the machine's busy CPUs less the whole job's) and the job's other ranks (the
+    job's CPUs less this rank's). A rank's own samples know neither, and without them its
+    runnable time would all go to the few holders it does know (its gloo threads)."""
+    view = RunDataView(whole, scope)
+    job = counter_signals(view, whole.ranks)
+    out = others_cpus(view, whole.cpus, job)
+    if "cpu_busy" in job and "cpu_busy" in rank_sig:
+        out["other_ranks_cpus"] = Signal(max(0.0, job["cpu_busy"].value - rank_sig["cpu_busy"].value), "host",
+                                         "the job's CPUs less this rank's (its other ranks)")
+    return out
+
+
 def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str, Signal]:
     """Every signal measurable over `scope` (a merged interval set). `steps`: the scope is the
     steps, whose span-derived shares come from the step schedule's windows where there are any

@@ -5,10 +5,14 @@ with gradient accumulation: two micro-batches per optimizer step, the first unde
     torchrun --standalone --nproc_per_node 2 ddp_train.py [--steps N]
     python ddp_train.py --spawn 2 --port PORT [--steps N]      (torch.multiprocessing.spawn)
 
-Every rank times its own `loss.backward()` calls. The no_sync backward does the same compute
-as the synchronising one without the all-reduce, so the difference between the two is the
-time the rank waited for DDP's reducer at the end of backward (communication not hidden by
-the backward's compute). Each rank appends its figures to $JOB_TRUTH (truth.py).
+Every rank times its own forward and `loss.backward()` calls, per step. The no_sync backward
+does the same compute as the synchronising one without the all-reduce, so the difference
+between the two is the time the rank waited for DDP's reducer at the end of backward
+(communication not hidden by the backward's compute). The forwards differ the other way: the
+first forward of a step (under no_sync, after a synced backward) broadcasts the module's
+buffers from rank 0, the second does not, so their difference is the broadcast's wait. Each
+rank appends its figures to $JOB_TRUTH (truth.py), with each step's bounds on the unix clock so
+that a profiler's figures over some of the steps can be held to the same steps.
 """
 from truth import main_thread, record
 
@@ -59,32 +63,41 @@ def train(rank: int, world_size: int, args) -> None:
     def micro_batch():
         return torch.randint(0, VOCAB, (4, SEQ), generator=gen)
 
-    backward_local = backward_synced = 0.0
+    steps = []                           # per step: its bounds (unix ns) and its four timings
     loop_start = time.perf_counter()
     delay_before = main_thread()[1]      # the loop's own run delay (truth.py)
     for step in range(args.steps):
+        start_ns, delay_at_start = time.time_ns(), main_thread()[1]
         ids = micro_batch()
         with model.no_sync():
-            loss = model(ids, labels=ids) / 2
-            t = time.perf_counter()
+            t0 = time.perf_counter()
+            loss = model(ids, labels=ids) / 2     # broadcasts the buffers first
+            t1 = time.perf_counter()
             loss.backward()
-            backward_local += time.perf_counter() - t
+            t2 = time.perf_counter()
         ids = micro_batch()
+        t3 = time.perf_counter()
         loss = model(ids, labels=ids) / 2
-        t = time.perf_counter()
+        t4 = time.perf_counter()
         loss.backward()                          # all-reduces the gradients in buckets
-        backward_synced += time.perf_counter() - t
+        t5 = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad()
         if rank == 0 and step % 10 == 0:
             print(f"step {step} loss {2 * loss.item():.3f}", flush=True)
+        steps.append({"start_unix_ns": start_ns, "end_unix_ns": time.time_ns(),
+                      "run_delay_s": main_thread()[1] - delay_at_start,
+                      "forward_local_s": t1 - t0, "backward_local_s": t2 - t1,
+                      "forward_synced_s": t4 - t3, "backward_synced_s": t5 - t4})
     loop_s = time.perf_counter() - loop_start
+    backward_local = sum(s["backward_local_s"] for s in steps)
+    backward_synced = sum(s["backward_synced_s"] for s in steps)
     dist.barrier()
     dist.destroy_process_group()
     record("ddp_train", rank=rank, world_size=world_size, steps=args.steps, loop_s=loop_s,
            loop_run_delay_s=main_thread()[1] - delay_before,
            backward_local_s=backward_local, backward_synced_s=backward_synced,
-           reducer_wait_s=max(0.0, backward_synced - backward_local))
+           reducer_wait_s=max(0.0, backward_synced - backward_local), per_step=steps)
 
 
 def main() -> None:

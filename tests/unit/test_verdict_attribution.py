@@ -122,6 +122,18 @@ def test_the_wait_for_a_cpu_goes_to_whoever_held_the_cpus():
     assert "communication threads 0.60 CPUs" in text and "OMP_NUM_THREADS" in text
 
 
+def test_a_rank_shares_its_wait_for_a_cpu_with_the_holders_it_cannot_see_itself():
+    # one rank of two, runnable 30%: its gloo threads held 0.01 CPUs, the other rank 0.6 and an
+    # unrelated process 0.8 (beside_the_rank: from the whole run). Without the last two, the
+    # 30% went to the gloo threads: "collectives 20%" from 0.01 CPUs (seen in CI under load).
+    s = sig(main_running=0.65, main_runnable=0.3, main_blocked=0.05, main_threads=1.0,
+            comm_cpus=0.01, other_ranks_cpus=0.6, others_cpus=0.8)
+    v = classify(s, "rank 0", {"cpus": 2})
+    assert v.shares.get("collectives", 0.0) == pytest.approx(0.3 * 0.01 / 1.41, abs=1e-5)
+    assert v.host_parts["oversubscribed by its own threads"] == pytest.approx(0.3 * 0.6 / 1.41, abs=1e-5)
+    assert v.host_parts["CPU contention"] == pytest.approx(0.3 * 0.8 / 1.41, abs=1e-5)
+
+
 def test_without_holders_the_wait_stays_contention():
     v = classify(sig(main_running=0.5, main_runnable=0.5, main_blocked=0.0))
     assert v.host_parts == {"CPU contention": pytest.approx(0.5)}
@@ -142,3 +154,10 @@ def test_a_short_traced_region_is_judged_from_its_trace():
     assert v.confidence <= 0.5
     long = too_short(classify(s, "forward"), s, mean_ns=400 * MS, bucket=100 * MS)
     assert long.shares.get("host", 0) > 0.8           # long enough: the states stand
+
+
+def test_rounded_shares_never_add_past_one():
+    # 0.430670 + 0.224050 + 0.345281 = 1.000001 once each is rounded to 6 places
+    run, coll = 0.43066964029126864, 0.22404961275435586
+    v = classify(sig(main_running=run, main_runnable=0.0, main_blocked=1 - run, cpu_collective_exposed=coll))
+    assert len(v.shares) == 3 and sum(v.shares.values()) <= 1.0 + 1e-12, v.shares
