@@ -4,8 +4,10 @@ their rank), dataclasses out.
 Steps are matched across ranks by name (ProfilerStep#N from torch traces). In a synchronous
 job every rank's step lasts about as long (they meet in the collectives), so the straggler is
 not the rank with the longest step but the one that arrives last at the collectives: it waits
-there least. Per step, the rank with the least collective time is the straggler, and every
-other rank's wait for it is its collective time minus the straggler's. Without collectives in
+there least. Per step, the rank with the least collective time is the slowest, and every
+other rank's wait for it is its collective time minus the slowest's; the run's straggler is
+the rank whose lateness cost the others the most time over the steps (not the one slowest
+most often). Without collectives in
 the steps (independent ranks), the straggler is the rank with the longest step.
 
 Clock skew (ranks on different hosts only; one host has one clock): every rank leaves a
@@ -284,8 +286,13 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
                 f.collective_s_per_step = float(np.mean(per_rank_coll[r])) / 1e9
                 f.waited_s_per_step = float(np.mean(per_rank_wait[r])) / 1e9
         if lags:
-            counts = {r: figures[r].slowest_in for r in named}
-            out.straggler = max(counts, key=counts.__getitem__)
+            # the straggler is who cost the others the most time, not who was last most often
+            # (a rank 40 ms late every third step outweighs one 1 ms late in the others): the
+            # same rank `collectives` names by the others' wait for it, call by call
+            cost = {r: 0.0 for r in named}
+            for slow, lag in lags:
+                cost[slow] += lag
+            out.straggler = max(cost, key=lambda r: (cost[r], figures[r].slowest_in))
             others = [w for r in named if r != out.straggler and (w := figures[r].waited_s_per_step) is not None]
             if any(any(c) for c in per_rank_coll.values()) and others:
                 out.straggler_lag_s = float(np.mean(others))

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from collections.abc import Iterable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -59,6 +60,9 @@ class Report:
     gpu_breakdown: dict[str, Any] | None = None     # analysis.breakdown, summed over ranks
     rank_verdicts: list[Verdict] = field(default_factory=list)   # one per rank (scope "rank N")
     rank_analysis: dict[str, Any] | None = None     # analysis.across_ranks: steps, stragglers, skew
+    # analysis.collectives, in short: calls matched, per rank who arrived last and the
+    # others' wait for it, per operation and size (`counterprof collectives` shows every call)
+    collective_calls: dict[str, Any] | None = None
     rank_notes: list[str] = field(default_factory=list)   # e.g. metrics that some ranks lack
     roofline: dict[str, Any] | None = None     # MFU, modelled share, top ops (counterprof roofline)
     next_steps: list[str] = field(default_factory=list)
@@ -304,6 +308,7 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
             v.start_ns, v.end_ns = lo, hi
             report.rank_verdicts.append(v)
     analysis = analyze_ranks(spans, inputs.hosts, world_size=inputs.world_size)
+    _collective_calls(report, spans, inputs.hosts)
     if analysis is not None:
         report.rank_analysis = analysis.to_json()
         if analysis.straggler is not None and analysis.straggler_lag_s:
@@ -313,6 +318,35 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
                 f"{next(f.slowest_in for f in analysis.ranks if f.rank == analysis.straggler)} of "
                 f"{analysis.steps} steps: the others wait {analysis.straggler_lag_s * 1e3:.1f} ms per step "
                 "for it in collectives (mean over those steps, as the ranks table's 'waited')"))
+
+
+def _collective_calls(report: Report, spans: pa.Table, hosts: dict[int, str | None] | None) -> None:
+    """The calls matched across ranks, in short, and who the others waited for, said once."""
+    from .collectives import COLUMNS, analyze_calls
+    if not spans.num_rows or "rank" not in spans.column_names or not pc.any(pc.invert(
+            pc.is_null(spans["collective"]))).as_py():
+        return
+    ranks = [r for r in pc.unique(spans["rank"]).to_pylist() if r is not None and r >= 0]
+    if len(ranks) < 2:
+        return
+    cols = [c for c in COLUMNS if c in spans.column_names]
+    calls = analyze_calls({r: spans.filter(pc.equal(spans["rank"], r)).select(cols) for r in sorted(ranks)},
+                          hosts)
+    if not calls.calls:
+        return
+    j = calls.to_json(top=1)
+    by_rank = j["by_rank"]
+    report.collective_calls = {"calls": len(calls.calls), "unmatched": j["unmatched"], "by_rank": by_rank,
+                               "summary": [{k: v for k, v in x.items() if k != "worst"} for x in j["summary"]],
+                               "notes": j["notes"]}
+    late = max(by_rank, key=lambda b: b["others_waited_s"])
+    if late["others_waited_s"] > 0 and late["last"] > 0:
+        skews = [c.skew_ns for c in calls.calls if c.last == late["rank"] and c.skew_ns is not None]
+        report.overall.secondary.append(Evidence(
+            "late_rank", round(late["others_waited_s"], 6), None, "spans",
+            f"rank {late['rank']} arrived last at {late['last']} of {len(calls.calls)} collective calls; "
+            f"the others waited {late['others_waited_s'] * 1e3:.1f} ms in all for it there (median "
+            f"skew {float(np.median(skews)) / 1e6:.2f} ms): `counterprof collectives` names each call"))
 
 
 def metric_set_notes(rank_buckets: pa.Table, most: int = 8) -> list[str]:

@@ -48,11 +48,25 @@ class Mode(TypedDict):
 # shape sweeps and timing per mode: quick fits in 30 s on 2 CPU cores
 MODES: dict[bool, Mode] = {
     True: {"cpu_sizes": [1024, 2048], "bf16_sizes": [1024], "gpu_sizes": [2048, 4096],
-           "repeats": 5, "min_s": 0.08, "stream_min_s": 0.2, "coll_sizes": [8, 1 << 20, 16 << 20]},
+           "repeats": 5, "min_s": 0.08, "stream_min_s": 0.2,
+           "coll_sizes": [8, 512, 32 << 10, 1 << 20, 4 << 20, 16 << 20]},
     False: {"cpu_sizes": [256, 512, 1024, 2048, 3072, 4096], "bf16_sizes": [512, 1024, 2048],
             "gpu_sizes": [1024, 2048, 4096, 8192, 16384], "repeats": 7, "min_s": 0.25, "stream_min_s": 0.4,
-            "coll_sizes": [8, 4096, 1 << 20, 16 << 20, 64 << 20]},
+            # nccl-tests' sweep, every 4x from 8 B to 256 MiB (collective_sizes caps it by memory)
+            "coll_sizes": [1 << k for k in range(3, 29, 2)] + [1 << 28]},
 }
+
+
+def collective_sizes(sizes: list[int], world: int) -> list[int]:
+    """The sweep's sizes that memory allows: each rank holds about twice the size (input and
+    output), every rank on this host; at most an eighth of the memory available."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return sizes
+    kept = [s for s in sizes if 2 * s * world <= avail / 8]
+    return kept or sizes[:1]
 
 
 def cache_dir() -> Path:
@@ -164,7 +178,8 @@ def calibrate(quick: bool = False, progress: Callable[[str], None] = lambda s: N
                            "datasheet": None}
     if collectives:     # first: its ranks fork from this process before torch starts threads
         with meter.phase("the gloo collectives"):
-            coll = measure.collectives("gloo", world, mode["coll_sizes"], mode["repeats"], progress=progress,
+            coll = measure.collectives("gloo", world, collective_sizes(mode["coll_sizes"], world),
+                                       mode["repeats"], progress=progress,
                                        fork=fresh_process)
         if "skipped" in coll:
             cpu["skipped"]["collectives gloo"] = coll["skipped"]

@@ -6,6 +6,25 @@ from .common import ArgumentParser
 TYPE_CHECKING = False      # (typing.TYPE_CHECKING without importing typing at start-up)
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
+
+
+def ceilings_option(p: ArgumentParser) -> None:
+    """--ceilings FILE: hold the run to another calibration (`roofline`, `collectives`)."""
+    p.add_argument("--ceilings", metavar="FILE", help="ceilings JSON (`counterprof calibrate --json` output)")
+
+
+def ceilings_from(p: ArgumentParser, path: str | None) -> dict[str, Any] | None:
+    """The documents of --ceilings FILE (None without it); a file that cannot be read is a
+    usage error that says why, before any work is done."""
+    if not path:
+        return None
+    from ..calibrate import load_file
+    from .common import UsageFailure
+    try:
+        return load_file(path)
+    except (OSError, ValueError) as exc:
+        raise UsageFailure(f"--ceilings {path}: {exc}", p.format_usage()) from None
 
 
 def run_output_parser(prog: str, doc: str, json_help: str, html_help: str) -> ArgumentParser:

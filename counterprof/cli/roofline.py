@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .arguments import run_output_parser
+from .arguments import ceilings_from, ceilings_option, run_output_parser
 from .common import UsageFailure, check_output_file, err, guarded, open_run, write_text_file
 
 
@@ -29,18 +29,12 @@ def _main(argv: list[str]) -> int:
     p = run_output_parser("counterprof roofline", __doc__, "print the roofline as JSON on stdout",
                           "also write the roofline plot as a self-contained HTML page")
     p.add_argument("--rank", type=int, metavar="R", help="one rank (default: all ranks together)")
-    p.add_argument("--ceilings", metavar="FILE", help="ceilings JSON (`counterprof calibrate --json` output)")
+    ceilings_option(p)
     p.add_argument("--top", type=int, default=15, metavar="N", help="ops in the text table (default 15)")
     args = p.parse_args(argv)
     if args.html:
         check_output_file(args.html, "--html")
-    file_docs = None
-    if args.ceilings:
-        from ..calibrate import load_file
-        try:
-            file_docs = load_file(args.ceilings)
-        except (OSError, ValueError) as exc:
-            raise UsageFailure(f"--ceilings {args.ceilings}: {exc}", p.format_usage()) from None
+    file_docs = ceilings_from(p, args.ceilings)
 
     from ..analysis.roofline_run import run_roofline
     from ..render.roofline import roofline_html, roofline_text

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import html
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..analysis.classify import Verdict, describe
 from ..analysis.report import Report
@@ -32,6 +32,10 @@ td,th{padding:2px 10px 2px 0;text-align:left} svg{display:block;margin:6px 0} .l
 
 def _e(x: object) -> str:
     return html.escape(str(x))
+
+
+def _last_at(b: dict[str, Any] | None) -> str:
+    return f"{b['last']} of {b['calls']}" if b else "-"
 
 
 def _bar(v: Verdict, width: int = W) -> str:
@@ -119,6 +123,7 @@ def report_html(r: Report, roofline: Roofline | None = None) -> str:
         figs = {f["rank"]: f for f in (r.rank_analysis or {}).get("ranks", [])}
         verdicts = {int(v.scope.split()[-1]): v for v in r.rank_verdicts}
         straggler = (r.rank_analysis or {}).get("straggler")
+        late = {b["rank"]: b for b in (r.collective_calls or {}).get("by_rank", [])}
         rows = "".join(
             f"<tr><td>{rank}{' ◀ straggler' if rank == straggler else ''}</td>"
             f"<td>{_bar(verdicts[rank], 200) if rank in verdicts else ''}</td>"
@@ -126,10 +131,12 @@ def report_html(r: Report, roofline: Roofline | None = None) -> str:
             f"<td>{units.ms(figs.get(rank, {}).get('step_mean_s'))}</td>"
             f"<td>{figs.get(rank, {}).get('slowest_in', '-')}</td>"
             f"<td>{units.ms(figs.get(rank, {}).get('collective_s_per_step'))}</td>"
-            f"<td>{units.ms(figs.get(rank, {}).get('waited_s_per_step'))}</td></tr>"
+            f"<td>{units.ms(figs.get(rank, {}).get('waited_s_per_step'))}</td>"
+            f"<td>{_last_at(late.get(rank))}</td></tr>"
             for rank in sorted(set(figs) | set(verdicts)))
         body.append("<h2>ranks</h2><table><tr><th>rank</th><th>breakdown</th><th>verdict</th><th>step (mean)</th>"
-                    f"<th>straggler in</th><th>collectives/step</th><th>waited/step</th></tr>{rows}</table>")
+                    "<th>straggler in</th><th>collectives/step</th><th>waited/step</th><th>last at calls</th>"
+                    f"</tr>{rows}</table>")
         notes = (r.rank_analysis or {}).get("notes", []) + r.rank_notes
         body.extend(f"<div class='ev'>{_e(n)}</div>" for n in notes)
     rows = "".join(f"<tr><td>{_e(n)}</td><td>{_e(c.get('status'))}</td><td>{_e(c.get('reason', ''))}</td></tr>"

@@ -240,14 +240,17 @@ def ranks_table(r: Report) -> Table:
     straggler = (r.rank_analysis or {}).get("straggler")
     t = Table(title="ranks (per step: mean step time, time in collectives, wait for the straggler)",
               title_justify="left", box=None, pad_edge=False)
-    for col in ("rank", "verdict", "step", "straggler in", "in collectives", "waited", "skew"):
+    late = {b["rank"]: b for b in (r.collective_calls or {}).get("by_rank", [])}
+    for col in ("rank", "verdict", "step", "straggler in", "in collectives", "waited", "last at calls", "skew"):
         t.add_column(col, overflow="fold")
     for rank in sorted(set(figs) | set(verdicts)):
         f, v = figs.get(rank, {}), verdicts.get(rank)
+        b = late.get(rank)
         t.add_row(str(rank) + (" ◀" if rank == straggler else ""),
                   Text(_short(v), style=COLORS.get(v.verdict, "white")) if v else "-",
                   units.ms(f.get("step_mean_s")), str(f.get("slowest_in", "-")) if f else "-",
                   units.ms(f.get("collective_s_per_step")), units.ms(f.get("waited_s_per_step")),
+                  f"{b['last']} of {b['calls']}" if b else "-",
                   "-" if f.get("skew_ms") is None else f"{f['skew_ms']:+.2f} ms")
     return t
 

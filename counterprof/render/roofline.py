@@ -212,17 +212,9 @@ def roofline_svg(r: Roofline) -> str:
     ys = [y for _, _, y in pts] + list(peaks.values())
     if not xs or not ys:
         return "<p class='dim'>nothing to draw: no op with FLOPs and time</p>"
-    x0, x1 = 10 ** math.floor(math.log10(min(xs)) - 0.3), 10 ** math.ceil(math.log10(max(xs)) + 0.3)
-    y0, y1 = 10 ** math.floor(math.log10(min(ys)) - 0.3), 10 ** math.ceil(math.log10(max(ys)) + 0.2)
-    X = svg.scale(x0, x1, PADL, W - PADR, log=True)
-    Y = svg.scale(y0, y1, PADT, H - PADB, flip=True, log=True)
-    out = [svg.frame(PADL, PADT, W - PADR, H - PADB),
-           *svg.log_grid(math.log10(x0), math.log10(x1), X, (PADT, H - PADB), lambda v: f"{v:g}", vertical=True),
-           *svg.log_grid(math.log10(y0), math.log10(y1), Y, (PADL, W - PADR), si, vertical=False)]
-    mid = (PADT + H - PADB) / 2
-    out.append(svg.text((PADL + W - PADR) / 2, H - 6, "arithmetic intensity (FLOP/byte, bytes a lower bound)",
-                        font_size=11, text_anchor="middle")
-               + svg.text(14, mid, "FLOP/s", font_size=11, text_anchor="middle", transform=f"rotate(-90 14 {mid})"))
+    X, Y, out, (x0, x1, y0, y1) = svg.log_log_axes(
+        xs, ys, (PADL, PADT, W - PADR, H - PADB), (lambda v: f"{v:g}", si),
+        ("arithmetic intensity (FLOP/byte, bytes a lower bound)", "FLOP/s"))
     if bw:
         top = max(peaks.values()) if peaks else y1
         xr = min(top / bw, x1)

@@ -79,3 +79,25 @@ def log_grid(lo: float, hi: float, at: Callable[[float], float], across: tuple[f
             out.append(line(a, p, b, p, stroke="#eee")
                        + text(a - 4, p + 3, label(10 ** e), text_anchor="end"))
     return out
+
+
+def log_log_axes(xs: list[float], ys: list[float], box: tuple[float, float, float, float],
+                 labels: tuple[Callable[[float], str], Callable[[float], str]],
+                 titles: tuple[str, str], margin: float = 0.3
+                 ) -> tuple[Callable[[float], float], Callable[[float], float], list[str], tuple[float, ...]]:
+    """A log-log plot's frame over the data: the scales X and Y, the frame, a grid line and a
+    label per decade, the axes' titles, and the bounds (x0, x1, y0, y1) rounded out to decades
+    `margin` decades beyond the data. box: (left, top, right, bottom) of the plot area, the
+    x title under it, the y title turned along its left."""
+    left, top, right, bottom = box
+    x0, x1 = 10 ** math.floor(math.log10(min(xs)) - margin), 10 ** math.ceil(math.log10(max(xs)) + margin)
+    y0, y1 = 10 ** math.floor(math.log10(min(ys)) - margin), 10 ** math.ceil(math.log10(max(ys)) + 0.2)
+    X = scale(x0, x1, left, right, log=True)
+    Y = scale(y0, y1, top, bottom, flip=True, log=True)
+    mid = (top + bottom) / 2
+    out = [frame(left, top, right, bottom),
+           *log_grid(math.log10(x0), math.log10(x1), X, (top, bottom), labels[0], vertical=True),
+           *log_grid(math.log10(y0), math.log10(y1), Y, (left, right), labels[1], vertical=False),
+           text((left + right) / 2, bottom + 34, titles[0], font_size=11, text_anchor="middle")
+           + text(14, mid, titles[1], font_size=11, text_anchor="middle", transform=f"rotate(-90 14 {mid})")]
+    return X, Y, out, (x0, x1, y0, y1)

@@ -42,6 +42,20 @@ def test_the_rank_that_waits_least_in_collectives_is_the_straggler():
     assert a.skew_max_ms is None            # one host: one clock, nothing estimated
 
 
+def test_the_straggler_is_who_cost_the_others_most_not_who_was_last_most_often():
+    # rank 1 is 40 ms late in one step of three; rank 0 is 1 ms late in the other two
+    rows = []
+    for k, (late, ms) in enumerate(((1, 40), (0, 1), (0, 1))):
+        t0 = k * 100
+        for r in (0, 1):
+            rows.append((r, "step", f"ProfilerStep#{k}", t0, t0 + 100))
+            rows.append((r, "collective", "gloo:all_reduce", t0 + 50 + (ms if r == late else 0), t0 + 100))
+    a = analyze_ranks(spans(rows))
+    f = {x.rank: x for x in a.ranks}
+    assert (f[0].slowest_in, f[1].slowest_in) == (2, 1)
+    assert a.straggler == 1
+
+
 def test_a_step_with_many_collectives_counts_them_all():
     """Tensor-parallel steps hold hundreds of collectives; each counts, not only the last few
     (the search once looked back over 64 only)."""

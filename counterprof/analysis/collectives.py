@@ -1,0 +1,691 @@
+"""Every collective call, matched across ranks: who arrived when, who waited, the transfer
+itself and its bus bandwidth against this machine's measured curve. Pure: spans in (with their
+rank), dataclasses out; `counterprof collectives` prints them.
+
+Which spans are the calls: per rank, the device's communication kernels where there are any
+(NCCL: the transfer on the GPU), else gloo's own spans (`gloo:all_reduce`, on its threads),
+else the recorded calls (`record_param_comms`, `c10d::*`).
+
+Matching: a call of one rank is the same call on another when it is the k-th call of the same
+operation in the same process group within the same step (steps matched by name, as
+across_ranks does), or, without steps, the k-th over the whole run. Never by position across
+steps: a rank whose trace window missed a step would pair every later call with its neighbour.
+Calls some rank of their group lacks (its window ended, its trace was dropped) are counted and
+named per operation, not matched.
+
+Per call (nccl-tests' and TraceLens's definitions): each rank's arrival (the call's start on
+it), skew (the last arrival less the first), transfer (the shortest rank's duration: the rank
+that arrived last waited least, so its time is the collective itself), each rank's wait (its
+duration less the transfer), algbw = bytes / transfer and busbw = algbw x factor(op, n):
+all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n, all_to_all (n-1)/n, broadcast and
+reduce 1. Bytes as nccl-tests counts them: the buffer per rank for all_reduce, broadcast and
+reduce; the gathered (whole) buffer for all_gather; the input (whole) for reduce_scatter.
+With one rank of a group in the run (one imported trace), its duration is the transfer's upper
+bound and skew unknown.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+# the spelling of each operation in torch's traces (record_param_comms' "Collective name",
+# gloo's span names, c10d's op names, NCCL's kernel names) -> nccl-tests' names
+OPS = {
+    "allreduce": "all_reduce", "all_reduce": "all_reduce", "allreduce_coalesced": "all_reduce",
+    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
+    "allgather_into_tensor_coalesced": "all_gather", "all_gather_into_tensor": "all_gather",
+    "allgather_coalesced": "all_gather",
+    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "broadcast": "broadcast", "reduce": "reduce",
+    "alltoall": "all_to_all", "all_to_all": "all_to_all", "alltoall_base": "all_to_all",
+    "all_to_allv": "all_to_all", "alltoallv": "all_to_all",
+    "sendrecv": "send_recv", "send": "send", "recv": "recv", "barrier": "barrier",
+    "gather": "gather", "scatter": "scatter",
+}
+NOT_CALLS = {"wait", "coalesced", ""}       # record_param_comms rows that mark, not move
+
+BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "send_recv": lambda n: 1.0,
+}
+
+DEFINITIONS = {
+    "start_ns": "the first arrival, in ns since the epoch (the run's clock)",
+    "arrival": "the call's start on each rank (aligned to the lowest rank's clock across hosts)",
+    "skew_us": "the last rank's arrival less the first's",
+    "transfer_us": "the shortest rank's duration: the last to arrive waited least",
+    "wait_us": "a rank's duration less the transfer: its wait for the others",
+    "busbw_gbps": "bytes / transfer x nccl-tests' bus factor, in GB/s (1e9 bytes)",
+    "fraction_of_curve": "busbw over this machine's measured busbw at the call's size (calibrate)",
+    "exposed_us": "the call's time on a rank not overlapped by its own ops (mean over ranks)",
+    "imbalance": "all_to_all: the largest rank's bytes over the ranks' mean (1 is balanced)",
+    "latency_floor": "a call whose transfer is within 2x the measured latency (the 8-byte call) and "
+                     "whose size is below the curve's knee (half its best busbw): its size does not "
+                     "matter, its count does (fuse or bucket)",
+}
+
+
+def normalize_op(name: str | None) -> str | None:
+    """nccl-tests' name of a collective as any of torch's traces spell it; None: not a call."""
+    if not name:
+        return None
+    key = name.lower().strip()
+    for prefix in ("gloo:", "c10d::", "nccl:", "ncclkernel_", "ncclDevKernel_".lower()):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    key = key.rstrip("_").split("(")[0]
+    if key in NOT_CALLS:
+        return None
+    if key in OPS:
+        return OPS[key]
+    for spelled, op in OPS.items():        # NCCL kernels: AllReduce_RING_LL_Sum_float...
+        if key.replace("_", "").startswith(spelled.replace("_", "")):
+            return op
+    return key
+
+
+def nccl_tests_bytes(op: str, in_bytes: float | None, out_bytes: float | None, n: int) -> float | None:
+    """The size nccl-tests reports for a call (see the module's docstring)."""
+    if op == "all_gather":
+        if out_bytes:
+            return out_bytes
+        return in_bytes * n if in_bytes else None
+    return in_bytes if in_bytes else out_bytes
+
+
+@dataclass
+class Curve:
+    """Latency and busbw per message size for one operation (calibrate's sweep)."""
+    op: str
+    backend: str
+    sizes: list[int]
+    busbw: list[float]                # bytes per second, per size
+    latency_s: float | None = None
+
+    def knee(self) -> float:
+        """The size at which the curve first reaches half its best busbw (in log-size between
+        the measured sizes around it)."""
+        half = max(self.busbw) / 2
+        pts = list(zip(self.sizes, self.busbw))
+        for (s0, b0), (s1, b1) in zip(pts, pts[1:]):
+            if b1 >= half > b0:
+                t = (half - b0) / (b1 - b0)
+                return float(2 ** (math.log2(max(s0, 1)) + t * (math.log2(s1) - math.log2(max(s0, 1)))))
+        return float(pts[0][0])
+
+    def at(self, size: float) -> float | None:
+        """busbw at `size`, interpolated in log-size between measured sizes; beyond the ends,
+        the nearest measured size's."""
+        if not self.sizes:
+            return None
+        xs = np.log2(np.maximum(np.asarray(self.sizes, float), 1.0))
+        return float(np.interp(math.log2(max(size, 1.0)), xs, np.asarray(self.busbw, float)))
+
+
+def curves_from_ceilings(doc: dict[str, Any] | None) -> dict[str, Curve]:
+    """{op: Curve} from a calibrate document's `collectives` ({backend: {op: {sizes...}}}):
+    NCCL's where the document has it (a GPU's), else gloo's."""
+    out: dict[str, Curve] = {}
+    block = doc.get("collectives") if isinstance(doc, dict) else None
+    if not isinstance(block, dict):
+        return out
+    for backend in sorted(block, key=lambda b: b != "nccl"):
+        per_op = block[backend]
+        if not isinstance(per_op, dict):
+            continue
+        for op, figures in per_op.items():
+            if op in out or not isinstance(figures, dict) or not isinstance(figures.get("sizes"), dict):
+                continue
+            pts = sorted((int(s), float(r["busbw_bytes_per_s"])) for s, r in figures["sizes"].items()
+                         if isinstance(r, dict) and r.get("busbw_bytes_per_s"))
+            if pts:
+                lat = figures.get("latency_s")
+                out[op] = Curve(op, backend, [p[0] for p in pts], [p[1] for p in pts],
+                                float(lat) if isinstance(lat, (int, float)) else None)
+    return out
+
+
+@dataclass
+class Call:
+    """One call on every rank seen making it: per-rank figures as arrays aligned with `ranks`
+    (a few KiB a call at 64 ranks, so a run of many calls stays small)."""
+    op: str
+    group: str                        # the process group ("0", "default_pg"...) or its size
+    index: int                        # k-th call of this op in this group within its step
+    step: str | None
+    ranks: tuple[int, ...]            # the ranks seen making it, ascending
+    group_size: int | None
+    bytes: float | None               # as nccl-tests counts them
+    dtype: str | None
+    arrival: np.ndarray               # ns, per rank (aligned with ranks)
+    duration: np.ndarray              # ns, per rank
+    exposed: np.ndarray | None = None           # ns, per rank: not hidden behind its own work
+    own_bytes: np.ndarray | None = None         # each rank's own input (all_to_all's split)
+    curve: Curve | None = None
+
+    @property
+    def arrival_ns(self) -> dict[int, int]:
+        return dict(zip(self.ranks, self.arrival.tolist()))
+
+    @property
+    def duration_ns(self) -> dict[int, int]:
+        return dict(zip(self.ranks, self.duration.tolist()))
+
+    @property
+    def exposed_ns(self) -> dict[int, int]:
+        return {} if self.exposed is None else dict(zip(self.ranks, self.exposed.tolist()))
+
+    @property
+    def bytes_by_rank(self) -> dict[int, float]:
+        if self.own_bytes is None:
+            return {}
+        return {r: float(b) for r, b in zip(self.ranks, self.own_bytes.tolist()) if b > 0}
+
+    @property
+    def imbalance(self) -> float | None:
+        """all_to_all: the largest rank's bytes over the mean (1: balanced); None elsewhere."""
+        b = self.own_bytes
+        if self.op != "all_to_all" or b is None or len(b) < 2 or not bool(np.all(b > 0)):
+            return None
+        return float(b.max() / b.mean())
+
+    @property
+    def n(self) -> int:
+        return self.group_size or len(self.ranks)
+
+    @property
+    def complete(self) -> bool:
+        return len(self.ranks) >= self.n > 1
+
+    @property
+    def start_ns(self) -> int:
+        return int(self.arrival.min())
+
+    @property
+    def transfer_ns(self) -> int:
+        return int(self.duration.min())
+
+    @property
+    def skew_ns(self) -> int | None:
+        if len(self.ranks) < 2:
+            return None
+        return int(self.arrival.max() - self.arrival.min())
+
+    @property
+    def last(self) -> int | None:
+        if len(self.ranks) < 2:
+            return None
+        return self.ranks[int(np.argmax(self.arrival))]
+
+    def wait_ns(self, rank: int) -> int:
+        return int(self.duration[self.ranks.index(rank)]) - self.transfer_ns
+
+    @property
+    def waits(self) -> np.ndarray:
+        """ns, per rank: its duration less the transfer."""
+        w: np.ndarray = self.duration - self.duration.min()
+        return w
+
+    @property
+    def busbw(self) -> float | None:
+        factor = BUSBW_FACTOR.get(self.op)
+        if not self.bytes or factor is None or self.transfer_ns <= 0 or self.n < 1:
+            return None
+        return self.bytes / (self.transfer_ns / 1e9) * factor(max(self.n, 2))
+
+    @property
+    def fraction_of_curve(self) -> float | None:
+        if self.curve is None or self.busbw is None or not self.bytes:
+            return None
+        ref = self.curve.at(self.bytes)
+        return self.busbw / ref if ref else None
+
+    @property
+    def under_latency_floor(self) -> bool:
+        """Too small to use the link: within twice the measured 8-byte time, and smaller than
+        the size at which the curve reaches half its best busbw."""
+        cv = self.curve
+        if cv is None or cv.latency_s is None or not self.bytes:
+            return False
+        return self.transfer_ns / 1e9 <= 2 * cv.latency_s and self.bytes < cv.knee()
+
+    def to_json(self) -> dict[str, Any]:
+        skew, busbw, frac, start = self.skew_ns, self.busbw, self.fraction_of_curve, self.start_ns
+        names = [str(r) for r in self.ranks]
+        return {
+            "op": self.op, "group": self.group, "step": self.step, "index": self.index,
+            "start_ns": start,
+            "ranks": list(self.ranks), "group_size": self.n, "complete": self.complete,
+            "bytes": None if self.bytes is None else int(self.bytes), "dtype": self.dtype,
+            "arrival_us": dict(zip(names, np.round((self.arrival - start) / 1e3, 3).tolist())),
+            "skew_us": None if skew is None else round(skew / 1e3, 3),
+            "last_rank": self.last,
+            "transfer_us": round(self.transfer_ns / 1e3, 3),
+            "wait_us": dict(zip(names, np.round(self.waits / 1e3, 3).tolist())),
+            "exposed_us": None if self.exposed is None else round(float(self.exposed.mean()) / 1e3, 3),
+            "busbw_gbps": None if busbw is None else round(busbw / 1e9, 6),
+            "fraction_of_curve": None if frac is None else round(frac, 4),
+            "under_latency_floor": self.under_latency_floor,
+            **({"bytes_by_rank": {str(r): int(b) for r, b in sorted(self.bytes_by_rank.items())},
+                "imbalance": round(imb, 4)} if (imb := self.imbalance) is not None else {}),
+        }
+
+
+def size_bucket(b: float | None) -> str:
+    """Powers of two, as nccl-tests' sweep: '1 MiB' holds [1 MiB, 2 MiB)."""
+    if not b:
+        return "0 B"
+    p = int(math.floor(math.log2(b)))
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if p >= shift:
+            return f"{1 << (p - shift)} {unit}"
+    return f"{1 << p} B"
+
+
+@dataclass
+class OpSummary:
+    op: str
+    size: str
+    group: str
+    calls: int
+    time_s: float                     # the calls' time summed over the ranks
+    exposed_s: float | None
+    median_skew_us: float | None
+    median_transfer_us: float
+    median_busbw_gbps: float | None
+    median_fraction_of_curve: float | None
+    worst: list[dict[str, Any]]       # the calls furthest below the curve, or the slowest
+
+
+@dataclass
+class RankSummary:
+    rank: int
+    calls: int
+    last: int                         # calls it arrived last at
+    waited_s: float                   # its own wait in them
+    others_waited_s: float            # the others' wait in the calls it arrived last at
+
+
+@dataclass
+class CollectiveCalls:
+    calls: list[Call] = field(default_factory=list)
+    unmatched: dict[str, int] = field(default_factory=dict)     # "op on rank R" -> calls
+    ranks: list[int] = field(default_factory=list)
+    hosts: int = 1
+    level: dict[int, str] = field(default_factory=dict)        # rank -> which spans were the calls
+    curve_backend: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def on_device(self) -> bool:
+        return "device kernels" in self.level.values()
+
+    def attach(self, curves: dict[str, Curve]) -> None:
+        """Hold every call to this machine's measured curve for its operation."""
+        for c in self.calls:
+            c.curve = curves.get(c.op)
+        self.curve_backend = next(iter(curves.values())).backend if curves else None
+        over = [c for c in self.calls if (f := c.fraction_of_curve) is not None and f > 1.2]
+        if over:
+            self.notes.append(f"{len(over)} calls ran more than 20% above the measured curve: it was "
+                              "measured on a loaded machine, with other settings, or with few repeats; "
+                              "calibrate again on a quiet machine (without --quick)")
+        missing = sorted({c.op for c in self.calls if c.curve is None and c.busbw is not None})
+        if curves and missing:
+            self.notes.append(f"no measured curve for {', '.join(missing)} (calibrate measures all_reduce, "
+                              "all_gather and reduce_scatter)")
+
+    def summary(self, top: int = 3) -> list[OpSummary]:
+        groups: dict[tuple[str, str, str], list[Call]] = defaultdict(list)
+        for c in self.calls:
+            groups[(c.op, size_bucket(c.bytes), c.group)].append(c)
+        out = []
+        for (op, size, group), calls in sorted(groups.items(), key=lambda kv: -sum(
+                int(c.duration.sum()) for c in kv[1])):
+            skews = [s for c in calls if (s := c.skew_ns) is not None]
+            bws = [b for c in calls if (b := c.busbw) is not None]
+            fr = [f for c in calls if (f := c.fraction_of_curve) is not None]
+            ex = [int(c.exposed.sum()) for c in calls if c.exposed is not None]
+            worst = sorted(calls, key=lambda c: (c.fraction_of_curve if c.fraction_of_curve is not None
+                                                  else -c.transfer_ns))[:top]
+            out.append(OpSummary(
+                op, size, group, len(calls), sum(int(c.duration.sum()) for c in calls) / 1e9,
+                sum(ex) / 1e9 if ex else None,
+                float(np.median(skews)) / 1e3 if skews else None,
+                float(np.median([c.transfer_ns for c in calls])) / 1e3,
+                float(np.median(bws)) / 1e9 if bws else None,
+                float(np.median(fr)) if fr else None,
+                [c.to_json() for c in worst]))
+        return out
+
+    def by_rank(self) -> list[RankSummary]:
+        out = {r: RankSummary(r, 0, 0, 0.0, 0.0) for r in self.ranks}
+        for c in self.calls:
+            waits = c.waits
+            for r, w in zip(c.ranks, waits.tolist()):
+                s = out.setdefault(r, RankSummary(r, 0, 0, 0.0, 0.0))
+                s.calls += 1
+                s.waited_s += w / 1e9
+            last = c.last
+            if last is not None:
+                out[last].last += 1
+                out[last].others_waited_s += float(waits.sum() - waits[c.ranks.index(last)]) / 1e9
+        return [out[r] for r in sorted(out)]
+
+    def to_json(self, top: int = 3, calls: bool = True) -> dict[str, Any]:
+        """Everything as one JSON object; calls=False leaves the calls out (write_json streams
+        them instead)."""
+        return {
+            "ranks": self.ranks, "hosts": self.hosts,
+            "link": {0: "hosts not recorded", 1: "intra-node"}.get(self.hosts, "inter-node"),
+            "calls_from": {str(r): lv for r, lv in sorted(self.level.items())},
+            "curve": self.curve_backend,
+            **({"calls": [c.to_json() for c in self.calls]} if calls else {}),
+            "unmatched": self.unmatched,
+            "summary": [asdict(s) for s in self.summary(top)],
+            "by_rank": [asdict(s) for s in self.by_rank()],
+            "notes": self.notes,
+            "definitions": DEFINITIONS,
+        }
+
+    def write_json(self, out: IO[str], top: int = 3, **head: Any) -> None:
+        """The same object as to_json (with `head`'s keys first), written a call at a time: the
+        calls' JSON is never all in memory at once."""
+        doc = {**head, **self.to_json(top, calls=False)}
+        body = json.dumps(doc, indent=1)
+        out.write(body[:-2] + ',\n "calls": [')          # the object reopened before its "}"
+        for i, c in enumerate(self.calls):
+            out.write(("\n  " if i == 0 else ",\n  ") + json.dumps(c.to_json()))
+        out.write("\n ]\n}\n")
+
+
+# ---- reading the spans --------------------------------------------------------------------------
+
+COLUMNS = ["start", "end", "name", "category", "kernel_class", "device", "tid", "collective", "bytes",
+           "group_size", "attrs"]
+NEEDED = ("collective", "kernel", "cpu_op", "step", "window")
+
+
+@dataclass
+class _RankCalls:
+    op: list[str]
+    group: list[str]
+    start: np.ndarray
+    end: np.ndarray
+    in_bytes: list[float | None]
+    out_bytes: list[float | None]
+    group_size: list[int | None]
+    dtype: list[str | None]
+    exposed: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    own_bytes: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))   # in_bytes, 0: unknown
+
+
+def _pick_level(t: pa.Table) -> tuple[pa.Table, str]:
+    """The rows that are the calls on one rank (see the module's docstring), and their name."""
+    coll = t.filter(pc.invert(pc.is_null(t["collective"])))
+    if not coll.num_rows:
+        return coll, "none"
+    cat = coll["category"].cast(pa.string())
+    kernels = coll.filter(pc.equal(cat, "kernel"))
+    if kernels.num_rows:
+        return kernels, "device kernels"
+    names = coll["name"].cast(pa.string())
+    gloo = coll.filter(pc.starts_with(names, "gloo:"))
+    if gloo.num_rows:
+        return gloo, "gloo spans"
+    rpc = coll.filter(pc.equal(cat, "collective"))
+    if rpc.num_rows:
+        return rpc, "record_param_comms"
+    return coll, "c10d ops"
+
+
+def _attrs(s: str | None) -> dict[str, Any]:
+    if not s:
+        return {}
+    try:
+        v = json.loads(s)
+    except ValueError:
+        return {}
+    return v if isinstance(v, dict) else {}
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, (int, float)) and not (isinstance(x, float) and math.isnan(x)) and x > 0:
+        return float(x)
+    return None
+
+
+def _rank_calls(t: pa.Table) -> _RankCalls:
+    t = t.sort_by("start")
+    ops, groups, ins, outs, sizes, dtypes = [], [], [], [], [], []
+    names: dict[str, str] = {}
+    keep = []
+    for i, (coll, name, b, g, a) in enumerate(zip(
+            t["collective"].to_pylist(), t["name"].cast(pa.string()).to_pylist(), t["bytes"].to_pylist(),
+            t["group_size"].to_pylist(), t["attrs"].to_pylist())):
+        op = normalize_op(coll) or normalize_op(name)
+        if op is None:
+            continue
+        attrs = _attrs(a)
+        keep.append(i)
+        ops.append(op)
+        size = int(g) if _num(g) else None
+        group = str(attrs.get("pg") or attrs.get("pg_desc") or (f"{size} ranks" if size else "?"))
+        groups.append(names.setdefault(group, group))       # one string per group, not per call
+        ins.append(_num(attrs.get("in_bytes")) or _num(b))
+        outs.append(_num(attrs.get("out_bytes")))
+        sizes.append(size)
+        dtypes.append(attrs.get("dtype") if isinstance(attrs.get("dtype"), str) else None)
+    idx = pa.array(keep, pa.int64())
+    return _RankCalls(ops, groups, pc.take(t["start"], idx).cast(pa.int64()).to_numpy(),
+                      pc.take(t["end"], idx).cast(pa.int64()).to_numpy(), ins, outs, sizes, dtypes,
+                      own_bytes=np.asarray([b or 0.0 for b in ins], np.float64))
+
+
+def _steps_of(t: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    s = t.filter(pc.equal(t["category"].cast(pa.string()), "step")).sort_by("start")
+    return (s["start"].cast(pa.int64()).to_numpy(), s["end"].cast(pa.int64()).to_numpy(),
+            s["name"].cast(pa.string()).to_pylist())
+
+
+def _main_ops(t: pa.Table) -> np.ndarray:
+    """The rank's own CPU ops on the thread that issued the most of them (its main thread),
+    as merged [start, end) rows: what a collective overlapping them is hidden behind."""
+    ops = t.filter(pc.equal(t["category"].cast(pa.string()), "cpu_op"))
+    ops = ops.filter(pc.invert(pc.is_null(ops["tid"])))
+    ops = ops.filter(pc.is_null(ops["collective"]))
+    if not ops.num_rows:
+        return np.empty((0, 2), np.int64)
+    counts = pc.value_counts(ops["tid"]).to_pylist()
+    main = max(counts, key=lambda c: c["counts"])["values"]
+    return _merged(ops.filter(pc.equal(ops["tid"], main)))
+
+
+def _compute_kernels(t: pa.Table) -> np.ndarray:
+    """The device's kernels that are not communication, merged into [start, end) rows."""
+    k = t.filter(pc.equal(t["category"].cast(pa.string()), "kernel"))
+    k = k.filter(pc.is_null(k["collective"]))
+    cls = k["kernel_class"].cast(pa.string())
+    k = k.filter(pc.invert(pc.fill_null(pc.equal(cls, "communication"), False)))
+    return _merged(k)
+
+
+def _merged(rows: pa.Table) -> np.ndarray:
+    """[start, end) rows merged into disjoint intervals (ops nest and overlap), sorted."""
+    if not rows.num_rows:
+        return np.empty((0, 2), np.int64)
+    lo = rows["start"].cast(pa.int64()).to_numpy()
+    hi = rows["end"].cast(pa.int64()).to_numpy()
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    reach = np.maximum.accumulate(hi)
+    first = np.ones(len(lo), bool)
+    first[1:] = lo[1:] > reach[:-1]          # a new interval: it starts past all before it
+    at = np.flatnonzero(first)
+    return np.column_stack([lo[at], np.maximum.reduceat(hi, at)])
+
+
+def _covered_all(iv: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """For each [lo, hi): how much of it the disjoint sorted intervals `iv` cover."""
+    if not len(iv) or not len(lo):
+        return np.zeros(len(lo), np.int64)
+    # covered length of [0, t) for any t: prefix sums over the intervals
+    starts, ends = iv[:, 0], iv[:, 1]
+    before = np.concatenate([[0], np.cumsum(ends - starts)])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(starts, t, "right")        # intervals starting at or before t
+        full = before[np.maximum(k - 1, 0)]
+        inside = np.where(k > 0, np.minimum(t, ends[np.maximum(k - 1, 0)]) - starts[np.maximum(k - 1, 0)], 0)
+        return np.where(k > 0, full + np.maximum(inside, 0), 0)
+    covered: np.ndarray = upto(hi) - upto(lo)
+    return covered
+
+
+def _best_offset(ref: np.ndarray, other: np.ndarray, most: int = 64) -> int:
+    """The shift d that lines other[i + d] up with ref[i] best (least median start gap over
+    the pairs both have); 0 when either is empty."""
+    if not len(ref) or not len(other):
+        return 0
+    best, best_gap = 0, None
+    for d in range(-min(most, len(ref) - 1), min(most, len(other) - 1) + 1):
+        a = ref[max(0, -d):]
+        b = other[max(0, d):]
+        n = min(len(a), len(b))
+        if n == 0:
+            continue
+        gap = float(np.median(np.abs(a[:n] - b[:n])))
+        if best_gap is None or gap < best_gap:
+            best, best_gap = d, gap
+    return best
+
+
+def analyze_calls(spans: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]],
+                  hosts: dict[int, str | None] | None = None,
+                  curves: dict[str, Curve] | None = None) -> CollectiveCalls:
+    """{rank: spans (COLUMNS, the NEEDED categories)}, or (rank, spans) pairs one rank at a
+    time (a rank's table is let go once its calls are taken) -> every call matched across ranks."""
+    from .across_ranks import clock_skew
+    out = CollectiveCalls()
+    per_rank: dict[int, _RankCalls] = {}
+    steps: dict[int, tuple[np.ndarray, np.ndarray, list[str]]] = {}
+    pairs = spans.items() if isinstance(spans, Mapping) else spans
+    for r, t in pairs:
+        out.ranks.append(r)
+        rows, level = _pick_level(t)
+        out.level[r] = level
+        steps[r] = _steps_of(t)
+        if rows.num_rows:
+            c = per_rank[r] = _rank_calls(rows)
+            # what hides a call: on a GPU the device's other kernels, on a CPU the main
+            # thread's own ops
+            cover = _compute_kernels(t) if level == "device kernels" else _main_ops(t)
+            c.exposed = (c.end - c.start) - _covered_all(cover, c.start, c.end)
+        del t, rows
+    out.ranks.sort()
+    named_hosts = {(hosts or {}).get(r) for r in out.ranks} - {None}
+    out.hosts = len(named_hosts) if named_hosts else 0          # 0: not known (imported traces)
+    if not per_rank:
+        out.notes.append("no collective calls in this run's traces")
+        return out
+    # clocks across hosts: aligned as across_ranks estimates them
+    skew: dict[int, int] = {}
+    if out.hosts > 1:
+        colls = {r: {"start": c.start, "end": c.end, "name": np.array(c.op, dtype=object)}
+                 for r, c in per_rank.items()}
+        st = {r: {"start": s[0], "end": s[1], "name": np.array(s[2], dtype=object)} for r, s in steps.items()}
+        skew = clock_skew(colls, st)
+    # each rank's calls keyed by (step, group, op) in order
+    keyed: dict[tuple[str | None, str, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    use_steps = all(len(steps[r][0]) for r in per_rank) and len(per_rank) > 1
+    if not use_steps and len(per_rank) > 1:
+        out.notes.append("calls matched by their order over the whole run (not every rank has steps)")
+    for r, c in per_rank.items():
+        s_lo, s_hi, s_name = steps[r]
+        for i, (op, g, a) in enumerate(zip(c.op, c.group, c.start)):
+            step = None
+            if use_steps:
+                j = int(np.searchsorted(s_lo, a, "right")) - 1
+                step = s_name[j] if j >= 0 and a < s_hi[j] else None
+            keyed[(step, g, op)][r].append(i)
+    unmatched: dict[str, int] = defaultdict(int)
+    calls = []
+    for (step, g, op), by_rank in keyed.items():
+        ranks = sorted(by_rank)
+        sizes = [per_rank[r].group_size[by_rank[r][0]] for r in ranks]
+        n = max([s for s in sizes if s] or [len(ranks)])
+        if len(ranks) > 1 and (step is None or len({len(v) for v in by_rank.values()}) > 1):
+            # no steps, or a step some rank holds fewer of these calls in (its window began or
+            # ended inside it): on one clock the same call starts at nearly the same moment
+            # everywhere, so each rank's sequence is shifted to where it lies closest to the
+            # lowest rank's (ref[i] is rank r's [i + d_r]); calls outside the span all ranks
+            # share are unmatched
+            ref = per_rank[ranks[0]].start[by_rank[ranks[0]]] - skew.get(ranks[0], 0)
+            shift = {ranks[0]: 0}
+            for r in ranks[1:]:
+                shift[r] = _best_offset(ref, per_rank[r].start[by_rank[r]] - skew.get(r, 0))
+            lo = max(0, *(-d for d in shift.values()))
+            hi = min(len(by_rank[r]) - d for r, d in shift.items())
+            for r, d in shift.items():
+                kept = by_rank[r][lo + d:max(lo, hi) + d]
+                if len(by_rank[r]) > len(kept):
+                    unmatched[f"{op} on rank {r}"] += len(by_rank[r]) - len(kept)
+                by_rank[r] = kept
+            if hi <= lo:
+                continue
+        k = min(len(v) for v in by_rank.values())
+        for r in ranks:
+            if len(by_rank[r]) > k:
+                unmatched[f"{op} on rank {r}"] += len(by_rank[r]) - k
+        if 1 < len(ranks) < n and len(out.ranks) >= n:
+            # the run holds every rank of the group, yet some made none of these calls here:
+            # a window that missed the step; the others' calls are not matched to nothing
+            for r in ranks:
+                unmatched[f"{op} on rank {r}"] += k
+            continue
+        if k == 0:
+            continue
+        # (k calls x ranks) matrices: a call's figures are a row of each (a view, no copy)
+        at = {r: np.asarray(by_rank[r][:k], np.int64) for r in ranks}
+        start = np.column_stack([per_rank[r].start[at[r]] - skew.get(r, 0) for r in ranks])
+        length = np.column_stack([np.maximum(per_rank[r].end[at[r]] - per_rank[r].start[at[r]], 0)
+                                  for r in ranks])
+        hidden = np.column_stack([per_rank[r].exposed[at[r]] for r in ranks])
+        own = np.column_stack([per_rank[r].own_bytes[at[r]] for r in ranks])
+        first = per_rank[ranks[0]]
+        rank_tuple = tuple(ranks)
+        for idx in range(k):
+            i0 = int(at[ranks[0]][idx])
+            calls.append(Call(op, g, idx, step, rank_tuple, n,
+                              nccl_tests_bytes(op, first.in_bytes[i0], first.out_bytes[i0], n),
+                              first.dtype[i0], start[idx], length[idx], hidden[idx], own[idx]))
+    calls.sort(key=lambda c: c.start_ns)
+    out.calls = calls
+    out.unmatched = dict(sorted(unmatched.items()))
+    if curves:
+        out.attach(curves)
+    if any(not c.complete for c in calls):
+        partial = sum(not c.complete for c in calls)
+        out.notes.append(f"{partial} calls seen on fewer ranks than their group ({_ranks_text(out.ranks)} in "
+                         "this run): their skew is over the ranks seen, their transfer an upper bound")
+    return out
+
+
+def _ranks_text(ranks: Iterable[int]) -> str:
+    from .across_ranks import rank_ranges
+    return "rank " + rank_ranges(sorted(ranks)) if len(list(ranks)) == 1 else "ranks " + rank_ranges(sorted(ranks))
