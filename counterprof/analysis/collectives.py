@@ -50,7 +50,7 @@ OPS = {
     "alltoall": "all_to_all", "all_to_all": "all_to_all", "alltoall_base": "all_to_all",
     "all_to_allv": "all_to_all", "alltoallv": "all_to_all",
     "sendrecv": "send_recv", "send": "send", "recv": "recv", "barrier": "barrier",
-    "gather": "gather", "scatter": "scatter",
+    "gather": "gather", "scatter": "scatter", "collective_permute": "collective_permute",
 }
 NOT_CALLS = {"wait", "coalesced", ""}       # record_param_comms rows that mark, not move
 
@@ -88,7 +88,7 @@ def normalize_op(name: str | None) -> str | None:
     for prefix in ("gloo:", "c10d::", "nccl:", "ncclkernel_", "ncclDevKernel_".lower()):
         if key.startswith(prefix):
             key = key[len(prefix):]
-    key = key.rstrip("_").split("(")[0]
+    key = key.rstrip("_").split("(")[0].replace("-", "_")     # XLA's opcodes: all-reduce
     if key in NOT_CALLS:
         return None
     if key in OPS:
@@ -418,7 +418,8 @@ class CollectiveCalls:
 
 COLUMNS = ["start", "end", "name", "category", "kernel_class", "device", "tid", "collective", "bytes",
            "group_size", "attrs"]
-NEEDED = ("collective", "kernel", "cpu_op", "step", "window")
+NEEDED = ("collective", "kernel", "cpu_op", "xla_op", "step", "window")
+XLA_LEVEL = "XLA collective ops"
 
 
 @dataclass
@@ -450,7 +451,9 @@ def _pick_level(t: pa.Table) -> tuple[pa.Table, str]:
         return gloo, "gloo spans"
     rpc = coll.filter(pc.equal(cat, "collective"))
     if rpc.num_rows:
-        return rpc, "record_param_comms"
+        if pc.any(pc.equal(rpc["name"].cast(pa.string()), "record_param_comms")).as_py():
+            return rpc, "record_param_comms"
+        return rpc, XLA_LEVEL            # jax: XLA's collective ops (all-reduce, all-gather...)
     return coll, "c10d ops"
 
 
@@ -592,9 +595,11 @@ def analyze_calls(spans: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]]
         steps[r] = _steps_of(t)
         if rows.num_rows:
             c = per_rank[r] = _rank_calls(rows)
-            # what hides a call: on a GPU the device's other kernels, on a CPU the main
-            # thread's own ops
-            cover = _compute_kernels(t) if level == "device kernels" else _main_ops(t)
+            # what hides a call: on a GPU the device's other kernels, under XLA its other ops,
+            # on a CPU the main thread's own ops
+            cover = (_compute_kernels(t) if level == "device kernels" else
+                     _merged(t.filter(pc.equal(t["category"].cast(pa.string()), "xla_op"))) if level == XLA_LEVEL
+                     else _main_ops(t))
             c.exposed = (c.end - c.start) - _covered_all(cover, c.start, c.end)
         del t, rows
     out.ranks.sort()

@@ -205,6 +205,37 @@ def test_four_ranks_on_two_cores_still_name_the_late_rank(tmp_path):
     assert a2a and all(c["imbalance"] == pytest.approx(4 / 2.5, rel=1e-3) for c in a2a)
 
 
+@NEEDS_DIST
+def test_a_bucketed_ddp_job_all_reduces_its_gradients_once_a_step(tmp_path):
+    """DDP's reducer all_reduces the gradients in buckets at the end of the synced backward
+    (tests/jobs/ddp_train.py: one no_sync micro-batch, one synced, a step): per traced step the
+    all_reduces' bytes add up to the model's gradient bytes, which the job counts itself, and
+    the buffers' broadcast to the buffers' bytes."""
+    out = tmp_path / "ddp"
+    truth_file = tmp_path / "truth.jsonl"
+    env = dict(os.environ, JOB_TRUTH=str(truth_file))
+    proc = subprocess.run([*COUNTERPROF, "run", "--torch", "-q", "-o", str(out), "--", *torchrun(), "--standalone",
+                           "--nproc_per_node", "2", str(JOBS / "ddp_train.py")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    truth = json.loads(truth_file.read_text().splitlines()[0])
+    rep = run_cli("collectives", str(out), "--json")
+    assert rep.returncode == 0, rep.stderr
+    j = json.loads(rep.stdout)
+    per_step: dict[str, list[dict]] = {}
+    for c in j["calls"]:
+        per_step.setdefault(c["step"], []).append(c)
+    assert per_step, j
+    for step, calls in per_step.items():
+        assert all(c["complete"] and c["group_size"] == 2 for c in calls), calls
+        reduced = sum(c["bytes"] for c in calls if c["op"] == "all_reduce")
+        assert reduced == truth["grad_bytes"], (step, [(c["op"], c["bytes"]) for c in calls])
+        buckets = [c for c in calls if c["op"] == "all_reduce"]
+        assert len(buckets) >= 2, buckets                # bucketed: more than one all_reduce
+        assert [c["bytes"] for c in calls if c["op"] == "broadcast"] == [truth["buffer_bytes"]]
+    assert not j["unmatched"], j["unmatched"]
+
+
 @pytest.mark.skipif(SHARED is None, reason=MISSING)
 def test_an_imported_nccl_trace_gives_each_calls_bandwidth_from_its_kernel(tmp_path):
     run_dir = tmp_path / "imp"

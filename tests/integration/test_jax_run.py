@@ -376,3 +376,10 @@ def test_a_two_process_jax_distributed_job_is_judged_by_its_ranks(tmp_path):
         assert v["verdict"] not in ("", "unknown") and v["shares"].get("collectives", 0) > 0, v
     rows = {r["rank"]: r for r in rep["rank_analysis"]["ranks"]}
     assert sorted(rows) == [0, 1] and all(r["collective_s"] > 0 for r in rows.values()), rows
+    # `collectives` matches each psum across the two processes: a 256 x 256 fp32 all-reduce
+    coll = json.loads(run_cli("collectives", "--json", str(run_dir)).stdout)
+    assert coll["calls_from"] == {"0": "XLA collective ops", "1": "XLA collective ops"}
+    assert coll["calls"] and not coll["unmatched"], coll["unmatched"]
+    for c in coll["calls"]:
+        assert (c["op"], c["ranks"], c["bytes"], c["complete"]) == ("all_reduce", [0, 1], 256 * 256 * 4, True), c
+        assert c["busbw_gbps"] > 0 and c["skew_us"] is not None

@@ -97,7 +97,9 @@ def train(rank: int, world_size: int, args) -> None:
     record("ddp_train", rank=rank, world_size=world_size, steps=args.steps, loop_s=loop_s,
            loop_run_delay_s=main_thread()[1] - delay_before,
            backward_local_s=backward_local, backward_synced_s=backward_synced,
-           reducer_wait_s=max(0.0, backward_synced - backward_local), per_step=steps)
+           reducer_wait_s=max(0.0, backward_synced - backward_local), per_step=steps,
+           grad_bytes=sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad),
+           buffer_bytes=sum(b.numel() * b.element_size() for b in model.module.buffers()))
 
 
 def main() -> None:

@@ -34,6 +34,7 @@ def test_names_as_nccl_tests_spells_them():
     assert normalize_op("_reduce_scatter_base") == "reduce_scatter"
     assert normalize_op("c10d::alltoall_base_") == "all_to_all"
     assert normalize_op("wait") is None
+    assert normalize_op("all-gather") == "all_gather" and normalize_op("all-reduce.3") == "all_reduce"
     assert size_bucket(3 << 20) == "2 MiB" and size_bucket(8) == "8 B"
 
 
@@ -112,3 +113,18 @@ def test_the_knee_is_where_the_curve_reaches_half_its_best():
     assert cv.knee() == pytest.approx(1 << 20)          # 1e9 is half of 2e9: reached at 1 MiB
     cv = Curve("all_gather", "gloo", [1 << 10, 1 << 20], [0.0, 2e9])
     assert cv.knee() == pytest.approx(2 ** 15)          # halfway in log-size from 1 KiB to 1 MiB
+
+
+def test_across_hosts_the_clock_offset_is_taken_out_before_skew():
+    # rank 1 runs on another host whose clock reads 50 ms ahead; truly, it arrives 2 ms after
+    # rank 0 at each all_reduce, and both leave together (nobody leaves before the last arrives)
+    r0, r1 = [], []
+    for k in range(5):
+        t = 100 * k
+        r0 += [step(k, t, t + 100), coll("all_reduce", t + 10, 7, 1 << 20)]
+        r1 += [step(k, t + 50, t + 150), coll("all_reduce", t + 12 + 50, 5, 1 << 20)]
+    res = analyze_calls({0: table(r0), 1: table(r1)}, hosts={0: "a", 1: "b"})
+    assert res.hosts == 2 and res.to_json()["link"] == "inter-node"
+    assert len(res.calls) == 5
+    for c in res.calls:
+        assert c.last == 1 and c.skew_ns == pytest.approx(2 * MS, abs=0.01 * MS)
