@@ -428,12 +428,12 @@ class _RankCalls:
     group: list[str]
     start: np.ndarray
     end: np.ndarray
-    in_bytes: list[float | None]
-    out_bytes: list[float | None]
-    group_size: list[int | None]
+    in_bytes: np.ndarray              # per call, 0: unknown
+    out_bytes: np.ndarray
+    group_size: np.ndarray
     dtype: list[str | None]
     exposed: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    own_bytes: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))   # in_bytes, 0: unknown
+    own_bytes: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))   # = in_bytes
 
 
 def _pick_level(t: pa.Table) -> tuple[pa.Table, str]:
@@ -495,9 +495,12 @@ def _rank_calls(t: pa.Table) -> _RankCalls:
         sizes.append(size)
         dtypes.append(attrs.get("dtype") if isinstance(attrs.get("dtype"), str) else None)
     idx = pa.array(keep, pa.int64())
+    # arrays, not lists of floats: a run of many calls stays small; 0 is unknown
+    ins_a = np.asarray([b or 0.0 for b in ins], np.float64)
     return _RankCalls(ops, groups, pc.take(t["start"], idx).cast(pa.int64()).to_numpy(),
-                      pc.take(t["end"], idx).cast(pa.int64()).to_numpy(), ins, outs, sizes, dtypes,
-                      own_bytes=np.asarray([b or 0.0 for b in ins], np.float64))
+                      pc.take(t["end"], idx).cast(pa.int64()).to_numpy(), ins_a,
+                      np.asarray([b or 0.0 for b in outs], np.float64),
+                      np.asarray([x or 0 for x in sizes], np.int64), dtypes, own_bytes=ins_a)
 
 
 def _steps_of(t: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -615,24 +618,34 @@ def analyze_calls(spans: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]]
                  for r, c in per_rank.items()}
         st = {r: {"start": s[0], "end": s[1], "name": np.array(s[2], dtype=object)} for r, s in steps.items()}
         skew = clock_skew(colls, st)
-    # each rank's calls keyed by (step, group, op) in order
-    keyed: dict[tuple[str | None, str, str], dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
+    # each rank's calls keyed by (step, group, op): a key id per call, and the calls in key order
+    # (stable: within a key, in start order), so each key's calls on a rank are one slice
     use_steps = all(len(steps[r][0]) for r in per_rank) and len(per_rank) > 1
     if not use_steps and len(per_rank) > 1:
         out.notes.append("calls matched by their order over the whole run (not every rank has steps)")
+    key_ids: dict[tuple[str | None, str, str], int] = {}
+    sorted_keys: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for r, c in per_rank.items():
         s_lo, s_hi, s_name = steps[r]
-        for i, (op, g, a) in enumerate(zip(c.op, c.group, c.start)):
-            step = None
-            if use_steps:
-                j = int(np.searchsorted(s_lo, a, "right")) - 1
-                step = s_name[j] if j >= 0 and a < s_hi[j] else None
-            keyed[(step, g, op)][r].append(i)
+        names: list[str | None] = [None] * len(c.start)
+        if use_steps:
+            j = np.searchsorted(s_lo, c.start, "right") - 1
+            inside = (j >= 0) & (c.start < s_hi[np.maximum(j, 0)])
+            names = [s_name[x] if ok else None for x, ok in zip(j.tolist(), inside.tolist())]
+        kid = np.fromiter((key_ids.setdefault((st, g, op), len(key_ids))
+                           for st, g, op in zip(names, c.group, c.op)), np.int64, len(c.start))
+        order = np.argsort(kid, kind="stable")
+        sorted_keys[r] = (kid[order], order)
     unmatched: dict[str, int] = defaultdict(int)
     calls = []
-    for (step, g, op), by_rank in keyed.items():
+    for (step, g, op), key in key_ids.items():
+        by_rank: dict[int, list[int]] = {}
+        for r, (kids, order) in sorted_keys.items():
+            lo_i, hi_i = np.searchsorted(kids, [key, key + 1])
+            if hi_i > lo_i:
+                by_rank[r] = order[lo_i:hi_i].tolist()
         ranks = sorted(by_rank)
-        sizes = [per_rank[r].group_size[by_rank[r][0]] for r in ranks]
+        sizes = [int(per_rank[r].group_size[by_rank[r][0]]) for r in ranks]
         n = max([s for s in sizes if s] or [len(ranks)])
         if len(ranks) > 1 and (step is None or len({len(v) for v in by_rank.values()}) > 1):
             # no steps, or a step some rank holds fewer of these calls in (its window began or
@@ -677,7 +690,8 @@ def analyze_calls(spans: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]]
         for idx in range(k):
             i0 = int(at[ranks[0]][idx])
             calls.append(Call(op, g, idx, step, rank_tuple, n,
-                              nccl_tests_bytes(op, first.in_bytes[i0], first.out_bytes[i0], n),
+                              nccl_tests_bytes(op, float(first.in_bytes[i0]) or None,
+                                               float(first.out_bytes[i0]) or None, n),
                               first.dtype[i0], start[idx], length[idx], hidden[idx], own[idx]))
     calls.sort(key=lambda c: c.start_ns)
     out.calls = calls
