@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .arguments import ceilings_from, ceilings_option, run_output_parser
-from .common import check_output_file, guarded, open_run, write_text_file
+from .common import UsageFailure, check_output_file, err, guarded, open_run, write_text_file
 from .process_setup import use_system_allocator
 
 
@@ -45,8 +45,11 @@ def _main(argv: list[str]) -> int:
     from ..analysis.roofline_run import choose_ceilings
     from ..ground.errors import RunDirectoryError
     from ..store.span_tables import spans_by_rank
-    run = open_run(args.run)
+    run = open_run(args.run, skip_unreadable=True)      # a damaged file: the rest is read, it is named
     ranks = [r for r in run.ranks() if not args.rank or r in args.rank]
+    if args.rank and not ranks:
+        raise UsageFailure(f"--rank {', '.join(map(str, args.rank))}: the run has rank(s) "
+                           f"{', '.join(map(str, run.ranks())) or 'none'}", p.format_usage())
 
     def one_rank_at_a_time() -> Iterator[tuple[int, Any]]:   # each rank's spans let go once read
         for r in ranks:
@@ -59,6 +62,8 @@ def _main(argv: list[str]) -> int:
         raise RunDirectoryError(
             f"{run.path} holds no torch trace spans{which}: record with `counterprof run --torch` "
             "or convert traces with `counterprof import`")
+    for problem in run.skipped:
+        err(problem)
     doc, _ = choose_ceilings(result.on_device, None, file_docs, run.meta)
     result.attach(curves_from_ceilings(doc))
     if args.html:

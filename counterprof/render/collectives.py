@@ -54,7 +54,8 @@ def collectives_text(r: CollectiveCalls, out: IO[str], top: int = 3) -> None:
         console.print("no collective calls matched" + (": " + "; ".join(r.notes) if r.notes else ""))
         return
     levels = sorted(set(r.level.values()) - {"none"})
-    console.print(f"{len(r.calls)} collective calls on ranks {', '.join(map(str, r.ranks))} "
+    on = f"rank {r.ranks[0]}" if len(r.ranks) == 1 else f"ranks {', '.join(map(str, r.ranks))}"
+    console.print(f"{len(r.calls)} collective calls on {on} "
                   f"({j['link']}; calls from {', '.join(levels)}); curve: "
                   f"{r.curve_backend + ' (calibrate)' if r.curve_backend else 'none (run `counterprof calibrate`)'}")
     t = _table("per operation, size and group", "op", "size", "group", "calls", "time", "exposed",
@@ -89,10 +90,13 @@ def collectives_text(r: CollectiveCalls, out: IO[str], top: int = 3) -> None:
 
 
 def _named(calls: list[dict[str, Any]], top: int) -> list[tuple[str, dict[str, Any]]]:
-    """The calls a user would look at, each with why: late ranks (skew over the transfer), far
+    """The calls a user would look at, each with why: late ranks (a skew that matters), far
     below the curve (slow link or contention), under the latency floor (too small)."""
     out: list[tuple[str, dict[str, Any]]] = []
-    late = sorted((c for c in calls if (c["skew_us"] or 0) > c["transfer_us"]), key=lambda c: -c["skew_us"])
+    # late: the others' wait (the skew) is a real part of the call: 1 ms or more, and at least a
+    # third of the transfer
+    late = sorted((c for c in calls if (c["skew_us"] or 0) >= max(1000.0, c["transfer_us"] / 3)),
+                  key=lambda c: -c["skew_us"])
     out += [(f"rank {c['last_rank']} late", c) for c in late[:top]]
     slow = sorted((c for c in calls if c["fraction_of_curve"] is not None and c["fraction_of_curve"] < 0.5
                    and not c["under_latency_floor"] and c not in late[:top]),

@@ -252,11 +252,27 @@ def test_an_imported_nccl_trace_gives_each_calls_bandwidth_from_its_kernel(tmp_p
     assert "all_reduce" in text and "GB/s" in text
 
 
+@NEEDS_DIST
+def test_a_damaged_file_is_named_and_the_rest_is_read(two_ranks, tmp_path):
+    import shutil
+    _, _, run_dir = two_ranks
+    cut = tmp_path / "cut"
+    shutil.copytree(run_dir, cut)
+    victim = sorted((cut / "spans" / "rank=1").glob("*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:3000])
+    proc = run_cli("collectives", str(cut), "--json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert victim.name in proc.stderr
+    assert json.loads(proc.stdout)["ranks"] == [0]
+
+
 def test_a_run_without_traces_is_one_line(tmp_path):
     run_dir = tmp_path / "r"
     assert run_cli("run", "-q", "--collectors", "host", "-o", str(run_dir), "--", "true").returncode == 0
     proc = run_cli("collectives", str(run_dir))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "no torch trace spans" in proc.stderr and "counterprof run --torch" in proc.stderr
+    wrong = run_cli("collectives", str(run_dir), "--rank", "9")
+    assert wrong.returncode == 2 and "the run has rank(s)" in wrong.stderr, wrong.stderr
     missing = run_cli("collectives", str(tmp_path / "nowhere"))
     assert missing.returncode != 0 and "Traceback" not in missing.stderr and missing.stderr.count("\n") <= 2
