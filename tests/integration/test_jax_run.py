@@ -6,6 +6,7 @@ anything or showing a traceback."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import textwrap
 import time
@@ -314,20 +315,35 @@ DISTRIBUTED_WORKER = """
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     mesh = Mesh(jax.devices(), ("d",))
 
-    @jax.jit
-    def step(x):
-        return jax.shard_map(lambda a: jax.lax.psum(a @ a.T, "d"), mesh=mesh, in_specs=P("d"),
-                             out_specs=P())(x)
+    # a data-parallel step in miniature: a small local matmul, then the 4 MB "gradient" summed
+    # across the two processes (as DDP's all_reduce); compute_only is the same step unsynced
+    def local(a, g):
+        return a @ a.T, g * 0.5
 
+    @jax.jit
+    def step(x, g):
+        return jax.shard_map(lambda a, b: tuple(jax.lax.psum(t, "d") for t in local(a, b)),
+                             mesh=mesh, in_specs=(P("d"), P("d")), out_specs=(P(), P()))(x, g)
+
+    compute_only = jax.jit(local)
     x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), jnp.ones((256, 256)))
+    g = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")), jnp.ones((1 << 20,)))
     steps = []
     for i in range(40):
         t0 = time.time_ns()
         with jax.profiler.StepTraceAnnotation("train", step_num=i):
-            step(x).block_until_ready()
+            jax.block_until_ready(step(x, g))
         steps.append((t0, time.time_ns()))
+    xl, gl = jnp.ones((256, 256)), jnp.ones((1 << 20,))  # this process's shards
+    jax.block_until_ready(compute_only(xl, gl))
+    unsynced = []
+    for _ in range(40):
+        t0 = time.perf_counter_ns()
+        jax.block_until_ready(compute_only(xl, gl))
+        unsynced.append(time.perf_counter_ns() - t0)
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"pid": os.getpid(), "rank": jax.process_index(), "steps": steps}, f)
+        json.dump({"pid": os.getpid(), "rank": jax.process_index(), "steps": steps,
+                   "unsynced_ns": unsynced}, f)
 """
 
 DISTRIBUTED_LAUNCHER = """
@@ -372,14 +388,21 @@ def test_a_two_process_jax_distributed_job_is_judged_by_its_ranks(tmp_path):
     rep = json.loads(run_cli("report", "--json", str(run_dir)).stdout)
     verdicts = {v["scope"]: v for v in rep["rank_verdicts"]}
     assert set(verdicts) == {"rank 0", "rank 1"}, rep["rank_verdicts"]
-    for v in verdicts.values():
-        assert v["verdict"] not in ("", "unknown") and v["shares"].get("collectives", 0) > 0, v
+    for rank, job in jobs.items():
+        # the job's own truth: the share of a step that the unsynced step does not cost
+        synced = statistics.median(t1 - t0 for t0, t1 in job["steps"])
+        truth = 1 - statistics.median(job["unsynced_ns"]) / synced
+        assert truth > 0.6, (rank, truth)      # the job is the shape it claims to be
+        v = verdicts[f"rank {rank}"]
+        assert v["verdict"] == "collectives" and sum(v["shares"].values()) <= 1.0001, (truth, v)
+        assert v["shares"]["collectives"] >= truth - 0.3, (truth, v)
     rows = {r["rank"]: r for r in rep["rank_analysis"]["ranks"]}
     assert sorted(rows) == [0, 1] and all(r["collective_s"] > 0 for r in rows.values()), rows
-    # `collectives` matches each psum across the two processes: a 256 x 256 fp32 all-reduce
+    # `collectives` matches each psum across the two processes: XLA fuses the step's two psums
+    # into one all-reduce of this process's 256 x 256 product and its 2^20-float "gradient"
     coll = json.loads(run_cli("collectives", "--json", str(run_dir)).stdout)
     assert coll["calls_from"] == {"0": "XLA collective ops", "1": "XLA collective ops"}
     assert coll["calls"] and not coll["unmatched"], coll["unmatched"]
     for c in coll["calls"]:
-        assert (c["op"], c["ranks"], c["bytes"], c["complete"]) == ("all_reduce", [0, 1], 256 * 256 * 4, True), c
+        assert (c["op"], c["ranks"], c["bytes"], c["complete"]) == ("all_reduce", [0, 1], 4 * (256 * 256 + (1 << 20)), True), c
         assert c["busbw_gbps"] > 0 and c["skew_us"] is not None
