@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..store.reader import Run
 
 # the order series are shown in, per command: by the first prefix each starts with
-SERIES_ORDER = ("wall_time", "step_time", "region:", "metric:roofline.mfu", "signal:", "metric:")
+SERIES_ORDER = ("wall_time", "step_time", "region:", "metric:roofline.mfu", "correlate:", "signal:", "metric:")
 
 
 def run_record(run: Run, path: str, warn: Callable[[str], None]) -> RunRecord:
@@ -79,3 +79,33 @@ def _order(series: str) -> int:
         if series.startswith(prefix):
             return i
     return 9
+
+
+def correlation_series(path: str) -> tuple[str, list[tuple[str, float, str, int, str | None]]]:
+    """(the run id, its history series) of a `counterprof correlate --json` output: per source
+    mape, coverage, within (%), geomean_ratio (x), spearman; per source and group mape and
+    geomean_ratio. A file that is not one is a UsageError saying what to give."""
+    import json
+    from ..ground.errors import UsageError
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--correlation {path}: not readable JSON ({exc}): give the output of "
+                         "`counterprof correlate RUN ... --json`") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("sources"), list) or not doc.get("run_id"):
+        raise UsageError(f"--correlation {path}: not a `counterprof correlate --json` output (no run_id and sources)")
+    out: list[tuple[str, float, str, int, str | None]] = []
+    pct = {"mape": "%", "coverage": "%", "within": "%", "geomean_ratio": "x", "spearman": ""}
+
+    def put(prefix: str, figs: dict[str, object], names: tuple[str, ...]) -> None:
+        for k in names:
+            v = figs.get(k)
+            if isinstance(v, (int, float)):
+                out.append((f"{prefix}:{k}", float(v) * (100 if pct[k] == "%" else 1), pct[k],
+                            int(figs.get("rows") or 0), None))       # type: ignore[call-overload]
+    for s in doc["sources"]:
+        name = str(s.get("source") or "predictions").replace(":", " ")
+        put(f"correlate:{name}", s, ("mape", "coverage", "within", "geomean_ratio", "spearman"))
+        for g, figs in (s.get("by_group") or {}).items():
+            put(f"correlate:{name}:{g}", figs, ("mape", "geomean_ratio"))
+    return str(doc["run_id"]), out

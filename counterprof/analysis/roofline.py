@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import statistics
 from array import array
 from dataclasses import asdict, dataclass, field
@@ -95,6 +96,8 @@ class Roofline:
     # "ceiling", "text", ...}; empty: the ceilings fit (or there are none)
     over_roof: list[dict[str, Any]] = field(default_factory=list)
     origin: str | None = None       # where the ceilings came from (roofline_run.choose_ceilings)
+    # keep_calls: per (rank, index into ops) [calls, ns, CallTimes] (what `correlate` reads)
+    calls: dict[tuple[int, int], list[Any]] = field(default_factory=dict, repr=False)
     # (op start ns, ns, row index or -1)
     _atoms: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
@@ -150,6 +153,41 @@ def _parse_attrs(text: str | None) -> tuple[Any, Any, Any] | None:
     if not isinstance(a, dict) or "input_dims" not in a:
         return None
     return a["input_dims"], a.get("input_types"), a.get("concrete_inputs")
+
+
+class CallTimes:
+    """The times of an op's calls as counts in bins 1% wide (log scale): quantiles to within 1%,
+    memory in the number of distinct bins (a few hundred at most), not of calls; two merge
+    exactly (what `correlate` reads, per rank and over ranks)."""
+    __slots__ = ("bins",)
+    STEP = math.log(1.01)
+
+    def __init__(self) -> None:
+        self.bins: dict[int, int] = {}
+
+    def add(self, ns: float, count: int = 1) -> None:
+        b = round(math.log(max(ns, 1.0)) / self.STEP)
+        self.bins[b] = self.bins.get(b, 0) + count
+
+    def merge(self, other: CallTimes) -> None:
+        for b, n in other.bins.items():
+            self.bins[b] = self.bins.get(b, 0) + n
+
+    @property
+    def count(self) -> int:
+        return sum(self.bins.values())
+
+    def quantile(self, q: float) -> float | None:
+        """The q-quantile in ns (the bin's centre), None without calls."""
+        n = self.count
+        if not n:
+            return None
+        rank, seen = q * (n - 1), 0
+        for b in sorted(self.bins):
+            seen += self.bins[b]
+            if seen > rank:
+                return math.exp(b * self.STEP)
+        return math.exp(max(self.bins) * self.STEP)
 
 
 class _Key:
@@ -208,8 +246,10 @@ class _Walk:
     the atoms kept for busy_split over windows (8 bytes x 3 per op with time, keep_atoms)."""
 
     def __init__(self, keys: dict[int, _Key], gpu: bool, scope: tuple[int, int] | None, steps: _Steps | None,
-                 keep_atoms: bool):
+                 keep_atoms: bool, keep_calls: bool = False):
         self.keys, self.gpu, self.scope, self.steps = keys, gpu, scope, steps
+        # per (rank, row): [calls, ns, CallTimes] (keep_calls: what `correlate` reads)
+        self.calls: dict[tuple[int, tuple[str, str, str]], list[Any]] | None = {} if keep_calls else None
         self.rows: dict[tuple[str, str, str], OpRow] = {}
         self.unmod: dict[str, dict[str, Any]] = {}
         self.gpu_attributed_ns = 0
@@ -286,6 +326,13 @@ class _Walk:
                 row.bytes += c.bytes
                 row.time_ns += atom + pend_ns
                 row.link_time_ns += (link if atom else 0) + pend_link
+                if self.calls is not None and atom + pend_ns > 0:
+                    per = self.calls.get((rank, k.row_key))
+                    if per is None:
+                        per = self.calls[(rank, k.row_key)] = [0, 0, CallTimes()]
+                    per[0] += 1
+                    per[1] += atom + pend_ns
+                    per[2].add(atom + pend_ns)
                 if atom > 0:
                     self._mfu_op(rank, s, c)
             if self.keep_atoms:
@@ -361,25 +408,27 @@ class _Walk:
 def roofline(spans: pa.Table | RunQuery | OpRows, ceilings: dict[str, Any] | None, rank: int | None = None,
              scope: tuple[int, int] | None = None, device: str | None = None,
              datasheet: dict[str, Any] | None = None, keep_atoms: bool = True,
-             origin: str | None = None) -> Roofline:
+             origin: str | None = None, keep_calls: bool = False) -> Roofline:
     """Per-op roofline rows of the spans (one rank or all), against `ceilings` (one device's
     document; None: rows without bounds, and `missing` says to calibrate).
     spans: a spans table (pyarrow) or a store.query.RunQuery (read in batches, memory flat in
     the run's size). datasheet: the vendor's figures for the device, for MFU against the
     datasheet too. keep_atoms: keep each op's time and start for busy_split over windows.
+    keep_calls: keep each row's call times per rank (Roofline.calls, for `correlate`).
     origin: where the ceilings came from (a note, and the words of the fit check's)."""
     from ..store.op_rows import OpRows
     if isinstance(spans, OpRows):
-        return _roofline(spans, ceilings, scope, device, datasheet, keep_atoms, origin)
+        return _roofline(spans, ceilings, scope, device, datasheet, keep_atoms, origin, keep_calls)
     src = OpRows.of(spans, rank)
     try:
-        return _roofline(src, ceilings, scope, device, datasheet, keep_atoms, origin)
+        return _roofline(src, ceilings, scope, device, datasheet, keep_atoms, origin, keep_calls)
     finally:
         src.close()
 
 
 def _roofline(src: OpRows, ceilings: dict[str, Any] | None, scope: tuple[int, int] | None, device: str | None,
-              datasheet: dict[str, Any] | None, keep_atoms: bool, origin: str | None = None) -> Roofline:
+              datasheet: dict[str, Any] | None, keep_atoms: bool, origin: str | None = None,
+              keep_calls: bool = False) -> Roofline:
     n_ops, gpu_total_ns = src.counts()
     gpu = gpu_total_ns > 0
     basis = "gpu kernel time" if gpu else "cpu self time"
@@ -388,7 +437,7 @@ def _roofline(src: OpRows, ceilings: dict[str, Any] | None, scope: tuple[int, in
         r.notes.append(origin)
     if n_ops == 0:
         if _xla_ops(src) and _xla_costed(src):
-            return _xla_roofline(src, r, ceilings, scope, datasheet, keep_atoms)
+            return _xla_roofline(src, r, ceilings, scope, datasheet, keep_atoms, keep_calls)
         if _xla_ops(src):
             r.missing.append("FLOPs and bytes of the XLA ops: a JAX run's ops on the CPU carry none, and "
                              "XLA's cost analysis of the profile's HLO is not read into the roofline yet "
@@ -407,7 +456,7 @@ def _roofline(src: OpRows, ceilings: dict[str, Any] | None, scope: tuple[int, in
         r.missing.append("op shapes: record the trace with record_shapes=True "
                          "(counterprof run --torch records them)")
     windows = _mfu_windows(src.marks(), scope)
-    walk = _Walk(keys, gpu, scope, _Steps(windows) if windows else None, keep_atoms)
+    walk = _Walk(keys, gpu, scope, _Steps(windows) if windows else None, keep_atoms, keep_calls)
     walk.run(src.events(scope))
 
     unmod = walk.unmod
@@ -428,6 +477,9 @@ def _roofline(src: OpRows, ceilings: dict[str, Any] | None, scope: tuple[int, in
         _finish_row(row, ceilings, bw, missing_peaks)
     r.ops = sorted((x for x in walk.rows.values() if x.time_ns > 0),
                    key=lambda x: (-x.time_ns, x.name, json.dumps(x.input_dims), json.dumps(x.input_types)))
+    if walk.calls is not None:
+        at = {(o.name, json.dumps(o.input_dims), json.dumps(o.input_types)): j for j, o in enumerate(r.ops)}
+        r.calls = {(rank, at[k]): v for (rank, k), v in walk.calls.items() if k in at}
     if keep_atoms:
         # each op's time with its start and the row it went to (-1: unmodelled), for busy_split
         # over windows without computing it all again
@@ -472,7 +524,7 @@ _XLA_FAMILY = {"dot": "gemm", "convolution": "conv"}
 
 
 def _xla_roofline(src: OpRows, r: Roofline, ceilings: dict[str, Any] | None, scope: tuple[int, int] | None,
-                  datasheet: dict[str, Any] | None, keep_atoms: bool) -> Roofline:
+                  datasheet: dict[str, Any] | None, keep_atoms: bool, keep_calls: bool = False) -> Roofline:
     """The roofline of a JAX run's XLA ops (xla_op spans whose attrs carry XLA's cost analysis:
     flops, bytes_accessed, dtype; collectors/jax_trace/convert.py). One row per HLO op of a
     module (name: the op; input_dims: "module(program id)"; input_types: its HLO category).
@@ -493,6 +545,7 @@ def _xla_roofline(src: OpRows, r: Roofline, ceilings: dict[str, Any] | None, sco
     unmod: dict[str, dict[str, Any]] = {}
     costs: dict[str | None, tuple[float, float, str | None, tuple[str, str, str]] | None] = {}
     atoms: tuple[list[int], list[int], list[tuple[str, str, str] | None]] = ([], [], [])
+    calls: dict[tuple[int, tuple[str, str, str]], list[Any]] = {}
     dtype_flops: dict[str, float] = {}
     total_flops, n_mfu = 0.0, 0
     first: int | None = None
@@ -536,6 +589,13 @@ def _xla_roofline(src: OpRows, r: Roofline, ceilings: dict[str, Any] | None, sco
         row.flops += int(flops)
         row.bytes += int(nbytes)
         row.time_ns += own
+        if keep_calls and own > 0:
+            per = calls.get((rank, rk))
+            if per is None:
+                per = calls[(rank, rk)] = [0, 0, CallTimes()]
+            per[0] += 1
+            per[1] += own
+            per[2].add(own)
         if own > 0:
             n_mfu += 1
             total_flops += flops
@@ -577,6 +637,9 @@ def _xla_roofline(src: OpRows, r: Roofline, ceilings: dict[str, Any] | None, sco
         if row.calls:
             _finish_row(row, ceilings, bw, missing_peaks)
     r.ops = sorted((x for x in rows.values() if x.time_ns > 0), key=lambda x: (-x.time_ns, x.name, x.input_dims))
+    if keep_calls:
+        at = {(o.name, o.input_dims, o.input_types): j for j, o in enumerate(r.ops)}
+        r.calls = {(rank, at[k]): v for (rank, k), v in calls.items() if k in at}
     if keep_atoms:
         index = {(o.name, o.input_dims, o.input_types): j for j, o in enumerate(r.ops)}
         r._atoms = (np.array(atoms[0], np.int64), np.array(atoms[1], np.int64),

@@ -30,14 +30,15 @@ TODAYS = "ceilings from this host's cache as it is today"
 
 
 def run_roofline(run: Run, spans: Any, rank: int | None = None, file_docs: dict[str, Doc] | None = None,
-                 keep_atoms: bool = True) -> Roofline:
+                 keep_atoms: bool = True, keep_calls: bool = False) -> Roofline:
     """The Roofline of a run's spans (a spans table, or the run's RunQuery: read in batches),
     with the ceilings chosen as the module docstring says (what `report` calls too)."""
-    return spans_roofline(spans, run.meta if rank is None else run.rank_meta(rank), file_docs, rank, keep_atoms)
+    return spans_roofline(spans, run.meta if rank is None else run.rank_meta(rank), file_docs, rank, keep_atoms,
+                          keep_calls)
 
 
 def spans_roofline(spans: Any, meta: dict[str, Any], file_docs: dict[str, Doc] | None = None,
-                   rank: int | None = None, keep_atoms: bool = True) -> Roofline:
+                   rank: int | None = None, keep_atoms: bool = True, keep_calls: bool = False) -> Roofline:
     """The Roofline of spans with the ceilings chosen from meta (a run's meta.json: its copied
     ceilings, its host) as the module docstring says (the live view's MFU calls it too)."""
     from .roofline import roofline
@@ -49,7 +50,7 @@ def spans_roofline(spans: Any, meta: dict[str, Any], file_docs: dict[str, Doc] |
         ceilings, note = choose_ceilings(gpu, device_name, file_docs, meta)
         sheet = datasheet.lookup(device_name) if gpu else None
         r = roofline(src, ceilings, device=device_name if gpu else "cpu", datasheet=sheet, keep_atoms=keep_atoms,
-                     origin=note or None)
+                     origin=note or None, keep_calls=keep_calls)
     finally:
         src.close()
     return r

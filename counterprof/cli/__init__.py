@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "calibrate": "measure this machine's ceilings (matmul FLOP/s, memory, links, collectives)",
     "roofline": "every torch op's FLOP/s and bytes/s against the ceilings: bound, share of roof, MFU",
     "collectives": "every collective call across ranks: size, skew, wait, busbw against the curve",
+    "correlate": "hold a run against predictions (a model, a simulator, the roofline, another run)",
 }
 MODULES = {"list": "list_events", "import": "import_trace"}   # where module names differ
 # what starts other programs (a workload, calibration's workers): they would inherit a umask,

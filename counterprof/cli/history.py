@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
     from ..store.history import RunRecord
 
-DEFAULT_SHOWN = ("wall_time", "step_time", "region:*", "metric:roofline.mfu*", "signal:*")   # --metric picks any series
+# (--metric picks any series)
+DEFAULT_SHOWN = ("wall_time", "step_time", "region:*", "metric:roofline.mfu*", "signal:*", "correlate:*")
 
 
 def main(argv: list[str]) -> int:
@@ -40,6 +41,10 @@ def _parser() -> ArgumentParser:
     a.add_argument("runs", nargs="+", metavar="RUN",
                    help="run directories, or run sets from `run -r N` (each adds its runs)")
     a.add_argument("--db", required=True, metavar="FILE", help="the DuckDB history file (created if missing)")
+    a.add_argument("--correlation", action="append", default=[], metavar="FILE",
+                   help="a `counterprof correlate --json` output of one of the runs: its figures become "
+                        "correlate:SOURCE:* series of that run (repeatable; a run already in the file gets "
+                        "the series it lacks)")
     a.set_defaults(parser=a)
     s = sub.add_parser("show", help="trends per series, with change points")
     s.add_argument("--db", required=True, metavar="FILE", help="the DuckDB history file")
@@ -63,11 +68,22 @@ def _add(args: argparse.Namespace) -> int:
     args.runs = expand_sets(args.runs)                 # a run set (`run -r N`) adds its runs in order
     # read every run before writing anything
     records = [(p, run_record(open_run(p, skip_unreadable=True), p, err)) for p in args.runs]
+    if args.correlation:
+        from ..analysis.history import correlation_series
+        for f in args.correlation:
+            run_id, series = correlation_series(f)
+            hits = [rec for _, rec in records if rec.run_id == run_id]
+            if not hits:
+                raise UsageFailure(f"--correlation {f}: it correlates run {run_id!r}, which is none of the runs "
+                                   f"given ({', '.join(rec.run_id for _, rec in records)})", args.parser.format_usage())
+            hits[0].figures += series
 
     def said(path: str, rec: RunRecord, seq: int, added: bool) -> None:
         if added:
             rev = f", git {rec.git_rev[:12]}" if rec.git_rev else ", no git revision (cwd is not a checkout)"
             err(f"{path}: added as run {seq} ({len(rec.figures)} series, verdict {rec.verdict}{rev})")
+        elif rec.appended:
+            err(f"{path}: already in {args.db} as run {seq}; its {rec.appended} correlate series added to it")
         else:
             err(f"{path}: already in {args.db} as run {seq}; not added again")
     add_records(args.db, records, said)

@@ -11,6 +11,9 @@ Series names:
                                     (rates per second for counters, means for gauges)
     signal:NAME                     a classifier signal over the whole run (cpu_busy, gpu_util, ...)
     signal:NAME@step_time, signal:NAME@region:NAME   the same over the steps / a region
+    correlate:SOURCE:FIGURE         a `correlate --json` output's figures (history add --correlation):
+                                    mape, coverage, within (%), geomean_ratio (x), spearman; and
+    correlate:SOURCE:GROUP:FIGURE   mape and geomean_ratio per op group (GEMM, attention...)
 
 duckdb is imported when a history file is opened (store/query.py uses it for the report too).
 
@@ -160,15 +163,24 @@ class RunRecord:
     verdict: str
     counterprof_version: str | None
     figures: list[tuple[str, float, str, int, str | None]] = field(default_factory=list)
+    appended: int = 0      # add(): series put beside a run already in the file (correlate:*)
 
 
 def add(con: Any, rec: RunRecord) -> tuple[int, bool]:
     """Append a run; (its seq, True), or (the existing seq, False) when it is already there
-    (same run id, start and host)."""
+    (same run id, start and host): then only its correlate:* series the file lacks are put
+    beside it (a run correlated after it was added; rec.appended says how many)."""
     row = con.execute("SELECT seq FROM runs WHERE run_id = ? AND start_ns IS NOT DISTINCT FROM ? "
                       "AND host IS NOT DISTINCT FROM ?", [rec.run_id, rec.start_ns, rec.host]).fetchone()
     if row:
-        return int(row[0]), False
+        seq = int(row[0])
+        have = {r[0] for r in con.execute("SELECT series FROM figures WHERE seq = ?", [seq]).fetchall()}
+        new = [f for f in rec.figures if f[0].startswith("correlate:") and f[0] not in have]
+        if new:
+            con.executemany("INSERT INTO figures VALUES (?, ?, ?, ?, ?, ?)",
+                            [[seq, sr, v, u, n, vd] for sr, v, u, n, vd in new])
+        rec.appended = len(new)
+        return seq, False
     seq = int(con.execute("SELECT coalesce(max(seq), 0) + 1 FROM runs").fetchone()[0])
     con.execute("BEGIN TRANSACTION")
     try:

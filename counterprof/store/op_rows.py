@@ -121,6 +121,17 @@ class OpRows:
                                     FROM {self.view} WHERE category IN ('step', 'window')
                                     ORDER BY s""").to_arrow_table()
 
+    def durations(self, categories: Iterable[str], log_step: float) -> pa.Table:
+        """Per rank, category and name: how many spans of the categories lasted how long, in bins
+        of ln(ns) / log_step (rank, category, name, kernel_class, bin, calls, ns): what
+        `correlate` measures kernels, regions and steps by, in memory of the distinct bins."""
+        return self.con.sql(f"""SELECT coalesce(rank, -1) AS rank, category, name,
+                                       any_value(kernel_class) AS kernel_class,
+                                       round(ln(greatest(e - s, 1)) / {float(log_step)!r})::BIGINT AS bin,
+                                       count(*) AS calls, sum(e - s)::BIGINT AS ns
+                                FROM {self.view} WHERE category IN ({_in(categories)})
+                                GROUP BY coalesce(rank, -1), category, name, bin""").to_arrow_table()
+
     def has_kernels(self) -> bool:
         return bool(self.con.execute(f"SELECT count(*) FROM {self.view} WHERE category = 'kernel'").fetchall()[0][0])
 

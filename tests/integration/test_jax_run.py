@@ -404,5 +404,6 @@ def test_a_two_process_jax_distributed_job_is_judged_by_its_ranks(tmp_path):
     assert coll["calls_from"] == {"0": "XLA collective ops", "1": "XLA collective ops"}
     assert coll["calls"] and not coll["unmatched"], coll["unmatched"]
     for c in coll["calls"]:
-        assert (c["op"], c["ranks"], c["bytes"], c["complete"]) == ("all_reduce", [0, 1], 4 * (256 * 256 + (1 << 20)), True), c
+        assert (c["op"], c["ranks"], c["bytes"], c["complete"]) == \
+            ("all_reduce", [0, 1], 4 * (256 * 256 + (1 << 20)), True), c
         assert c["busbw_gbps"] > 0 and c["skew_us"] is not None
