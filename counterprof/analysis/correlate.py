@@ -560,6 +560,9 @@ def _why_unmatched(p: Prediction, m: Measured, best_of: dict[str, Prediction]) -
     if not named:
         return f"no {p.kind} {'named' if p.exact else 'matching'} {p.name!r} in the run"
     fits = [it for it in named if p.matches(it)]
+    if not fits and p.dims is not None and all(it.dims is None for it in named):
+        return (f"{p.name} has no cost model, so it is measured by name alone, not per shape: "
+                "give its row without shapes")
     if not fits:
         shapes = [json.dumps(it.dims, separators=(",", ":")) for it in named[:3]]
         what = "dtype" if p.dtype and p.dims is None else "shapes or dtype"

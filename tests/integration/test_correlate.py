@@ -9,44 +9,29 @@ import ast
 import csv
 import json
 import sys
-import textwrap
 
 import pytest
 
 pytest.importorskip("torch")
 
-from helpers import calibrated, run_cli
+from helpers import REPO, calibrated, run_cli
 from kineto_traces import SHARED as TRACES, needs_shared_traces
 
-JOB = """
-import torch, counterprof
-torch.set_num_threads(1)
-a, b = torch.randn(384, 384), torch.randn(384, 384)
-n = 4 * 1024 * 1024                      # 16 MB of fp32 per tensor
-x, y, z = torch.rand(n), torch.rand(n), torch.empty(n)
-for step in range(10):
-    with counterprof.region("matmul"):
-        for _ in range(4):
-            torch.mm(a, b)
-    for _ in range(4):
-        torch.add(x, y, out=z)
-    counterprof.step()
-"""
+EXAMPLE = REPO / "examples" / "matmul_add.py"         # README's example, with its predictions file
+PREDICTIONS = REPO / "examples" / "predictions.csv"
 MM = [[384, 384], [384, 384]]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """(env with this machine's ceilings, two runs of JOB)."""
+    """(env with this machine's ceilings, two runs of the README's example)."""
     home = tmp_path_factory.mktemp("xdg")
     env, _ = calibrated(home)
     out = []
-    script = tmp_path_factory.mktemp("job") / "job.py"       # one command: one history series
-    script.write_text(textwrap.dedent(JOB))
     for name in ("a", "b"):
         d = tmp_path_factory.mktemp(name)
         proc = run_cli("run", "--torch", "--torch-window", "4/10", "-q", "-o", str(d / "run"), "--",
-                       sys.executable, str(script), timeout=300, env=env)
+                       sys.executable, str(EXAMPLE), timeout=300, env=env)
         assert proc.returncode == 0, proc.stderr
         out.append(d / "run")
     return env, out
@@ -96,6 +81,19 @@ def test_a_run_predicts_itself_exactly_and_its_twin_within_noise(runs):
     assert 0.6 < twin["geomean_ratio"] < 1.6
     for name in ("aten::mm", "aten::add", "matmul"):
         assert 0.5 < got[name]["ratio"] < 2, got[name]
+
+
+def test_the_readme_example(runs):
+    """README's "Predicted vs measured": examples/predictions.csv against a run of its job."""
+    env, (a, _) = runs
+    proc = run_cli("correlate", str(a), "--predictions", str(PREDICTIONS), env=env)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.startswith("sim-v3: coverage 100%") and "unmatched line 6: kernel:*gemm*" in proc.stdout
+    doc = correlate(env, str(a), "--predictions", str(PREDICTIONS))
+    assert {i["key"].split(" ")[0] for i in doc["items"]} == {"op:aten::mm", "op:aten::add", "region:matmul",
+                                                              "step:ProfilerStep"}
+    add = items(doc)["aten::add"]
+    assert add["predicted_us"] == pytest.approx(3 * 4 * 4 * 1024 * 1024 / 20e9 * 1e6, rel=1e-3)   # bytes / rate
 
 
 def test_a_users_file_finds_the_skewed_row_first_and_lists_what_matched_nothing(runs, tmp_path):
