@@ -342,17 +342,21 @@ class Row:
         it, p = self.item, self.pred
         def q(x: float) -> float | None:
             v = it.times.quantile(x) if it.times is not None else None
-            return None if v is None else round(v / 1e3, 3)
+            return None if v is None else _sig(v / 1e3)
         return {"key": p.key if self.matched > 1 or not p.exact else it.key, "kind": p.kind, "name": p.name,
                 "shapes": it.dims if self.matched == 1 else p.dims, "types": it.types if self.matched == 1 else p.types,
                 "dtype": p.dtype or it.dtype, "source": p.source, "line": p.line or None, "group": it.group,
-                "items": self.matched, "calls": it.calls, "measured_us": round(self.measured_us, 3),
-                "p10_us": q(0.1), "p90_us": q(0.9), "measured_total_us": round(it.total_ns / 1e3, 3),
-                "predicted_us": round(self.predicted_us, 3),
-                "predicted_total_us": round(self.predicted_total_ns / 1e3, 3),
+                "items": self.matched, "calls": it.calls, "measured_us": _sig(self.measured_us),
+                "p10_us": q(0.1), "p90_us": q(0.9), "measured_total_us": _sig(it.total_ns / 1e3),
+                "predicted_us": _sig(self.predicted_us), "predicted_total_us": _sig(self.predicted_total_ns / 1e3),
                 "ratio": round(self.ratio, 4), "error": round(self.ratio - 1, 4), "tolerance": self.tolerance,
-                "within": self.within, "savings_us": round(self.savings_ns / 1e3, 3),
+                "within": self.within, "savings_us": _sig(self.savings_ns / 1e3),
                 **({"extra": p.extra} if p.extra else {})}
+
+
+def _sig(x: float) -> float:
+    """Six significant digits (a roofline's prediction for a tiny op is a fraction of a ns)."""
+    return float(f"{x:.6g}")
 
 
 @dataclass

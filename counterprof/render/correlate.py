@@ -27,6 +27,8 @@ def us(x: float | None) -> str:
         return f"{x / 1e6:.3g} s"
     if x >= 1e3:
         return f"{x / 1e3:.3g} ms"
+    if x < 0.1:
+        return f"{x * 1e3:.3g} ns"
     return f"{x:.3g} µs"
 
 

@@ -103,6 +103,26 @@ def test_stream_is_memory_bound(runs) -> None:
     assert op["intensity"] < op["ridge"]
 
 
+def test_correlate_holds_xla_ops_to_their_roofline(runs) -> None:
+    """`correlate --model roofline` on a JAX run: each XLA op with a cost is an item predicted at
+    its roof (its mean time over the prediction is 1 / the roof fraction `roofline` reports; the
+    ratio is of the median); the run against itself is exact."""
+    for kind in ("matmul", "stream"):
+        _, doc, run = runs[kind]
+        proc = run_cli("correlate", str(run), "--model", "roofline", "--ceilings", runs["ceilings"], "--json",
+                       env=runs["env"], check=True)
+        c = json.loads(proc.stdout)
+        fraction = {o["name"]: o["roof_fraction"] for o in doc["ops"] if o["roof_fraction"]}
+        top = max(c["items"], key=lambda i: i["measured_total_us"])
+        assert top["name"] in fraction and top["calls"] == 8, c["items"]
+        mean_ratio = top["measured_total_us"] / top["calls"] / top["predicted_us"]
+        assert mean_ratio * fraction[top["name"]] == pytest.approx(1, rel=0.01)      # the same roof
+        assert top["p10_us"] <= top["measured_us"] <= top["p90_us"]
+        assert top["ratio"] == pytest.approx(top["measured_us"] / top["predicted_us"], rel=0.01)
+        same = json.loads(run_cli("correlate", str(run), "--predictions", str(run), "--json", check=True).stdout)
+        assert same["mape"] == 0 and {i["kind"] for i in same["items"]} >= {"op", "step"}
+
+
 def test_cut_profile_has_no_costs(runs, tmp_path) -> None:
     src = next((runs["root"] / "matmul-prof").rglob("*.xplane.pb"))
     data = src.read_bytes()
