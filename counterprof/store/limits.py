@@ -37,6 +37,21 @@ DUCKDB_SHARE = 0.5
 SMALL_BYTES = 4096 * MB         # less left than this: DuckDB gets one thread
 
 _message: bytes = b""           # the line for running out of memory, built by fit_process
+_spill_dir: str | None = None   # DuckDB's temp_directory for this process (spill_dir)
+
+
+def spill_dir() -> str:
+    """A directory of this process's own under the system's temp directory where DuckDB spills
+    (its default is ./.tmp: the user's working directory, maybe read-only or a checkout),
+    removed at exit."""
+    global _spill_dir
+    if _spill_dir is None:
+        import atexit
+        import shutil
+        import tempfile
+        _spill_dir = tempfile.mkdtemp(prefix="counterprof-spill-")
+        atexit.register(shutil.rmtree, _spill_dir, True)
+    return _spill_dir
 
 
 def address_limit() -> int | None:
@@ -160,12 +175,14 @@ def fit_process() -> None:
 
 
 def duckdb_config() -> dict[str, str | int]:
-    """DuckDB's settings under this process's limits ({}: none, DuckDB's own defaults): its
-    memory_limit a share of what the limits leave, one thread when that is small."""
+    """DuckDB's settings under this process's limits (none: DuckDB's own defaults): its
+    memory_limit a share of what the limits leave, one thread when that is small; where it
+    spills: spill_dir()."""
     room = left()
     if room is None:
-        return {}
-    config: dict[str, str | int] = {"memory_limit": f"{max(64 * MB, int(room * DUCKDB_SHARE)) // MB}MB"}
+        return {"temp_directory": spill_dir()}
+    config: dict[str, str | int] = {"memory_limit": f"{max(64 * MB, int(room * DUCKDB_SHARE)) // MB}MB",
+                                    "temp_directory": spill_dir()}
     if room < SMALL_BYTES:
         config["threads"] = 1
     return config
