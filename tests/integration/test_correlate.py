@@ -196,4 +196,12 @@ def test_shared_gpu_traces_against_the_datasheet_and_tracelens(tmp_path, trace):
           + ", ".join(f"{i['ratio']:.3f}" for i in matched.values()))
     assert len(matched) >= len(ref["ops"]) - len(doc["sources"][0]["unmatched"]) and len(matched) >= 3
     assert all(0.9 < i["ratio"] < 1.001 for i in matched.values()), matched
+    # a kernel pattern gets every GEMM kernel of the trace, summed by their total
+    f = tmp_path / "kernels.csv"
+    f.write_text("kind,name,predicted_total_us\nkernel,*gemm*,1000\nkernel,re:^nope$,1\n")
+    k = correlate(None, str(run), "--predictions", str(f))
+    gemm = k["items"][0]
+    assert gemm["kind"] == "kernel" and gemm["items"] > 1 and gemm["group"] == "GEMM", gemm
+    assert gemm["ratio"] == pytest.approx(gemm["measured_total_us"] / 1000, rel=1e-3)
+    assert [u["line"] for u in k["sources"][0]["unmatched"]] == [3]
     assert sum(abs(i["ratio"] - 1) < 0.005 for i in matched.values()) >= 0.8 * len(matched)

@@ -127,6 +127,21 @@ def test_the_most_specific_row_gets_an_item_and_ratios_are_measured_over_predict
     assert abs(s.figures.coverage - 1.0) < 1e-9 and not s.uncovered
 
 
+def test_each_source_is_summed_up_on_its_own():
+    m = measured(job({0: 100}))
+    rows = [pred("op", "aten::mm", 1, source="sim-v3", us=100.0), pred("op", "aten::mm", 2, source="rtl", us=50.0),
+            pred("op", "aten::add", 3, source="sim-v3", us=40.0)]
+    c = correlate(m, rows, 0.2)
+    assert [s.name for s in c.sources] == ["sim-v3", "rtl"]
+    sim, rtl = c.sources
+    assert len(sim.rows) == 2 and len(rtl.rows) == 1 and abs(rtl.rows[0].ratio - 2) < 0.02
+    # coverage is of the kinds each source predicts: rtl has mm only (of mm + add)
+    assert rtl.figures.coverage == pytest.approx(10 * 100 / (10 * 100 + 10 * 20), rel=1e-6)
+    assert [u.key for u in rtl.uncovered] == [next(k for k in m.items if "aten::add" in k)]
+    doc = c.to_json()
+    assert doc["source"] == "sim-v3" and doc["mape"] == sim.figures.to_json()["mape"]
+
+
 def test_rates_turn_flops_and_bytes_into_times():
     m = measured(job({0: 100}))
     add_bytes = 3 * 64 * 64 * 4                     # two inputs read, the output written, fp32
