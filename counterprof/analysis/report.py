@@ -66,6 +66,9 @@ class Report:
     rank_notes: list[str] = field(default_factory=list)   # e.g. metrics that some ranks lack
     roofline: dict[str, Any] | None = None     # MFU, modelled share, top ops (counterprof roofline)
     next_steps: list[str] = field(default_factory=list)
+    # the windows `counterprof trace` asked for: id, what, at_s (into the run), by, and per
+    # process its answer (rank, pid, status, steps or ms, why)
+    asked_windows: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,6 +91,7 @@ class ReportInputs:
     hosts: dict[int, str | None] | None = None    # rank -> host that recorded it (clock skew across hosts)
     world_size: int | None = None          # the job's WORLD_SIZE, when a rank recorded it
     roofline: Any = None                   # analysis.roofline.Roofline of the run's ops, if any
+    asks: list[tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=list)  # (ask, answers)
 
 
 def regroup(groups: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
@@ -166,6 +170,7 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     summary = summary_from_totals(inputs.totals, catalog, meta, ranks=inputs.ranks)
     bucket = bucket_ns(meta)
     spans = inputs.spans
+    asked = [asked_window(a, answers, meta.start_ns) for a, answers in inputs.asks]
 
     run_info = {"id": meta.id, "command": redact_argv(meta.command) if meta.command else None,
                 "status": meta.status, "start_time": meta.start_time,
@@ -259,7 +264,32 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
                 lead = max(overall.host_parts.items(), key=lambda kv: kv[1])[0]
                 text = HOST_NEXT_STEPS.get(lead, text)
             report.next_steps.append(text)
+    report.asked_windows = asked
     return report
+
+
+def asked_window(ask: dict[str, Any], answers: list[dict[str, Any]], start_ns: int | None) -> dict[str, Any]:
+    """One `counterprof trace` ask as the report says it: what, when (s into the run), and
+    each process's answer."""
+    what = f"{ask.get('steps')} steps" + (f" from step {ask['start_step']}" if ask.get("start_step") is not None
+                                          else "") if ask.get("steps") else f"{ask.get('ms')} ms"
+    at = (ask["asked_ns"] - start_ns) / 1e9 if isinstance(ask.get("asked_ns"), int) and start_ns else None
+    return {"id": ask.get("id"), "what": what, "at_s": at, "by": ask.get("by"),
+            "answers": [{k: a.get(k) for k in ("rank", "pid", "host", "status", "steps", "ms", "file", "why")}
+                        for a in sorted(answers, key=lambda a: (a.get("rank") if isinstance(a.get("rank"), int)
+                                                                else 1 << 30, a.get("pid") or 0))]}
+
+
+def asked_words(a: dict[str, Any]) -> str:
+    """An asked window in one line (the text and HTML reports)."""
+    def one(x: dict[str, Any]) -> str:
+        who = f"rank {x.get('rank')}"
+        if x.get("status") == "traced":
+            return who + (f" steps {x['steps'][0]}-{x['steps'][1]}" if x.get("steps") else f" {x.get('ms')} ms")
+        return f"{who} not reached ({x.get('why')})"
+    at = f" at {a['at_s']:.1f} s" if a.get("at_s") is not None else ""
+    return f"asked{at} for {a['what']} (ask {a['id']}): " + ("; ".join(one(x) for x in a["answers"])
+                                                               or "no process answered")
 
 
 def verdict_facts(meta: RunMeta | dict[str, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "roofline": "every torch op's FLOP/s and bytes/s against the ceilings: bound, share of roof, MFU",
     "collectives": "every collective call across ranks: size, skew, wait, busbw against the curve",
     "correlate": "hold a run against predictions (a model, a simulator, the roofline, another run)",
+    "trace": "trace a running job's next steps now, on every rank (a run under `run --torch`)",
 }
 MODULES = {"list": "list_events", "import": "import_trace"}   # where module names differ
 # what starts other programs (a workload, calibration's workers): they would inherit a umask,

@@ -48,6 +48,7 @@ def _main(argv: list[str]) -> int:
         raise UsageFailure("--window must be positive", p.format_usage())
 
     from ..analysis.report import ReportInputs, bucket_ns, build_report, regroup
+    from ..store import control
     from ..store.query import RunQuery
     from ..ground.errors import RunDirectoryError
 
@@ -65,7 +66,8 @@ def _main(argv: list[str]) -> int:
                           catalog, meta, ranks=len(ranks),
                           rank_buckets=rank_buckets if len(ranks) > 1 else None,
                           hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks},
-                          world_size=world_size(run, ranks), roofline=roofline_if_ops(run, spans, err))
+                          world_size=world_size(run, ranks), roofline=roofline_if_ops(run, spans, err),
+                          asks=[(a, control.answers(run.path, str(a.get("id")))) for a in control.asks(run.path)])
     q.close()
     for problem in q.files.skipped:
         err(f"skipped an unreadable file: {problem}")

@@ -8,7 +8,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.classify import Verdict, describe
-from ..analysis.report import Report
+from ..analysis.report import Report, asked_words
 from . import svg
 from ..ground import units
 
@@ -139,6 +139,9 @@ def report_html(r: Report, roofline: Roofline | None = None) -> str:
                     f"</tr>{rows}</table>")
         notes = (r.rank_analysis or {}).get("notes", []) + r.rank_notes
         body.extend(f"<div class='ev'>{_e(n)}</div>" for n in notes)
+    if r.asked_windows:
+        body.append("<h2>windows asked for (counterprof trace)</h2>")
+        body.extend(f"<div class='ev'>{_e(asked_words(a))}</div>" for a in r.asked_windows)
     rows = "".join(f"<tr><td>{_e(n)}</td><td>{_e(c.get('status'))}</td><td>{_e(c.get('reason', ''))}</td></tr>"
                    for n, c in r.collectors.items())
     body.append(f"<h2>collectors</h2><table>{rows}</table>")

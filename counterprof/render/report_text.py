@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..analysis.classify import Verdict, describe
-from ..analysis.report import Report
+from ..analysis.report import Report, asked_words
 from ..ground import units
 from .console import inert
 from .summary import summary_renderable
@@ -174,6 +174,12 @@ def report_renderable(r: Report) -> Group:
                 parts.append(Text(f"  {inert(note)}", style="dim"))
         for note in r.rank_notes:
             parts.append(Text(f"  {inert(note)}", style="dim"))
+
+    if r.asked_windows:
+        parts.append(Text(""))
+        parts.append(Text("windows asked for (counterprof trace)", style="bold"))
+        for a in r.asked_windows:
+            parts.append(Text(f"  {inert(asked_words(a))}"))
 
     t = Table(title="collectors", title_justify="left", box=None, pad_edge=False)
     t.add_column("collector")

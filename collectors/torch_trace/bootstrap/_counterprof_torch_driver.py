@@ -52,6 +52,15 @@ converts only complete files. rank: torch.distributed's rank when
 initialised (or the last one it had, after destroy_process_group), else $RANK, else the
 configured rank, else 0.
 
+Asked windows (`counterprof trace RUN --steps N | --ms T`): each process under `counterprof
+run` registers in <run>/_control/drivers/<host>_<pid>.json; the flusher looks once a second for
+asks in <run>/_control/trace/<id>.json. A process that marks steps traces N steps from its next
+step boundary at or after the ask's start_step (the same step number on every rank), warming up
+one step first; one that marks none traces a time window of T ms (N steps asked: window_s).
+The trace is <host>_<pid>.<n>.ask-<id>.pt.trace.json (a time window's .ask-<id>.time.pt.trace.json),
+and the process answers in <run>/_control/answers/<id>/<host>_<pid>.json: traced (steps, bytes,
+file), or not reached and why. One ask at a time per process; the others wait their turn.
+
 Nothing here may raise into the workload: a failure stops profiling in this process, with one
 line on stderr.
 """
@@ -104,6 +113,8 @@ HOLD_S = 3.0                   # an adaptive window's trace is held back this lo
 EMPTY_TRACE_CHECK_BYTES = 1 << 20   # a time window's trace under this is read for an op
 ENV_CLOCK_OFFSET = "COUNTERPROF_CLOCK_OFFSET_NS"      # counterprof.regions.ENV_CLOCK_OFFSET
 FLUSH_EVERY_S = 1.0
+CONTROL = "_control"           # <run>/_control/{drivers,trace,answers}: `counterprof trace`'s channel
+ASK_LATE_S = 3600.0            # an ask this old is not served (a process started long after it)
 # The main thread's Python stack, sampled while a trace records: where its time outside torch
 # ops went by file and line, for jobs without regions (pyinstrument's view, at 50 Hz: one
 # sys._current_frames() and a walk of the main thread's frames, ~20-40 us each)
@@ -286,6 +297,11 @@ class Driver:
         self._ticking = False
         self.closing = False          # close() has begun
         self._asked = 0.0             # monotonic s the flusher last asked the main thread to tick
+        self.asks_seen: set[str] = set()
+        self.ask: dict[str, Any] | None = None    # the ask being served (counterprof trace)
+        self.ask_first = -1           # its first traced step (-1: not started)
+        self.ask_window = False       # a time window recording now serves it
+        self.ask_s = 0.0              # its length
 
     # -- the schedule ---------------------------------------------------------------------
 
@@ -371,6 +387,7 @@ class Driver:
         self._records.clear()
         self._files = {}
         self.held_windows = []                       # the parent's to write
+        self.ask, self.ask_window = None, False      # the parent's to serve
         statm, self._statm = self._statm, None       # the parent's /proc/<pid>/statm
         if statm is not None:
             try:
@@ -555,6 +572,10 @@ class Driver:
         step, self.sched = self.sched, self.sched + 1
         if self.user_profilers or self.window_prof is not None:
             return                    # the script's own profiler, or a time window, records
+        if self.ask is not None and self.prof is None and self.ask_first < 0 and not _capturing() \
+                and self.steps + 1 >= int(self.ask.get("start_step") or 0):
+            self._start_ask()
+            return
         if self.prof is not None:
             if _capturing():
                 return
@@ -631,6 +652,8 @@ class Driver:
                     for f in self.held:
                         self._record_step(f[0], f[1], f[2])
                     self.pending, self.held = None, []
+                if self.ask is not None and self.ask_first < 0:
+                    self._answer("not reached", why="the process ended before its window began")
                 self._stop_ours(discard=False)
                 at_exit = self.window_prof is not None
                 self._stop_window()
@@ -673,7 +696,9 @@ class Driver:
         if self.marks or self.forwards or self.stopped or self.user_profilers or self.prof is not None \
                 or self.closing:
             return False
-        if not self._window_signal or now < self.next_window or os.getpid() != self.pid:
+        if not self._window_signal or os.getpid() != self.pid:
+            return False
+        if now < self.next_window and not (self.ask_window and self.ask_first < 0):
             return False
         if signal.getsignal(WINDOW_SIGNAL) is not _on_window_signal:
             return False              # the script took the signal for itself
@@ -727,6 +752,9 @@ class Driver:
                 self.window_started = started = time.monotonic()
                 self.window_start_cost_s = started - t
                 self.window_end = started + self.window_len
+                if self.ask is not None and self.ask_window:
+                    self.window_end = started + self.ask_s
+                    self.ask_first = 0
                 self.window_prof = prof
                 self.windows += 1
                 # a schedule given: every window_every_s from one start to the next (an
@@ -850,6 +878,8 @@ class Driver:
                 self.flush()
                 flushed = now
                 self._release_held()
+                if self.ask is None:
+                    self._poll_asks(now)
             if self._ticking:
                 continue
             if self.window_prof is not None:
@@ -1017,6 +1047,9 @@ class Driver:
         under a hidden name (the collector does not see it) until HOLD_S passed with no step
         mark, or the process exits: a training job's set-up, seconds before its first step, is
         not left as a trace (_drop_held)."""
+        if self.ask_window and self.ask is not None and self.ask_first == 0:   # (started for the ask)
+            self._answer_written(prof, f".ask-{self.ask['id']}.time.pt.trace.json")
+            return
         held = self.time_paced
         if self._export(prof, ".time.pt.trace.json", keep=_caught_an_op, hold=held):
             if not held:
@@ -1096,11 +1129,148 @@ class Driver:
             except OSError:
                 pass
 
+    # -- asked windows (counterprof trace) -----------------------------------------------------------
+
+    def register(self) -> None:
+        """<run>/_control/drivers/<host>_<pid>.json: who `counterprof trace` may expect to answer."""
+        try:
+            _write_control(self.run, "drivers", f"{self.host}_{self.pid}.json",
+                           {"pid": self.pid, "host": self.host, "rank": self.current_rank(),
+                            "started_ns": time.time_ns(), "argv": sys.argv[:1]})
+        except OSError:
+            pass                      # (a run without the channel: asks never reach this process)
+
+    def _poll_asks(self, now: float) -> None:
+        """The flusher, once a second: the first ask not seen yet becomes the one to serve."""
+        if self.stopped or self.closing:
+            return
+        folder = os.path.join(self.run, CONTROL, "trace")
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return
+        for name in names:
+            if not name.endswith(".json") or name[:-5] in self.asks_seen:
+                continue
+            self.asks_seen.add(name[:-5])
+            try:
+                fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    doc = json.loads(os.read(fd, 1 << 16))
+                finally:
+                    os.close(fd)
+                if time.time_ns() - int(doc["asked_ns"]) > ASK_LATE_S * 1e9:
+                    continue
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            with self.lock:
+                self.ask, self.ask_first = doc, -1
+                helper = self._helper_process()
+                if helper:
+                    self._answer("not reached", why=helper)
+                    return
+                if self.user_profilers or self.adopted:
+                    self._answer("not reached", why="the script runs its own torch.profiler (counterprof "
+                                                    "keeps a copy of each trace it exports)")
+                    return
+                if not (self.marks or self.forwards):
+                    # no step marks: a time window of the asked length, started by the main thread
+                    self.ask_s = (doc.get("ms") or 1000 * self.window_s) / 1000
+                    self.ask_window = True     # (the flusher asks the main thread next)
+                    if self.window_prof is not None:
+                        self.window_end = now  # the window recording now ends first
+            return
+
+    def _helper_process(self) -> str:
+        """Why this process runs no windows of its own ("" when it does): a DataLoader worker,
+        or a multiprocessing child that is no rank of torch.distributed."""
+        if self._in_dataloader_worker():
+            return "a DataLoader worker (its loop's process is traced)"
+        mp = sys.modules.get("multiprocessing")
+        if mp is not None and mp.parent_process() is not None:
+            dist = sys.modules.get("torch.distributed")
+            try:
+                if dist is not None and dist.is_available() and dist.is_initialized():
+                    return ""
+            except Exception:
+                pass
+            if not (self.marks or self.forwards):
+                return "a multiprocessing child that marks no steps and is no rank"
+        return ""
+
+    def _start_ask(self) -> None:
+        """At a step boundary: a profiler that warms up one step, records the asked steps and
+        writes them (the trace's name says which ask)."""
+        assert self.ask is not None
+        n = max(1, int(self.ask.get("steps") or 1))
+        try:
+            import torch
+            from torch.profiler import ProfilerAction, ProfilerActivity, profile
+            activities = [ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(ProfilerActivity.CUDA)
+
+            def schedule(i: int) -> ProfilerAction:
+                if i == 0:
+                    return ProfilerAction.WARMUP
+                return ProfilerAction.RECORD if i < n else \
+                    ProfilerAction.RECORD_AND_SAVE if i == n else ProfilerAction.NONE
+            prof: Any = profile(activities=activities, schedule=schedule,
+                                on_trace_ready=lambda p: self._answer_written(p, f".ask-{self.ask['id']}.pt.trace.json"
+                                                                              if self.ask else ".pt.trace.json"),
+                                record_shapes=self.record_shapes, with_stack=self.with_stack,
+                                profile_memory=self.profile_memory)
+            prof._counterprof = True
+            self.ask_first = self.steps + 1
+            t = time.monotonic()
+            with _calling_profiler():
+                prof.start()
+            self.window_cost_s = time.monotonic() - t
+            self.prof = prof
+        except Exception as exc:
+            self._fail(exc)
+
+    def _answer_written(self, prof: Any, suffix: str) -> None:
+        """on_trace_ready of an asked window: write it and answer."""
+        ask = self.ask
+        if ask is None or self.discard:
+            return
+        n_before = len(self.written)
+        ok = self._export(prof, suffix)
+        if ok and len(self.written) > n_before:
+            path = self.written[-1]
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                size = 0
+            if self.ask_window:
+                self._answer("traced", ms=round(1000 * (time.monotonic() - self.window_started)),
+                             file=os.path.basename(path), bytes=size)
+            else:
+                self._answer("traced", steps=[self.ask_first, max(self.ask_first, self.steps - 1)],
+                             file=os.path.basename(path), bytes=size)
+        else:
+            self._answer("not reached", why=f"the trace could not be written: {self.stopped or 'see stderr'}")
+
+    def _answer(self, status: str, **fields: Any) -> None:
+        """<run>/_control/answers/<id>/<host>_<pid>.json, and this process free for the next ask."""
+        ask, self.ask, self.ask_window, self.ask_first = self.ask, None, False, -1
+        if ask is None:
+            return
+        try:
+            _write_control(self.run, os.path.join("answers", str(ask["id"])), f"{self.host}_{self.pid}.json",
+                           {"pid": self.pid, "host": self.host, "rank": self.current_rank(), "status": status,
+                            "answered_ns": time.time_ns(), **fields})
+        except OSError as exc:
+            _say(f"could not answer counterprof trace in pid {self.pid}: {exc}")
+
     def _fail(self, exc: BaseException) -> None:
         if not self.stopped or self.stopped == "closed":
             self.stopped = f"{type(exc).__name__}: {exc}"
             _say(f"torch profiling stopped in pid {os.getpid()}: {self.stopped}")
             self._records.append(("stopped", 0, 0, 0, self.stopped.replace("\n", " ")))
+        if self.ask is not None:
+            self._answer("not reached", why=f"profiling stopped in this process: {self.stopped}")
         try:
             prof, self.prof = self.prof, None
             if prof is not None:
@@ -1184,6 +1354,8 @@ def create(run: str, **config: Any) -> Driver:
         return _driver
     _driver = Driver(run, **config)
     _driver.install()
+    if ENV in os.environ:
+        _driver.register()        # `counterprof trace` may ask it for a window
     _watch_for_rank(_driver)
     if _driver.start_now:
         _driver.start()
@@ -1272,6 +1444,29 @@ def write_announcement(run: str, doc: dict[str, Any]) -> None:
         tmp, name = f"{doc['pid']}.json.tmp", f"{doc['pid']}.json"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600, dir_fd=dfd)
+        try:
+            os.write(fd, json.dumps(doc).encode())
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def _write_control(run: str, sub: str, name: str, doc: dict[str, Any]) -> None:
+    """<run>/_control/<sub>/<name>, complete (renamed into place), 0600 in 0700 folders, never
+    through a link. Raises OSError."""
+    folder = run
+    for part in [CONTROL, *sub.split(os.sep)]:
+        folder = os.path.join(folder, part)
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        tmp = f".{name}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
         try:
             os.write(fd, json.dumps(doc).encode())
         finally:

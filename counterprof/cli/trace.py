@@ -1,0 +1,73 @@
+"""counterprof trace: trace a running job's next steps now, on every rank, without a restart.
+
+    counterprof trace RUN --steps 3          every process of the job traces 3 steps, all from the
+                                             same step number
+    counterprof trace RUN --ms 500           the next 500 ms (a process that marks no steps does
+                                             this for --steps too)
+    counterprof trace RUN1 RUN2 --steps 3    the runs of one job on several hosts (COUNTERPROF_JOB)
+
+RUN is the -o of a `counterprof run --torch -- ...` that is running now. Each process answers:
+traced (its steps, the trace's size) or not reached, and why; the command returns once every
+process has answered, or --timeout passes. The spans land in the run on its clock; `report`
+lists the windows asked for.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..ground.units import si
+from .common import ArgumentParser, UsageFailure, guarded
+
+
+def main(argv: list[str]) -> int:
+    return guarded(lambda: _main(argv))
+
+
+def _main(argv: list[str]) -> int:
+    p = ArgumentParser(prog="counterprof trace", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="the run directory of the running job (several: one per host)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--steps", type=int, metavar="N", help="trace the next N steps on every rank")
+    what.add_argument("--ms", type=int, metavar="T", help="trace the next T milliseconds")
+    p.add_argument("--timeout", type=float, metavar="S",
+                   help="give up waiting after S seconds (default: 30, or --ms plus 15 s)")
+    p.add_argument("--json", action="store_true", help="print the ask and every answer as JSON")
+    args = p.parse_args(argv)
+    for flag, v in (("--steps", args.steps), ("--ms", args.ms)):
+        if v is not None and not 0 < v <= 1_000_000:
+            raise UsageFailure(f"{flag} must be a positive number (at most 1000000)", p.format_usage())
+    if args.timeout is not None and not args.timeout > 0:
+        raise UsageFailure("--timeout must be a positive number of seconds", p.format_usage())
+
+    from ..trace_now import ask, wait
+    runs = [Path(r) for r in args.runs]
+    a = ask(runs, steps=args.steps, ms=args.ms)
+    timeout = args.timeout or (30.0 if args.steps else args.ms / 1000 + 15)
+    what_asked = f"{args.steps} step(s)" + (f" from step {a.start_step}" if a.start_step is not None else "") \
+        if args.steps else f"{args.ms} ms"
+    print(f"counterprof trace: asked {len(a.expected)} process(es) for {what_asked} (ask {a.id})",
+          file=sys.stderr, flush=True)
+    got = wait(a, timeout)
+    rows = sorted(got.items(), key=lambda kv: (kv[1].get("rank") if isinstance(kv[1].get("rank"), int) else 1 << 30,
+                                               kv[0]))
+    if args.json:
+        json.dump({"id": a.id, "steps": a.steps, "ms": a.ms, "start_step": a.start_step,
+                   "answers": [{"run": k[0], **d} for k, d in rows]}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for (run, _host, pid), d in rows:
+            where = f"rank {d.get('rank')} (pid {pid}{'' if len(runs) == 1 else ', ' + run})"
+            if d.get("status") == "traced":
+                size = si(d.get("bytes") or 0, "B")
+                span = (f"steps {d['steps'][0]}-{d['steps'][1]}" if d.get("steps")
+                        else f"{d.get('ms')} ms (it marks no steps)")
+                print(f"  {where}: traced {span}, {size}: {d.get('file')}")
+            else:
+                print(f"  {where}: not reached: {d.get('why')}")
+    traced = [d for d in got.values() if d.get("status") == "traced"]
+    if not got:
+        print("counterprof trace: no process of the job to ask", file=sys.stderr)
+    return 0 if traced else 1
