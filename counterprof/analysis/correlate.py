@@ -159,6 +159,9 @@ def measure(r: Roofline | None, durations: pa.Table | None) -> Measured:
             for rank, (calls, ns, times) in sorted(per_rank.items()):
                 m._put(rank, Item(**base, calls=calls, total_ns=ns, times=times))
         for u in (r.unmodelled or {}).get("ops", []):
+            if not u.get("calls") and u.get("time_ns"):
+                m.notes.append(f"{u['time_ns'] / 1e6:.3g} ms of GPU work launched outside any recorded op is no "
+                               "item (it has no op to predict it by); coverage is of the items' time")
             if u.get("calls"):
                 m._put(None, Item("op", u["name"], group=group_of(u["name"]), calls=int(u["calls"]),
                                   total_ns=int(u["time_ns"])))
@@ -210,6 +213,7 @@ class Prediction:
     bytes_per_s: float | None = None
     tolerance: float | None = None       # a fraction (0.2: within 20%)
     extra: dict[str, Any] = field(default_factory=dict)
+    by_rank: dict[int, float] | None = None     # µs per call per rank (another run's, rank by rank)
     _rx: Any = field(default=None, repr=False)
 
     @property
@@ -227,6 +231,8 @@ class Prediction:
     def names(self, name: str) -> bool:
         if not self.name or self.name == "*":
             return True
+        if self.kind == "step" and self.exact:
+            return name == step_name(self.name)           # ProfilerStep#3 is the step ProfilerStep
         if self.exact:
             return name == self.name
         if self._rx is None:
@@ -252,8 +258,11 @@ class Prediction:
         return (4 * self.exact + 2 * (self.dims is not None) + (self.types is not None)
                 + (self.dtype is not None), -self.line)
 
-    def per_call_ns(self, it: Item) -> float | None:
-        """The predicted ns per call of one item (rates: from its FLOPs / bytes; None: cannot)."""
+    def per_call_ns(self, it: Item, rank: int | None = None) -> float | None:
+        """The predicted ns per call of one item (rates: from its FLOPs / bytes; None: cannot);
+        rank: on that rank (another run's own figure for it, where there is one)."""
+        if rank is not None and self.by_rank and rank in self.by_rank:
+            return self.by_rank[rank] * 1e3
         if self.us is not None:
             return self.us * 1e3
         if self.total_us is not None:
@@ -296,11 +305,14 @@ def run_predictions(other: Measured, source: str) -> list[Prediction]:
     """Another run's items as predictions for this one: each item's median per call (its mean
     where only a total is known), keyed exactly."""
     out = []
-    for it in other.items.values():
+    for key, it in other.items.items():
         us = _median_ns(it) / 1e3 if it.calls else None
         if us:
+            per_rank = {r: _median_ns(items[key]) / 1e3 for r, items in other.by_rank.items()
+                        if key in items and items[key].calls}
             out.append(Prediction(0, it.kind, it.name, source, dims=it.dims,
-                                  types=it.types if it.kind == "op" and it.dims is not None else None, us=us))
+                                  types=it.types if it.kind == "op" and it.dims is not None else None, us=us,
+                                  by_rank=per_rank or None))
     return out
 
 
@@ -336,7 +348,8 @@ class Row:
 
     @property
     def savings_ns(self) -> float:
-        return max(0.0, self.item.total_ns - self.predicted_total_ns)
+        """What its calls would save at the predicted pace: their time less time / ratio."""
+        return max(0.0, self.item.total_ns * (1 - 1 / self.ratio))
 
     def to_json(self) -> dict[str, Any]:
         it, p = self.item, self.pred
@@ -347,6 +360,7 @@ class Row:
                 "shapes": it.dims if self.matched == 1 else p.dims, "types": it.types if self.matched == 1 else p.types,
                 "dtype": p.dtype or it.dtype, "source": p.source, "line": p.line or None, "group": it.group,
                 "items": self.matched, "calls": it.calls, "measured_us": _sig(self.measured_us),
+                "measured_stat": "median" if it.times is not None else "mean",
                 "p10_us": q(0.1), "p90_us": q(0.9), "measured_total_us": _sig(it.total_ns / 1e3),
                 "predicted_us": _sig(self.predicted_us), "predicted_total_us": _sig(self.predicted_total_ns / 1e3),
                 "ratio": round(self.ratio, 4), "error": round(self.ratio - 1, 4), "tolerance": self.tolerance,
@@ -479,31 +493,46 @@ def _source(name: str, preds: list[Prediction], m: Measured, tolerance: float) -
     kinds = {p.kind for p in preds}
     got: dict[int, list[Item]] = {id(p): [] for p in preds}
     best_of: dict[str, Prediction] = {}
+    exact: dict[tuple[str, str], list[Prediction]] = {}      # rows by (kind, name): no scan per item
+    patterns: dict[str, list[Prediction]] = {}
+    for p in preds:
+        if p.exact and p.name and p.name != "*":
+            exact.setdefault((p.kind, step_name(p.name) if p.kind == "step" else p.name), []).append(p)
+        else:
+            patterns.setdefault(p.kind, []).append(p)
     for key, it in m.items.items():
         if it.kind not in kinds:
             continue
-        cands = [p for p in preds if p.matches(it)]
+        cands = [p for p in exact.get((it.kind, it.name), []) + patterns.get(it.kind, []) if p.matches(it)]
         if cands:
             best = max(cands, key=Prediction.specificity)
             got[id(best)].append(it)
             best_of[key] = best
     rows: list[Row] = []
+    by_group: dict[str, list[Row]] = {}
     unmatched: list[Unmatched] = []
+    index = _NameIndex(m)
     for p in preds:
         items = got[id(p)]
         if not items:
-            unmatched.append(Unmatched(p, _why_unmatched(p, m, best_of)))
+            unmatched.append(Unmatched(p, _why_unmatched(p, index, best_of)))
             continue
         row = _row(p, items, tolerance)
         if isinstance(row, str):
             unmatched.append(Unmatched(p, row))
-        else:
-            rows.append(row)
+            continue
+        rows.append(row)
+        groups: dict[str, list[Item]] = {}
+        for it in items:               # a pattern's items counted in each one's own group
+            groups.setdefault(it.group, []).append(it)
+        for g, its in groups.items():
+            part = row if len(groups) == 1 else _row(p, its, tolerance)
+            if not isinstance(part, str):
+                by_group.setdefault(g, []).append(part)
     rows.sort(key=lambda r: -r.savings_ns)
-    measured_total = sum(m.totals_ns.get(k, 0) for k in kinds)
-    by_group: dict[str, list[Row]] = {}
-    for r in rows:
-        by_group.setdefault(r.item.group, []).append(r)
+    # the measured time of the kinds predicted: the items' (GPU work launched outside any
+    # recorded op is no item: the note says how much)
+    measured_total = sum(it.total_ns for it in m.items.values() if it.kind in kinds)
     group_totals: dict[str, int] = {}
     for it in m.items.values():
         if it.kind in kinds:
@@ -515,7 +544,7 @@ def _source(name: str, preds: list[Prediction], m: Measured, tolerance: float) -
             for p in preds:
                 mine = [on_rank[it.key] for it in got[id(p)] if it.key in on_rank]
                 if mine:
-                    rr = _row(p, mine, tolerance)
+                    rr = _row(p, mine, tolerance, rank)
                     if not isinstance(rr, str):
                         rr.rank = rank
                         rank_rows.append(rr)
@@ -531,9 +560,30 @@ def _source(name: str, preds: list[Prediction], m: Measured, tolerance: float) -
                   by_rank, unmatched, uncovered)
 
 
-def _row(p: Prediction, items: list[Item], tolerance: float) -> Row | str:
-    """The row of a prediction over its items, or why it cannot be figured."""
-    per = [p.per_call_ns(it) for it in items]
+class _NameIndex:
+    """The run's items by kind and name, for saying why a row matched nothing without a scan
+    of every item per row."""
+
+    def __init__(self, m: Measured):
+        self.kinds: set[str] = set()
+        self.by_name: dict[tuple[str, str], list[Item]] = {}
+        self.names: dict[str, list[str]] = {}
+        for it in m.items.values():
+            self.kinds.add(it.kind)
+            self.by_name.setdefault((it.kind, it.name), []).append(it)
+        for kind, n in self.by_name:
+            self.names.setdefault(kind, []).append(n)
+
+    def named(self, p: Prediction) -> list[Item]:
+        if p.exact and p.name and p.name != "*":
+            return self.by_name.get((p.kind, step_name(p.name) if p.kind == "step" else p.name), [])
+        return [it for n in self.names.get(p.kind, []) if p.names(n) for it in self.by_name[(p.kind, n)]]
+
+
+def _row(p: Prediction, items: list[Item], tolerance: float, rank: int | None = None) -> Row | str:
+    """The row of a prediction over its items (on one rank, or over all: None), or why it
+    cannot be figured."""
+    per = [p.per_call_ns(it, rank) for it in items]
     if any(x is None or x <= 0 for x in per):
         if p.us is None and p.total_us is None:
             return ("a rate needs the item's FLOPs or bytes per call, which only costed ops carry: "
@@ -542,12 +592,16 @@ def _row(p: Prediction, items: list[Item], tolerance: float) -> Row | str:
     merged = items[0].copy()
     for it in items[1:]:
         merged.add(it)
+    if len({it.group for it in items}) > 1:
+        merged.group = "mixed"
+    if len({it.dtype for it in items}) > 1:
+        merged.dtype = None
     if p.total_us is not None:
         predicted_total = p.total_us * 1e3
         ratio = merged.total_ns / predicted_total
     else:
         predicted_total = sum(x * it.calls for x, it in zip(per, items) if x is not None)
-        if len(items) == 1 or p.us is not None:
+        if len(items) == 1 or p.us is not None or (rank is not None and p.by_rank):
             ratio = _median_ns(merged) / (predicted_total / max(merged.calls, 1))
         else:                              # a rate over items of different sizes: totals
             ratio = merged.total_ns / predicted_total
@@ -556,13 +610,13 @@ def _row(p: Prediction, items: list[Item], tolerance: float) -> Row | str:
     return Row(p, merged, len(items), predicted_total, ratio, p.tolerance if p.tolerance is not None else tolerance)
 
 
-def _why_unmatched(p: Prediction, m: Measured, best_of: dict[str, Prediction]) -> str:
-    same_kind = [it for it in m.items.values() if it.kind == p.kind]
-    if not same_kind:
+def _why_unmatched(p: Prediction, index: _NameIndex, best_of: dict[str, Prediction]) -> str:
+    if p.kind not in index.kinds:
         return f"the run has no {p.kind} items" + (" (no op spans: record shapes)" if p.kind == "op" else "")
-    named = [it for it in same_kind if p.names(it.name)]
+    named = index.named(p)
     if not named:
-        return f"no {p.kind} {'named' if p.exact else 'matching'} {p.name!r} in the run"
+        hint = " (a step's #N is not part of its name)" if p.kind == "step" else ""
+        return f"no {p.kind} {'named' if p.exact else 'matching'} {p.name!r} in the run{hint}"
     fits = [it for it in named if p.matches(it)]
     if not fits and p.dims is not None and all(it.dims is None for it in named):
         return (f"{p.name} has no cost model, so it is measured by name alone, not per shape: "
@@ -572,6 +626,10 @@ def _why_unmatched(p: Prediction, m: Measured, best_of: dict[str, Prediction]) -
         what = "dtype" if p.dtype and p.dims is None else "shapes or dtype"
         return f"{p.name} ran with other {what}: {'; '.join(shapes)}" + \
                (f" (and {len(named) - 3} more)" if len(named) > 3 else "")
-    lines = sorted({best_of[it.key].line for it in fits if it.key in best_of})
+    takers = [best_of[it.key] for it in fits if it.key in best_of]
+    same = [t for t in takers if t.key == p.key and t.specificity()[0] == p.specificity()[0]]
+    if same:
+        return f"the same key as line {same[0].line}, which took its items (a duplicate row)"
+    lines = sorted({t.line for t in takers})
     return "every item it matches is predicted by a more specific row" + \
            (f" (line {', '.join(map(str, lines))})" if any(lines) else "")

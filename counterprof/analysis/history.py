@@ -86,21 +86,29 @@ def correlation_series(path: str) -> tuple[str, list[tuple[str, float, str, int,
     mape, coverage, within (%), geomean_ratio (x), spearman; per source and group mape and
     geomean_ratio. A file that is not one is a UsageError saying what to give."""
     import json
+    import math
     from ..ground.errors import UsageError
     try:
         doc = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"--correlation {path}: not readable JSON ({exc}): give the output of "
                          "`counterprof correlate RUN ... --json`") from None
+    def bad(why: str) -> UsageError:
+        return UsageError(f"--correlation {path}: not a `counterprof correlate --json` output ({why})")
     if not isinstance(doc, dict) or not isinstance(doc.get("sources"), list) or not doc.get("run_id"):
-        raise UsageError(f"--correlation {path}: not a `counterprof correlate --json` output (no run_id and sources)")
+        raise bad("no run_id and sources")
+    for s in doc["sources"]:
+        if not isinstance(s, dict) or not isinstance(s.get("by_group") or {}, dict):
+            raise bad("a source is not an object with figures and by_group")
     out: list[tuple[str, float, str, int, str | None]] = []
     pct = {"mape": "%", "coverage": "%", "within": "%", "geomean_ratio": "x", "spearman": ""}
 
     def put(prefix: str, figs: dict[str, object], names: tuple[str, ...]) -> None:
+        if not isinstance(figs, dict):
+            raise bad(f"the figures of {prefix} are not an object")
         for k in names:
             v = figs.get(k)
-            if isinstance(v, (int, float)):
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 out.append((f"{prefix}:{k}", float(v) * (100 if pct[k] == "%" else 1), pct[k],
                             int(figs.get("rows") or 0), None))       # type: ignore[call-overload]
     for s in doc["sources"]:

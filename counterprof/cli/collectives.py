@@ -38,7 +38,7 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--top", type=int, default=3, metavar="N", help="calls named per reason (default 3)")
     args = p.parse_args(argv)
     if args.html:
-        check_output_file(args.html, "--html")
+        check_output_file(args.html, "--html", [args.run])
     file_docs = ceilings_from(p, args.ceilings)
 
     from ..analysis.collectives import COLUMNS, NEEDED, analyze_calls, curves_from_ceilings

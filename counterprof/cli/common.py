@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from ..ground.errors import CounterprofError
@@ -251,9 +251,10 @@ def open_run(path: str, skip_unreadable: bool = False) -> Run:
     return run
 
 
-def check_output_file(path: str, option: str) -> None:
+def check_output_file(path: str, option: str, inputs: Sequence[str] = ()) -> None:
     """Refuse an output file that cannot be written (a directory, a missing directory, no
-    permission) before any work is done or anything is printed."""
+    permission), or that is one of the inputs or lies inside one (a run directory: an --html
+    over its meta.json would destroy it), before any work is done or anything is printed."""
     import os
     from pathlib import Path
     from ..ground.errors import UsageError
@@ -261,6 +262,13 @@ def check_output_file(path: str, option: str) -> None:
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise UsageError(f"{option} {path}: is a directory; give a file name")
+    target = p.resolve()
+    for given in inputs:
+        src = Path(given).resolve()
+        if target == src or (src.is_dir() and src in target.parents):
+            raise UsageError(f"{option} {path}: it would overwrite " + (
+                f"the input {given}" if target == src else f"a file inside the run {given}") +
+                ": write it elsewhere")
     if not parent.is_dir():
         raise UsageError(f"{option} {path}: the directory {parent} does not exist")
     if not os.access(p if p.exists() else parent, os.W_OK):

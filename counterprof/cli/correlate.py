@@ -30,14 +30,14 @@ def main(argv: list[str]) -> int:
     return guarded(lambda: _main(argv))
 
 
-def _percent(text: str, what: str) -> float:
+def _percent(text: str, what: str, zero: bool = False) -> float:
     t = text.strip()
     try:
-        x = float(t.rstrip("%"))
+        x = float(t[:-1] if t.endswith("%") else t)
     except ValueError:
         raise ValueError(f"{what} takes a percentage (20 or 20%), not {text!r}") from None
-    if not 0 < x < 10000:
-        raise ValueError(f"{what} must be a positive percentage")
+    if not (0 <= x if zero else 0 < x) or not x <= 10000:
+        raise ValueError(f"{what} must be a percentage from {0 if zero else 'above 0'} to 10000, not {text!r}")
     return x / 100
 
 
@@ -59,15 +59,19 @@ def _main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     try:
         tolerance = _percent(args.tolerance, "--tolerance")
-        fail_above = _percent(args.fail_above, "--fail-above") if args.fail_above is not None else None
+        fail_above = _percent(args.fail_above, "--fail-above", zero=True) if args.fail_above is not None else None
     except ValueError as exc:
         raise UsageFailure(str(exc), p.format_usage()) from None
+    if args.top < 1:
+        raise UsageFailure(f"--top must be 1 or more, not {args.top}", p.format_usage())
+    if args.html and args.csv and Path(args.html).resolve() == Path(args.csv).resolve():
+        raise UsageFailure("--html and --csv name the same file", p.format_usage())
     if not args.predictions and not args.model:
         raise UsageFailure("nothing to hold the run against: give --predictions FILE (or another run), "
                            "or --model roofline", p.format_usage())
     for path, flag in ((args.html, "--html"), (args.csv, "--csv")):
         if path:
-            check_output_file(path, flag)
+            check_output_file(path, flag, [args.run, *args.predictions])
     file_docs = ceilings_from(p, args.ceilings)
 
     from ..analysis.correlate import Prediction, correlate, run_predictions
@@ -76,14 +80,23 @@ def _main(argv: list[str]) -> int:
     for problem in run.skipped:
         err(f"skipped an unreadable file: {problem}")
     preds: list[Prediction] = []
+    m, roof = _measure(run, file_docs, args.rank, p)
     for given in args.predictions:
+        taken = {x.source for x in preds}
         if Path(given).is_dir():
             other = open_run(given, skip_unreadable=True)
-            om, _ = _measure(other, file_docs, args.rank, p)
-            preds += run_predictions(om, f"run {other.path.name}")
+            rank = args.rank if args.rank is None or args.rank in other.ranks() else None
+            if rank != args.rank:
+                err(f"{given} has no rank {args.rank}: every rank of it predicts rank {args.rank}")
+            om, _ = _measure(other, file_docs, rank, p)
+            name = f"run {other.path.name}"
+            preds += run_predictions(om, name if name not in taken else f"run {other.path}")
         else:
-            preds += [Prediction(**row) for row in read_predictions(given)]
-    m, roof = _measure(run, file_docs, args.rank, p)
+            rows = read_predictions(given)
+            for row in rows:            # two files of one name are two sources, not one
+                if row["source"] in taken:
+                    row["source"] = f"{row['source']} ({given})"
+            preds += [Prediction(**row) for row in rows]
     for model in args.model:
         preds += _model(model, m, roof)
     c = correlate(m, preds, tolerance)
@@ -104,7 +117,10 @@ def _main(argv: list[str]) -> int:
         for s in over:
             err(f"MAPE {100 * (s.figures.mape or 0):.1f}% of {s.name} is above --fail-above "
                 f"{100 * fail_above:g}%")
-        if over:
+        empty = [s for s in c.sources if s.figures.mape is None]
+        for s in empty:          # nothing compared is no pass
+            err(f"--fail-above: no row of {s.name} could be compared with the run (see its unmatched rows)")
+        if over or empty or not c.sources:
             return 1
     return 0
 
@@ -119,8 +135,9 @@ def _measure(run: Any, file_docs: Any, rank: int | None, p: Any) -> tuple[Any, A
     q = RunQuery(run.path)
     try:
         src = OpRows.of(q, rank)
-        if rank is not None and rank not in src.ranks():
-            raise UsageFailure(f"--rank {rank}: {run.path} has rank(s) {src.ranks() or 'none'}", p.format_usage())
+        if rank is not None and rank not in run.ranks():
+            raise UsageFailure(f"--rank {rank}: {run.path} has rank(s) {', '.join(map(str, run.ranks())) or 'none'}",
+                               p.format_usage())
         durations = src.durations(("kernel", "memcpy", "memset", "region", "annotation", "step"), CallTimes.STEP)
         has_ops = src.con.execute(f"SELECT count(*) FROM {src.view} WHERE category IN ('cpu_op', 'xla_op')"
                                   ).fetchall()[0][0]
@@ -144,14 +161,19 @@ def _model(model: str, m: Any, roof: Any) -> list[Any]:
             raise UsageError("--model roofline: " + (roof.origin or "no ceilings for this run") +
                              " (or use --model datasheet for a GPU)")
         doc = roof.ceilings
-        return roofline_predictions(m, doc, f"roofline ({doc.get('source') or 'calibrate'}: {doc.get('device')})")
-    from ..calibrate import datasheet
-    doc = datasheet.lookup(roof.device) if roof.device not in ("cpu", "gpu") else None
-    if doc is None:
-        raise UsageError(f"--model datasheet: no datasheet entry for the device {roof.device!r} "
-                         f"(known: {', '.join(datasheet.known())}); for a CPU, `counterprof calibrate` "
-                         "and --model roofline")
-    return roofline_predictions(m, doc, f"datasheet ({doc['datasheet_entry']})")
+        preds = roofline_predictions(m, doc, f"roofline ({doc.get('source') or 'calibrate'}: {doc.get('device')})")
+    else:
+        from ..calibrate import datasheet
+        doc = datasheet.lookup(roof.device) if roof.device not in ("cpu", "gpu") else None
+        if doc is None:
+            raise UsageError(f"--model datasheet: no datasheet entry for the device {roof.device!r} "
+                             f"(known: {', '.join(datasheet.known())}); for a CPU, `counterprof calibrate` "
+                             "and --model roofline")
+        preds = roofline_predictions(m, doc, f"datasheet ({doc['datasheet_entry']})")
+    if not preds:
+        raise UsageError(f"--model {model} predicts ops from their FLOPs and bytes, and none of this run's ops has "
+                         "them: " + ("; ".join(roof.missing) or "no op with a cost model ran"))
+    return preds
 
 
 def _csv(c: Any) -> str:

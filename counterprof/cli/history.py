@@ -101,7 +101,7 @@ def _show(args: argparse.Namespace, p: ArgumentParser) -> int:
         raise UsageFailure(f"{args.db}: no such history file (`counterprof history add RUN --db "
                            f"{args.db}` creates it)", p.format_usage())
     if args.html:
-        check_output_file(args.html, "--html")
+        check_output_file(args.html, "--html", [args.db])
     con = connect(args.db, read_only=True)
     try:
         found, hidden = select_trends(con, args.db, args.metric, DEFAULT_SHOWN)

@@ -53,7 +53,7 @@ def _main(argv: list[str]) -> int:
     from ..ground.errors import RunDirectoryError
 
     if args.html:
-        check_output_file(args.html, "--html")
+        check_output_file(args.html, "--html", [args.run])
     run = open_run(args.run)
     meta = run.meta
     q = RunQuery(run.path)

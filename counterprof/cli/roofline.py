@@ -33,7 +33,7 @@ def _main(argv: list[str]) -> int:
     p.add_argument("--top", type=int, default=15, metavar="N", help="ops in the text table (default 15)")
     args = p.parse_args(argv)
     if args.html:
-        check_output_file(args.html, "--html")
+        check_output_file(args.html, "--html", [args.run])
     file_docs = ceilings_from(p, args.ceilings)
 
     from ..analysis.roofline_run import run_roofline

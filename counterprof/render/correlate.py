@@ -7,6 +7,7 @@ import math
 from typing import IO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..analysis.correlate import Correlation, Figures, Row, Source
@@ -15,6 +16,7 @@ from . import svg
 from .roofline import CSS, _e     # one look for the standalone pages
 
 W, H, PADL, PADR, PADT, PADB = 640, 460, 70, 20, 20, 50
+UNMATCHED_SHOWN = 20            # unmatched rows the text lists (--json has every one)
 COLORS = {"GEMM": "#1f77b4", "convolution": "#17becf", "attention": "#b23ab2", "normalization": "#2e9e44",
           "elementwise": "#e08a00", "reduction": "#8c564b", "collectives": "#d62728", "memory copies": "#7f7f7f",
           "region": "#bcbd22", "step": "#000000"}
@@ -33,7 +35,7 @@ def us(x: float | None) -> str:
 
 
 def _ratio(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}x"
+    return "-" if x is None else f"{x:.2f}x" if x < 1000 else f"{x:.3g}x"
 
 
 def _r(x: float | None) -> str:
@@ -58,15 +60,16 @@ def correlate_text(c: Correlation, out: IO[str], top: int = 15) -> None:
     if not c.sources:
         console.print("no predictions")
     for s in c.sources:
-        console.print(f"[bold]{s.name}[/bold]: {figures_line(s.figures)}")
+        # (figures on one line each, whatever the width: grep finds them)
+        console.print(f"[bold]{escape(s.name)}[/bold]: {figures_line(s.figures)}", soft_wrap=True)
         if s.by_group:
             console.print("  by group: " + "; ".join(
                 f"{g} {share(f.mape) if f.mape is not None else '-'} MAPE, {_ratio(f.geomean_ratio)}"
-                for g, f in s.by_group.items()))
+                for g, f in s.by_group.items()), soft_wrap=True)
         if s.by_rank:
             console.print("  by rank: " + "; ".join(
                 f"{k}: {share(f.mape) if f.mape is not None else '-'} MAPE, {_ratio(f.geomean_ratio)}"
-                for k, f in s.by_rank.items()))
+                for k, f in s.by_rank.items()), soft_wrap=True)
         if s.rows:
             t = Table(title=f"rows by the time they would save at their prediction (top {min(top, len(s.rows))} "
                             f"of {len(s.rows)})", title_justify="left", box=None, pad_edge=False)
@@ -80,17 +83,20 @@ def correlate_text(c: Correlation, out: IO[str], top: int = 15) -> None:
                           us(j["predicted_us"]), _ratio(r.ratio), "yes" if r.within else f"no (±{r.tolerance:.0%})",
                           us(j["savings_us"]))
             console.print(t)
-        for u in s.unmatched:
+        for u in s.unmatched[:UNMATCHED_SHOWN]:
             where = f"line {u.pred.line}: " if u.pred.line else ""
-            console.print(f"  [dim]unmatched[/dim] {where}{u.pred.key}: {u.why}")
+            console.print(f"  [dim]unmatched[/dim] {escape(where + u.pred.key)}: {escape(u.why)}", soft_wrap=True)
+        if len(s.unmatched) > UNMATCHED_SHOWN:
+            more = len(s.unmatched) - UNMATCHED_SHOWN
+            console.print(f"  [dim]... and {more} more unmatched rows (all in --json)[/dim]")
         if s.uncovered:
             total = sum(it.total_ns for it in s.uncovered)
             names = ", ".join(f"{it.key} ({us(it.total_ns / 1e3)})" for it in s.uncovered[:3])
             console.print(f"  no prediction for {len(s.uncovered)} measured item(s), {us(total / 1e3)} in all; "
-                          f"the longest: {names}")
+                          f"the longest: {escape(names)}", soft_wrap=True)
         console.print("")
     for n in c.notes + c.measured.notes:
-        console.print(f"[dim]note: {n}[/dim]")
+        console.print(f"[dim]note: {escape(n)}[/dim]", soft_wrap=True)
 
 
 def scatter_svg(s: Source, labelled: int = 8) -> str:
@@ -104,7 +110,7 @@ def scatter_svg(s: Source, labelled: int = 8) -> str:
     lo, hi = min(xs + ys), max(xs + ys)
     X, Y, out, (x0, x1, y0, y1) = svg.log_log_axes([lo, hi], [lo, hi], (PADL, PADT, W - PADR, H - PADB),
                                                    (us, us), ("predicted per call", "measured per call (median)"))
-    tol = max((r.tolerance for r in rows), default=0.2)
+    tol = sorted(r.tolerance for r in rows)[len(rows) // 2]      # the band: the rows' usual tolerance
     a, b = max(x0, y0), min(x1, y1)
     band = [(X(a), Y(a * (1 + tol))), (X(b), Y(b * (1 + tol))), (X(b), Y(b / (1 + tol))), (X(a), Y(a / (1 + tol)))]
     out.append(svg.element("polygon", cls="band", points=" ".join(f"{px:.1f},{py:.1f}" for px, py in band),
@@ -133,7 +139,8 @@ def scatter_svg(s: Source, labelled: int = 8) -> str:
         taken.append((x, y))
         left = x > (PADL + W - PADR) / 2                  # in the right half: the label to the left
         out.append(svg.text(x - 7 if left else x + 7, y, _label(r, 40), cls="outlier", font_size=9,
-                            text_anchor="end" if left else "start"))
+                            text_anchor="end" if left else "start", stroke="#fff", stroke_width="3",
+                            paint_order="stroke"))      # (a halo: readable over the dots)
     legend_y = PADT + 12
     out.append(svg.text(PADL + 8, legend_y, f"— measured = predicted, band ±{tol:.0%}", fill="#2e9e44"))
     legend_y += 12
@@ -164,7 +171,7 @@ def correlate_html(c: Correlation, title: str, top: int = 25) -> str:
             f"<tr><td>{_e(_label(r, 90))}</td><td>{_e(r.item.group)}</td><td class=n>{r.item.calls}</td>"
             f"<td class=n>{_e(us(r.measured_us))}</td><td class=n>{_e(us(r.predicted_us))}</td>"
             f"<td class=n>{_ratio(r.ratio)}</td><td class=n>{'yes' if r.within else 'no'}</td>"
-            f"<td class=n>{_e(us(r.savings_ns / 1e3))}</td></tr>" for r in s.rows[:top])
+            f"<td class=n style='white-space:nowrap'>{_e(us(r.savings_ns / 1e3))}</td></tr>" for r in s.rows[:top])
         parts.append("<h3>rows by the time they would save at their prediction</h3><table><tr><th>item</th>"
                      "<th>group</th><th>calls</th><th>measured</th><th>predicted</th><th>ratio</th><th>within</th>"
                      f"<th>would save</th></tr>{rows}</table>")

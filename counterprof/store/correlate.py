@@ -31,6 +31,7 @@ TIMES = ("predicted_us", "predicted_total_us")
 RATES = ("predicted_flops_per_s", "predicted_bytes_per_s")
 KINDS = ("op", "kernel", "region", "step")
 MAX_BYTES = 256 << 20           # a predictions file larger than this is not a predictions file
+MAX_US = 1e15                   # a time past 31 years is a unit mistake, not a prediction
 
 
 def read_predictions(path: str) -> list[dict[str, Any]]:
@@ -46,8 +47,8 @@ def read_predictions(path: str) -> list[dict[str, Any]]:
     source = p.stem.split(".")[0] or p.name
     rows = list(_rows(p))
     if not rows:
-        raise UsageError(f"--predictions {path}: no rows (the first line of a CSV names the columns: "
-                         "kind,name,shapes,predicted_us,...)")
+        raise UsageError(f"--predictions {path}: no rows (a CSV's first line names the columns: "
+                         "kind,name,shapes,predicted_us,...; then one row per prediction)")
     return [_check(path, line, raw, source) for line, raw in rows]
 
 
@@ -67,6 +68,9 @@ def _rows(p: Path) -> Any:
     except UnicodeDecodeError:
         raise UsageError(f"--predictions {p}: not text (CSV or JSON lines in UTF-8) nor Parquet") from None
     first = next((ln for ln in text.splitlines() if ln.strip()), "")
+    if first.lstrip().startswith("["):
+        raise UsageError(f"--predictions {p}: a JSON list; JSON lines are one object per line "
+                         '({"name": "aten::mm", "predicted_us": 50} on each)')
     if first.lstrip().startswith("{"):
         for i, ln in enumerate(text.splitlines(), 1):
             if not ln.strip():
@@ -81,8 +85,9 @@ def _rows(p: Path) -> Any:
         return
     reader = csv.DictReader(text.splitlines())
     if not reader.fieldnames or "name" not in reader.fieldnames and "kind" not in reader.fieldnames:
+        hint = " (columns are separated by commas, not semicolons)" if ";" in first and "," not in first else ""
         raise UsageError(f"--predictions {p}: the first line names the columns, and it has neither `kind` nor "
-                         f"`name` ({', '.join(reader.fieldnames or [])}): e.g. kind,name,shapes,predicted_us")
+                         f"`name` ({', '.join(reader.fieldnames or [])}): e.g. kind,name,shapes,predicted_us{hint}")
     for row in reader:
         if None in row:
             raise UsageError(f"--predictions {p} line {reader.line_num}: more values than columns "
@@ -90,8 +95,24 @@ def _rows(p: Path) -> Any:
         yield reader.line_num, {k: v for k, v in row.items() if v not in ("", None)}
 
 
+def _plain(v: Any) -> Any:
+    """A kept column's value as JSON can hold it (a NaN is none; a date or bytes, text)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (str, int, float, bool)) or v is None:
+        return v
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    return str(v)
+
+
 def _check(path: str, line: int, raw: dict[str, Any], source: str) -> dict[str, Any]:
     where = f"--predictions {path} line {line}"
+    raw = {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v) for k, v in raw.items()}
     kind = str(raw.get("kind") or "op").strip().lower()
     if kind not in KINDS:
         raise UsageError(f"{where}: kind {kind!r} is none of {', '.join(KINDS)}")
@@ -120,7 +141,7 @@ def _check(path: str, line: int, raw: dict[str, Any], source: str) -> dict[str, 
         "us": values.get("predicted_us"), "total_us": values.get("predicted_total_us"),
         "flops_per_s": values.get("predicted_flops_per_s"), "bytes_per_s": values.get("predicted_bytes_per_s"),
         "tolerance": _tolerance(where, raw.get("tolerance")),
-        "extra": {k: v for k, v in raw.items() if k not in KNOWN and v is not None},
+        "extra": {k: _plain(v) for k, v in raw.items() if k not in KNOWN and v is not None},
     }
     if kind != "op" and (out["dims"] is not None or out["types"] is not None or out["dtype"]):
         raise UsageError(f"{where}: shapes, types and dtype key ops only (this row's kind is {kind})")
@@ -128,12 +149,16 @@ def _check(path: str, line: int, raw: dict[str, Any], source: str) -> dict[str, 
 
 
 def _positive(where: str, column: str, v: Any) -> float:
+    if isinstance(v, bool):
+        raise UsageError(f"{where}: {column} {v!r} is not a number")
     try:
         x = float(str(v).strip()) if not isinstance(v, (int, float)) else float(v)
     except ValueError:
         raise UsageError(f"{where}: {column} {v!r} is not a number") from None
     if not math.isfinite(x) or x <= 0:
         raise UsageError(f"{where}: {column} {v!r} must be a positive number")
+    if column in TIMES and x > MAX_US:
+        raise UsageError(f"{where}: {column} {v!r} is past {MAX_US:g} µs (31 years): is it in µs?")
     return x
 
 

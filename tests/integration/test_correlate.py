@@ -126,6 +126,10 @@ def test_a_users_file_finds_the_skewed_row_first_and_lists_what_matched_nothing(
     assert "unmatched line 5" in proc.stdout and "aten::mm" in proc.stdout.split("\n", 3)[3]
     ok = run_cli("correlate", str(a), "--predictions", str(a), "--fail-above", "1", env=env)
     assert ok.returncode == 0, ok.stderr
+    nothing = tmp_path / "kernels.csv"                   # no row can be compared: no pass
+    nothing.write_text("kind,name,predicted_us\nkernel,*,1\n")
+    proc = run_cli("correlate", str(a), "--predictions", str(nothing), "--fail-above", "50", env=env)
+    assert proc.returncode == 1 and "no row of kernels could be compared" in proc.stderr, proc.stderr
 
 
 def test_outputs_csv_html_and_bad_input(runs, tmp_path):
@@ -142,7 +146,10 @@ def test_outputs_csv_html_and_bad_input(runs, tmp_path):
                         ([], "nothing to hold the run against"),
                         (["--predictions", str(tmp_path / "none.csv")], "no such file"),
                         (["--model", "roofline", "--rank", "7"], "--rank 7"),
-                        (["--model", "roofline", "--tolerance", "lots"], "--tolerance takes a percentage")):
+                        (["--model", "roofline", "--tolerance", "lots"], "--tolerance takes a percentage"),
+                        (["--model", "roofline", "--top", "0"], "--top must be 1 or more"),
+                        (["--model", "roofline", "--html", str(a / "meta.json")], "a file inside the run"),
+                        (["--predictions", str(PREDICTIONS), "--csv", str(PREDICTIONS)], "would overwrite the input")):
         proc = run_cli("correlate", str(a), *args, env=env)
         assert proc.returncode in (1, 2) and words in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
 
@@ -168,6 +175,11 @@ def test_history_tracks_the_correlation(runs, tmp_path):
     assert series[key]["unit"] == "%"
     bad = run_cli("history", "add", str(a), "--db", str(db), "--correlation", str(tmp_path / "x.json"), env=env)
     assert bad.returncode != 0 and "not readable JSON" in bad.stderr
+    shaped = tmp_path / "shaped.json"
+    shaped.write_text(json.dumps({"run_id": "x", "sources": [{"source": "s", "by_group": [1, 2]}]}))
+    bad = run_cli("history", "add", str(a), "--db", str(db), "--correlation", str(shaped), env=env)
+    assert bad.returncode == 2 and "not a `counterprof correlate --json` output" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 @needs_shared_traces

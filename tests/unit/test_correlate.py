@@ -156,9 +156,12 @@ def test_rates_turn_flops_and_bytes_into_times():
 
 def test_by_rank_and_outliers_ranked_by_what_they_would_save():
     m = measured(job({0: 100, 1: 400}))             # rank 1's matmul is 4x slower
-    s = correlate(m, [pred("op", "aten::mm", 1, us=100.0), pred("op", "aten::add", 2, us=20.0)], 0.2).sources[0]
-    assert abs(s.by_rank[0].geomean_ratio - 1) < 0.02 and s.by_rank[1].geomean_ratio > 2.5
-    assert s.rows[0].pred.name == "aten::mm" and s.rows[0].savings_ns == pytest.approx(10 * 300 * US, rel=0.02)
+    s = correlate(m, [pred("op", "aten::mm", 1, us=100.0), pred("op", "aten::add", 2, us=10.0)], 0.2).sources[0]
+    assert s.by_rank[0].geomean_ratio == pytest.approx(2 ** (200 / 1200), rel=0.02) and s.by_rank[1].geomean_ratio > 2.5
+    # the median call met its prediction: mm would save nothing at its ratio (1.0); add (2x) half
+    # its time; rank 1's slow matmuls are rank 1's figures
+    assert s.rows[0].pred.name == "aten::add" and s.rows[0].savings_ns == pytest.approx(20 * 10 * US, rel=0.02)
+    assert next(r for r in s.rows if r.pred.name == "aten::mm").savings_ns == 0
 
 
 def test_a_run_predicting_itself_is_exact_and_spearman_is_one():
@@ -166,6 +169,9 @@ def test_a_run_predicting_itself_is_exact_and_spearman_is_one():
     s = correlate(m, run_predictions(m, "self"), 0.05).sources[0]
     assert len(s.rows) == len(m.items) and all(abs(r.ratio - 1) < 1e-9 for r in s.rows)
     assert s.figures.mape == pytest.approx(0, abs=1e-9) and s.figures.spearman == pytest.approx(1)
+    assert all(r.savings_ns == 0 for r in s.rows)
+    # each rank against the same rank of the other run, not against the ranks pooled
+    assert {r: f.mape for r, f in s.by_rank.items()} == {0: pytest.approx(0, abs=1e-9), 1: pytest.approx(0, abs=1e-9)}
 
 
 def test_roofline_predictor_is_the_larger_of_flops_over_peak_and_bytes_over_bandwidth():
@@ -217,6 +223,10 @@ def test_csv_jsonl_and_parquet_read_alike(tmp_path):
     ('{"name": "aten::mm", "predicted_us": 1}\n{"name": \n', "line 2: not JSON"),
     ("a,b\n1,2\n", "neither `kind` nor `name`"),
     ("kind,name,predicted_us\n", "no rows"),
+    ('[{"name": "aten::mm", "predicted_us": 1}]\n', "a JSON list; JSON lines are one object per line"),
+    ('{"name": "aten::mm", "predicted_us": true}\n', "line 1: predicted_us True is not a number"),
+    ("kind,name,predicted_us\nop,aten::mm,1e300\n", "is past 1e+15 µs"),
+    ("kind;name;predicted_us\nop;aten::mm;1\n", "separated by commas, not semicolons"),
 ])
 def test_a_bad_file_is_refused_with_its_line(tmp_path, body, words):
     f = tmp_path / "bad.csv"
