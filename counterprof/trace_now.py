@@ -4,19 +4,13 @@ steps (or the next milliseconds) now, on every rank, and wait for the answers.
     a = ask(runs, steps=3)       # the ask written into each run (store/control.py), start_step set
     done = wait(a, timeout_s)    # per process: traced (steps, file, bytes) or not reached, and why
 
-Steps: every process starts its window at the same step number, start_step: past the step each
-process last wrote (its steps file, flushed once a second) by what its recent steps' pace
-covers in LEAD_S (a second for that file to be flushed, a second for the driver to look, and a
-margin), so every rank is still before it when the ask reaches it. A process that marks no
-steps traces a time window instead.
+Steps: every process starts its window at the same step number (store/control.py's
+start_step); a process that marks no steps traces a time window instead.
 """
 from __future__ import annotations
 
-import math
 import os
-import secrets
 import socket
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +19,6 @@ from typing import Any
 from .ground.errors import UsageError
 from .store import control
 
-LEAD_S = 2.5
 POLL_S = 0.1
 
 
@@ -38,41 +31,6 @@ class Ask:
     start_step: int | None
     expected: dict[tuple[str, str, int], dict[str, Any]]    # (run, host, pid) -> its driver's registration
     gone: dict[tuple[str, str, int], dict[str, Any]] = field(default_factory=dict)   # exited before it
-
-
-def _last_steps(run: Path) -> list[tuple[int, list[int]]]:
-    """Per steps file: (the last step number, the durations in ns of its last steps)."""
-    from .store.rundir import trace_files
-    out = []
-    for f in trace_files(run, "*.steps"):
-        try:
-            with open(f, "rb") as fh:
-                fh.seek(max(0, os.path.getsize(f) - 65536))
-                lines = fh.read().decode(errors="replace").splitlines()[1:]
-        except OSError:
-            continue
-        found: list[tuple[int, int]] = []
-        for ln in lines:
-            parts = ln.split("\t")
-            if len(parts) == 5 and parts[0] == "step" and "#" in parts[4]:
-                try:
-                    found.append((int(parts[4].rsplit("#", 1)[1]), int(parts[2]) - int(parts[1])))
-                except ValueError:
-                    continue
-        if found:
-            out.append((found[-1][0], [d for _, d in found[-20:]]))
-    return out
-
-
-def start_step(runs: list[Path]) -> int | None:
-    """The first step every process can still reach in time (None: no process marks steps)."""
-    starts = []
-    for run in runs:
-        for last, durations in _last_steps(run):
-            pace = statistics.median(durations) if durations else 0
-            ahead = min(100_000, math.ceil(LEAD_S * 1e9 / pace)) if pace > 0 else 1
-            starts.append(last + 1 + ahead)
-    return max(starts) if starts else None
 
 
 def _alive(doc: dict[str, Any]) -> bool | None:
@@ -120,19 +78,16 @@ def ask(runs: list[Path], steps: int | None = None, ms: int | None = None) -> As
     """Write the ask into each run (every process of every run traces the same steps)."""
     for r in runs:
         check_running(r)
-    ask_id = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-    first = start_step(runs) if steps else None
+    doc = control.new_ask(runs, steps, ms, f"{_user()}@{socket.gethostname()}")
     expected: dict[tuple[str, str, int], dict[str, Any]] = {}
     gone: dict[tuple[str, str, int], dict[str, Any]] = {}
     for r in runs:
         for d in control.drivers(r):
             key = (str(r), str(d.get("host")), int(d.get("pid") or 0))
             (gone if _alive(d) is False else expected)[key] = d
-    doc = {"id": ask_id, "steps": steps, "ms": ms, "start_step": first, "asked_ns": time.time_ns(),
-           "by": f"{_user()}@{socket.gethostname()}"}
     for r in runs:
         control.write_ask(r, doc)
-    return Ask(ask_id, runs, steps, ms, first, expected, gone)
+    return Ask(doc["id"], runs, steps, ms, doc["start_step"], expected, gone)
 
 
 def wait(a: Ask, timeout_s: float) -> dict[tuple[str, str, int], dict[str, Any]]:

@@ -64,7 +64,9 @@ def _main(argv: list[str]) -> int:
                 size = si(d.get("bytes") or 0, "B")
                 span = (f"steps {d['steps'][0]}-{d['steps'][1]}" if d.get("steps")
                         else f"{d.get('ms')} ms (it marks no steps)")
-                print(f"  {where}: traced {span}, {size}: {d.get('file')}")
+                late = (f" (it was past step {a.start_step} when the ask reached it)"
+                        if d.get("steps") and a.start_step is not None and d["steps"][0] > a.start_step else "")
+                print(f"  {where}: traced {span}, {size}: {d.get('file')}{late}")
             else:
                 print(f"  {where}: not reached: {d.get('why')}")
     traced = [d for d in got.values() if d.get("status") == "traced"]

@@ -56,7 +56,7 @@ class LiveView:
 
     def __init__(self, window: LiveWindow, *, title: str, run_path: str | None,
                  catalog: Callable[[], Mapping[str, Any]], statuses: Callable[[], Mapping[str, Any]],
-                 on_quit: Callable[[], None] | None = None, keys_hint: str = "q stops profiling",
+                 on_quit: Callable[[], None] | None = None, keys_hint: str = "q stops profiling, t traces 3 steps",
                  scope: str = "process", cpus: int | None = None, perf_system_wide: bool = False,
                  processes: Callable[[], list[ProcessRow] | None] | None = None,
                  mode: str | None = None, fd: int = 2, clock: Callable[[], float] = time.monotonic):
@@ -135,6 +135,25 @@ class LiveView:
             self.quit_requested.set()
             if self.on_quit is not None:
                 self.on_quit()
+        elif ch in ("t", "T") and self.run_path:
+            self.warn(self._ask_trace())
+
+    def _ask_trace(self) -> str:
+        """t: every process of the job traces its next ASK_STEPS steps (`counterprof trace`);
+        the answers are in the run (the report lists them)."""
+        from pathlib import Path
+
+        from ..store import control
+        run = Path(str(self.run_path))
+        if not control.drivers(run):
+            return "t: no process of the job has the torch driver to ask (run it with --torch)"
+        try:
+            doc = control.new_ask([run], ASK_STEPS, None, "live view")
+            control.write_ask(run, doc)
+        except OSError as exc:
+            return f"t: could not ask for a trace: {exc}"
+        start = f" from step {doc['start_step']}" if doc["start_step"] is not None else ""
+        return f"t: asked every process for {ASK_STEPS} steps{start} (ask {doc['id']}; `counterprof report` lists it)"
 
     # -- frames --------------------------------------------------------------------------
 
@@ -210,6 +229,9 @@ class LiveView:
             self.warnings.append(f"live view stopped: {type(exc).__name__}: {exc}")
         finally:
             self.frame_cpu_s = time.thread_time() - t0
+
+
+ASK_STEPS = 3       # what t asks for (`counterprof trace RUN --steps N` asks for any number)
 
 
 def for_session(session: Session, window: LiveWindow, title: str, **kw: Any) -> LiveView:

@@ -12,11 +12,15 @@ folder starts with "_", so dataset readers skip it.
 from __future__ import annotations
 
 import json
+import math
 import os
+import secrets
+import time
 from pathlib import Path
 from typing import Any
 
 CONTROL = "_control"
+LEAD_S = 3.0
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -37,6 +41,51 @@ def _docs(folder: Path) -> list[dict[str, Any]]:
     except OSError:
         return []
     return [d for d in (_read(folder / n) for n in names) if d is not None]
+
+
+def _last_steps(run: Path) -> list[tuple[int, list[int]]]:
+    """Per steps file: (the last step number, the durations in ns of its last steps)."""
+    from .rundir import trace_files
+    out = []
+    for f in trace_files(run, "*.steps"):
+        try:
+            with open(f, "rb") as fh:
+                fh.seek(max(0, os.path.getsize(f) - 65536))
+                lines = fh.read().decode(errors="replace").splitlines()[1:]
+        except OSError:
+            continue
+        found: list[tuple[int, int]] = []
+        for ln in lines:
+            parts = ln.split("\t")
+            if len(parts) == 5 and parts[0] == "step" and "#" in parts[4]:
+                try:
+                    found.append((int(parts[4].rsplit("#", 1)[1]), int(parts[2]) - int(parts[1])))
+                except ValueError:
+                    continue
+        if found:
+            out.append((found[-1][0], [d for _, d in found[-20:]]))
+    return out
+
+
+def start_step(runs: list[Path]) -> int | None:
+    """The first step every process can still reach in time (None: no process marks steps):
+    past the step each process last wrote (its steps file, flushed once a second) by what its
+    fastest recent step covers in LEAD_S (a second for that file to be flushed, a second for the
+    driver to look, and a margin), so every rank is still before it when the ask reaches it."""
+    starts = []
+    for run in runs:
+        for last, durations in _last_steps(run):
+            pace = min(durations) if durations else 0      # the fastest recent step: the most ahead
+            ahead = min(100_000, math.ceil(LEAD_S * 1e9 / pace)) if pace > 0 else 1
+            starts.append(last + 1 + ahead)
+    return max(starts) if starts else None
+
+
+def new_ask(runs: list[Path], steps: int | None, ms: int | None, by: str) -> dict[str, Any]:
+    """An ask for the runs of one job: its id, what, the step every process starts from."""
+    return {"id": time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3),
+            "steps": steps, "ms": ms, "start_step": start_step(runs) if steps else None,
+            "asked_ns": time.time_ns(), "by": by}
 
 
 def drivers(run: str | os.PathLike[str]) -> list[dict[str, Any]]:

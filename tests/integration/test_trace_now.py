@@ -52,7 +52,7 @@ with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
 
 WORKER = """
 import os, sys, time, torch, counterprof
-stop, life = sys.argv[1], float(sys.argv[2])
+stop, life = sys.argv[1], float(sys.argv[2]) if len(sys.argv) > 2 else 60
 a = torch.randn(128, 128)
 t = time.time()
 while not os.path.exists(stop) and time.time() - t < life:
@@ -184,7 +184,41 @@ def test_a_rank_that_exited_is_named_and_the_other_traced(tmp_path):
     assert by_rank[1]["status"] == "not reached" and "exited" in by_rank[1]["why"], by_rank
     text = run_cli("trace", str(job.run), "--steps", "1", timeout=60)
     assert "rank 1 (pid" in text.stdout and "not reached: exited before the ask" in text.stdout, text.stdout
+    # the live view's t asks the same (what `run --live` shows while the job runs)
+    from counterprof.live.view import ASK_STEPS, LiveView
+    from counterprof.store import control
+    view = LiveView(None, title="t", run_path=str(job.run), catalog=dict, statuses=dict)
+    view._key("t")
+    assert view.warnings and view.warnings[-1].startswith(f"t: asked every process for {ASK_STEPS} steps")
+    ask_id = control.asks(job.run)[-1]["id"]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(a["rank"] == 0 for a in control.answers(job.run, ask_id)):
+        time.sleep(0.2)
+    (answer,) = [a for a in control.answers(job.run, ask_id) if a["rank"] == 0]
+    assert answer["status"] == "traced" and answer["steps"][1] - answer["steps"][0] == ASK_STEPS - 1, answer
+    assert (answer["seen_ns"] - control.asks(job.run)[-1]["asked_ns"]) / 1e9 < 2.0     # reached within 2 s
     job.stop()
+
+
+def test_the_runs_of_one_job_on_two_hosts_trace_from_one_step(tmp_path):
+    """Two runs (as COUNTERPROF_JOB gives each host its own), asked together: one step number."""
+    worker = script(tmp_path, "worker.py", WORKER)
+    jobs = []
+    for name in ("host-a", "host-b"):
+        (tmp_path / name).mkdir()
+        jobs.append(Job(tmp_path / name, sys.executable, str(worker)))
+        time.sleep(1.5)                            # the second starts later: fewer steps so far
+    for job in jobs:
+        job.wait_for(1)
+    time.sleep(1)
+    proc = run_cli("trace", str(jobs[0].run), str(jobs[1].run), "--steps", "2", "--json", timeout=60)
+    got = json.loads(proc.stdout)
+    assert proc.returncode == 0 and len(got["answers"]) == 2, proc.stderr
+    first = got["start_step"]
+    assert [a["steps"] for a in got["answers"]] == [[first, first + 1]] * 2, got["answers"]
+    assert {a["run"] for a in got["answers"]} == {str(j.run) for j in jobs}
+    for job in jobs:
+        job.stop()
 
 
 def test_a_loop_without_steps_gets_a_time_window(tmp_path):

@@ -587,8 +587,8 @@ class Driver:
             if self.prof.current_action == ProfilerAction.NONE:
                 self._stop_ours(discard=True)     # the window is written; none until the next
         elif not self.active <= step % self.every < self.every - self.warmup \
-                and time.monotonic() >= self.next_window_at and not _capturing():
-            self.start(step)
+                and time.monotonic() >= self.next_window_at and not _capturing() and self.ask is None:
+            self.start(step)          # (none while an ask waits: its step must find no window on)
 
     def start(self, step: int | None = None) -> None:
         """Start a profiler now, at schedule step `step` (None: now, as step 0, the steps
@@ -1165,6 +1165,7 @@ class Driver:
                 continue
             with self.lock:
                 self.ask, self.ask_first = doc, -1
+                doc["seen_ns"] = time.time_ns()        # (how long the ask took to reach it)
                 helper = self._helper_process()
                 if helper:
                     self._answer("not reached", why=helper)
@@ -1260,7 +1261,7 @@ class Driver:
         try:
             _write_control(self.run, os.path.join("answers", str(ask["id"])), f"{self.host}_{self.pid}.json",
                            {"pid": self.pid, "host": self.host, "rank": self.current_rank(), "status": status,
-                            "answered_ns": time.time_ns(), **fields})
+                            "seen_ns": ask.get("seen_ns"), "answered_ns": time.time_ns(), **fields})
         except OSError as exc:
             _say(f"could not answer counterprof trace in pid {self.pid}: {exc}")
 
