@@ -48,7 +48,8 @@ def _main(argv: list[str]) -> int:
     timeout = args.timeout or (30.0 if args.steps else args.ms / 1000 + 15)
     what_asked = f"{args.steps} step(s)" + (f" from step {a.start_step}" if a.start_step is not None else "") \
         if args.steps else f"{args.ms} ms"
-    print(f"counterprof trace: asked {len(a.expected)} process(es) for {what_asked} (ask {a.id})",
+    gone = f" ({len(a.gone)} more had exited)" if a.gone else ""
+    print(f"counterprof trace: asked {len(a.expected)} process(es){gone} for {what_asked} (ask {a.id})",
           file=sys.stderr, flush=True)
     got = wait(a, timeout)
     rows = sorted(got.items(), key=lambda kv: (kv[1].get("rank") if isinstance(kv[1].get("rank"), int) else 1 << 30,

@@ -7,6 +7,7 @@ a loop of raw ops that marks no steps (a time window), and a non-Python workload
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -184,6 +185,11 @@ def test_a_rank_that_exited_is_named_and_the_other_traced(tmp_path):
     assert by_rank[1]["status"] == "not reached" and "exited" in by_rank[1]["why"], by_rank
     text = run_cli("trace", str(job.run), "--steps", "1", timeout=60)
     assert "rank 1 (pid" in text.stdout and "not reached: exited before the ask" in text.stdout, text.stdout
+    # the lines as README.md shows them
+    assert re.search(r"^  rank 0 \(pid \d+\): traced steps (\d+)-\1, [\d.]+ [kM]?B: \S+\.ask-\S+\.pt\.trace\.json$",
+                     text.stdout, re.M), text.stdout
+    assert re.match(r"counterprof trace: asked 1 process\(es\) \(1 more had exited\) for 1 step\(s\) from step \d+ "
+                    r"\(ask \S+\)", text.stderr), text.stderr
     # the live view's t asks the same (what `run --live` shows while the job runs)
     from counterprof.live.view import ASK_STEPS, LiveView
     from counterprof.store import control
