@@ -598,23 +598,28 @@ class Driver:
                 return
             if step is None:
                 step, self.sched = 0, 1
-            try:
-                import torch
-                from torch.profiler import ProfilerActivity, profile
-                activities = [ProfilerActivity.CPU]
-                if torch.cuda.is_available():
-                    activities.append(ProfilerActivity.CUDA)    # ROCm builds too
-                prof: Any = profile(activities=activities, schedule=lambda n: self.schedule(step + n),
-                                    on_trace_ready=self._export, record_shapes=self.record_shapes,
-                                    with_stack=self.with_stack, profile_memory=self.profile_memory)
-                prof._counterprof = True
-                t = time.monotonic()
-                with _calling_profiler():
-                    prof.start()
-                self.window_cost_s = time.monotonic() - t
-                self.prof = prof
-            except Exception as exc:
-                self._fail(exc)
+            first = step
+            self._step_profiler(lambda n: self.schedule(first + n), self._export)
+
+    def _step_profiler(self, schedule: Callable[[int], ProfilerAction], on_ready: Callable[[Any], None]) -> None:
+        """Our torch profiler, started now, stepped at each step mark (_advance)."""
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+            activities = [ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(ProfilerActivity.CUDA)    # ROCm builds too
+            prof: Any = profile(activities=activities, schedule=schedule, on_trace_ready=on_ready,
+                                record_shapes=self.record_shapes, with_stack=self.with_stack,
+                                profile_memory=self.profile_memory)
+            prof._counterprof = True
+            t = time.monotonic()
+            with _calling_profiler():
+                prof.start()
+            self.window_cost_s = time.monotonic() - t
+            self.prof = prof
+        except Exception as exc:
+            self._fail(exc)
 
     def _stop_ours(self, discard: bool) -> None:
         prof, self.prof = self.prof, None
@@ -1204,32 +1209,16 @@ class Driver:
         writes them (the trace's name says which ask)."""
         assert self.ask is not None
         n = max(1, int(self.ask.get("steps") or 1))
-        try:
-            import torch
-            from torch.profiler import ProfilerAction, ProfilerActivity, profile
-            activities = [ProfilerActivity.CPU]
-            if torch.cuda.is_available():
-                activities.append(ProfilerActivity.CUDA)
+        from torch.profiler import ProfilerAction
 
-            def schedule(i: int) -> ProfilerAction:
-                if i == 0:
-                    return ProfilerAction.WARMUP
-                return ProfilerAction.RECORD if i < n else \
-                    ProfilerAction.RECORD_AND_SAVE if i == n else ProfilerAction.NONE
-            prof: Any = profile(activities=activities, schedule=schedule,
-                                on_trace_ready=lambda p: self._answer_written(p, f".ask-{self.ask['id']}.pt.trace.json"
-                                                                              if self.ask else ".pt.trace.json"),
-                                record_shapes=self.record_shapes, with_stack=self.with_stack,
-                                profile_memory=self.profile_memory)
-            prof._counterprof = True
-            self.ask_first = self.steps + 1
-            t = time.monotonic()
-            with _calling_profiler():
-                prof.start()
-            self.window_cost_s = time.monotonic() - t
-            self.prof = prof
-        except Exception as exc:
-            self._fail(exc)
+        def schedule(i: int) -> ProfilerAction:
+            if i == 0:
+                return ProfilerAction.WARMUP
+            return ProfilerAction.RECORD if i < n else \
+                ProfilerAction.RECORD_AND_SAVE if i == n else ProfilerAction.NONE
+        suffix = f".ask-{self.ask['id']}.pt.trace.json"
+        self.ask_first = self.steps + 1
+        self._step_profiler(schedule, lambda p: self._answer_written(p, suffix))
 
     def _answer_written(self, prof: Any, suffix: str) -> None:
         """on_trace_ready of an asked window: write it and answer."""
@@ -1435,30 +1424,20 @@ def write_announcement(run: str, doc: dict[str, Any]) -> None:
     """<run>/.ranks/<doc's pid>.json (0600, in a 0700 folder, never through a link, renamed
     into place complete: the rank watcher, counterprof/ranks.py, reads whole files). The jax
     driver announces its ranks through this too. Raises OSError."""
-    folder = os.path.join(run, ".ranks")
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        tmp, name = f"{doc['pid']}.json.tmp", f"{doc['pid']}.json"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600, dir_fd=dfd)
-        try:
-            os.write(fd, json.dumps(doc).encode())
-        finally:
-            os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    finally:
-        os.close(dfd)
+    _write_whole(run, [".ranks"], f"{doc['pid']}.json", doc)
 
 
 def _write_control(run: str, sub: str, name: str, doc: dict[str, Any]) -> None:
-    """<run>/_control/<sub>/<name>, complete (renamed into place), 0600 in 0700 folders, never
-    through a link. Raises OSError."""
+    """<run>/_control/<sub>/<name>, as write_announcement writes (counterprof's
+    store/control.py reads them; this module cannot import counterprof). Raises OSError."""
+    _write_whole(run, [CONTROL, *sub.split(os.sep)], name, doc)
+
+
+def _write_whole(run: str, parts: list[str], name: str, doc: dict[str, Any]) -> None:
+    """<run>/<parts...>/<name>: 0600 in 0700 folders, never through a link, renamed into place
+    complete."""
     folder = run
-    for part in [CONTROL, *sub.split(os.sep)]:
+    for part in parts:
         folder = os.path.join(folder, part)
         try:
             os.mkdir(folder, 0o700)
