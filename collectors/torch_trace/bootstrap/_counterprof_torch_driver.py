@@ -601,7 +601,7 @@ class Driver:
             first = step
             self._step_profiler(lambda n: self.schedule(first + n), self._export)
 
-    def _step_profiler(self, schedule: Callable[[int], ProfilerAction], on_ready: Callable[[Any], None]) -> None:
+    def _step_profiler(self, schedule: Callable[[int], ProfilerAction], on_ready: Callable[[Any], Any]) -> None:
         """Our torch profiler, started now, stepped at each step mark (_advance)."""
         try:
             import torch
