@@ -26,7 +26,8 @@ def is_jax_profile(path: str | os.PathLike[str]) -> bool:
 
 def import_traces(paths: list[str | os.PathLike[str]], run: str | os.PathLike[str], *, replace: bool = False,
                   default_rank: int = 0, command: list[str] | None = None,
-                  on_trace: Callable[[Any], None] | None = None) -> list[Any]:
+                  on_trace: Callable[[Any], None] | None = None,
+                  file_ranks: dict[str, int] | None = None) -> list[Any]:
     """Import the traces at paths (files, or directories searched for them) into the run
     directory run; the ImportedTrace of each, failed ones included (on_trace sees each as done)."""
     from .collectors.jax_trace import split_paths
@@ -39,5 +40,5 @@ def import_traces(paths: list[str | os.PathLike[str]], run: str | os.PathLike[st
         return traces
     from .collectors.torch_trace import importer
     traces = importer.import_traces(paths, run, replace=replace, default_rank=default_rank,
-                                    command=command, on_trace=on_trace)
+                                    command=command, on_trace=on_trace, file_ranks=file_ranks)
     return traces

@@ -59,11 +59,11 @@ def check_running(run: Path) -> None:
                          "under `counterprof run`): `trace` asks a running job")
     if not control.drivers(run):
         command = " ".join(map(str, meta.get("command") or [])) or "the workload"
-        torch = "torch" in (meta.get("collectors") or {})
-        raise UsageError(f"{run}: no process of the job has counterprof's torch driver ({command}): "
-                         + ("it has not imported torch yet, or is no Python program: only Python processes "
-                            "that import torch can be asked for a trace" if torch else
-                            "it runs without --torch: start it with `counterprof run --torch -- ...`"))
+        drivers = {"torch", "jax"} & set(meta.get("collectors") or {})
+        raise UsageError(f"{run}: no process of the job has counterprof's torch or jax driver ({command}): "
+                         + ("it has not imported torch or jax yet, or is no Python program: only Python processes "
+                            "that import them can be asked for a trace" if drivers else
+                            "it runs without --torch or --jax: start it with `counterprof run --torch -- ...`"))
 
 
 def _user() -> str:

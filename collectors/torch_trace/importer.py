@@ -174,8 +174,10 @@ def convert_to_parquet(trace: ImportedTrace, target: Path, default_rank: int,
 
 def import_traces(paths: list[str | os.PathLike[str]], run: str | os.PathLike[str], *, replace: bool = False,
                   default_rank: int = 0, command: list[str] | None = None,
-                  on_trace: Callable[[ImportedTrace], None] | None = None) -> list[ImportedTrace]:
-    """Convert `paths` (files or directories) into the run directory `run`."""
+                  on_trace: Callable[[ImportedTrace], None] | None = None,
+                  file_ranks: dict[str, int] | None = None) -> list[ImportedTrace]:
+    """Convert `paths` (files or directories) into the run directory `run`. file_ranks: a
+    file's rank where the trace names none (path as given -> rank), else default_rank."""
     files = find_traces(paths)
     run_path = Path(run)
     existed = run_path.exists()
@@ -184,7 +186,7 @@ def import_traces(paths: list[str | os.PathLike[str]], run: str | os.PathLike[st
     try:
         for i, trace in enumerate(traces):
             convert_to_parquet(trace, run_path / f".import-{os.getpid()}-{i}.parquet.tmp",
-                               default_rank, run_path)
+                               (file_ranks or {}).get(trace.path, default_rank), run_path)
             if on_trace is not None:
                 on_trace(trace)
         _check_ranks(traces)

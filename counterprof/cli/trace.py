@@ -5,6 +5,10 @@
     counterprof trace RUN --ms 500           the next 500 ms (a process that marks no steps does
                                              this for --steps too)
     counterprof trace RUN1 RUN2 --steps 3    the runs of one job on several hosts (COUNTERPROF_JOB)
+    counterprof trace --pid PID --ms 500 -o RUN   a PyTorch job NOT started under counterprof, started
+                                             with KINETO_USE_DAEMON=1 (Kineto's daemon mode, as for
+                                             dynolog): counterprof answers as the daemon; a
+                                             launcher's pid reaches its workers
 
 RUN is the -o of a `counterprof run --torch -- ...` that is running now. Each process answers:
 traced (its steps, the trace's size) or not reached, and why; the command returns once every
@@ -13,6 +17,7 @@ lists the windows asked for.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,8 +32,11 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     p = ArgumentParser(prog="counterprof trace", description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", metavar="RUN",
+    p.add_argument("runs", nargs="*", metavar="RUN",
                    help="the run directory of the running job (several: one per host)")
+    p.add_argument("--pid", type=int, action="append", metavar="PID",
+                   help="a job not under counterprof, started with KINETO_USE_DAEMON=1 (repeatable); with -o")
+    p.add_argument("-o", "--output", metavar="RUN", help="with --pid: the run directory the traces become")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--steps", type=int, metavar="N", help="trace the next N steps on every rank")
     what.add_argument("--ms", type=int, metavar="T", help="trace the next T milliseconds")
@@ -42,6 +50,15 @@ def _main(argv: list[str]) -> int:
     if args.timeout is not None and not args.timeout > 0:
         raise UsageFailure("--timeout must be a positive number of seconds", p.format_usage())
 
+    if args.pid:
+        if args.runs or not args.output:
+            raise UsageFailure("--pid takes no RUN and needs -o RUN (the run the traces become)", p.format_usage())
+        return _by_pid(args)
+    if not args.runs:
+        raise UsageFailure("give the RUN of a job running under `counterprof run --torch`, or --pid PID -o RUN",
+                           p.format_usage())
+    if args.output:
+        raise UsageFailure("-o is for --pid (a RUN is written by the job's own `counterprof run`)", p.format_usage())
     from ..trace_now import ask, wait
     runs = [Path(r) for r in args.runs]
     a = ask(runs, steps=args.steps, ms=args.ms)
@@ -74,3 +91,43 @@ def _main(argv: list[str]) -> int:
     if not got:
         print("counterprof trace: no process of the job to ask", file=sys.stderr)
     return 0 if traced else 1
+
+
+def _by_pid(args: argparse.Namespace) -> int:
+    """Answer Kineto's daemon-mode requests of the processes given (or their workers) with one
+    trace each, then import the traces into -o RUN."""
+    import os
+    import tempfile
+
+    from ..import_trace import check_run_target, import_traces
+    from ..kineto_daemon import serve
+    for pid in args.pid:
+        if not os.path.exists(f"/proc/{pid}"):
+            raise UsageFailure(f"--pid {pid}: no such process here", "")
+    check_run_target(args.output, replace=False)
+    timeout = args.timeout or (40.0 if args.steps else args.ms / 1000 + 30)
+    what = f"{args.steps} step(s)" if args.steps else f"{args.ms} ms"
+    print(f"counterprof trace: serving Kineto's daemon mode for pid(s) {', '.join(map(str, args.pid))}: {what} "
+          f"(each asks every 5 s; up to {timeout:g} s)", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="counterprof-kineto-") as folder:
+        os.chmod(folder, 0o733)              # the job may run as another user: it writes, we read
+        served = serve(set(args.pid), Path(folder), args.ms, args.steps, timeout)
+        files = [f for v in served.values() for f in v.files]
+        for pid, v in sorted(served.items()):
+            if v.files:
+                size = sum(f.stat().st_size for f in v.files)
+                print(f"  pid {pid}: traced {what}, {si(size, 'B')}")
+            else:
+                print(f"  pid {pid}: not reached: asked, but wrote no trace within {timeout:g} s")
+        for pid in args.pid:
+            if not any(pid in v.chain for v in served.values()):
+                print(f"  pid {pid}: not reached: it never asked Kineto's daemon (start it with "
+                      "KINETO_USE_DAEMON=1 in its environment, or under `counterprof run --torch`)")
+        if not files:
+            return 1
+        # a trace without torch.distributed's rank: one rank per process, in pid order
+        import_traces([str(f) for f in files], args.output,
+                      command=["counterprof", "trace", *[f"--pid={p}" for p in args.pid]],
+                      file_ranks={str(f): i for i, f in enumerate(files)})
+    print(f"counterprof trace: {len(files)} trace(s) into {args.output}", file=sys.stderr)
+    return 0

@@ -44,7 +44,8 @@ def _docs(folder: Path) -> list[dict[str, Any]]:
 
 
 def _last_steps(run: Path) -> list[tuple[int, list[int]]]:
-    """Per steps file: (the last step number, the durations in ns of its last steps)."""
+    """Per steps file: (the last step number, the ns from one step's start to the next's over its
+    last steps: a step's pace, what lies between two annotated steps included)."""
     from .rundir import trace_files
     out = []
     for f in trace_files(run, "*.steps"):
@@ -54,23 +55,25 @@ def _last_steps(run: Path) -> list[tuple[int, list[int]]]:
                 lines = fh.read().decode(errors="replace").splitlines()[1:]
         except OSError:
             continue
-        found: list[tuple[int, int]] = []
+        found: list[tuple[int, int, int]] = []
         for ln in lines:
             parts = ln.split("\t")
             if len(parts) == 5 and parts[0] == "step" and "#" in parts[4]:
                 try:
-                    found.append((int(parts[4].rsplit("#", 1)[1]), int(parts[2]) - int(parts[1])))
+                    found.append((int(parts[4].rsplit("#", 1)[1]), int(parts[1]), int(parts[2])))
                 except ValueError:
                     continue
         if found:
-            out.append((found[-1][0], [d for _, d in found[-20:]]))
+            recent = found[-21:]
+            periods = [b[1] - a[1] for a, b in zip(recent, recent[1:]) if b[1] > a[1]]
+            out.append((found[-1][0], periods or [recent[-1][2] - recent[-1][1]]))
     return out
 
 
 def start_step(runs: list[Path]) -> int | None:
     """The first step every process can still reach in time (None: no process marks steps):
     past the step each process last wrote (its steps file, flushed once a second) by what its
-    fastest recent step covers in LEAD_S (a second for that file to be flushed, a second for the
+    fastest recent step (start to start) covers in LEAD_S (a second for that file to be flushed, a second for the
     driver to look, and a margin), so every rank is still before it when the ask reaches it."""
     starts = []
     for run in runs:

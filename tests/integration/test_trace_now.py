@@ -7,6 +7,7 @@ a loop of raw ops that marks no steps (a time window), and a non-Python workload
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -248,7 +249,7 @@ def test_what_cannot_be_asked_is_refused(tmp_path):
         while not (run / "meta.json").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         proc = run_cli("trace", str(run), "--steps", "3")
-        assert proc.returncode == 2 and "no process of the job has counterprof's torch driver" in proc.stderr
+        assert proc.returncode == 2 and "no process of the job has counterprof's torch or jax driver" in proc.stderr
         assert "Python" in proc.stderr, proc.stderr
     finally:
         job.kill()
@@ -263,3 +264,134 @@ def test_what_cannot_be_asked_is_refused(tmp_path):
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
     proc = run_cli("trace", str(tmp_path / "nope"), "--ms", "10")
     assert proc.returncode == 2 and "not a counterprof run" in proc.stderr
+
+
+OPT = """
+import os, sys, time, torch
+m = torch.nn.Linear(128, 128)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+x = torch.randn(16, 128)
+t = time.time()
+while not os.path.exists(sys.argv[1]) and time.time() - t < 60:
+    opt.zero_grad()
+    m(x).sum().backward()
+    opt.step()
+    time.sleep(0.005)
+"""
+KINETO_LAUNCHER = """
+import subprocess, sys
+procs = [subprocess.Popen([sys.executable, sys.argv[1], sys.argv[2]]) for _ in range(2)]
+sys.exit(max(p.wait() for p in procs))
+"""
+
+
+def _daemon_name_free() -> bool:
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        s.bind(b"\0dynolog\0")
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def plain_job(tmp_path: Path, argv: list[str], daemon: bool) -> subprocess.Popen:
+    env = {**os.environ, **({"KINETO_USE_DAEMON": "1"} if daemon else {})}
+    env.pop("KINETO_IPC_SOCKET_DIR", None)
+    return subprocess.Popen([sys.executable, *argv], env=env, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@pytest.mark.skipif(not _daemon_name_free(), reason="a Kineto daemon (dynolog) serves this host already")
+def test_a_job_not_under_counterprof_is_traced_through_kinetos_daemon_mode(tmp_path):
+    """Started with KINETO_USE_DAEMON=1 and no counterprof: `trace --pid` answers as the daemon;
+    a launcher's pid reaches its two workers, each a rank of the run; a job without the daemon
+    mode is named, with what to start it with."""
+    stop = tmp_path / "stop"
+    raw = plain_job(tmp_path, [str(script(tmp_path, "raw.py", RAW)), str(stop)], daemon=True)
+    try:
+        time.sleep(3)
+        proc = run_cli("trace", "--pid", str(raw.pid), "--ms", "300", "-o", str(tmp_path / "one"), timeout=90)
+        assert proc.returncode == 0 and f"pid {raw.pid}: traced 300 ms" in proc.stdout, (proc.stdout, proc.stderr)
+        t = counterprof.load(tmp_path / "one").table("spans").to_pandas()
+        w = t[t.category == "window"]
+        assert len(w) == 1 and (t.category == "cpu_op").sum() > 10 and set(t.pid) == {raw.pid}
+        assert 0.25e9 <= w.end.iloc[0].value - w.start.iloc[0].value <= 3e9
+    finally:
+        stop.touch()
+        raw.wait(timeout=60)
+    stop.unlink()
+    launcher = plain_job(tmp_path, [str(script(tmp_path, "launch.py", KINETO_LAUNCHER)),
+                                    str(script(tmp_path, "opt.py", OPT)), str(stop)], daemon=True)
+    try:
+        time.sleep(3)
+        proc = run_cli("trace", "--pid", str(launcher.pid), "--steps", "2", "-o", str(tmp_path / "two"), timeout=90)
+        assert proc.returncode == 0 and proc.stdout.count("traced 2 step(s)") == 2, (proc.stdout, proc.stderr)
+        run = counterprof.load(tmp_path / "two")
+        assert run.ranks() == [0, 1]
+        pids = {k: set(run.table("spans", rank=k).to_pandas().pid) for k in (0, 1)}
+        assert len(pids[0] | pids[1]) == 2 and launcher.pid not in pids[0] | pids[1], pids
+    finally:
+        stop.touch()
+        launcher.wait(timeout=60)
+    stop.unlink()
+    plain = plain_job(tmp_path, [str(script(tmp_path, "raw.py", RAW)), str(stop)], daemon=False)
+    try:
+        proc = run_cli("trace", "--pid", str(plain.pid), "--ms", "100", "-o", str(tmp_path / "none"),
+                       "--timeout", "7", timeout=60)
+        assert proc.returncode == 1 and "never asked Kineto's daemon (start it with KINETO_USE_DAEMON=1" \
+            in proc.stdout, proc.stdout
+        assert not (tmp_path / "none").exists()
+    finally:
+        stop.touch()
+        plain.wait(timeout=60)
+    for args, words in ((["--pid", "1", "--ms", "5"], "needs -o RUN"), (["--pid", "999999999", "--ms", "5", "-o",
+                                                                          str(tmp_path / "x")], "no such process")):
+        proc = run_cli("trace", *args)
+        assert proc.returncode == 2 and words in proc.stderr, proc.stderr
+
+
+JAX_LOOP = """
+import os, sys, time
+import jax, jax.numpy as jnp
+f = jax.jit(lambda a: a @ a)
+a = jnp.ones((128, 128))
+i, t = 0, time.time()
+while not os.path.exists(sys.argv[1]) and time.time() - t < 90:
+    with jax.profiler.StepTraceAnnotation("train", step_num=i):
+        f(a).block_until_ready()
+    i += 1
+    time.sleep(0.01)
+"""
+
+
+def test_a_jax_job_traces_its_next_steps_when_asked(tmp_path):
+    pytest.importorskip("jax")
+    job = JaxJob(tmp_path)
+    job.wait_for(1)
+    time.sleep(1)
+    got, took = trace(job.run, "--steps", "2")
+    (a,) = got["answers"]
+    first = got["start_step"]
+    assert a["status"] == "traced" and a["steps"] == [first, first + 1] and ".ask-" in a["file"], got
+    assert took < 15
+    job.stop()
+    w = windows(job.run, got["id"])
+    assert w, "no asked window in the run"
+    r = counterprof.load(job.run)
+    t = r.table("spans").to_pandas()
+    (s, e) = next((v[0], v[1]) for v in w.values())
+    xla = t[(t.category == "xla_op") & (t.start.astype("int64") >= s) & (t.end.astype("int64") <= e)]
+    assert len(xla) > 0
+
+
+class JaxJob(Job):
+    def __init__(self, tmp_path: Path):
+        self.run, self.stop_file = tmp_path / "run", tmp_path / "stop"
+        loop = script(tmp_path, "loop.py", JAX_LOOP)
+        self.proc = subprocess.Popen([*COUNTERPROF, "run", "--jax", "-q", "-o", str(self.run), "--", sys.executable,
+                                      str(loop), str(self.stop_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, cwd=tmp_path,
+                                     env={**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2"})

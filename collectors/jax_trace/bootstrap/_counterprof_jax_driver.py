@@ -269,6 +269,11 @@ class Driver:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._statm: int | None = None
+        # `counterprof trace` asks (the torch driver's docstring): the one being served
+        self.asks_seen: set[str] = set()
+        self.ask: dict[str, Any] | None = None
+        self.ask_first = -1           # its first traced step (-1: not started)
+        self.ask_time = False         # a time window serves it (no step annotations)
 
     # -- installing ---------------------------------------------------------------------------
 
@@ -283,6 +288,9 @@ class Driver:
         monitoring.register_event_duration_secs_listener(_on_duration_event)
         self._thread = threading.Thread(target=self._loop, name="counterprof-jax", daemon=True)
         self._thread.start()
+        if ENV in os.environ:         # `counterprof trace` may ask it for a window
+            self._control("drivers", {"rank": self.current_rank(), "started_ns": time.time_ns(),
+                                      "argv": sys.argv[:1], "framework": "jax"})
         atexit.register(self.close)
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forked)
@@ -297,6 +305,7 @@ class Driver:
         self.held = []
         self.session = ""
         self._statm = None
+        self.ask, self.ask_time = None, False    # the parent's to serve
 
     # -- steps --------------------------------------------------------------------------------
 
@@ -311,7 +320,10 @@ class Driver:
                 self._first_mark()
             n = self.steps
             self.steps = n + 1
-            if not self.session and self._step_window_due(n):
+            if self.ask is not None and not self.ask_time and self.ask_first < 0 and not self.session \
+                    and n >= int(self.ask.get("start_step") or 0):
+                self._start_ask(n)
+            elif not self.session and self._step_window_due(n):
                 self._start_step_window()
             ann._counterprof = (n, _monotonic_ns())
         except Exception as exc:
@@ -337,6 +349,10 @@ class Driver:
                 self.window_steps += 1
                 if self.window_steps >= self.active:
                     self._stop_step_window()
+            elif self.session == "ask":
+                self.window_steps += 1
+                if self.ask is not None and self.window_steps >= max(1, int(self.ask.get("steps") or 1)):
+                    self._finish_ask()
         except Exception as exc:
             self._fail(exc)
 
@@ -354,7 +370,7 @@ class Driver:
                 _rmtree(folder)
 
     def _step_window_due(self, n: int) -> bool:
-        if self.user_traces or self.closing or n % self.every != self.warmup:
+        if self.user_traces or self.closing or n % self.every != self.warmup or self.ask is not None:
             return False
         return not self.paced or time.monotonic() >= self.next_window_at
 
@@ -477,8 +493,9 @@ class Driver:
         self._wake.set()
 
     def _time_window_wanted(self, now: float) -> bool:
+        due = now >= self.next_window or (self.ask_time and self.ask_first < 0)
         return (not self.marks and not self.stopped and not self.closing and not self.session
-                and not self.user_traces and now >= self.next_window and os.getpid() == self.pid
+                and not self.user_traces and due and os.getpid() == self.pid
                 and _backends_ready() and not _someone_traces())
 
     def _window_tick(self, now: float) -> None:
@@ -491,7 +508,10 @@ class Driver:
                     self.dropped_windows += 1
                 elif now >= self.window_end or self._window_grew():
                     stopped = time.monotonic()
-                    self._end_time_window(self._stop_session(keep=True), stopped)
+                    if self.ask_time and self.ask is not None and self.ask_first == 0:
+                        self._finish_ask()
+                    else:
+                        self._end_time_window(self._stop_session(keep=True), stopped)
                 return
             if not self._time_window_wanted(now):
                 return
@@ -503,6 +523,9 @@ class Driver:
             self.window_started = started = time.monotonic()
             self.window_start_cost_s = started - t
             self.window_end = started + self.window_len
+            if self.ask_time and self.ask is not None:
+                self.window_end = started + (self.ask.get("ms") or 1000 * self.window_s) / 1000
+                self.ask_first = 0
             self.windows += 1
             self.next_window = now + self.window_every_s     # a schedule given; paced: at its end
 
@@ -603,6 +626,8 @@ class Driver:
                     flushed = now
                     self.flush()
                     self._release_held()
+                    if self.ask is None:
+                        self._poll_asks()
                 if not self.stopped:
                     self._window_tick(time.monotonic())
             except Exception as exc:
@@ -627,6 +652,10 @@ class Driver:
         self._wake.set()
         try:
             with self.lock:
+                if self.session == "ask" or (self.ask_time and self.ask_first == 0 and self.session == "time"):
+                    self._finish_ask()
+                elif self.ask is not None:
+                    self._answer("not reached", why="the process ended before its window began")
                 at_exit = self.session == "time"
                 if self.session == "step":
                     self._publish(self._stop_session(keep=True), PROFILE_SUFFIX)
@@ -654,6 +683,90 @@ class Driver:
                     pass
         self._statm = None
 
+    # -- asked windows (counterprof trace) --------------------------------------------------------
+
+    def _control(self, sub: str, doc: dict[str, Any]) -> None:
+        try:
+            from _counterprof_torch_driver import _write_control    # the bootstrap's folder
+            _write_control(self.run, sub, f"{self.host}_{self.pid}.json", {"pid": self.pid, "host": self.host, **doc})
+        except Exception as exc:
+            _say(f"counterprof trace: pid {self.pid} could not write {sub}: {type(exc).__name__}: {exc}")
+
+    def _poll_asks(self) -> None:
+        """The driver's thread, once a second: the first ask not seen yet is served."""
+        if self.stopped or self.closing:
+            return
+        folder = os.path.join(self.run, "_control", "trace")
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return
+        for name in names:
+            if not name.endswith(".json") or name[:-5] in self.asks_seen:
+                continue
+            self.asks_seen.add(name[:-5])
+            try:
+                fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                try:
+                    doc = json.loads(os.read(fd, 1 << 16))
+                finally:
+                    os.close(fd)
+                if time.time_ns() - int(doc["asked_ns"]) > 3600e9:
+                    continue
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            with self.lock:
+                doc["seen_ns"] = time.time_ns()
+                self.ask, self.ask_first = doc, -1
+                if self.user_traces:
+                    self._answer("not reached", why="the script runs its own jax.profiler trace")
+                    return
+                self.ask_time = not self.marks          # no step annotations: a time window
+                if self.ask_time and self.session == "time":
+                    self.window_end = time.monotonic()  # the window recording now ends first
+            return
+
+    def _start_ask(self, n: int) -> None:
+        if not self.lock.acquire(blocking=False):
+            return                    # (the next step tries again)
+        try:
+            if self.session or self.stopped or not _backends_ready() or _someone_traces():
+                return
+            _drain_device()
+            self._start_session("ask")
+            self.window_steps, self.ask_first = 0, n
+        finally:
+            self.lock.release()
+
+    def _finish_ask(self) -> None:
+        """Stop the asked window, write it (named after the ask) and answer."""
+        with self.lock:
+            ask = self.ask
+            if ask is None:
+                return
+            _drain_device()
+            folder = self._stop_session(keep=True)
+            suffix = f".ask-{ask['id']}" + (TIME_PROFILE_SUFFIX if self.ask_time else PROFILE_SUFFIX)
+            self._publish(folder, suffix)
+            if not folder:
+                self._answer("not reached", why="the trace could not be written")
+                return
+            path = self.written[-1]
+            size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+            if self.ask_time:
+                self._answer("traced", ms=round((_monotonic_ns() - self.session_started_ns) / 1e6),
+                             file=os.path.basename(path), bytes=size)
+            else:
+                self._answer("traced", steps=[self.ask_first, self.ask_first + self.window_steps - 1],
+                             file=os.path.basename(path), bytes=size)
+
+    def _answer(self, status: str, **fields: Any) -> None:
+        ask, self.ask, self.ask_time, self.ask_first = self.ask, None, False, -1
+        if ask is not None:
+            self._control(os.path.join("answers", str(ask["id"])),
+                          {"rank": self.current_rank(), "status": status, "seen_ns": ask.get("seen_ns"),
+                           "answered_ns": time.time_ns(), **fields})
+
     def _fail(self, exc: BaseException) -> None:
         """Profiling stops in this process, with the reason; the workload goes on."""
         if not self.stopped or self.stopped == "closed":
@@ -661,6 +774,8 @@ class Driver:
             _say(f"jax profiling stopped in pid {os.getpid()}: {self.stopped}")
             self._records.append(("stopped", 0, 0, 0, self.stopped))
             self._note_stopped(self.stopped)
+        if self.ask is not None:
+            self._answer("not reached", why=f"profiling stopped in this process: {self.stopped}")
         try:
             with self.lock:
                 self._stop_session(keep=False)     # the window recording now is dropped
