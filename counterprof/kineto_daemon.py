@@ -72,9 +72,11 @@ def config(prefix: str, ms: int | None, steps: int | None) -> bytes:
     return f"ACTIVITIES_LOG_FILE={prefix}.json\n{body}".encode()
 
 
-def serve(wanted: set[int], folder: Path, ms: int | None, steps: int | None, timeout_s: float) -> dict[int, Served]:
-    """Answer the requests of every process whose pid or an ancestor's is in wanted with one
-    trace config, until each has written its trace or timeout_s passes; nothing for the others."""
+def serve(wanted: set[int], folder: Path, ms: int | None, steps: int | None, timeout_s: float,
+          job: int | None = None) -> dict[int, Served]:
+    """Answer the requests of every process whose pid or an ancestor's is in wanted (or whose
+    SLURM job id is job) with one trace config, until each has written its trace or timeout_s
+    passes; nothing for the others."""
     s = bind()
     served: dict[int, Served] = {}
     deadline = time.monotonic() + timeout_s
@@ -92,10 +94,11 @@ def serve(wanted: set[int], folder: Path, ms: int | None, steps: int | None, tim
                 if kind == b"ctxt":
                     s.sendto(HEADER.pack(4, b"ctxt") + struct.pack("<i", 1), addr)
                 elif kind == b"req" and len(body) >= 16:
-                    rtype, n, _job = struct.unpack_from("<iiq", body)
+                    rtype, n, jobid = struct.unpack_from("<iiq", body)
                     pids = struct.unpack_from(f"<{max(0, min(n, (len(body) - 16) // 4))}i", body, 16)
                     answer = b""
-                    if pids and rtype & ACTIVITIES and pids[0] not in served and wanted & set(pids):
+                    ours = bool(wanted & set(pids)) or (job is not None and jobid == job)
+                    if pids and rtype & ACTIVITIES and pids[0] not in served and ours:
                         prefix = str(folder / f"kineto_{pids[0]}")
                         served[pids[0]] = Served(pids[0], time.monotonic(), prefix, tuple(pids))
                         last_new = time.monotonic()
@@ -103,7 +106,7 @@ def serve(wanted: set[int], folder: Path, ms: int | None, steps: int | None, tim
                     s.sendto(HEADER.pack(len(answer), b"req") + answer, addr)
             if served and all(_written(v) for v in served.values()) and _all_reached(wanted, served):
                 # each pid asked itself: done; a launcher's: its other workers ask within a poll
-                if all(w in served for w in wanted) or time.monotonic() - last_new > GRACE_S:
+                if (wanted and all(w in served for w in wanted)) or time.monotonic() - last_new > GRACE_S:
                     break
     finally:
         s.close()

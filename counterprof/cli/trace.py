@@ -36,7 +36,9 @@ def _main(argv: list[str]) -> int:
                    help="the run directory of the running job (several: one per host)")
     p.add_argument("--pid", type=int, action="append", metavar="PID",
                    help="a job not under counterprof, started with KINETO_USE_DAEMON=1 (repeatable); with -o")
-    p.add_argument("-o", "--output", metavar="RUN", help="with --pid: the run directory the traces become")
+    p.add_argument("--job", type=int, metavar="ID",
+                   help="every process of a Slurm job (its SLURM_JOB_ID) started with KINETO_USE_DAEMON=1; with -o")
+    p.add_argument("-o", "--output", metavar="RUN", help="with --pid/--job: the run directory the traces become")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--steps", type=int, metavar="N", help="trace the next N steps on every rank")
     what.add_argument("--ms", type=int, metavar="T", help="trace the next T milliseconds")
@@ -50,9 +52,9 @@ def _main(argv: list[str]) -> int:
     if args.timeout is not None and not args.timeout > 0:
         raise UsageFailure("--timeout must be a positive number of seconds", p.format_usage())
 
-    if args.pid:
+    if args.pid or args.job is not None:
         if args.runs or not args.output:
-            raise UsageFailure("--pid takes no RUN and needs -o RUN (the run the traces become)", p.format_usage())
+            raise UsageFailure("--pid/--job take no RUN and need -o RUN (the run the traces become)", p.format_usage())
         return _by_pid(args)
     if not args.runs:
         raise UsageFailure("give the RUN of a job running under `counterprof run --torch`, or --pid PID -o RUN",
@@ -101,17 +103,19 @@ def _by_pid(args: argparse.Namespace) -> int:
 
     from ..import_trace import check_run_target, import_traces
     from ..kineto_daemon import serve
+    args.pid = args.pid or []
     for pid in args.pid:
         if not os.path.exists(f"/proc/{pid}"):
             raise UsageFailure(f"--pid {pid}: no such process here", "")
     check_run_target(args.output, replace=False)
     timeout = args.timeout or (40.0 if args.steps else args.ms / 1000 + 30)
     what = f"{args.steps} step(s)" if args.steps else f"{args.ms} ms"
-    print(f"counterprof trace: serving Kineto's daemon mode for pid(s) {', '.join(map(str, args.pid))}: {what} "
+    who = ", ".join([*(f"pid {p}" for p in args.pid), *([f"Slurm job {args.job}"] if args.job is not None else [])])
+    print(f"counterprof trace: serving Kineto's daemon mode for {who}: {what} "
           f"(each asks every 5 s; up to {timeout:g} s)", file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory(prefix="counterprof-kineto-") as folder:
         os.chmod(folder, 0o733)              # the job may run as another user: it writes, we read
-        served = serve(set(args.pid), Path(folder), args.ms, args.steps, timeout)
+        served = serve(set(args.pid), Path(folder), args.ms, args.steps, timeout, job=args.job)
         files = [f for v in served.values() for f in v.files]
         for pid, v in sorted(served.items()):
             if v.files:
@@ -123,11 +127,15 @@ def _by_pid(args: argparse.Namespace) -> int:
             if not any(pid in v.chain for v in served.values()):
                 print(f"  pid {pid}: not reached: it never asked Kineto's daemon (start it with "
                       "KINETO_USE_DAEMON=1 in its environment, or under `counterprof run --torch`)")
+        if args.job is not None and not served:
+            print(f"  Slurm job {args.job}: no process of it asked Kineto's daemon (start its processes with "
+                  "KINETO_USE_DAEMON=1)")
         if not files:
             return 1
         # a trace without torch.distributed's rank: one rank per process, in pid order
         import_traces([str(f) for f in files], args.output,
-                      command=["counterprof", "trace", *[f"--pid={p}" for p in args.pid]],
+                      command=["counterprof", "trace", *[f"--pid={p}" for p in args.pid],
+                               *([f"--job={args.job}"] if args.job is not None else [])],
                       file_ranks={str(f): i for i, f in enumerate(files)})
     print(f"counterprof trace: {len(files)} trace(s) into {args.output}", file=sys.stderr)
     return 0

@@ -337,6 +337,19 @@ def test_a_job_not_under_counterprof_is_traced_through_kinetos_daemon_mode(tmp_p
         stop.touch()
         launcher.wait(timeout=60)
     stop.unlink()
+    os.environ["SLURM_JOB_ID"] = "4242"                # a Slurm job's processes, by its id
+    try:
+        slurm = plain_job(tmp_path, [str(script(tmp_path, "raw.py", RAW)), str(stop)], daemon=True)
+    finally:
+        del os.environ["SLURM_JOB_ID"]
+    try:
+        time.sleep(3)
+        proc = run_cli("trace", "--job", "4242", "--ms", "200", "-o", str(tmp_path / "job"), timeout=90)
+        assert proc.returncode == 0 and f"pid {slurm.pid}: traced 200 ms" in proc.stdout, (proc.stdout, proc.stderr)
+    finally:
+        stop.touch()
+        slurm.wait(timeout=60)
+    stop.unlink()
     plain = plain_job(tmp_path, [str(script(tmp_path, "raw.py", RAW)), str(stop)], daemon=False)
     try:
         proc = run_cli("trace", "--pid", str(plain.pid), "--ms", "100", "-o", str(tmp_path / "none"),
@@ -347,7 +360,7 @@ def test_a_job_not_under_counterprof_is_traced_through_kinetos_daemon_mode(tmp_p
     finally:
         stop.touch()
         plain.wait(timeout=60)
-    for args, words in ((["--pid", "1", "--ms", "5"], "needs -o RUN"), (["--pid", "999999999", "--ms", "5", "-o",
+    for args, words in ((["--pid", "1", "--ms", "5"], "need -o RUN"), (["--pid", "999999999", "--ms", "5", "-o",
                                                                           str(tmp_path / "x")], "no such process")):
         proc = run_cli("trace", *args)
         assert proc.returncode == 2 and words in proc.stderr, proc.stderr
