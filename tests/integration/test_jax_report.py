@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 
 import counterprof
+from counterprof.ground.thresholds import value
 
 pytest.importorskip("jax")
 pytest.importorskip("google.protobuf")
@@ -172,12 +173,17 @@ def test_python_batches_are_host(reports, kind) -> None:
     built = _traced_share(truth, run)
     print(kind, "truth built", truth["built"], "over the traced steps", built, "report", v["shares"], v["host_parts"])
     assert truth["built"] >= 0.5 and built >= 0.5, truth          # the job is what it means to be
-    assert v["verdict"] == "host", v
+    # host leads by the job's own measure; where it leads by less than the verdict's margin and
+    # the error allowed (2 x 0.15), "unknown between host and compute" is the honest answer
+    if 2 * built - 1 >= value("verdict_margin") + 0.3:
+        assert v["verdict"] == "host", v
+    else:
+        assert v["verdict"] == "host" or (v["verdict"] == "unknown" and "host" in v["undecided"]), v
     assert v["shares"]["host"] == pytest.approx(built, abs=0.15)
     assert any("waiting on Python dispatch/input" in e["text"] for e in v["evidence"])
     assert any("XLA's threads wait on the Python loop" in s for s in doc["next_steps"])
     text = run_cli("report", str(run), check=True).stdout
-    assert "host-bound" in text and "compute device: cpu" in text
+    assert ("host-bound" if v["verdict"] == "host" else "unknown (mixed") in text and "compute device: cpu" in text
     assert "GPU" not in text.split("collectors")[0]
 
 

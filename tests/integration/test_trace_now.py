@@ -46,10 +46,11 @@ while i < 6000:
         threads_before = sorted(t.name for t in threading.enumerate())
     i += 1
     time.sleep(0.01)
+threads_after = sorted(t.name for t in threading.enumerate())
+dist.destroy_process_group()                    # (gloo's threads end before the interpreter does)
 with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
     json.dump({"pid": os.getpid(), "steps": i, "threads_before": threads_before,
-               "threads_after": sorted(t.name for t in threading.enumerate()),
-               "cwd": sorted(os.listdir("."))}, f)
+               "threads_after": threads_after, "cwd": sorted(os.listdir("."))}, f)
 """
 
 WORKER = """
