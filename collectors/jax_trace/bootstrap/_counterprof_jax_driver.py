@@ -696,25 +696,9 @@ class Driver:
         """The driver's thread, once a second: the first ask not seen yet is served."""
         if self.stopped or self.closing:
             return
-        folder = os.path.join(self.run, "_control", "trace")
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            return
-        for name in names:
-            if not name.endswith(".json") or name[:-5] in self.asks_seen:
-                continue
-            self.asks_seen.add(name[:-5])
-            try:
-                fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                try:
-                    doc = json.loads(os.read(fd, 1 << 16))
-                finally:
-                    os.close(fd)
-                if time.time_ns() - int(doc["asked_ns"]) > 3600e9:
-                    continue
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
+        from _counterprof_torch_driver import next_ask     # the bootstrap's folder
+        doc = next_ask(self.run, self.asks_seen)
+        if doc is not None:
             with self.lock:
                 doc["seen_ns"] = time.time_ns()
                 self.ask, self.ask_first = doc, -1
@@ -724,7 +708,6 @@ class Driver:
                 self.ask_time = not self.marks          # no step annotations: a time window
                 if self.ask_time and self.session == "time":
                     self.window_end = time.monotonic()  # the window recording now ends first
-            return
 
     def _start_ask(self, n: int) -> None:
         if not self.lock.acquire(blocking=False):

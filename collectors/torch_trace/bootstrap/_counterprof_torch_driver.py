@@ -1149,25 +1149,8 @@ class Driver:
         """The flusher, once a second: the first ask not seen yet becomes the one to serve."""
         if self.stopped or self.closing:
             return
-        folder = os.path.join(self.run, CONTROL, "trace")
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            return
-        for name in names:
-            if not name.endswith(".json") or name[:-5] in self.asks_seen:
-                continue
-            self.asks_seen.add(name[:-5])
-            try:
-                fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-                try:
-                    doc = json.loads(os.read(fd, 1 << 16))
-                finally:
-                    os.close(fd)
-                if time.time_ns() - int(doc["asked_ns"]) > ASK_LATE_S * 1e9:
-                    continue
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
+        doc = next_ask(self.run, self.asks_seen)
+        if doc is not None:
             with self.lock:
                 self.ask, self.ask_first = doc, -1
                 doc["seen_ns"] = time.time_ns()        # (how long the ask took to reach it)
@@ -1185,7 +1168,6 @@ class Driver:
                     self.ask_window = True     # (the flusher asks the main thread next)
                     if self.window_prof is not None:
                         self.window_end = now  # the window recording now ends first
-            return
 
     def _helper_process(self) -> str:
         """Why this process runs no windows of its own ("" when it does): a DataLoader worker,
@@ -1425,6 +1407,31 @@ def write_announcement(run: str, doc: dict[str, Any]) -> None:
     into place complete: the rank watcher, counterprof/ranks.py, reads whole files). The jax
     driver announces its ranks through this too. Raises OSError."""
     _write_whole(run, [".ranks"], f"{doc['pid']}.json", doc)
+
+
+def next_ask(run: str, seen: set[str]) -> dict[str, Any] | None:
+    """The first ask in <run>/_control/trace not in seen (added to it), or None; asks older than
+    ASK_LATE_S and unreadable ones are passed over. The jax driver looks through this too."""
+    folder = os.path.join(run, CONTROL, "trace")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    for name in names:
+        if not name.endswith(".json") or name[:-5] in seen:
+            continue
+        seen.add(name[:-5])
+        try:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                doc = json.loads(os.read(fd, 1 << 16))
+            finally:
+                os.close(fd)
+            if isinstance(doc, dict) and time.time_ns() - int(doc["asked_ns"]) <= ASK_LATE_S * 1e9:
+                return doc
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
 
 
 def _write_control(run: str, sub: str, name: str, doc: dict[str, Any]) -> None:
