@@ -1,7 +1,8 @@
 """Traces into a run directory: the entry `counterprof import` calls, so that the command line
 does not name the collectors that read them: torch profiler (Kineto) traces
-(collectors/torch_trace/importer.py), and JAX profiles (collectors/jax_trace/importer.py, which
-converts the Kineto traces given with them too).
+(collectors/torch_trace/importer.py), JAX profiles (collectors/jax_trace/importer.py, which
+converts the Kineto traces given with them too), and Neuron Explorer profile directories
+(collectors/neuron/importer.py), alone, beside the others, or into an existing run.
 
 The importers (pyarrow) load when a function here is called: importing this module is free.
 """
@@ -27,9 +28,25 @@ def is_jax_profile(path: str | os.PathLike[str]) -> bool:
 def import_traces(paths: list[str | os.PathLike[str]], run: str | os.PathLike[str], *, replace: bool = False,
                   default_rank: int = 0, command: list[str] | None = None,
                   on_trace: Callable[[Any], None] | None = None,
-                  file_ranks: dict[str, int] | None = None) -> list[Any]:
+                  file_ranks: dict[str, int] | None = None, into: bool = False) -> list[Any]:
     """Import the traces at paths (files, or directories searched for them) into the run
-    directory run; the ImportedTrace of each, failed ones included (on_trace sees each as done)."""
+    directory run; the ImportedTrace of each, failed ones included (on_trace sees each as done).
+    into: add to the existing finished run `run` (Neuron Explorer profiles only)."""
+    from .collectors.neuron import importer as neuron_importer
+    neuron_dirs, paths = neuron_importer.find_profiles(paths)
+    if into and paths:
+        from .ground.errors import CounterprofError
+        raise CounterprofError("--into adds Neuron Explorer profiles to a run; these are not: "
+                               + ", ".join(map(str, paths)) + " (import them into a new run with -o)")
+    if neuron_dirs:
+        found: list[Any] = []
+        if paths:      # the Kineto/JAX traces make the run; the profiles join it
+            found = import_traces(paths, run, replace=replace, default_rank=default_rank, command=command,
+                                  on_trace=on_trace, file_ranks=file_ranks)
+        profiles: list[Any] = neuron_importer.import_profiles(
+            neuron_dirs, run, replace=replace if not paths else False, into=into or bool(paths),
+            default_rank=default_rank, command=command, on_trace=on_trace)
+        return found + profiles
     from .collectors.jax_trace import split_paths
     jax_files, other = split_paths(paths)
     if jax_files:

@@ -101,9 +101,12 @@ def classify(sig: dict[str, Signal], scope: str = "run", facts: dict[str, Any] |
     gpu_used = (sig.get("gpu_active_share") and sig["gpu_active_share"].value >= value("gpu_in_use")) or \
         (sig.get("gpu_util") and sig["gpu_util"].value >= value("gpu_in_use"))
     neuron_used = sig.get("neuron_util") and sig["neuron_util"].value >= value("gpu_in_use")
+    neuron_traced = sig.get("neuron_active_share") and sig["neuron_active_share"].value >= value("gpu_in_use")
     xla_used = sig.get("xla_active_share") and sig["xla_active_share"].value >= value("gpu_in_use")
     if gpu_used:
         v = _classify_gpu(sig, scope, facts)
+    elif neuron_traced:
+        v = _classify_neuron_profile(sig, scope)
     elif neuron_used:
         v = _classify_neuron(sig, scope, facts)
     elif xla_used:
@@ -581,6 +584,48 @@ def _classify_neuron(sig: dict[str, Signal], scope: str, facts: dict[str, Any] |
     _split_busy(v, util, *_with_roofline(
         (None, [], ["the Neuron device's peak FLOP/s and memory bandwidth (not in neuron-monitor's "
                     "output) to tell compute-bound from memory-bound NeuronCore time"]), facts))
+    return v
+
+
+def _classify_neuron_profile(sig: dict[str, Signal], scope: str) -> Verdict:
+    """From a NeuronCore's device profile (Neuron Explorer): the span of its activity split
+    into compute (engines running instructions other than semaphore waits), collectives not
+    hidden by them, DMA not hidden by either (memory: the engines wait on the data), and the
+    time nothing ran (the device waiting on the host). The engines and DMA queues are the
+    evidence; a share of the evidence names which engine and how fast the DMA moved."""
+    v = Verdict(scope, "unknown", "neuron")
+    idle, comp, comm, mem = (sig[k].value for k in ("neuron_idle", "neuron_compute", "neuron_comm_exposed",
+                                                    "neuron_memory"))
+    other = sig["neuron_other"].value if "neuron_other" in sig else 0.0
+    v.shares = {"host": idle, "compute": comp, "collectives": comm, "memory": mem, "compute|memory": other}
+    v.evidence.append(_ev(sig, "neuron_idle", "gpu_idle_host",
+                          f"NeuronCore idle {units.share(idle)} of the span of its activity (no instruction, DMA or "
+                          "collective running: waiting for the host)"))
+    engines = sorted(((k.split(":", 1)[1], s.value) for k, s in sig.items() if k.startswith("neuron_engine:")),
+                     key=lambda kv: -kv[1])
+    words = ", ".join(f"{e} {units.share(x)}" for e, x in engines[:4])
+    v.evidence.append(_ev(sig, "neuron_compute", None, f"compute engines busy {units.share(comp)} of that span"
+                          + (f" ({words}; busiest: {engines[0][0]})" if engines else "")))
+    if comm > 0:
+        v.evidence.append(_ev(sig, "neuron_comm_exposed", "collective_share",
+                              f"collectives not hidden by compute {units.share(comm)} of that span"))
+    if mem > 0:
+        text = f"DMA not hidden by compute or collectives {units.share(mem)} of that span"
+        if "neuron_wait_in_dma" in sig:
+            text += (f"; an engine sat in a semaphore wait {units.share(sig['neuron_wait_in_dma'].value)} of that "
+                     "DMA time (waiting on the data)")
+        v.evidence.append(_ev(sig, "neuron_memory", None, text))
+    if "neuron_dma_rate" in sig:
+        rate = sig["neuron_dma_rate"].value
+        text = f"DMA moved {units.si(rate, 'B/s')} while moving"
+        if "neuron_dma_of_peak" in sig:
+            text += f", {units.share(sig['neuron_dma_of_peak'].value)} of the HBM peak the profile states"
+        v.evidence.append(_ev(sig, "neuron_dma_of_peak" if "neuron_dma_of_peak" in sig else "neuron_dma_rate",
+                              None, text))
+    for key, what in (("neuron_mfu", "MFU"), ("neuron_mbu", "MBU")):
+        if key in sig:
+            v.evidence.append(_ev(sig, key, None, f"{what} {units.share(sig[key].value)} (Neuron Explorer's estimate)"))
+    decide(v, ("compute", "memory"))
     return v
 
 

@@ -140,7 +140,7 @@ def window_starts(data: RunData, step: int) -> tuple[int, list[int]]:
         return step, list(range(lo, hi, step))
     import numpy as np
     times = [s.ends for s in data.series.values()] + [s.starts for s in data.series.values()]
-    sets = [data.gpu_busy, data.cpu_collectives, data.windows, *data.regions.values(),
+    sets = [data.gpu_busy, data.neuron_busy, data.cpu_collectives, data.windows, *data.regions.values(),
             *data.input_waits.values(), *data.main_ops.values(), *data.rank_steps.values()]
     times += [np.asarray([t for a, b in ivs for t in (a, b)], np.int64) for ivs in sets if ivs]
     t = np.clip(np.concatenate(times) if times else np.zeros(0, np.int64), lo, hi - 1)

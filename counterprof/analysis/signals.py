@@ -141,6 +141,15 @@ class RunData:
     xla_class: dict[str, iv.Intervals] = field(default_factory=dict)
     xla_ops: int = 0
     xla_dispatch: iv.Intervals = field(default_factory=list)   # PjitFunction & co. (the Python side)
+    # a NeuronCore's device profile (Neuron Explorer, collectors/neuron/explorer.py): busy is
+    # any engine instruction other than a semaphore wait, DMA packet or collective
+    neuron_busy: iv.Intervals = field(default_factory=list)
+    neuron_class: dict[str, iv.Intervals] = field(default_factory=dict)    # compute, memory, communication, other
+    neuron_engines: dict[str, iv.Intervals] = field(default_factory=dict)  # engine -> its non-wait instructions
+    neuron_waits: iv.Intervals = field(default_factory=list)               # semaphore waits on any engine
+    neuron_dma_queues: dict[str, iv.Intervals] = field(default_factory=dict)   # DMA queue type -> packets
+    neuron_dma_bytes: int = 0
+    neuron_cc_ops: dict[str, int] = field(default_factory=dict)            # collective -> ns
 
     def clipped(self, sets: iv.Intervals, scope: iv.Intervals) -> iv.Intervals:
         """The part of one of this run's interval sets within the span of scope, found by
@@ -259,9 +268,12 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     xla_rows: list[int] = []
     host_coll_rows: list[int] = []
     dispatch: iv.Intervals = []
+    neuron_rows: list[int] = []
     for i, (s, e, c, k, d, n, r, t) in enumerate(zip(start, end, cat, kclass, device, name, rank, tid)):
         r = r or 0
-        if c in GPU_KERNEL_CATEGORIES and d is not None:
+        if c in NEURON_CATEGORIES:
+            neuron_rows.append(i)
+        elif c in GPU_KERNEL_CATEGORIES and d is not None:
             busy.append((s, e))
             by_class.setdefault(k or "other", []).append((s, e))
             if c == "kernel":
@@ -331,13 +343,107 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     if xla_rows:
         _load_xla(data, spans, xla_rows, host_coll_rows, start, end, name)
         data.xla_dispatch = iv.merge(dispatch)
-    all_times = [p for p in (iv.span(data.gpu_busy), iv.span(data.cpu_collectives)) if p]
+    if neuron_rows:
+        _load_neuron(data, spans, neuron_rows, start, end, cat, kclass, name)
+    all_times = [p for p in (iv.span(data.gpu_busy), iv.span(data.cpu_collectives), iv.span(data.neuron_busy))
+                 if p]
     if data.xla_busy:      # a JAX run: its steps and trace windows too (the host's waits lie there)
         all_times += [p for p in (iv.span(data.xla_busy), iv.span(data.windows),
                                   iv.span(iv.merge(p for o in data.rank_steps.values() for p in o))) if p]
     for lo, hi in all_times:
         data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
         data.end_ns = max(data.end_ns, hi)
+
+
+NEURON_CATEGORIES = ("neuron_inst", "neuron_dma", "neuron_cc")
+
+
+def _load_neuron(data: RunData, spans: pa.Table, rows: list[int], start: list[int], end: list[int],
+                 cat: list[Any], kclass: list[Any], name: list[Any]) -> None:
+    """A NeuronCore's engine instructions ("<Engine> <OPCODE>"), DMA packets ("DMA <queue
+    type>") and collectives (named by the collective), as the device's work."""
+    nbytes = spans["bytes"].take(rows).to_pylist() if "bytes" in spans.column_names else [None] * len(rows)
+    by_class: dict[str, iv.Intervals] = {}
+    engines: dict[str, iv.Intervals] = {}
+    queues: dict[str, iv.Intervals] = {}
+    waits: iv.Intervals = []
+    for i, b in zip(rows, nbytes):
+        s, e, c, k, n = start[i], end[i], cat[i], kclass[i], name[i] or "?"
+        if c == "neuron_inst":
+            if k == "compute" or k == "other" and not n.upper().endswith("SEMAPHORE") and "WAIT" not in n.upper():
+                by_class.setdefault(k, []).append((s, e))
+                engines.setdefault(n.split(" ", 1)[0], []).append((s, e))
+            else:
+                waits.append((s, e))
+        elif c == "neuron_dma":
+            by_class.setdefault("memory", []).append((s, e))
+            queues.setdefault(n[4:] if n.startswith("DMA ") else n, []).append((s, e))
+            data.neuron_dma_bytes += b or 0
+        else:
+            by_class.setdefault("communication", []).append((s, e))
+            data.neuron_cc_ops[n] = data.neuron_cc_ops.get(n, 0) + (e - s)
+    data.neuron_class = {k: iv.merge(v) for k, v in by_class.items()}
+    data.neuron_busy = iv.merge(p for v in data.neuron_class.values() for p in v)
+    data.neuron_engines = {k: iv.merge(v) for k, v in engines.items()}
+    data.neuron_waits = iv.merge(waits)
+    data.neuron_dma_queues = {k: iv.merge(v) for k, v in queues.items()}
+
+
+def neuron_signals(data: RunData, traced: iv.Intervals, view: MetricView | None = None) -> dict[str, Signal]:
+    """A NeuronCore's busy time as the GPU's from its kernels: shares of the span from its
+    first activity to its last within the traced scope. Nothing running (no instruction other
+    than a semaphore wait, no DMA, no collective) is the device waiting on the host; busy time
+    by what ran, overlaps counted once: compute engines first, then collectives, then DMA."""
+    busy = iv.intersect(data.neuron_busy, traced)
+    sp = iv.span(busy)
+    traced_ns = iv.total(traced)
+    if not sp or traced_ns <= 0:
+        return {}
+    active = iv.intersect([sp], traced)
+    active_ns = iv.total(active)
+    if active_ns <= 0:
+        return {}
+    cls = {k: iv.intersect(v, active) for k, v in data.neuron_class.items()}
+    compute, comm, memory = cls.get("compute", []), cls.get("communication", []), cls.get("memory", [])
+    comm_exposed = iv.subtract(comm, compute)
+    mem_exposed = iv.subtract(iv.subtract(memory, compute), comm)
+    other = iv.subtract(iv.subtract(iv.subtract(cls.get("other", []), compute), comm), memory)
+    src = "neuron_explorer"
+    out = {"neuron_active_share": Signal(active_ns / traced_ns, src, "NeuronCore-active span / traced wall"),
+           "neuron_idle": Signal(1 - iv.total(busy) / active_ns, "neuron_explorer",
+                                 "time no engine instruction (other than a semaphore wait), DMA packet or collective "
+                                 "ran / NeuronCore-active span"),
+           "neuron_compute": Signal(iv.total(compute) / active_ns, "neuron_explorer",
+                                    "Tensor/Vector/Scalar/GpSimd instructions other than semaphore waits "
+                                    "/ active span"),
+           "neuron_comm_exposed": Signal(iv.total(comm_exposed) / active_ns, "neuron_explorer",
+                                         "collective operations not overlapped by compute / active span"),
+           "neuron_memory": Signal(iv.total(mem_exposed) / active_ns, "neuron_explorer",
+                                   "DMA packets not overlapped by compute or collectives / active span")}
+    if other:
+        out["neuron_other"] = Signal(iv.total(other) / active_ns, "neuron_explorer",
+                                     "instructions of other engines (Sync) alone / active span")
+    for engine, ivs in data.neuron_engines.items():
+        out[f"neuron_engine:{engine}"] = Signal(iv.total(iv.intersect(ivs, active)) / active_ns, "neuron_explorer",
+                                                f"{engine} engine's instructions other than semaphore waits "
+                                                "/ active span")
+    if mem_exposed and data.neuron_waits:
+        out["neuron_wait_in_dma"] = Signal(
+            iv.total(iv.intersect(data.neuron_waits, mem_exposed)) / iv.total(mem_exposed), "neuron_explorer",
+            "DMA time not hidden by compute during which an engine sat in a semaphore wait / that DMA time")
+    moving = iv.total(data.neuron_class.get("memory", []))
+    if moving and data.neuron_dma_bytes:
+        rate = data.neuron_dma_bytes / (moving / 1e9)       # packets carry bytes, not a rate per scope
+        out["neuron_dma_rate"] = Signal(rate, src, "DMA bytes / time at least one DMA packet moved (whole profile)")
+        peak = view.mean("neuron.profile.hbm_peak") if view is not None else None
+        if peak:
+            out["neuron_dma_of_peak"] = Signal(rate / peak, "neuron_explorer",
+                                               "DMA rate while moving / the HBM peak the profile states")
+    for key, metric in (("neuron_mfu", "neuron.profile.mfu"), ("neuron_mbu", "neuron.profile.mbu")):
+        v = view.mean(metric) if view is not None else None
+        if v is not None:
+            out[key] = Signal(v / 100, "neuron_explorer", f"{metric} (Neuron Explorer's Summary)")
+    return out
 
 
 def _load_xla(data: RunData, spans: pa.Table, rows: list[int], coll_rows: list[int],
@@ -670,6 +776,8 @@ def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str
                                              "communication overlapped by compute / communication")
     if data.xla_busy:
         out.update(xla_signals(data, traced))
+    if data.neuron_busy:
+        out.update(neuron_signals(data, traced, RunDataView(data, scope)))
     if data.gpu_kernel_count:
         out["short_kernel_share"] = Signal(data.short_kernels / data.gpu_kernel_count, "spans",
                                            "kernels shorter than the launch-cost threshold / kernels")

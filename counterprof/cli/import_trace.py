@@ -1,6 +1,7 @@
 """counterprof import: turn existing torch profiler traces and JAX profiles into a run directory.
 
     counterprof import TRACE_OR_DIR... -o RUN [--force] [--rank R]
+    counterprof import NEURON_PROFILE_DIR... --into RUN
 
 Any Kineto (torch.profiler) trace: .json or .json.gz, one or many ranks, old and new formats,
 CUDA and ROCm. Any JAX profile (jax.profiler.trace's log dir, its plugins/profile/<time>/
@@ -8,7 +9,9 @@ session, a <host>.xplane.pb; a <host>.trace.json.gz or perfetto_trace.json.gz wh
 .xplane.pb), alone or beside Kineto traces. Directories are searched for both. Each rank's spans
 land in RUN/spans/rank=<r>/ (rank from the trace: distributedInfo, a JAX profile's rank or
 process_index metadata; else the file name; else, for JAX profiles of several processes, their
-order; else --rank). Then `counterprof report RUN` or `counterprof breakdown RUN`.
+order; else --rank). A Neuron Explorer profile directory (the Parquet tables neuron-explorer
+writes) adds each NeuronCore's engine instructions, DMA packets and collectives on the run's
+clock, alone, beside traces, or --into a finished run. Then `counterprof report RUN` or `counterprof breakdown RUN`.
 """
 from __future__ import annotations
 
@@ -32,8 +35,12 @@ def build_parser() -> ArgumentParser:
     p.add_argument("traces", nargs="+", metavar="TRACE_OR_DIR",
                    help="trace files (.json, .json.gz; a JAX profile's .xplane.pb) or directories "
                         "holding them (a JAX log dir)")
-    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory to create")
-    p.add_argument("--force", action="store_true", help="replace the run already in RUN")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("-o", "--output", metavar="RUN", help="run directory to create")
+    where.add_argument("--into", metavar="RUN",
+                       help="a finished run to add Neuron Explorer profiles to (its other data kept)")
+    p.add_argument("--force", action="store_true",
+                   help="replace the run already in RUN (with --into: the same profile imported before)")
     p.add_argument("--rank", type=int, default=0, metavar="R",
                    help="rank of traces that name none (no distributedInfo.rank, no rank in a JAX "
                         "profile's metadata, no rankN in the file name); default 0")
@@ -54,6 +61,9 @@ def _main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     # "" reads as the current directory, which would import every trace below it: an empty
     # argument is an unset shell variable far more often than a wish to import "."
+    into = args.into is not None
+    if into:
+        args.output = args.into
     if "" in args.traces or args.output == "":
         parser.error("an empty path was given (an unset shell variable?); name the trace, the "
                      "directory or the run (. for the current directory)")
@@ -72,7 +82,8 @@ def _main(argv: list[str]) -> int:
         with numpy_left_out():
             use_system_allocator()
             from ..import_trace import check_run_target, import_traces
-            check_run_target(args.output, args.force)    # (loads the importer)
+            if not into:
+                check_run_target(args.output, args.force)    # (loads the importer)
     finally:
         resume_gc()
 
@@ -82,15 +93,21 @@ def _main(argv: list[str]) -> int:
         if trace.failed:
             err(f"{trace.path}: not imported: {trace.failed}")
             return
-        where = "on devices" if getattr(trace, "source", "") == "jax" else "on the GPU"
+        source = getattr(trace, "source", "")
+        where = {"jax": "on devices", "neuron": "on the NeuronCore"}.get(source, "on the GPU")
         line = (f"{trace.path}: rank {trace.rank} ({trace.rank_source}), {trace.spans:,} spans "
                 f"({trace.gpu_spans:,} {where}) in {trace.seconds:.2f} s")
+        if source == "neuron":
+            a = trace.alignment or {}
+            from ..ground.units import duration
+            line += (f"; Neuron Explorer schema {trace.version}, {trace.core}; clock aligned by {a.get('method')} "
+                     f"to within {duration(a.get('within_ns') or 0)}")
         err(line)
         for problem in trace.problems:
             err(f"  {problem}")
 
     traces = import_traces(args.traces, args.output, replace=args.force, default_rank=args.rank,
-                           command=["counterprof", "import", *argv], on_trace=report)
+                           command=["counterprof", "import", *argv], on_trace=report, into=into)
     ok = [t for t in traces if not t.failed]
     ranks = sorted({t.rank for t in ok})
     print(f"counterprof: imported {len(ok)} of {len(traces)} trace(s), rank(s) "
