@@ -84,7 +84,8 @@ print(json.dumps({"counterprof": counterprof.__file__, "stop_s": stop_s, "emitte
 
 def template(python: str, workdir: Path) -> Path:
     run = workdir / "template"
-    subprocess.run([python, "-m", "counterprof", "run", "-I", "1", "-o", str(run), "--", "sleep", "3"],
+    subprocess.run([python, "-m", "counterprof", "run", "-I", "1", "--no-interval-rows", "-o", str(run), "--",
+                    "sleep", "3"],
                    check=True, capture_output=True, cwd=workdir)
     (f,) = list((run / "samples").glob("rank=0/*.parquet"))
     return f
@@ -101,7 +102,7 @@ def child(python: str, tmpl: Path, out: Path, seconds: float, speed: float, rate
 
 def real(python: str, out: Path, seconds: float) -> dict:
     t = time.perf_counter()
-    subprocess.run([python, "-m", "counterprof", "run", "-I", "1", "-o", str(out), "--", "sleep",
+    subprocess.run([python, "-m", "counterprof", "run", "-I", "1", "--no-interval-rows", "-o", str(out), "--", "sleep",
                     str(seconds)], check=True, capture_output=True, cwd=out.parent)   # not this checkout's
     wall = time.perf_counter() - t
     meta = json.loads((out / "meta.json").read_text())

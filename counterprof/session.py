@@ -86,7 +86,8 @@ class Session:
                  sinks: Iterable[Sink] | None = None,
                  per_rank: bool | str = False,
                  job: str | None = None,
-                 on_warning: Callable[[str], None] = _stderr_warning):
+                 on_warning: Callable[[str], None] = _stderr_warning,
+                 named: Iterable[str] | None = None):
         if path is not None and os.fspath(path) in ("", b""):
             # Path("") is the current directory: an unset variable (path=os.environ.get(...,""))
             # would write the run into it, as `-o ""` would (refused there by cli/arguments.py)
@@ -96,6 +97,10 @@ class Session:
                              "for a new timestamped one")
         self.path = Path(path) if path is not None else rundir.default_run_path()
         self.collector_names = collectors
+        # the collectors said when they cannot run here: those asked for (default: all of
+        # `collectors` when given; `run --torch` names the defaults beside torch, and a CPU
+        # machine's user did not ask to hear about its missing GPU)
+        self.named_collectors: set[str] | None = set(named) if named is not None else None
         self.config = config or {}
         self.target = target
         self.command = command
@@ -164,7 +169,8 @@ class Session:
                 avail = Availability(False, f"availability check failed: {exc}")
             if not avail.ok:
                 self.meta.collector_unavailable(name, avail.reason, cfg)
-                if self.collector_names is not None:   # asked for by name: say so
+                if self.collector_names is not None and (self.named_collectors is None
+                                                         or name in self.named_collectors):   # asked for: say so
                     self.warn(f"{name} collector unavailable: {avail.reason}")
                 continue
             self.plan.append(cls(cfg))

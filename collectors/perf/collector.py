@@ -471,8 +471,14 @@ class PerfCollector(Collector):
                 "read_errors": stats.read_errors, "thread_cpu_s": stats.cpu_ns / 1e9,
             }
             if stats.read_errors:
-                self.ctx.warn(f"perf: {stats.read_errors} counter reads failed "
-                              f"(last: {errno.errorcode.get(stats.last_read_errno, stats.last_read_errno)})")
+                code = stats.last_read_errno
+                name = errno.errorcode.get(code, str(code))
+                self.ctx.warn(
+                    f"perf: {stats.read_errors} counter-group reads "
+                    f"failed (last: {name}, {os.strerror(code) if isinstance(code, int) else code}): "
+                    "each interval whose read failed has no counts of its own (a gap in the interval "
+                    "rows); its counts went to the next read that succeeded, so the totals hold them, "
+                    "except a failed last read, whose interval is missing from the totals")
             self.details["thread_cpu_s"] = stats.cpu_ns / 1e9 + self._drain_cpu_s
             slot = native.ffi.new("struct cp_slot_stats *")
             per_slot = {}

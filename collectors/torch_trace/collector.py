@@ -125,7 +125,8 @@ class TorchCollector(PollingCollector):
         try:
             version = metadata.version("torch")
         except metadata.PackageNotFoundError:
-            version = "not installed in this Python"
+            version = ("not installed in counterprof's Python; --torch needs it in the workload's "
+                       "(pip install torch there)")
         cfg = cls.with_defaults(config)
         return [{"title": "torch profiler", "columns": ["setting", "value"],
                  "rows": [["torch", version],

@@ -77,8 +77,13 @@ class WarningRoute:
 
     def __init__(self) -> None:
         self.view: LiveView | None = None
+        self.seen: set[str] | None = None     # given (run -r): a warning said once, not per run
 
     def __call__(self, message: str) -> None:
+        if self.seen is not None:
+            if message in self.seen:
+                return
+            self.seen.add(message)
         view = self.view
         if view is not None:
             view.warn(message)
@@ -276,10 +281,13 @@ def check_output_file(path: str, option: str, inputs: Sequence[str] = ()) -> Non
 
 
 def write_text_file(path: str, text: str, option: str) -> None:
-    """Write an output file; a failure is one line, not a traceback."""
+    """Write an output file the user named (--html FILE, --csv FILE): created with the user's
+    umask, as cp and perf -o create theirs (ground/outputs.py); a failure is one line, not a
+    traceback."""
     from ..ground.errors import CounterprofError
+    from ..ground.outputs import user_opener
     try:
-        with open(path, "w", opener=private_opener) as f:
+        with open(path, "w", opener=user_opener) as f:
             f.write(text)
     except OSError as exc:
         import os
@@ -289,16 +297,16 @@ def write_text_file(path: str, text: str, option: str) -> None:
 
 
 def private_opener(path: str, flags: int) -> int:
-    """open()'s opener for an output counterprof creates: 0600 (an existing file keeps the mode
-    its owner gave it). Derived outputs are redacted (counterprof/ground/redact.py), but they describe
-    the user's workload: sharing one is the user's decision (chmod)."""
+    """open()'s opener for a file counterprof creates on its own behalf: 0600 (an existing file
+    keeps the mode its owner gave it). The outputs the user names use ground/outputs.py's
+    user_opener instead."""
     import os
     return os.open(path, flags | os.O_CLOEXEC, 0o600)
 
 
 def private_umask() -> None:
-    """Files and folders this process creates (DuckDB's history file and its WAL, every
-    output) are its owner's only. Not for the subcommands that launch a workload: it would
-    inherit the mask."""
-    import os
-    os.umask(os.umask(0) | 0o077)
+    """Files and folders this process creates (DuckDB's history file and its WAL, a run) are
+    its owner's only; the user's umask is kept for the outputs the user names. Not for the
+    subcommands that launch a workload: it would inherit the mask."""
+    from ..ground.outputs import private_umask as set_private
+    set_private()

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-r", "--repeat", type=int, metavar="N",
                    help="run the command N times (like perf stat -r): the summary gives means "
-                        "± standard deviation; -o DIR holds the runs as DIR/run-1 ... run-N")
+                        "± the standard deviation of the mean, as perf prints it; -o DIR holds "
+                        "the runs as DIR/run-1 ... run-N")
 
 
 def run_repeated(args: argparse.Namespace, run_once: Callable[[argparse.Namespace], int],
@@ -45,18 +46,23 @@ def run_repeated(args: argparse.Namespace, run_once: Callable[[argparse.Namespac
     check_command(command)          # 127/126 before the set is created
     base = prepare_dir(args.output or default_run_path(), replace=args.force)
     quiet = args.quiet
+    machine = getattr(args, "machine", None)
+    args.warnings_seen = set()      # a warning every run gives is said once
 
     def run_member(path: Path) -> int:
-        args.output, args.force, args.quiet = str(path), False, True
+        args.output, args.force, args.quiet, args.machine = str(path), False, True, None
         return run_once(args)
     data = new_set(base, command, n)
     try:
         return repeat(base, data, run_member, err)
     finally:
         runs, summary = finish_set(base, data, err)
-        if summary is not None and not quiet:
+        if summary is not None and machine is not None:
+            from ..render.summary import print_machine
+            print_machine(summary, machine, args.out, getattr(args, "field_separator", None) or ",")
+        elif summary is not None and not quiet:
             from ..render.summary import print_summary
-            print_summary(summary, getattr(args, "json", False))
+            print_summary(summary, False, verbose=getattr(args, "verbose", True))
         if runs:
             last = f", {base}/run-1 to run-{len(runs)}" if len(runs) > 1 else ""
             err(f"run set: {base} ({len(runs)} run{'s' if len(runs) != 1 else ''}{last})")

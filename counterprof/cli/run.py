@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from ..analysis.summary import Totals
     from ..collector import CollectorOptions
+    from ..interval_rows import IntervalPrinter
     from ..live.window import LiveWindow
     from ..session import Session
 
@@ -52,8 +53,12 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="counterprof run", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     # every collector's interval unless it has its own: perf counts at it, threads follows it
-    p.add_argument("-I", "--interval-ms", type=float, default=100.0, metavar="MS",
-                   help="counter sampling interval in ms (default 100; 1 works)")
+    p.add_argument("-I", "--interval-ms", type=float, default=None, metavar="MS",
+                   help="counter sampling interval in ms (default 100; 1 works); given, the "
+                        "counts of each interval are printed as they come, as perf stat -I prints "
+                        "them (--no-interval-rows: the totals only)")
+    p.add_argument("--no-interval-rows", action="store_true",
+                   help="with -I: sample every MS but print only the totals at the end")
     from .arguments import output_path
     p.add_argument("-o", "--output", metavar="DIR", type=output_path(
                        "name the run directory, or leave -o out for ./counterprof-<date>-<time>"),
@@ -77,10 +82,23 @@ def build_parser() -> ArgumentParser:
                             "the default is auto: the tree counts as one until ranks appear)")
     ranks.add_argument("--no-per-rank", dest="per_rank", action="store_const", const=False,
                        help="count the launched process tree as one, even under torchrun")
-    p.add_argument("-q", "--quiet", action="store_true", help="no summary table at the end")
-    p.add_argument("--json", action="store_true",
-                   help="the summary as one JSON object on stderr instead of the table (like perf "
-                        "stat -j; stdout stays the workload's)")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no summary table at the end (--json, -j and -x still print theirs)")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="also say which default collectors cannot run here (no GPU, no Neuron "
+                        "device) and why")
+    machine = p.add_mutually_exclusive_group()
+    machine.add_argument("--json", action="store_true",
+                         help="the summary as one JSON object on stdout (the workload's stdout "
+                              "goes to stderr then, so stdout is that one document)")
+    machine.add_argument("-j", "--json-lines", dest="json_lines", action="store_true",
+                         help="perf stat -j: one JSON object per counter on stdout (with -I, per "
+                              "counter and interval); the workload's stdout goes to stderr")
+    machine.add_argument("-x", "--field-separator", dest="field_separator", metavar="SEP",
+                         help="perf stat -x SEP: the counters as CSV on stdout (value,unit,event,"
+                              "run-time,pcnt-running,metric-value,metric-unit; with -I the time "
+                              "first, with -r the variance after the event); the workload's stdout "
+                              "goes to stderr")
     p.add_argument("--live", action="store_true",
                    help="a live dashboard at the bottom of the terminal while it runs (q stops "
                         "profiling, the workload runs on); one line a second when stderr is not "
@@ -129,6 +147,7 @@ def main(argv: list[str]) -> int:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)     # --help and usage errors: before any Arrow
+    _output_options(args)
     from ..perf_warmup import warm_up
     warm_up()          # the kernel's first-perf-event wait, overlapped with the imports below
     keep_pandas_out()
@@ -138,6 +157,41 @@ def _main(argv: list[str]) -> int:
         from .repeat import run_repeated
         return run_repeated(args, _run, build_parser().format_usage())
     return _run(args)
+
+
+def _output_options(args: argparse.Namespace) -> None:
+    """What the run prints, and where: the machine-readable forms (--json, -j, -x) on stdout,
+    alone (the workload's stdout is sent to stderr, so stdout is one document), everything
+    for people on stderr; -I given: the interval rows as they come (as perf stat -I)."""
+    args.interval_given = args.interval_ms is not None
+    if args.interval_ms is None:
+        args.interval_ms = 100.0
+    sep = args.field_separator
+    if sep is not None and (sep == "" or "\n" in sep):
+        raise _usage("-x takes a field separator, e.g. -x, (perf stat's CSV)")
+    args.machine = ("json" if args.json else "jsonl" if args.json_lines else
+                    "csv" if sep is not None else None)
+    # interval rows: -I given, not turned off, not under the live view's dashboard; the one
+    # JSON document of --json has no interval rows (-j -I has them, as perf's)
+    args.interval_form = None
+    if args.interval_given and not args.no_interval_rows and not args.live and args.machine != "json":
+        if args.machine is not None:
+            args.interval_form = args.machine if args.machine == "csv" else "json"
+        elif not args.quiet:
+            args.interval_form = "text"
+    args.out = sys.stdout
+    if args.machine is not None:
+        try:
+            out_fd = os.dup(1)
+        except OSError:                 # started with stdout closed: nowhere to print it
+            args.machine = args.interval_form = None
+            return
+        args.out = os.fdopen(out_fd, "w", encoding="utf-8", closefd=True)
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(2, 1)     # the workload (and anything else on fd 1) writes to stderr now
 
 
 def _usage(message: str) -> UsageFailure:
@@ -164,7 +218,7 @@ def _run(args: argparse.Namespace) -> int:
         check_command(command)     # 127/126 before anything is created
     if args.pid is not None:
         check_pid(args.pid, build_parser().format_usage())
-    config, collectors = _collector_config(args)
+    config, collectors, named = _collector_config(args)
     if args.pid is not None:
         target = Target("pid", args.pid)
     elif command:
@@ -188,13 +242,22 @@ def _run(args: argparse.Namespace) -> int:
     from .serve import exporter_for
     exporter = exporter_for(args, window)     # --serve: listening now, before anything starts
     totals: Totals | None = None
-    if not args.quiet:     # the summary's sums as the run goes: none to read back at the end
+    if not args.quiet or args.machine is not None:   # the summary's sums as the run goes
         from ..analysis.summary import Totals
         totals = Totals()
+    intervals: IntervalPrinter | None = None
+    session: Session | None = None
+    if args.interval_form is not None:
+        from ..interval_rows import IntervalPrinter
+        intervals = IntervalPrinter(sys.stderr if args.interval_form == "text" else args.out,
+                                    args.interval_form, lambda: session.start_ns if session else 0,
+                                    sep=args.field_separator or ",")
+    warnings.seen = getattr(args, "warnings_seen", None)     # -r: each warning said once
     session = Session(args.output, collectors=collectors, config=config, target=target,
                       per_rank=_per_rank_mode(args, command),
                       command=command or None, replace=args.force, rank=0, on_warning=warnings,
-                      sinks=[s for s in (window, exporter, totals) if s is not None] or None)
+                      sinks=[s for s in (window, exporter, totals, intervals) if s is not None] or None,
+                      named=named)
     machine = not command and args.pid is None
     if exporter is not None:
         exporter.attach(session, scope="machine" if machine else "process",
@@ -207,17 +270,20 @@ def _run(args: argparse.Namespace) -> int:
     else:
         profile_run.observe(session, args.pid, args.duration, view)
         exit_status = 0
-    _report(session, args, totals)
+    _report(session, args, totals, intervals)
     return exit_status
 
 
-def _collector_config(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], list[str] | None]:
+def _collector_config(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], list[str] | None,
+                                                        list[str] | None]:
     """The options as the collectors' configuration, each collector's from its own options,
-    and the collectors asked for (None: the default ones)."""
+    the collectors to run (None: the default ones), and those the user asked for by name or
+    flag (--collectors, --torch, --jax: said when they cannot run here; with -v every one)."""
     from ..collector import named_collectors
     from ..ground.errors import UsageError
     config: dict[str, dict[str, Any]] = {}
     collectors = named_collectors(args.collectors)
+    named = list(collectors or [])
     added: dict[str, type[CollectorOptions]] = args.collector_options     # build_parser's
     for name, options in added.items():
         try:
@@ -232,7 +298,8 @@ def _collector_config(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any
                 collectors = list(resolve(None))
             if name not in collectors:
                 collectors.append(name)
-    return config, collectors
+            named.append(name)
+    return config, collectors, (None if args.verbose else named)
 
 
 def _per_rank_mode(args: argparse.Namespace, command: list[str]) -> bool | str:
@@ -244,9 +311,13 @@ def _per_rank_mode(args: argparse.Namespace, command: list[str]) -> bool | str:
     return per_rank_mode(command, args.per_rank, finds_ranks)
 
 
-def _report(session: Session, args: argparse.Namespace, totals: Totals | None = None) -> None:
-    """totals: the summary's sums taken as the batches passed (analysis.summary.Totals)."""
-    if not args.quiet:
+def _report(session: Session, args: argparse.Namespace, totals: Totals | None = None,
+            intervals: IntervalPrinter | None = None) -> None:
+    """totals: the summary's sums taken as the batches passed (analysis.summary.Totals).
+    The table on stderr (not with -q); --json, -j, -x on stdout (-j and -x with -I: the interval
+    lines were the output, as perf's); the run directory on stderr."""
+    machine = args.machine
+    if not args.quiet or machine is not None:
         from ..analysis.summary import run_summary
         from ..store.reader import Run
         try:
@@ -254,10 +325,19 @@ def _report(session: Session, args: argparse.Namespace, totals: Totals | None = 
             # joined to another process's run: the summary covers what the others wrote too
             summary = (totals.summary(run.catalog, run.meta) if totals is not None and not session.joined
                        else run_summary(run))
-            from ..render.summary import print_summary
-            print_summary(summary, args.json)
+            from ..render.summary import print_machine, print_summary
+            if machine is not None:
+                if not (machine in ("csv", "jsonl") and args.interval_form is not None):
+                    print_machine(summary, machine, args.out, args.field_separator or ",")
+                else:
+                    args.out.flush()
+            if not args.quiet and machine is None:
+                print_summary(summary, False, verbose=args.verbose)
         except Exception as exc:   # the data is on disk; a rendering problem must not hide that
             err(f"could not print the summary: {exc}")
+    if intervals is not None and intervals.rows == 0 and args.interval_form == "text":
+        err(f"-I {args.interval_ms:g}: no interval ended with a counter reading (the run took "
+            "less than one interval, or no counter could be read); the totals are above")
     err(f"run directory: {session.path}")
 
 

@@ -158,8 +158,9 @@ class _Sink:
     compression overlaps the formatting of the next batch."""
 
     def __init__(self, path: Path, gzip: bool):
-        # 0600 when created: the timeline is its owner's to share (an existing file keeps its mode)
-        self.file = open(path, "wb", opener=lambda p, fl: os.open(p, fl | os.O_CLOEXEC, 0o600))
+        # the user named it: created with the user's umask, as cp's (an existing file keeps its mode)
+        from ..ground.outputs import user_opener
+        self.file = open(path, "wb", opener=user_opener)
         self.compressor: _Compressor | None = None
         if gzip:
             try:

@@ -8,6 +8,7 @@ numbers right-aligned, nothing wraps (as perf stat's table does not).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields
 import shlex
 import sys
@@ -17,12 +18,19 @@ from ..ground import units
 from .inert import inert, inert_lines
 
 from ..analysis.summary import Summary, SummaryRow
+from .perf_formats import with_derived
 
 Span = tuple[str, str]           # (text, style: "" | "bold" | "dim" | "yellow")
 Line = list[Span]
 
 
-def _cells(r: SummaryRow) -> tuple[Span, Span, Span, Span]:
+def _mean_spread(mean: float, sd: float, runs: int, unit: str | None = None) -> str:
+    """perf stat -r's "( +- x% )": the standard deviation of the mean (sd/sqrt(n)), relative
+    to the mean, as perf prints it (sd: the sample standard deviation over the n runs)."""
+    return units.spread(mean, sd / math.sqrt(runs) if runs > 1 else sd, unit)
+
+
+def _cells(r: SummaryRow, runs: int = 1) -> tuple[Span, Span, Span, Span]:
     if r.value is None:
         label = {"not supported": "<not supported>", "not counted": "<not counted>"}.get(
             r.status, f"<{r.status}>")
@@ -35,7 +43,7 @@ def _cells(r: SummaryRow) -> tuple[Span, Span, Span, Span]:
     if r.unknown_intervals:
         note += f"  [{r.unknown_intervals} intervals unknown]"
     if r.stddev is not None:
-        note = f"{units.spread(r.value, r.stddev, r.unit)}  {note}".rstrip()
+        note = f"{note}  {_mean_spread(r.value, r.stddev, runs, r.unit)}".strip()   # perf's order
     return (num, ""), (inert(unit), ""), (name, ""), (inert(note), "dim")
 
 
@@ -54,13 +62,16 @@ _SECTION_TITLES = {"host": "process tree and system (host collector)",
                    "nvml": "GPUs, all sampled GPUs together (nvml collector)"}
 
 
-def summary_lines(s: Summary) -> list[Line]:
+def summary_lines(s: Summary, verbose: bool = True) -> list[Line]:
+    """verbose: also the default collectors this machine cannot run (no GPU, no Neuron device)."""
+    if s.runs > 1:
+        s = with_derived(s)      # the means carry no derived figure: perf stat -r prints them
     what = inert(shlex.join(s.command)) if s.command else "this run"
     runs = f" ({s.runs} runs)" if s.runs > 1 else ""
     lines: list[Line] = [[], [(f" Performance counter stats for '{what}'{runs}:", "bold")], []]
     perf = [r for r in s.rows if r.source == "perf"]
     other = [r for r in s.rows if r.source != "perf"]
-    lines += _table([_cells(r) for r in perf])
+    lines += _table([_cells(r, s.runs) for r in perf])
     footer = []
     for value, key, words in ((s.elapsed_s, "elapsed_s", "seconds time elapsed"),
                               (s.user_s, "user_s", "seconds user"), (s.system_s, "system_s", "seconds sys")):
@@ -69,10 +80,12 @@ def summary_lines(s: Summary) -> list[Line]:
         sd = s.spread.get(key)
         if sd is None:
             footer.append(f"{value:15.9f} {words}")
-        else:     # perf stat -r's form
-            footer.append(f"{value:15.9f} +- {sd:.9f} {words}  {units.spread(value, sd)}")
+        else:     # perf stat -r's form: the standard deviation of the mean
+            sdm = sd / math.sqrt(s.runs) if s.runs > 1 else sd
+            footer.append(f"{value:15.9f} +- {sdm:.9f} {words}  {units.spread(value, sdm)}")
     if s.runs > 1:
-        footer.append(f"(means of {s.runs} runs; +- is the sample standard deviation over the runs)")
+        footer.append(f"(means of {s.runs} runs; +- is the standard deviation of the mean, "
+                      "sd/sqrt(runs), as perf stat -r prints it)")
     if footer:
         lines += [[]] + [[(f, "")] for f in footer]
     for source in dict.fromkeys(r.source for r in other):     # one section per collector
@@ -80,7 +93,7 @@ def summary_lines(s: Summary) -> list[Line]:
         if source == "host" and s.ranks > 1:
             title = f"process trees of {s.ranks} ranks and the system (host collector)"
         lines += [[], [(title, "bold")]]
-        lines += _table([_cells(r) for r in other if r.source == source])
+        lines += _table([_cells(r, s.runs) for r in other if r.source == source])
     failed = [inert(f"{k}: {v['status']} ({v['reason']})") for k, v in s.collectors.items()
               if v.get("status") not in ("ok", "unavailable", None)]
     if failed:
@@ -88,7 +101,7 @@ def summary_lines(s: Summary) -> list[Line]:
     # a default collector this machine cannot run (no GPU, say): one short line, not a paragraph
     absent = [inert(f"{k} ({_first_clause(v.get('reason', ''))})") for k, v in s.collectors.items()
               if v.get("status") == "unavailable"]
-    if absent:
+    if absent and verbose:
         lines.append([("not available here: " + "; ".join(absent) + "  (`counterprof list` says why)", "dim")])
     return lines
 
@@ -125,9 +138,11 @@ def summary_text(s: Summary, width: int = 120) -> str:
     return "".join(inert_lines("".join(part for part, _ in _trimmed(line))) + "\n" for line in summary_lines(s))
 
 
-def print_summary(summary: Summary, as_json: bool) -> None:
-    """The end-of-run summary on stderr: the perf-stat-like table, or one JSON object. Styled
-    through rich on a terminal (or with FORCE_COLOR), plain text elsewhere."""
+def print_summary(summary: Summary, as_json: bool, verbose: bool = True) -> None:
+    """The end-of-run summary on stderr: the perf-stat-like table, or one JSON object (the
+    API's form; `counterprof run --json` prints on stdout: print_machine). Styled through rich
+    on a terminal (or with FORCE_COLOR), plain text elsewhere. verbose: with the line on the
+    default collectors this machine cannot run."""
     if as_json:
         json.dump(summary.to_dict(), sys.stderr, default=str)
         sys.stderr.write("\n")
@@ -135,11 +150,36 @@ def print_summary(summary: Summary, as_json: bool) -> None:
         return
     import os
     if _isatty(sys.stderr) or "FORCE_COLOR" in os.environ:
+        from rich.text import Text
         from .console import console
-        console(stderr=True).print(summary_renderable(summary))
+        text = Text()
+        for i, line in enumerate(summary_lines(summary, verbose)):
+            if i:
+                text.append("\n")
+            for part, style in _trimmed(line):
+                text.append(part, style=style or None)
+        console(stderr=True).print(text)
         return
-    sys.stderr.write(summary_text(summary))
+    sys.stderr.write("".join(inert_lines("".join(part for part, _ in _trimmed(line))) + "\n"
+                             for line in summary_lines(summary, verbose)))
     sys.stderr.flush()
+
+
+def print_machine(summary: Summary, form: str, out: IO[str], sep: str = ",") -> None:
+    """`counterprof run`'s machine-readable summary on `out` (stdout): "json" one JSON object
+    (every collector's figures; with -r, "variance" per row: perf's ± in percent), "jsonl"
+    perf stat -j's lines, "csv" perf stat -x SEP's lines (the perf counters)."""
+    from .perf_formats import csv_lines, json_lines, mean_error_pct
+    if form == "json":
+        d = summary.to_dict()
+        if summary.runs > 1:
+            for row in d["rows"]:
+                row["variance"] = mean_error_pct(row["value"], row["stddev"], summary.runs)
+        out.write(json.dumps(d, default=str) + "\n")
+    else:
+        lines = csv_lines(summary, sep) if form == "csv" else json_lines(summary)
+        out.write("".join(line + "\n" for line in lines))
+    out.flush()
 
 
 def _isatty(stream: IO[str]) -> bool:

@@ -1,6 +1,6 @@
 """What counterprof writes is its owner's, and what it shows holds no secret and no live escape:
 every file of a run is 0600 and every folder 0700 (while live, after a SIGKILL, after recovery),
-derived outputs counterprof creates are 0600, secret-looking arguments are redacted in every
+the outputs a user names (--html, --perfetto) follow the user's umask, secret-looking arguments are redacted in every
 derived output (meta.json alone keeps the command as run), and names with terminal escapes
 print inert. Through the real CLI, under a umask that would let anyone read."""
 from __future__ import annotations
@@ -70,7 +70,7 @@ def test_a_run_is_owner_only_while_live_after_a_kill_and_after_recovery(tmp_path
     _assert_private(run)                          # Parquet, the recovered meta.json
 
 
-def test_derived_outputs_are_created_owner_only(tmp_path):
+def test_runs_are_owner_only_and_named_outputs_follow_the_umask(tmp_path):
     run = tmp_path / "run"
     cli("run", "-q", "--collectors", "host,perf", "-o", str(run), "--", PYTHON, "-c", SPIN, "0.3",
         check=True)
@@ -85,8 +85,11 @@ def test_derived_outputs_are_created_owner_only(tmp_path):
     write_trace(tmp_path / "t.json", [X("cpu_op", "aten::mm", 1000, 50)], {"schemaVersion": 1})
     cli("import", "-o", str(imported), str(tmp_path / "t.json"), check=True)
     _assert_private(imported)
-    for name in ("report.html", "trace.json.gz", "h.duckdb", "h.html"):
-        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+    # the outputs the user named follow the user's umask (0 here), as cp's and perf -o's;
+    # the history database, a store of runs' summaries, stays the owner's
+    for name in ("report.html", "trace.json.gz", "h.html"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666, name
+    assert stat.S_IMODE((tmp_path / "h.duckdb").stat().st_mode) == 0o600
     # a file the user made keeps the mode its owner gave it
     mine = tmp_path / "mine.html"
     mine.write_text("")

@@ -49,7 +49,9 @@ def test_three_runs_one_set_and_the_means_with_their_spread(sets):
     assert tc["stddev"] == pytest.approx(statistics.stdev(vals))
     # the workload's own CPU: its burn (thread time, so at least that) plus its start-up
     assert BURN_S * 0.98 <= tc["value"] / 1e9 <= BURN_S + 0.4
-    line = next(ln for ln in proc.stderr.splitlines() if "task-clock" in ln and "msec" in ln)
+    # the table's row (the -I interval rows before it start with their time)
+    line = next(ln for ln in proc.stderr.splitlines() if "task-clock" in ln and "msec" in ln
+                and not re.match(r"\s*\d+\.\d{9}\s", ln))
     assert re.search(r"\( \+- [0-9.]+% \)", line), line
     assert re.search(r"[0-9.]+ \+- [0-9.]+ seconds time elapsed  \( \+- [0-9.]+% \)", proc.stderr)
     assert proc.stderr.rstrip().endswith(f"run set: {path} (3 runs, {path}/run-1 to run-3)")

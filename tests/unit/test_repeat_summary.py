@@ -29,8 +29,9 @@ def test_means_and_sample_sd_and_rows_not_counted_everywhere():
     assert cyc.value is None and cyc.status == "not supported"
     assert s.elapsed_s == pytest.approx(2.0) and s.spread["elapsed_s"] == pytest.approx(1.0)
     text = summary_text(s)
-    assert "(3 runs):" in text and "( +- 50.00% )" in text
-    assert "2.000000000 +- 1.000000000 seconds time elapsed  ( +- 50.00% )" in text
+    # perf stat -r's ±: the standard deviation of the mean, sd/sqrt(n), of the mean
+    assert "(3 runs):" in text and "( +- 28.87% )" in text
+    assert "2.000000000 +- 0.577350269 seconds time elapsed  ( +- 28.87% )" in text
 
 
 def test_one_run_has_no_spread():

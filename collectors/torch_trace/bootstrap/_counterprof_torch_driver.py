@@ -143,14 +143,111 @@ _driver: Driver | None = None
 _IN_PROFILER_CALL: list[int] = []      # non-empty while the driver calls into a torch profiler
 
 
+class _kineto_markers_filtered:
+    """Kineto (torch's profiler library) writes a line to stderr at every profiler start and
+    stop, at its USDT level (`USDT:<date> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
+    profiler_start`): markers for tracing tools, which no KINETO_LOG_LEVEL silences without
+    silencing its errors too. The driver's windows start and stop the profiler every few
+    seconds, so these lines would land on the workload's stderr, two per window. Around the
+    driver's calls into the profiler, fd 2 goes to a memory file; what was written there
+    meanwhile (by kineto, or by another of the workload's threads) is written back to stderr
+    after the call, less those marker lines. Nested and concurrent calls share one redirect."""
+
+    _lock = threading.Lock()
+    _depth = 0
+    _memfd = -1
+    _saved = -1
+
+    def __enter__(self) -> _kineto_markers_filtered:
+        cls = type(self)
+        with cls._lock:
+            if cls._depth == 0 and not cls._begin():
+                return self
+            cls._depth += 1
+            self.entered = True
+        return self
+
+    @classmethod
+    def _begin(cls) -> bool:
+        try:
+            if cls._memfd < 0:
+                cls._memfd = os.memfd_create("counterprof-kineto-stderr", os.MFD_CLOEXEC)
+            try:
+                sys.stderr.flush()
+            except Exception:
+                pass
+            cls._saved = os.dup(2)
+            os.dup2(cls._memfd, 2)
+            return True
+        except (AttributeError, OSError):       # no memfd here: the lines go through
+            if cls._saved >= 0:
+                os.close(cls._saved)
+                cls._saved = -1
+            return False
+
+    def __exit__(self, *exc: Any) -> Literal[False]:
+        if not getattr(self, "entered", False):
+            return False
+        cls = type(self)
+        with cls._lock:
+            cls._depth -= 1
+            if cls._depth == 0:
+                cls._end()
+        return False
+
+    @classmethod
+    def _end(cls) -> None:
+        try:
+            try:
+                sys.stderr.flush()
+            except Exception:
+                pass
+            os.dup2(cls._saved, 2)
+        finally:
+            os.close(cls._saved)
+            cls._saved = -1
+        size = os.fstat(cls._memfd).st_size
+        if not size:
+            return
+        data = os.pread(cls._memfd, size, 0)
+        os.ftruncate(cls._memfd, 0)
+        os.lseek(cls._memfd, 0, os.SEEK_SET)     # the offset fd 2 wrote at, shared
+        kept = b"".join(line for line in data.splitlines(keepends=True)
+                        if not line.startswith(b"USDT:"))
+        while kept:
+            try:
+                kept = kept[os.write(2, kept):]
+            except OSError:
+                break
+
+    @classmethod
+    def _in_forked_child(cls) -> None:
+        """A process forked while the redirect was on (a DataLoader worker started beside a
+        window's start) gets the real stderr back: its own lines are never held."""
+        if cls._saved >= 0:
+            try:
+                os.dup2(cls._saved, 2)
+                os.close(cls._saved)
+            except OSError:
+                pass
+        cls._saved, cls._depth, cls._memfd = -1, 0, -1
+        cls._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_kineto_markers_filtered._in_forked_child)
+
+
 class _calling_profiler:
     """Around every call into a torch profiler the driver owns (start, step, stop): torch
     warns, once per process, that events do not accumulate across cycles. That is intended
     here, and the warning is not the workload's to read (torch 2.11 gives it from a start or
-    a stop, 2.13 from a step). It also keeps inductor unloaded (below)."""
+    a stop, 2.13 from a step). It also keeps inductor unloaded (below), and kineto's marker
+    lines off the workload's stderr (_kineto_markers_filtered)."""
 
     def __enter__(self) -> _calling_profiler:
         _IN_PROFILER_CALL.append(1)
+        self.markers = _kineto_markers_filtered().__enter__()
         self.filters = warnings.catch_warnings()
         self.filters.__enter__()
         warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
@@ -162,6 +259,7 @@ class _calling_profiler:
             self.inductor.__exit__(*exc)
         finally:
             self.filters.__exit__(*exc)
+            self.markers.__exit__(*exc)
             if _IN_PROFILER_CALL:
                 _IN_PROFILER_CALL.pop()
         return False
