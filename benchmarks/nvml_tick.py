@@ -1,15 +1,27 @@
 """The nvml collector's cost, with the fake NVML of tests/fake_nvml.py (no GPU needed).
 
-    python benchmarks/nvml_tick.py                 # ~4 minutes
+    python benchmarks/nvml_tick.py                 # ~5 minutes
     python benchmarks/nvml_tick.py --quick
+    python benchmarks/nvml_tick.py --only paths --rounds 9     # the old path against the new
+    python benchmarks/nvml_tick.py --only paths,tick --real     # the same on a GPU machine
     python benchmarks/nvml_tick.py --gpus 8 --rounds 9 --json nvml-bench.json
 
 Without a GPU this shows the Python side only: the real driver's time inside each NVML call
 comes on top (on a GPU machine, pass --real to sample the real pynvml instead).
 
 Parts:
-  tick      µs per GPU for one fast tick (one batched nvmlDeviceGetFieldValues + 6 calls),
-            one GPM window and one slow tick (sample buffer, processes), for a PCIe GPU and
+  paths     the path before issue 35 (config sample_buffers=False: every reading polled every
+            tick) against the new one (sample buffers read once a second, slow-moving
+            readings once a second), in paired rounds (both in each round, in random order):
+            the collector's own sampling thread at 100 ms for --seconds, after a warm-up, on
+            2 fake GPUs with GPM (or every GPU with --real). Per GPU: NVML calls per second
+            (counted by a wrapper around the module, GPM's shown apart), the thread's CPU
+            (its own CPU clock) per fast tick and as % of a core; medians over rounds, and the
+            median of the per-round ratios new/old.
+  tick      µs per GPU for one fast tick, one GPM window and one slow tick, on the old path
+            (fast: one batched nvmlDeviceGetFieldValues + 6 calls; slow: 3 sample buffers,
+            processes) and the new (fast: the field batch; slow: 5 sample buffers, temperature,
+            memory, throttle reasons, processes), for a PCIe GPU and
             an SXM-like GPU with 18 NVLink links (36 more fields per batch). "of which NVML"
             is the same NVML calls replayed alone (the fake's cost, standing in for the
             library's), so the rest is counterprof's own Python per tick. These are hot-loop
@@ -29,6 +41,7 @@ Parts:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -37,6 +50,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,7 +88,8 @@ class Recorder:
         return call
 
 
-def tick_costs(n_gpus: int, nvlinks: int, iterations: int, repeats: int, module=None) -> dict:
+def tick_costs(n_gpus: int, nvlinks: int, iterations: int, repeats: int, module=None,
+               buffers: bool = True) -> dict:
     from counterprof.ground.clock import Clock
     from counterprof.collectors.nvml import devices
     from counterprof.collectors.nvml.library import open_nvml
@@ -87,7 +102,7 @@ def tick_costs(n_gpus: int, nvlinks: int, iterations: int, repeats: int, module=
     nvml = open_nvml(rec)
     gpus, _ = devices.discover(nvml, {})
     wall = WallClock(Clock())
-    samplers = [GpuSampler(nvml, g, wall) for g in gpus]
+    samplers = [GpuSampler(nvml, g, wall, sample_buffers=buffers) for g in gpus]
     for s in samplers:
         s.probe([])
     pids = {os.getpid()}
@@ -135,6 +150,105 @@ def tick_costs(n_gpus: int, nvlinks: int, iterations: int, repeats: int, module=
         s.close()
     nvml.close()
     return out
+
+
+# -- paths: the old path against the new ---------------------------------------------------
+
+class Counting:
+    """Wraps the NVML module: counts each NVML function called (the fake or the real one)."""
+
+    def __init__(self, lib):
+        self._lib = lib
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name):
+        attr = getattr(self._lib, name)
+        if not (name.startswith("nvml") and callable(attr)):
+            return attr
+
+        def call(*args):
+            self.calls[name] += 1
+            return attr(*args)
+        return call
+
+
+GPM_CALLS = ("nvmlGpmSampleGet", "nvmlGpmMetricsGet")
+
+
+def path_run(buffers: bool, seconds: float, interval_ms: float, real: bool, tmp: Path) -> dict:
+    """One run of the collector's thread; its steady state over `seconds` after a warm-up."""
+    import threading
+    from counterprof.session import Session
+    if real:
+        import pynvml
+        lib = Counting(pynvml)
+    else:
+        # the driver sampling every 100 ms (util: 1/6 s to 1 s on real GPUs)
+        lib = Counting(fake_nvml.FakeNvml([fake_nvml.hopper(bus_id=f"00000000:{0x10 + i:02X}:00.0",
+                                                            sample_period_s=0.1)
+                                           for i in range(2)]))
+    s = Session(tmp, collectors=["nvml"], on_warning=lambda m: None,
+                config={"nvml": {"module": lib, "interval_ms": interval_ms, "sample_buffers": buffers}})
+    s.prepare()
+    s.start()
+    try:
+        time.sleep(0.5)          # past the probe
+        thread = next(t for t in threading.enumerate() if t.name == "counterprof-nvml")
+        clock = time.pthread_getcpuclockid(thread.ident)
+        calls0, cpu0, t0 = lib.calls.copy(), time.clock_gettime(clock), time.monotonic()
+        time.sleep(seconds)
+        calls, cpu, dt = lib.calls - calls0, time.clock_gettime(clock) - cpu0, time.monotonic() - t0
+        n = len(next(c for c in s.collectors if c.name == "nvml").samplers)
+    finally:
+        s.stop()
+    per_s = {fn: c / dt / n for fn, c in calls.items()}
+    cpu_per_gpu_s = cpu / dt / n
+    return {"gpus": n, "calls_per_gpu_s": sum(v for f, v in per_s.items() if f not in GPM_CALLS),
+            "gpm_calls_per_gpu_s": sum(v for f, v in per_s.items() if f in GPM_CALLS),
+            "core_pct_per_gpu": 100.0 * cpu_per_gpu_s,
+            "us_per_tick_per_gpu": cpu_per_gpu_s * 1e6 * interval_ms / 1000.0,
+            "by_function": per_s}
+
+
+def paths(rounds: int, seconds: float, seed: int, real: bool, interval_ms: float = 100.0) -> dict:
+    rng = random.Random(seed)
+    tmp = Path(tempfile.mkdtemp(prefix="counterprof-nvml-paths-"))
+    got: dict[str, list[dict]] = {"old": [], "new": []}
+    for r in range(rounds):
+        order = ["old", "new"]
+        rng.shuffle(order)
+        for mode in order:
+            got[mode].append(path_run(mode == "new", seconds, interval_ms, real, tmp / f"{mode}-{r}"))
+    out: dict = {"rounds": rounds, "seconds": seconds, "interval_ms": interval_ms,
+                 "gpus": got["new"][0]["gpus"]}
+    for key in ("calls_per_gpu_s", "gpm_calls_per_gpu_s", "core_pct_per_gpu", "us_per_tick_per_gpu"):
+        old, new = [g[key] for g in got["old"]], [g[key] for g in got["new"]]
+        ratios = [b / a for a, b in zip(old, new) if a]
+        out[key] = {"old": summary(old), "new": summary(new),
+                    "ratio_new_old": summary(ratios) if ratios else None}
+    for mode in ("old", "new"):
+        fns = sorted({f for g in got[mode] for f in g["by_function"]})
+        out[f"{mode}_by_function"] = {f: statistics.median(g["by_function"].get(f, 0.0) for g in got[mode])
+                                      for f in fns}
+    return out
+
+
+def _print_paths(r: dict, real: bool) -> None:
+    where = "real NVML" if real else "fake NVML"
+    print(f"NVML paths, {where}, {r['gpus']} GPU(s), {r['rounds']} paired rounds x {r['seconds']:g} s "
+          f"at {r['interval_ms']:g} ms (per GPU; median [q1-q3]; ratio = median of per-round new/old):")
+    labels = {"calls_per_gpu_s": "NVML calls/s, GPM aside", "gpm_calls_per_gpu_s": "GPM calls/s",
+              "us_per_tick_per_gpu": "thread CPU µs per tick", "core_pct_per_gpu": "% of a core"}
+    print(f"  {'':26} {'old':>22} {'new':>22}   new/old")
+    for key, label in labels.items():
+        v = r[key]
+        o, n, q = v["old"], v["new"], v["ratio_new_old"]
+        ratio = f"{q['median']:.3f} [{q['q1']:.3f}-{q['q3']:.3f}]" if q else "-"
+        print(f"  {label:26} {o['median']:9.2f} [{o['q1']:.2f}-{o['q3']:.2f}] "
+              f"{n['median']:9.2f} [{n['q1']:.2f}-{n['q3']:.2f}]   {ratio}")
+    for mode in ("old", "new"):
+        fns = ", ".join(f"{f.removeprefix('nvml')} {v:.1f}" for f, v in r[f"{mode}_by_function"].items())
+        print(f"  {mode} calls/s by function: {fns}")
 
 
 # -- slowdown ------------------------------------------------------------------------------
@@ -227,8 +341,9 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--seconds", type=float, default=3.0, help="workload seconds per run (default 3)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--only", default="tick,cli,slowdown", help="parts: tick, cli, slowdown")
-    p.add_argument("--real", action="store_true", help="tick part on the real pynvml (needs a GPU)")
+    p.add_argument("--only", default="paths,tick,cli,slowdown", help="parts: paths, tick, cli, slowdown")
+    p.add_argument("--real", action="store_true",
+                   help="paths and tick parts on the real pynvml (needs a GPU)")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
     if args.quick:
@@ -236,6 +351,10 @@ def main(argv=None) -> int:
     parts = set(args.only.split(","))
     result = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "load_avg": os.getloadavg()}}
+    if "paths" in parts:
+        r = paths(args.rounds, args.seconds, args.seed, args.real)
+        result["paths"] = r
+        _print_paths(r, args.real)
     if "tick" in parts:
         module = None
         if args.real:
@@ -243,10 +362,11 @@ def main(argv=None) -> int:
             module = pynvml
         iters, reps = (100, 3) if args.quick else (300, 7)
         result["tick"] = {}
-        for label, links in (("PCIe GPU", 0), ("SXM GPU, 18 NVLinks", 18)):
-            r = tick_costs(2, links, iters, reps, module)
-            result["tick"][label] = r
-            print(f"tick, {label} (µs per GPU, median [q1-q3]; of which the NVML calls alone):")
+        for (label, links), (path, buffers) in itertools.product(
+                (("PCIe GPU", 0), ("SXM GPU, 18 NVLinks", 18)), (("old path", False), ("new path", True))):
+            r = tick_costs(2, links, iters, reps, module, buffers)
+            result["tick"][f"{label}, {path}"] = r
+            print(f"tick, {label}, {path} (µs per GPU, median [q1-q3]; of which the NVML calls alone):")
             for part, v in r.items():
                 a, b = v["us_per_gpu"], v["nvml_calls_us_per_gpu"]
                 # the slow part's calls are stateful (samples newer than a timestamp): replayed
@@ -254,7 +374,7 @@ def main(argv=None) -> int:
                 alone = "    n/a" if part == "slow" else f"{b['median']:7.1f}"
                 print(f"  {part:5} {a['median']:7.1f} [{a['q1']:.1f}-{a['q3']:.1f}]   "
                       f"NVML {alone}   ({v['calls_per_gpu']:.0f} calls)")
-            if args.real:
+            if args.real and path == "new path":
                 break
     if "cli" in parts:
         r = cli_slowdown(args.gpus, args.seconds, args.rounds, args.seed)

@@ -13,8 +13,14 @@ same class the real library raises. What it imitates:
   not as an exception.
 - Counters (energy, PCIe bytes, NVLink KiB, throttle ns) integrate their current rates over
   time; a 32-bit PCIe counter wraps at 2**32 and is reported as UNSIGNED_INT.
-- nvmlDeviceGetSamples keeps a bounded buffer of samples at the driver's own period, returns
-  those newer than the given timestamp, and raises NOT_FOUND when there are none.
+- nvmlDeviceGetSamples keeps a bounded buffer per sampling type (utilization, memory
+  utilization, total power, processor and memory clocks) at the driver's own period, returns
+  (value type, list of c_nvmlSample_t) for those newer than the given timestamp and raises
+  NOT_FOUND when there are none, as nvidia-ml-py does: its wrapper calls the C function twice
+  (the count, then the samples), which `c_calls` counts. A sampling type can be made
+  unsupported per GPU; a GPU in MIG mode has no utilization samples.
+- Calls are counted per function (`calls`), per function and GPU (`device_calls`, by PCI bus
+  id) and per function and whole second since the fake was made (`calls_by_second`).
 - GPM: opaque samples from nvmlGpmSampleAlloc, snapshots at nvmlGpmSampleGet, metrics between
   two snapshots with a per-metric nvmlReturn; pre-Hopper answers isSupportedDevice = 0.
 - A lost GPU raises GPU_IS_LOST from every call on its handle.
@@ -44,7 +50,8 @@ class FakeGpu:
                  pcie_start: int = 0, nvlinks: int = 0, nvlink_tx_rate: float = 5.0e9,
                  throttle_power_share: float = 0.25, gpm_values: dict[str, float] | None = None,
                  processes: list[tuple[int, int | None]] | None = None, mig: bool = False,
-                 mig_uuids: list[str] | None = None, sample_period_s: float = 0.02):
+                 mig_uuids: list[str] | None = None, sample_period_s: float | None = 0.02,
+                 sample_buffer_len: int = 100, samples_unsupported: tuple[str, ...] = ()):
         self.name = name
         self.uuid = uuid or f"GPU-{abs(hash((name, bus_id))) % 16**8:08x}-0000-0000-0000-000000000000"
         self.bus_id = bus_id
@@ -70,6 +77,9 @@ class FakeGpu:
         self.mig = mig
         self.mig_uuids = list(mig_uuids or [])
         self.sample_period_s = sample_period_s
+        self.sample_buffer_len = sample_buffer_len
+        # NVML_*_SAMPLES names this GPU answers NOT_SUPPORTED for
+        self.samples_unsupported = {getattr(real, name) for name in samples_unsupported}
         self.lost = False
         # cumulative state, advanced by _advance()
         self._t = time.monotonic()
@@ -92,7 +102,10 @@ class FakeGpu:
         for link in range(self.nvlinks):
             self.nvlink_tx_kib[link] += self.nvlink_tx_rate * dt / 1024.0
         self.throttle_ns[74] += self.throttle_power_share * dt * NS
-        # the driver's sample buffer: one sample per period, the last 100 kept
+        # the driver's sample buffers: one sample per period, the last sample_buffer_len kept
+        # (sample_period_s None: a driver that keeps none, so every read is NOT_FOUND)
+        if self.sample_period_s is None:
+            return
         now_us = time.time_ns() // 1000
         period_us = int(self.sample_period_s * 1e6)
         while self._next_sample_us <= now_us:
@@ -100,11 +113,13 @@ class FakeGpu:
             for stype, value in ((real.NVML_GPU_UTILIZATION_SAMPLES, self.util),
                                  (real.NVML_MEMORY_UTILIZATION_SAMPLES, self.mem_util),
                                  (real.NVML_TOTAL_POWER_SAMPLES,
-                                  None if self.power_w is None else self.power_w * 1000)):
+                                  None if self.power_w is None else self.power_w * 1000),
+                                 (real.NVML_PROCESSOR_CLK_SAMPLES, self.sm_clock),
+                                 (real.NVML_MEMORY_CLK_SAMPLES, self.mem_clock)):
                 if value is not None:
                     buf = self._samples.setdefault(stype, [])
                     buf.append((stamp, value))
-                    del buf[:-100]
+                    del buf[:-self.sample_buffer_len]
             self._next_sample_us += period_us
 
 
@@ -129,6 +144,10 @@ class FakeNvml:
         self.library = library
         self.inits = 0
         self.calls: Counter[str] = Counter()
+        self.c_calls: Counter[str] = Counter()                  # calls into the C library
+        self.device_calls: Counter[tuple[str, str]] = Counter()  # (function, PCI bus id)
+        self.calls_by_second: Counter[tuple[str, int]] = Counter()
+        self._t0 = time.monotonic()
         self.lock = threading.Lock()
         self._gpm_buffers: dict[int, Any] = {}
         self._gpm_snapshots: dict[int, tuple[FakeGpu, float, float, float]] = {}
@@ -142,13 +161,24 @@ class FakeNvml:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _enter(self, fn: str) -> None:
+    def _enter(self, fn: str, gpu: FakeGpu | None = None) -> None:
         self.calls[fn] += 1
+        self.c_calls[fn] += 1
+        self.calls_by_second[fn, int(time.monotonic() - self._t0)] += 1
+        if gpu is not None:
+            self.device_calls[fn, gpu.bus_id] += 1
         if self.inits == 0:
             _raise(real.NVML_ERROR_UNINITIALIZED)
 
+    def per_gpu(self, since: Counter[tuple[str, str]] | None = None) -> dict[str, Counter[str]]:
+        """Calls per GPU (bus id) per function, made since the `device_calls` copy `since`."""
+        out: dict[str, Counter[str]] = {}
+        for (fn, bus), n in (self.device_calls - (since or Counter())).items():
+            out.setdefault(bus, Counter())[fn] += n
+        return out
+
     def _gpu(self, fn: str, handle: FakeHandle) -> FakeGpu:
-        self._enter(fn)
+        self._enter(fn, handle.gpu)
         gpu = handle.gpu
         if gpu.lost:
             _raise(real.NVML_ERROR_GPU_IS_LOST)
@@ -318,13 +348,27 @@ class FakeNvml:
             return values
 
     def nvmlDeviceGetSamples(self, device, sampling_type, timeStamp):
+        # as nvidia-ml-py: a first C call for the count (its error raised as NVMLError),
+        # then a second into an array of that many c_nvmlSample_t, returned as a list
         with self.lock:
             gpu = self._gpu("nvmlDeviceGetSamples", device)
-            if sampling_type == real.NVML_TOTAL_POWER_SAMPLES and gpu.power_w is None:
+            if not 0 <= sampling_type < real.NVML_SAMPLINGTYPE_COUNT:
+                _raise(real.NVML_ERROR_INVALID_ARGUMENT)
+            unsupported = (sampling_type in gpu.samples_unsupported
+                           or (sampling_type == real.NVML_TOTAL_POWER_SAMPLES and gpu.power_w is None)
+                           or (gpu.mig and sampling_type in (real.NVML_GPU_UTILIZATION_SAMPLES,
+                                                             real.NVML_MEMORY_UTILIZATION_SAMPLES))
+                           or sampling_type not in (real.NVML_GPU_UTILIZATION_SAMPLES,
+                                                    real.NVML_MEMORY_UTILIZATION_SAMPLES,
+                                                    real.NVML_TOTAL_POWER_SAMPLES,
+                                                    real.NVML_PROCESSOR_CLK_SAMPLES,
+                                                    real.NVML_MEMORY_CLK_SAMPLES))
+            if unsupported:
                 _raise(real.NVML_ERROR_NOT_SUPPORTED)
             newer = [(t, v) for t, v in gpu._samples.get(sampling_type, []) if t > timeStamp]
             if not newer:
                 _raise(real.NVML_ERROR_NOT_FOUND)
+            self.c_calls["nvmlDeviceGetSamples"] += 1
             out = (real.c_nvmlSample_t * len(newer))()
             for s, (t, v) in zip(out, newer):
                 s.timeStamp = t
@@ -368,7 +412,8 @@ class FakeNvml:
             return gpmSample
 
     def nvmlGpmMetricsGet(self, metricsGet):
-        self._enter("nvmlGpmMetricsGet")
+        first = self._gpm_snapshots.get(self._address(metricsGet.sample1))
+        self._enter("nvmlGpmMetricsGet", first[0] if first else None)
         if metricsGet.version != real.NVML_GPM_METRICS_GET_VERSION:
             _raise(real.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
         a = self._gpm_snapshots.get(self._address(metricsGet.sample1))

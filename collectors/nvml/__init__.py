@@ -3,7 +3,7 @@
   library.py    the one NVML chokepoint (lazy init, shutdown, errors to null, unsupported once)
   devices.py    GPUs by CUDA ordinal: PCI bus order, CUDA_VISIBLE_DEVICES, --gpus
   metrics.py    the catalog and where each metric comes from (fields, GPM ids, sample types)
-  sampler.py    one GPU: probe, fast tick, GPM windows, the driver's sample buffer
+  sampler.py    one GPU: probe, fast tick, GPM windows, the driver's sample buffers (few NVML calls)
   procs.py      the workload's process tree (for its GPU memory)
   collector.py  the Collector: thread, cadences, emission, failure
   options.py    its flags on `counterprof run`

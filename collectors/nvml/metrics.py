@@ -22,21 +22,24 @@ def _m(name: str, unit: str, kind: str, description: str) -> Metric:
 class FieldSpec:
     """One NVML field read with nvmlDeviceGetFieldValues. counter: a cumulative counter whose
     difference between two reads is the metric (a delta over the fields' own timestamps);
-    else a gauge. scale: to the catalog's unit."""
+    else a gauge. scale: to the catalog's unit. rare: a slow-moving gauge read once a second
+    (riding on one fast tick's batch), not every tick."""
 
     const: str           # the NVML_FI_* name in nvidia-ml-py
     metric: str
     counter: bool
     scale: float = 1.0
+    rare: bool = False
 
 
-# Read every fast tick, in one nvmlDeviceGetFieldValues call per GPU.
+# In one nvmlDeviceGetFieldValues call per GPU per fast tick: a counter's resolution is how
+# often it is read, and no NVML call gives a field's history, so these stay at the interval.
 FIELDS = [
     FieldSpec("NVML_FI_DEV_POWER_INSTANT", "gpu.power", False, 1e-3),            # mW
-    FieldSpec("NVML_FI_DEV_POWER_AVERAGE", "gpu.power_avg", False, 1e-3),        # mW, driver's 1 s mean
-    FieldSpec("NVML_FI_DEV_POWER_CURRENT_LIMIT", "gpu.power_limit", False, 1e-3),
+    FieldSpec("NVML_FI_DEV_POWER_AVERAGE", "gpu.power_avg", False, 1e-3, rare=True),  # driver's 1 s mean
+    FieldSpec("NVML_FI_DEV_POWER_CURRENT_LIMIT", "gpu.power_limit", False, 1e-3, rare=True),
     FieldSpec("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "gpu.energy", True, 1e-3),  # mJ since driver load
-    FieldSpec("NVML_FI_DEV_MEMORY_TEMP", "gpu.mem_temp", False),
+    FieldSpec("NVML_FI_DEV_MEMORY_TEMP", "gpu.mem_temp", False, rare=True),
     FieldSpec("NVML_FI_DEV_PCIE_COUNT_TX_BYTES", "gpu.pcie_tx_bytes", True),
     FieldSpec("NVML_FI_DEV_PCIE_COUNT_RX_BYTES", "gpu.pcie_rx_bytes", True),
     # Cumulative time the clocks were held down by each policy, in ns (as
@@ -75,35 +78,51 @@ GPM = {
     "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC": ("gpm.nvlink_rx_rate", 1048576.0),
 }
 
-# The driver's sample buffer (nvmlDeviceGetSamples): sampling-type constant -> (metric, scale)
-DRIVER_SAMPLES = {
-    "NVML_GPU_UTILIZATION_SAMPLES": ("gpu.util_sampled", 1.0),
-    "NVML_MEMORY_UTILIZATION_SAMPLES": ("gpu.mem_util_sampled", 1.0),
-    "NVML_TOTAL_POWER_SAMPLES": ("gpu.power_sampled", 1e-3),      # mW
-}
+
+
+@record(frozen=True)
+class SampleSpec:
+    """One of the driver's sample buffers (nvmlDeviceGetSamples), read in bulk: every sample
+    since the last one seen, each at the driver's own timestamp. metric: always from the
+    buffer. replaces: the polled reading the buffer stands in for (the same driver sample,
+    with its history), polled each tick again where the buffer does not answer."""
+
+    const: str                  # the NVML_*_SAMPLES name in nvidia-ml-py
+    metric: str | None
+    replaces: str | None
+    scale: float = 1.0
+
+
+DRIVER_SAMPLES = [
+    SampleSpec("NVML_GPU_UTILIZATION_SAMPLES", "gpu.util_sampled", "gpu.util"),
+    SampleSpec("NVML_MEMORY_UTILIZATION_SAMPLES", "gpu.mem_util_sampled", "gpu.mem_util"),
+    SampleSpec("NVML_TOTAL_POWER_SAMPLES", "gpu.power_sampled", None, 1e-3),     # mW
+    SampleSpec("NVML_PROCESSOR_CLK_SAMPLES", None, "gpu.sm_clock"),              # MHz
+    SampleSpec("NVML_MEMORY_CLK_SAMPLES", None, "gpu.mem_clock"),
+]
 
 METRICS = [
-    _m("gpu.util", "percent", "gauge", "share of the driver's last sample period (1/6 s to 1 s) in which a kernel ran (nvmlDeviceGetUtilizationRates)"),
-    _m("gpu.mem_util", "percent", "gauge", "share of the driver's last sample period in which device memory was read or written"),
+    _m("gpu.util", "percent", "gauge", "share of the driver's sample period (1/6 s to 1 s) in which a kernel ran, every period at the driver's time (its sample buffer; nvmlDeviceGetUtilizationRates each tick where the buffer does not answer)"),
+    _m("gpu.mem_util", "percent", "gauge", "share of the driver's sample period in which device memory was read or written (as gpu.util)"),
     _m("gpu.util_sampled", "percent", "gauge", "gpu.util from the driver's sample buffer, at the driver's own times (sub-second history)"),
     _m("gpu.mem_util_sampled", "percent", "gauge", "gpu.mem_util from the driver's sample buffer, at the driver's own times"),
-    _m("gpu.mem_used", "bytes", "gauge", "device memory in use (all processes)"),
+    _m("gpu.mem_used", "bytes", "gauge", "device memory in use (all processes), once a second"),
     _m("gpu.mem_total", "bytes", "gauge", "device memory size"),
     _m("gpu.proc_mem_used", "bytes", "gauge", "device memory used by the workload's process tree"),
     _m("gpu.power", "W", "gauge", "instantaneous board power"),
-    _m("gpu.power_avg", "W", "gauge", "board power averaged by the driver over 1 s"),
+    _m("gpu.power_avg", "W", "gauge", "board power averaged by the driver over 1 s, once a second"),
     _m("gpu.power_sampled", "W", "gauge", "board power from the driver's sample buffer, at the driver's own times"),
-    _m("gpu.power_limit", "W", "gauge", "power limit in force"),
+    _m("gpu.power_limit", "W", "gauge", "power limit in force, once a second"),
     _m("gpu.energy", "J", "delta", "energy used in the interval (difference of the driver's energy counter)"),
-    _m("gpu.sm_clock", "MHz", "gauge", "SM clock"),
-    _m("gpu.mem_clock", "MHz", "gauge", "memory clock"),
-    _m("gpu.temp", "celsius", "gauge", "GPU die temperature"),
-    _m("gpu.mem_temp", "celsius", "gauge", "memory temperature"),
+    _m("gpu.sm_clock", "MHz", "gauge", "SM clock, every driver sample at its time (NVML_PROCESSOR_CLK_SAMPLES; nvmlDeviceGetClockInfo each tick where the buffer does not answer)"),
+    _m("gpu.mem_clock", "MHz", "gauge", "memory clock (as gpu.sm_clock, NVML_MEMORY_CLK_SAMPLES)"),
+    _m("gpu.temp", "celsius", "gauge", "GPU die temperature, once a second"),
+    _m("gpu.mem_temp", "celsius", "gauge", "memory temperature, once a second"),
     _m("gpu.pcie_tx_bytes", "bytes", "delta", "bytes the GPU sent over PCIe in the interval (difference of the byte counter)"),
     _m("gpu.pcie_rx_bytes", "bytes", "delta", "bytes the GPU received over PCIe in the interval"),
     _m("gpu.nvlink_tx_bytes", "bytes", "delta", "data bytes sent over one NVLink link in the interval (entity gpu:N/nvlink:L)"),
     _m("gpu.nvlink_rx_bytes", "bytes", "delta", "data bytes received over one NVLink link in the interval"),
-    _m("gpu.throttle_reasons", "bitmask", "gauge", "clock-event (throttle) reasons now: nvmlClocksEventReason* bits (0x1 idle, 0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 power brake)"),
+    _m("gpu.throttle_reasons", "bitmask", "gauge", "clock-event (throttle) reasons, once a second: nvmlClocksEventReason* bits (0x1 idle, 0x4 SW power cap, 0x8 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 power brake)"),
     _m("gpu.throttle_time_power", "s", "delta", "time in the interval the clocks were held down by the power policy (SW power cap)"),
     _m("gpu.throttle_time_thermal", "s", "delta", "time in the interval the clocks were held down by the thermal policy"),
     _m("gpu.throttle_time_sync_boost", "s", "delta", "time in the interval the clocks were held down by sync boost"),

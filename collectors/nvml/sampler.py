@@ -1,13 +1,24 @@
 """One GPU's sampling: what it supports (found by a first read), and each tick's rows.
 
-Rows are (time_ns, duration_ns | None, metric, entity, value) on the run's axis. Three
-cadences, driven by the collector's thread:
+Rows are (time_ns, duration_ns | None, metric, entity, value) on the run's axis. Every NVML
+call costs the sampling thread ~0.6 ms of CPU on a GPU VM (issue 35), so each reading is made
+as seldom as its resolution allows. Three cadences, driven by the collector's thread:
   tick()       every interval (default 100 ms): one batched nvmlDeviceGetFieldValues (power,
-               energy, PCIe and NVLink byte counters, throttle times, memory temperature) and
-               the calls that have no field (utilization, memory, clocks, temperature, reasons);
-  gpm_tick()   every GPM window (>= 100 ms) on GPUs with GPM: the metrics between two samples;
-  slow_tick()  once a second: the driver's sample buffer since the last-seen timestamp,
-               GPU memory of the workload's processes, memory size.
+               energy, PCIe and NVLink byte counters, throttle times: a counter's resolution
+               is how often it is read); the first tick after each slow tick carries the
+               rare fields too (average power, power limit, memory temperature);
+  gpm_tick()   every GPM window (>= 100 ms) on GPUs with GPM: one nvmlGpmSampleGet and the
+               metrics between it and the previous sample;
+  slow_tick()  once a second: the driver's sample buffers (nvmlDeviceGetSamples) since the
+               last-seen timestamp, each sample at the driver's own time: utilization, memory
+               utilization, power, SM and memory clocks, at the driver's period (1/6 s or
+               faster) for one call a second each; the slow-moving readings with no field
+               (temperature, memory used, throttle reasons); GPU memory of the workload's
+               processes; memory size.
+Where a GPU's buffer does not answer (NOT_SUPPORTED, or empty at the first read), the reading
+it stands in for is polled every tick as before. A buffer that loses samples between two reads
+(it held less than a second) is read more often, down to every tick.
+With sample_buffers=False, everything is polled every tick (the path before issue 35).
 """
 from __future__ import annotations
 
@@ -20,12 +31,15 @@ from counterprof.ground.errors import NVML_ERROR_NOT_FOUND, NVML_ERROR_NOT_SUPPO
 
 from .devices import Gpu
 from .library import Nvml, union_value
-from .metrics import DRIVER_SAMPLES, FIELDS, GPM, NVLINK_FIELDS, NVLINK_LINK_COUNT, FieldSpec
+from .metrics import DRIVER_SAMPLES, FIELDS, GPM, NVLINK_FIELDS, NVLINK_LINK_COUNT, FieldSpec, SampleSpec
 
 # one sample: (time_ns, duration_ns | None, metric, entity, value)
 Row = tuple[int, int | None, str, str, float]
 
 MIN_GPM_WINDOW_MS = 100.0   # NVML documents GPM metrics over windows of at least 100 ms
+BUFFER_READ_NS = 1_000_000_000      # the driver's sample buffers: read once a second
+# polled readings with no field and no buffer that move slowly: once a second, not every tick
+RARE_CALLS = ("memory", "temp", "reasons")
 
 
 class WallClock:
@@ -44,7 +58,19 @@ class WallClock:
         self.refresh()
 
     def refresh(self) -> None:
-        self.skew = time.time_ns() - self.clock.now_ns()
+        # the run clock read between two wall-clock reads, the tightest bracket of three: a
+        # thread preempted between two reads would shift every driver stamp until the next
+        # refresh (the sample buffers' rows all land through this)
+        best = (1 << 62, 0)
+        for _ in range(3):
+            a = time.time_ns()
+            mid = self.clock.now_ns()
+            b = time.time_ns()
+            if b - a < best[0]:
+                best = (b - a, (a + b) // 2 - mid)
+            if b - a < 20_000:
+                break
+        self.skew = best[1]
 
     def run_ns(self, epoch_us: int) -> int:
         return epoch_us * 1000 - self.skew
@@ -65,17 +91,35 @@ def counter_delta(prev: float, cur: float, width: int | None) -> float | None:
     return None
 
 
+class Buffer:
+    """One sample buffer being read: its sampling type, what it feeds, the last driver stamp
+    seen (epoch µs), how often it is read, and the most samples one read has returned (the
+    first read takes the whole buffer: about its capacity)."""
+
+    def __init__(self, stype: int, spec: SampleSpec, name: str, metrics: tuple[str, ...],
+                 last_us: int, period_ns: int, now_ns: int, capacity: int):
+        self.stype, self.spec, self.name, self.metrics = stype, spec, name, metrics
+        self.capacity = capacity
+        self.last_us = last_us
+        self.seen = False                # last_us is a driver stamp (not the probe's "now")
+        self.period_ns = period_ns
+        self.read_ns = now_ns
+
+
 class GpuSampler:
     def __init__(self, nvml: Nvml, gpu: Gpu, wall: WallClock, *, gpm: bool = True,
-                 on_new_metrics: Callable[[set[str]], None] = lambda names: None):
+                 on_new_metrics: Callable[[set[str]], None] = lambda names: None,
+                 interval_ns: int = 100_000_000, sample_buffers: bool = True):
         self.nvml, self.gpu, self.wall = nvml, gpu, wall
         # GPM says per metric whether it is supported only in a first window: those that
         # answer are handed to on_new_metrics then (the catalog), the others named in meta.json
         self.on_new_metrics = on_new_metrics
         self.gpm_answered = False
         self.where = gpu.entity
+        self.interval_ns = int(interval_ns)
+        self.bulk = sample_buffers
         lib = nvml.lib
-        # fields read every tick: (field id, scope id), their spec, entity and name
+        # every field: (field id, scope id), its spec, entity and name; the index is its key
         self.fields: list[tuple[int, int]] = []
         self.specs: list[tuple[FieldSpec, str]] = []
         self.names: list[str] = []
@@ -87,22 +131,29 @@ class GpuSampler:
         for link in self.nvlinks:
             for spec in NVLINK_FIELDS:
                 self._add_field(spec, link, f"{self.where}/nvlink:{link}", f"{spec.const}[link {link}]")
-        # calls without a field: on until the first read says NOT_SUPPORTED
-        self.use = {"util": True, "memory": True, "sm_clock": True, "mem_clock": True,
-                    "temp": True, "reasons": True, "procs": True}
+        self._batches()
         self.clock_sm = nvml.const("NVML_CLOCK_SM", 1)
         self.clock_mem = nvml.const("NVML_CLOCK_MEM", 2)
         self.temp_gpu = nvml.const("NVML_TEMPERATURE_GPU", 0)
         self.reasons_fn = ("nvmlDeviceGetCurrentClocksEventReasons"
                            if hasattr(lib, "nvmlDeviceGetCurrentClocksEventReasons")
                            else "nvmlDeviceGetCurrentClocksThrottleReasons")
-        # the driver's sample buffer: (sampling type, metric, scale, name), last stamp seen
-        self.sample_types = []
-        for const, (metric, scale) in DRIVER_SAMPLES.items():
-            stype = nvml.const(const)
-            if stype is not None:
-                self.sample_types.append((stype, metric, scale, f"nvmlDeviceGetSamples({const})"))
-        self.sample_last: dict[int, int] = {}
+        # calls without a field: key -> (name in meta.json, metrics it gives); each on until
+        # the first read says NOT_SUPPORTED
+        self.calls = {"util": ("nvmlDeviceGetUtilizationRates", ("gpu.util", "gpu.mem_util")),
+                      "memory": ("nvmlDeviceGetMemoryInfo", ("gpu.mem_used",)),
+                      "sm_clock": ("nvmlDeviceGetClockInfo(NVML_CLOCK_SM)", ("gpu.sm_clock",)),
+                      "mem_clock": ("nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)", ("gpu.mem_clock",)),
+                      "temp": ("nvmlDeviceGetTemperature", ("gpu.temp",)),
+                      "reasons": (self.reasons_fn, ("gpu.throttle_reasons",))}
+        self.use = {key: True for key in self.calls}
+        self.use["procs"] = True
+        self.polled: set[str] = {m for _, metrics in self.calls.values() for m in metrics}
+        self.tick_calls = list(self.calls)          # until the probe: every call, every tick
+        self.rare_due = False                       # the next tick carries the rare fields
+        self.slow_calls: list[str] = []
+        # the driver's sample buffers (set by the probe)
+        self.buffers: list[Buffer] = []
         # GPM
         self.gpm_metrics: list[tuple[int, str, float, str]] = []
         self.gpm_samples: list[Any] = []
@@ -122,6 +173,16 @@ class GpuSampler:
         self.fields.append((fid, scope))
         self.specs.append((spec, entity))
         self.names.append(name)
+
+    def _batches(self) -> None:
+        """The two nvmlDeviceGetFieldValues requests: (ids, names, keys) of the fields read
+        every tick, and of those plus the rare ones (once a second, or every tick with
+        sample_buffers off)."""
+        def batch(keys: list[int]) -> tuple[list[tuple[int, int]], list[str], list[int]]:
+            return [self.fields[i] for i in keys], [self.names[i] for i in keys], keys
+        every = [i for i, (spec, _) in enumerate(self.specs) if not (self.bulk and spec.rare)]
+        rare = [i for i, (spec, _) in enumerate(self.specs) if self.bulk and spec.rare]
+        self.batch_fast, self.batch_all = batch(every), batch(every + rare)
 
     def _nvlinks(self) -> list[int]:
         fid = self.nvml.const(NVLINK_LINK_COUNT)
@@ -168,12 +229,34 @@ class GpuSampler:
         self.gpm_prev_ns = self.wall.clock.now_ns()
         self.gpm_status = "on"
 
+    def _open_buffers(self) -> None:
+        """Which sample buffers answer: read whole (lastSeenTimeStamp 0) once; samples from
+        before the run are skipped. A buffer that is unsupported or holds nothing is not
+        used, and the reading it stands in for stays polled."""
+        nvml, h, w = self.nvml, self.gpu.handle, self.where
+        now_us, now_ns = self.wall.now_us(), self.wall.clock.now_ns()
+        for spec in DRIVER_SAMPLES:
+            stype = nvml.const(spec.const)
+            if stype is None:           # this nvidia-ml-py predates the sampling type
+                continue
+            metrics = tuple(m for m in (spec.metric, spec.replaces if self.bulk else None) if m)
+            if not metrics:
+                continue
+            name = f"nvmlDeviceGetSamples({spec.const})"
+            got = nvml.call("nvmlDeviceGetSamples", h, stype, 0, where=w, name=name,
+                            absent_codes=(NVML_ERROR_NOT_FOUND,), absent=(None, []))
+            if got is None or not got[1]:
+                continue
+            self.buffers.append(Buffer(stype, spec, name, metrics, now_us, BUFFER_READ_NS, now_ns,
+                                       len(got[1])))
+
     def probe(self, rows: list[Row]) -> None:
-        """The first read: sets the counters' baselines and turns off whatever NVML says
-        this GPU does not support (named once in meta.json, left out of the catalog)."""
-        for stype, *_ in self.sample_types:
-            self.sample_last[stype] = self.wall.now_us()
-        self.tick(rows)
+        """The first read: sets the counters' baselines, finds which sample buffers answer,
+        and turns off whatever NVML says this GPU does not support (named once in
+        meta.json, left out of the catalog). Every polled reading is made once here, so a
+        run shorter than the driver's sample period still has a value of each."""
+        self._open_buffers()
+        self.tick(rows, rare=True)
         self.slow_tick(rows, None, probing=True)
         nvml, w = self.nvml, self.where
         keep = [i for i, name in enumerate(self.names) if not nvml.is_unsupported(name, w)]
@@ -184,90 +267,146 @@ class GpuSampler:
             moved = {old: new for new, old in enumerate(keep)}     # baselines follow their field
             self.prev = {moved[i]: v for i, v in self.prev.items() if i in moved}
             self.last_stamp = {moved[i]: v for i, v in self.last_stamp.items() if i in moved}
-        for key, name in (("util", "nvmlDeviceGetUtilizationRates"), ("memory", "nvmlDeviceGetMemoryInfo"),
-                          ("sm_clock", "nvmlDeviceGetClockInfo(NVML_CLOCK_SM)"),
-                          ("mem_clock", "nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)"),
-                          ("temp", "nvmlDeviceGetTemperature"), ("reasons", self.reasons_fn),
-                          ("procs", "nvmlDeviceGetComputeRunningProcesses")):
+        self._batches()
+        self.rare_due = False
+        for key, (name, _) in self.calls.items():
             if nvml.is_unsupported(name, w):
                 self.use[key] = False
-        self.sample_types = [s for s in self.sample_types if not nvml.is_unsupported(s[3], w)]
+        if nvml.is_unsupported("nvmlDeviceGetComputeRunningProcesses", w):
+            self.use["procs"] = False
+        # a buffer that answers stands in for its polled reading
+        buffered = {b.spec.replaces for b in self.buffers if b.spec.replaces in b.metrics}
+        self.polled = {m for key, (_, metrics) in self.calls.items() if self.use[key]
+                       for m in metrics if m not in buffered}
+        wanted = [key for key, (_, metrics) in self.calls.items()
+                  if self.use[key] and self.polled.intersection(metrics)]
+        self.slow_calls = [k for k in wanted if self.bulk and k in RARE_CALLS]
+        self.tick_calls = [k for k in wanted if k not in self.slow_calls]
 
     def metrics(self) -> set[str]:
         """Names of the metrics this GPU will record (GPM's come after its first window)."""
         out = {spec.metric for spec, _ in self.specs}
-        provides = {"util": ("gpu.util", "gpu.mem_util"), "memory": ("gpu.mem_used",),
-                    "sm_clock": ("gpu.sm_clock",), "mem_clock": ("gpu.mem_clock",),
-                    "temp": ("gpu.temp",), "reasons": ("gpu.throttle_reasons",),
-                    "procs": ("gpu.proc_mem_used",)}
-        for key, names in provides.items():
-            if self.use[key]:
-                out.update(names)
-        out.update(metric for _, metric, _, _ in self.sample_types)
+        out |= self.polled
+        out.update(m for b in self.buffers for m in b.metrics)
+        if self.use["procs"]:
+            out.add("gpu.proc_mem_used")
         if self.gpu.memory_total is not None:
             out.add("gpu.mem_total")
         return out
 
+    def buffer_periods(self) -> dict[str, float]:
+        """meta.json: each sample buffer read, and how often (ms)."""
+        return {b.spec.const: b.period_ns / 1e6 for b in self.buffers}
+
     # -- ticks ---------------------------------------------------------------------------
 
-    def tick(self, rows: list[Row]) -> None:
-        nvml, h, w = self.nvml, self.gpu.handle, self.where
+    def tick(self, rows: list[Row], rare: bool = False) -> None:
+        """The fast tick: the field batch (with the rare fields when `rare` or after a slow
+        tick), the readings still polled every tick, and any buffer read faster than once a
+        second."""
+        batch = self.batch_all if rare or self.rare_due or not self.bulk else self.batch_fast
+        self.rare_due = False
+        if batch[0]:
+            self._fields(rows, *batch)
+        for key in self.tick_calls:
+            self._poll(key, rows)
+        if self.buffers:
+            now = self.wall.clock.now_ns()
+            for b in self.buffers:
+                if b.period_ns < BUFFER_READ_NS and now - b.read_ns >= b.period_ns - self.interval_ns // 2:
+                    self._read_buffer(b, rows, now)
+
+    def _fields(self, rows: list[Row], ids: list[tuple[int, int]], names: list[str],
+                keys: list[int]) -> None:
         wall = self.wall
         now = wall.clock.now_ns()
-        if self.fields:
-            values = nvml.field_values(h, self.fields, self.names, w)
-            for i, got in enumerate(values):
-                if got is None:
+        values = self.nvml.field_values(self.gpu.handle, ids, names, self.where)
+        for i, got in zip(keys, values):
+            if got is None:
+                continue
+            value, width, stamp = got
+            if stamp <= 0:          # no stamp from the driver: the time of the call
+                stamp = (now + wall.skew) // 1000
+            spec, entity = self.specs[i]
+            if spec.counter:
+                prev = self.prev.get(i)
+                if prev is not None and stamp <= prev[1]:
+                    continue        # the same (cached) reading as last time
+                self.prev[i] = (value, stamp)
+                if prev is None:
                     continue
-                value, width, stamp = got
-                if stamp <= 0:          # no stamp from the driver: the time of the call
-                    stamp = (now + wall.skew) // 1000
-                spec, entity = self.specs[i]
-                if spec.counter:
-                    prev = self.prev.get(i)
-                    if prev is not None and stamp <= prev[1]:
-                        continue        # the same (cached) reading as last time
-                    self.prev[i] = (value, stamp)
-                    if prev is None:
-                        continue
-                    delta = counter_delta(prev[0], value, width)
-                    if delta is not None:
-                        rows.append((wall.run_ns(stamp), (stamp - prev[1]) * 1000, spec.metric,
-                                     entity, delta * spec.scale))
-                else:
-                    if self.last_stamp.get(i) == stamp:
-                        continue
-                    self.last_stamp[i] = stamp
-                    rows.append((wall.run_ns(stamp), None, spec.metric, entity, value * spec.scale))
-        use, now_ns = self.use, wall.clock.now_ns       # each reading stamped when its call returned
-        if use["util"]:
+                delta = counter_delta(prev[0], value, width)
+                if delta is not None:
+                    rows.append((wall.run_ns(stamp), (stamp - prev[1]) * 1000, spec.metric,
+                                 entity, delta * spec.scale))
+            else:
+                if self.last_stamp.get(i) == stamp:
+                    continue
+                self.last_stamp[i] = stamp
+                rows.append((wall.run_ns(stamp), None, spec.metric, entity, value * spec.scale))
+
+    def _poll(self, key: str, rows: list[Row]) -> None:
+        """One call without a field; each reading stamped when its call returned."""
+        nvml, h, w, polled = self.nvml, self.gpu.handle, self.where, self.polled
+        name, _ = self.calls[key]
+        if key == "util":
             u = nvml.call("nvmlDeviceGetUtilizationRates", h, where=w)
             if u is not None:
-                now = now_ns()
-                rows.append((now, None, "gpu.util", w, float(u.gpu)))
-                rows.append((now, None, "gpu.mem_util", w, float(u.memory)))
-        if use["memory"]:
+                now = self.wall.clock.now_ns()
+                if "gpu.util" in polled:
+                    rows.append((now, None, "gpu.util", w, float(u.gpu)))
+                if "gpu.mem_util" in polled:
+                    rows.append((now, None, "gpu.mem_util", w, float(u.memory)))
+            return
+        if key == "memory":
             m = nvml.call("nvmlDeviceGetMemoryInfo", h, where=w)
-            if m is not None:
-                rows.append((now_ns(), None, "gpu.mem_used", w, float(m.used)))
-        if use["sm_clock"]:
-            c = nvml.call("nvmlDeviceGetClockInfo", h, self.clock_sm, where=w,
-                          name="nvmlDeviceGetClockInfo(NVML_CLOCK_SM)")
-            if c is not None:
-                rows.append((now_ns(), None, "gpu.sm_clock", w, float(c)))
-        if use["mem_clock"]:
-            c = nvml.call("nvmlDeviceGetClockInfo", h, self.clock_mem, where=w,
-                          name="nvmlDeviceGetClockInfo(NVML_CLOCK_MEM)")
-            if c is not None:
-                rows.append((now_ns(), None, "gpu.mem_clock", w, float(c)))
-        if use["temp"]:
-            t = nvml.call("nvmlDeviceGetTemperature", h, self.temp_gpu, where=w)
-            if t is not None:
-                rows.append((now_ns(), None, "gpu.temp", w, float(t)))
-        if use["reasons"]:
-            r = nvml.call(self.reasons_fn, h, where=w)
-            if r is not None:
-                rows.append((now_ns(), None, "gpu.throttle_reasons", w, float(r)))
+            got, metric = (None if m is None else m.used), "gpu.mem_used"
+        elif key == "sm_clock":
+            got, metric = nvml.call("nvmlDeviceGetClockInfo", h, self.clock_sm, where=w, name=name), "gpu.sm_clock"
+        elif key == "mem_clock":
+            got, metric = nvml.call("nvmlDeviceGetClockInfo", h, self.clock_mem, where=w, name=name), "gpu.mem_clock"
+        elif key == "temp":
+            got, metric = nvml.call("nvmlDeviceGetTemperature", h, self.temp_gpu, where=w), "gpu.temp"
+        else:
+            got, metric = nvml.call(self.reasons_fn, h, where=w), "gpu.throttle_reasons"
+        if got is not None:
+            rows.append((self.wall.clock.now_ns(), None, metric, w, float(got)))
+
+    def _read_buffer(self, b: Buffer, rows: list[Row], now_ns: int) -> None:
+        """Every sample newer than the last one seen, at the driver's own times."""
+        b.read_ns = now_ns
+        got = self.nvml.call("nvmlDeviceGetSamples", self.gpu.handle, b.stype, b.last_us,
+                             where=self.where, name=b.name,
+                             absent_codes=(NVML_ERROR_NOT_FOUND,), absent=(None, []))
+        if got is None:
+            return
+        value_type, samples = got
+        stamps = []
+        run_ns, scale, w = self.wall.run_ns, b.spec.scale, self.where
+        for s in samples:
+            stamp = int(s.timeStamp)
+            if stamp <= b.last_us:
+                continue
+            value, _ = union_value(value_type, s.sampleValue)
+            if value is not None:
+                t, v = run_ns(stamp), value * scale
+                for metric in b.metrics:
+                    rows.append((t, None, metric, w, v))
+            stamps.append(stamp)
+        if not stamps:
+            return
+        stamps.sort()
+        full = len(samples) >= b.capacity
+        b.capacity = max(b.capacity, len(samples))
+        if full and b.seen and len(stamps) >= 3 and b.period_ns > self.interval_ns:
+            # a read as full as the buffer gets, whose first new sample is further from the
+            # last one seen than the driver's own spacing: the buffer wrapped between two
+            # reads and samples were lost; read it more often from now on
+            gaps = sorted(y - x for x, y in zip(stamps, stamps[1:]))
+            spacing = gaps[len(gaps) // 2]
+            if spacing > 0 and stamps[0] - b.last_us > 1.5 * spacing:
+                b.period_ns = max(self.interval_ns, b.period_ns // 2)
+        b.last_us, b.seen = stamps[-1], True
 
     def gpm_tick(self, rows: list[Row]) -> None:
         """The GPM metrics over the window since the previous GPM sample."""
@@ -310,6 +449,9 @@ class GpuSampler:
         self.gpm_prev_ns = now
 
     def slow_tick(self, rows: list[Row], pids: set[int] | None, probing: bool = False) -> None:
+        """Once a second: memory size, the workload's GPU memory, the slow-moving polled
+        readings and every sample buffer; the rare fields ride on the next fast tick's batch
+        (one call, not two)."""
         nvml, h, w, wall = self.nvml, self.gpu.handle, self.where, self.wall
         now = wall.clock.now_ns()
         if self.gpu.memory_total is not None:
@@ -319,21 +461,12 @@ class GpuSampler:
             if procs is not None and pids is not None:
                 used = sum(p.usedGpuMemory or 0 for p in procs if p.pid in pids)
                 rows.append((now, None, "gpu.proc_mem_used", w, float(used)))
-        for stype, metric, scale, name in self.sample_types:
-            last = self.sample_last.get(stype, 0)
-            got = nvml.call("nvmlDeviceGetSamples", h, stype, last, where=w, name=name,
-                            absent_codes=(NVML_ERROR_NOT_FOUND,), absent=(None, []))
-            if got is None:
-                continue
-            value_type, samples = got
-            for s in samples:
-                stamp = int(s.timeStamp)
-                if stamp <= last:
-                    continue
-                value, _ = union_value(value_type, s.sampleValue)
-                if value is not None:
-                    rows.append((wall.run_ns(stamp), None, metric, w, value * scale))
-                self.sample_last[stype] = max(self.sample_last[stype], stamp)
+        for key in self.slow_calls:
+            self._poll(key, rows)
+        if not probing:
+            self.rare_due = True
+            for b in self.buffers:
+                self._read_buffer(b, rows, now)
 
     def close(self) -> None:
         for s in self.gpm_samples:
