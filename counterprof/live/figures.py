@@ -45,9 +45,18 @@ class LiveVerdict:
     """The live view's bottleneck line over its last seconds (analysis.classify.Verdict is
     the classifier's own, which this one is made from in the workload scope)."""
 
-    label: str                     # CPU-bound | GPU-bound | waiting | waiting for I/O | starved | idle | busy | unknown
+    label: str                     # "host-bound (87% of the time)", "CPU-bound", "idle", ...
     evidence: str                  # "1.00 CPUs busy, no GPU"
     shares: dict[str, float] = field(default_factory=dict)   # the classifier's time share per class (workload scope)
+    # the verdict alone, from a fixed set (no figures in it: --serve puts it in a label):
+    # compute-bound | memory-bound | collectives-bound | host-bound | unknown for the workload;
+    # the machine's verdicts (CPU-bound, GPU busy, busy, idle, waiting for I/O, unknown) are
+    # their label already, so empty there means the label
+    kind: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.kind or self.label
 
     def __str__(self) -> str:
         return f"{self.label}: {self.evidence}" if self.evidence else self.label

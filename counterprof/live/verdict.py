@@ -162,6 +162,7 @@ def verdict(c: PanelContext, scope: str = "process", cpus: int | None = None,
     v = classify(sig, "now", {"main_threads": threads.get("main") or [],
                               "contenders": threads.get("contenders") or [], "cpus": cpus})
     evidence = "; ".join(e.text for e in v.evidence[:2])
-    return LiveVerdict(describe(v), evidence, dict(v.shares))
+    return LiveVerdict(describe(v), evidence, dict(v.shares),
+                       kind="unknown" if v.verdict == "unknown" else f"{v.verdict}-bound")
 
 

@@ -91,13 +91,13 @@ def test_a_real_run_is_scraped_with_the_clients_own_parser(served_run):
     tc = fams["counterprof_task_clock_seconds"]
     assert tc.type == "counter"
     (sample,) = [s for s in tc.samples if s.name == "counterprof_task_clock_seconds_total"]
-    assert sample.labels == {"rank": "0", "entity": "process", "host": socket.gethostname()}
+    assert sample.labels == {"rank": "0", "entity": "process", "Hostname": socket.gethostname()}
     first = sample.value
     assert 0 < first < 1000                                    # seconds, not ns
     assert fams["counterprof_page_faults"].type == "counter"
     for gauge in ("counterprof_proc_rss_bytes", "counterprof_system_cpu_util_ratio"):
         f = fams[gauge]
-        assert f.type == "gauge" and f.samples and set(f.samples[0].labels) == {"rank", "entity", "host"}
+        assert f.type == "gauge" and f.samples and set(f.samples[0].labels) == {"rank", "entity", "Hostname"}
     util = fams["counterprof_system_cpu_util_ratio"].samples[0].value
     assert 0 <= util <= 1.0                                    # a percent as a ratio
     run_info = fams["counterprof_run_info"].samples[0].labels      # classic text: info is a gauge
@@ -110,7 +110,8 @@ def test_a_real_run_is_scraped_with_the_clients_own_parser(served_run):
         time.sleep(0.3)
         fams = families(scrape(port))
     v = fams["counterprof_verdict_info"].samples[0].labels
-    assert v["verdict"] and v["host"] == socket.gethostname()
+    assert v["verdict"] and v["Hostname"] == socket.gethostname()
+    assert set(v) == {"verdict", "Hostname"}                 # no figures: a bounded label
     shares = {s.labels["class"]: s.value for s in fams["counterprof_time_share_ratio"].samples}
     assert sum(shares.values()) == pytest.approx(1.0, abs=0.02) and all(0 <= x <= 1 for x in shares.values())
     # a counter only grows
