@@ -136,6 +136,7 @@ class Truth:
     hw_to_unix_ns: int                         # unix = hw + this
     verdict: str
     rows: dict[str, int] = field(default_factory=dict)
+    idle_in_runtime: float | None = None       # share of the idle time inside nrt_execute calls (system)
 
 
 # per execution, as fractions of its length: (engine, opcode, start, end) instructions, DMA
@@ -323,12 +324,16 @@ def write_profile(out: str | Path, shape: str, *, version: str = "7.4.0", execut
                          ("process_id", 4242), ("thread_id", 4243), ("nc_idx", core)):
                 ev[k].append(v)
         tables["SystemProfileEvents"] = ev
+        calls = [(a - hw_to_unix, b - hw_to_unix) for a, b in zip(ev["start_ts"], ev["end_ts"])]  # on the hw clock
+        idle_in_runtime = _total(_minus(idle, _minus(idle, _union(calls)))) / max(1, _total(idle))
         first = execs[0][0] + hw_to_unix - 20_000
         last = execs[-1][1] + hw_to_unix + 15_000
         tables["SystemProfileMetadata"] = {"first_ts": [_unix_text(first, False)], "last_ts": [_unix_text(last, False)],
                                            "first_ts_ns": [str(first)], "last_ts_ns": [str(last)],
                                            "ntff_version": [6], "hbm_capacity_bytes": [16 << 30]}
     rows = {}
+    if not system:
+        idle_in_runtime = None
     schema_rows: dict[str, list[object]] = {k: [] for k in ("table_name", "table_description", "field_name",
                                                             "field_description", "field_type", "field_required",
                                                             "field_format", "field_unit")}
@@ -354,7 +359,7 @@ def write_profile(out: str | Path, shape: str, *, version: str = "7.4.0", execut
     if unknown:        # a table of a later version
         pq.write_table(pa.table({"ts": pa.array([hw_start_ns], I64), "what": ["new"]}), out / "FutureTable.parquet")
     return Truth(shares, engine_busy, top, dma_bytes, executions,
-                 (active[0] + hw_to_unix, active[1] + hw_to_unix), hw_to_unix, verdict, rows)
+                 (active[0] + hw_to_unix, active[1] + hw_to_unix), hw_to_unix, verdict, rows, idle_in_runtime)
 
 
 def _openapi_type(t: pa.DataType) -> str:

@@ -601,6 +601,11 @@ def _classify_neuron_profile(sig: dict[str, Signal], scope: str) -> Verdict:
     v.evidence.append(_ev(sig, "neuron_idle", "gpu_idle_host",
                           f"NeuronCore idle {units.share(idle)} of the span of its activity (no instruction, DMA or "
                           "collective running: waiting for the host)"))
+    if "neuron_idle_in_runtime" in sig and idle >= value("evidence_share"):
+        inside = sig["neuron_idle_in_runtime"].value
+        v.evidence.append(_ev(sig, "neuron_idle_in_runtime", None,
+                              f"while it was idle the host was inside a Neuron runtime call {units.share(inside)} of "
+                              f"the time and outside any (the Python, the framework, input) {units.share(1 - inside)}"))
     engines = sorted(((k.split(":", 1)[1], s.value) for k, s in sig.items() if k.startswith("neuron_engine:")),
                      key=lambda kv: -kv[1])
     words = ", ".join(f"{e} {units.share(x)}" for e, x in engines[:4])

@@ -150,6 +150,7 @@ class RunData:
     neuron_dma_queues: dict[str, iv.Intervals] = field(default_factory=dict)   # DMA queue type -> packets
     neuron_dma_bytes: int = 0
     neuron_cc_ops: dict[str, int] = field(default_factory=dict)            # collective -> ns
+    neuron_runtime: iv.Intervals = field(default_factory=list)   # the host's Neuron runtime calls (system profile)
 
     def clipped(self, sets: iv.Intervals, scope: iv.Intervals) -> iv.Intervals:
         """The part of one of this run's interval sets within the span of scope, found by
@@ -355,7 +356,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
         data.end_ns = max(data.end_ns, hi)
 
 
-NEURON_CATEGORIES = ("neuron_inst", "neuron_dma", "neuron_cc")
+NEURON_CATEGORIES = ("neuron_inst", "neuron_dma", "neuron_cc", "neuron_runtime")
 
 
 def _load_neuron(data: RunData, spans: pa.Table, rows: list[int], start: list[int], end: list[int],
@@ -367,6 +368,7 @@ def _load_neuron(data: RunData, spans: pa.Table, rows: list[int], start: list[in
     engines: dict[str, iv.Intervals] = {}
     queues: dict[str, iv.Intervals] = {}
     waits: iv.Intervals = []
+    runtime: iv.Intervals = []
     for i, b in zip(rows, nbytes):
         s, e, c, k, n = start[i], end[i], cat[i], kclass[i], name[i] or "?"
         if c == "neuron_inst":
@@ -375,6 +377,8 @@ def _load_neuron(data: RunData, spans: pa.Table, rows: list[int], start: list[in
                 engines.setdefault(n.split(" ", 1)[0], []).append((s, e))
             else:
                 waits.append((s, e))
+        elif c == "neuron_runtime":
+            runtime.append((s, e))
         elif c == "neuron_dma":
             by_class.setdefault("memory", []).append((s, e))
             queues.setdefault(n[4:] if n.startswith("DMA ") else n, []).append((s, e))
@@ -387,6 +391,7 @@ def _load_neuron(data: RunData, spans: pa.Table, rows: list[int], start: list[in
     data.neuron_engines = {k: iv.merge(v) for k, v in engines.items()}
     data.neuron_waits = iv.merge(waits)
     data.neuron_dma_queues = {k: iv.merge(v) for k, v in queues.items()}
+    data.neuron_runtime = iv.merge(runtime)
 
 
 def neuron_signals(data: RunData, traced: iv.Intervals, view: MetricView | None = None) -> dict[str, Signal]:
@@ -420,6 +425,11 @@ def neuron_signals(data: RunData, traced: iv.Intervals, view: MetricView | None 
                                          "collective operations not overlapped by compute / active span"),
            "neuron_memory": Signal(iv.total(mem_exposed) / active_ns, "neuron_explorer",
                                    "DMA packets not overlapped by compute or collectives / active span")}
+    idle = iv.subtract(active, busy)
+    if idle and data.neuron_runtime:
+        out["neuron_idle_in_runtime"] = Signal(
+            iv.total(iv.intersect(idle, data.neuron_runtime)) / iv.total(idle), src,
+            "idle time during which the host was inside a Neuron runtime call (system profile) / idle time")
     if other:
         out["neuron_other"] = Signal(iv.total(other) / active_ns, "neuron_explorer",
                                      "instructions of other engines (Sync) alone / active span")

@@ -264,3 +264,36 @@ def test_run_neuron_profile_with_torch_is_refused_before_anything_runs(tmp_path)
     r = run_cli("run", "--neuron-profile", "--torch", "-o", str(tmp_path / "run"), "--", "true")
     assert r.returncode == 2 and "cannot be used together" in r.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_the_readme_example_is_what_the_commands_print(tmp_path):
+    """README's Neuron example, run as written from a copy of examples/: every line it shows
+    is a line of the real output (lines left out are allowed, none made up)."""
+    from helpers import REPO
+    text = (REPO / "README.md").read_text()
+    block = text.split("<!-- neuron-example -->\n```\n", 1)[1].split("\n```", 1)[0].splitlines()
+    command, shown = block[0].removeprefix("$ "), block[1:]
+    assert command == "counterprof import examples/neuron_profile -o run && counterprof report run"
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    first, second = command.split(" && ")
+    assert run_cli(*first.split()[1:], cwd=tmp_path).returncode == 0
+    # (as a terminal wide enough for the lines shown: a pipe is 80 columns)
+    out = run_cli(*second.split()[1:], cwd=tmp_path, env={**os.environ, "COLUMNS": "220"})
+    assert out.returncode == 0, out.stderr
+    real = [line.rstrip() for line in out.stdout.splitlines()]
+    for line in shown:
+        assert line.rstrip() in real, line
+
+
+def test_host_gaps_say_where_the_host_was(tmp_path):
+    """Executions far apart with the runtime's nrt_execute calls around them: the idle time
+    is the host's, split between the runtime's calls and the rest, as the intervals give it."""
+    truth = write_profile(tmp_path / "p", "host", system=True)
+    run_cli("import", str(tmp_path / "p"), "-o", str(tmp_path / "run"), check=True)
+    overall = _report(tmp_path / "run")["overall"]
+    assert overall["verdict"] == "host"
+    ev = {e["metric"]: e for e in overall["evidence"]}
+    # by construction each call starts 20 µs before its execution and ends 15 µs after it:
+    # the idle tail of each execution and 35 µs of each gap are inside a call
+    assert abs(ev["neuron_idle_in_runtime"]["value"] - truth.idle_in_runtime) < 0.01, truth.idle_in_runtime
+    assert 0.02 < truth.idle_in_runtime < 0.2
