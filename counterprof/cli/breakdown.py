@@ -1,11 +1,13 @@
-"""counterprof breakdown: where the GPU's time went, from a run's torch traces.
+"""counterprof breakdown: where the GPU's (or a NeuronCore's) time went, from a run's traces.
 
     counterprof breakdown RUN [--json] [--rank R] [--rules counterprof|hta]
 
 Per rank and summed over ranks: the temporal breakdown (idle, compute, non-compute over the
 GPU-active time), kernel types and their overlaps, the communication time overlapped by
 compute, idle time per stream (host wait, kernel wait, other), kernel launch statistics and
-the top kernels. The definitions are HTA's (see the README).
+the top kernels. The definitions are HTA's (see the README). A NeuronCore's device profile
+(Neuron Explorer): each engine's busy time and semaphore waits, the instructions that took the
+most time, the DMA queues by type and the collectives.
 """
 from __future__ import annotations
 
@@ -48,19 +50,28 @@ def _main(argv: list[str]) -> int:
     from ..ground.errors import RunDirectoryError
     from ..store.reader import Run
     from ..store.span_tables import spans_by_rank
+    from ..analysis import breakdown_neuron
     run = Run(args.run)
     spans = spans_by_rank(run, COLUMNS, NEEDED, args.rank)
-    if not spans:
+    neuron_spans = spans_by_rank(run, breakdown_neuron.COLUMNS, breakdown_neuron.CATEGORIES, args.rank)
+    if not spans and not neuron_spans:
         which = f" for rank {', '.join(map(str, args.rank))}" if args.rank else ""
         raise RunDirectoryError(
-            f"{run.path} holds no torch trace spans{which}: record with `counterprof run --torch` "
-            "or convert traces with `counterprof import`")
+            f"{run.path} holds no torch trace spans or Neuron profile{which}: record with `counterprof run "
+            "--torch` (or --neuron-profile), or convert traces with `counterprof import`")
+    neuron = [b for r, t in sorted(neuron_spans.items())
+              if (b := breakdown_neuron.neuron_breakdown(t, r, args.top)) is not None]
     result = analyze(spans, rules=args.rules, include_last_step=args.include_last_step,
-                     top_n=args.top)
+                     top_n=args.top) if spans else None
     if args.json:
-        print(json.dumps({"run": str(run.path), "rules": args.rules, **result.to_json()}, indent=2))
+        print(json.dumps({"run": str(run.path), "rules": args.rules, **(result.to_json() if result else {}),
+                          **({"neuron": [b.to_json() for b in neuron]} if neuron else {})}, indent=2))
         return 0
-    from ..render.breakdown import render
     from ..render.console import console
-    console().print(render(result, rules=args.rules))
+    if result is not None and (result.ranks or not neuron):
+        from ..render.breakdown import render
+        console().print(render(result, rules=args.rules))
+    if neuron:
+        from ..render.breakdown_neuron import render_neuron
+        console().print(render_neuron(neuron))
     return 0

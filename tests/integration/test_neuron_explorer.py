@@ -297,3 +297,22 @@ def test_host_gaps_say_where_the_host_was(tmp_path):
     # the idle tail of each execution and 35 µs of each gap are inside a call
     assert abs(ev["neuron_idle_in_runtime"]["value"] - truth.idle_in_runtime) < 0.01, truth.idle_in_runtime
     assert 0.02 < truth.idle_in_runtime < 0.2
+
+
+def test_breakdown_of_a_neuroncore(tmp_path):
+    """`counterprof breakdown` of an imported profile: each engine's busy share and the DMA
+    bytes as the generator wrote them, the collective named, in text and JSON."""
+    truth = write_profile(tmp_path / "p", "collectives", system=True)
+    run_cli("import", str(tmp_path / "p"), "-o", str(tmp_path / "run"), check=True)
+    r = run_cli("breakdown", str(tmp_path / "run"), "--json")
+    assert r.returncode == 0, r.stderr
+    (b,) = json.loads(r.stdout)["neuron"]
+    engines = {e["name"]: e["share"] for e in b["engines"]}
+    for engine, busy in truth.engine_busy.items():
+        assert abs(engines[engine] - busy) < 1e-3, (engine, engines, truth.engine_busy)
+    assert sum(q["bytes"] for q in b["dma"]) == truth.dma_bytes
+    assert [c["name"] for c in b["collectives"]] == ["AllReduce"]
+    # the shape's AllReduce runs while the engines wait: all of it is exposed
+    assert abs(b["collectives"][0]["share"] - truth.shares["collectives"]) < 1e-3
+    text = run_cli("breakdown", str(tmp_path / "run"))
+    assert text.returncode == 0 and "DMA by queue type" in text.stdout and "AllReduce" in text.stdout
