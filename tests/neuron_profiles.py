@@ -82,7 +82,8 @@ FIELDS: dict[str, list[tuple[str, pa.DataType, str, bool]]] = {
                 ("hbm_read_bytes", I64, "bytes", False), ("hbm_write_bytes", I64, "bytes", False),
                 ("dma_active_time", F32, "seconds", False), ("dma_active_time_percent", F32, "percent", False),
                 ("tensor_engine_active_time_percent", F32, "percent", False),
-                ("cc_op_active_time_percent", F32, "percent", False)],
+                ("cc_op_active_time_percent", F32, "percent", False),
+                ("mm_arithmetic_intensity", F32, "", False), ("peak_flops_bandwidth_ratio", F32, "", False)],
     "Warning": [("message", STR, "", True), ("category", STR, "", True)],
     "SystemProfileEvents": [("id", I64, "", True), ("name", STR, "", True), ("start_ts", I64, "nanoseconds", True),
                             ("end_ts", I64, "nanoseconds", True), ("duration_ns", I64, "nanoseconds", True),
@@ -143,19 +144,20 @@ class Truth:
 # (start, end), CcOp (start, end), and the gap to the next execution (fraction of its length)
 SHAPES = {
     # an engine-bound kernel: Tensor busy, DMA mostly hidden under it
-    "compute": {"inst": [("Tensor", "MATMUL", 0.0, 0.70), ("Vector", "TENSOR_TENSOR", 0.70, 0.82),
+    "compute": {"intensity": 400.0, "inst": [("Tensor", "MATMUL", 0.0, 0.70), ("Vector", "TENSOR_TENSOR", 0.70, 0.82),
                          ("Scalar", "ACTIVATE", 0.82, 0.86)],
                 "dma": [(0.0, 0.30), (0.86, 0.92)], "cc": [], "gap": 0.05},
     # a DMA-bound copy: the engines wait on semaphores while the DMA queues move data
-    "memory": {"inst": [("Tensor", "EVENT_SEMAPHORE", 0.0, 0.80), ("Tensor", "MATMUL", 0.80, 0.90),
+    "memory": {"intensity": 12.0, "inst": [("Tensor", "EVENT_SEMAPHORE", 0.0, 0.80), ("Tensor", "MATMUL", 0.80, 0.90),
                         ("Sync", "EVENT_SEMAPHORE", 0.0, 0.80)],
                "dma": [(0.0, 0.80), (0.90, 0.96)], "cc": [], "gap": 0.05},
     # a collective: an AllReduce the engines wait for
-    "collectives": {"inst": [("Tensor", "MATMUL", 0.0, 0.12), ("Pool", "EVENT_SEMAPHORE", 0.12, 0.85),
+    "collectives": {"intensity": 300.0,
+                    "inst": [("Tensor", "MATMUL", 0.0, 0.12), ("Pool", "EVENT_SEMAPHORE", 0.12, 0.85),
                              ("Vector", "TENSOR_TENSOR", 0.85, 0.95)],
                     "dma": [(0.0, 0.05)], "cc": [(0.12, 0.85)], "gap": 0.05},
     # host gaps: short compute executions far apart (the runtime waiting for the Python)
-    "host": {"inst": [("Tensor", "MATMUL", 0.0, 0.75), ("Vector", "TENSOR_TENSOR", 0.75, 0.85)],
+    "host": {"intensity": 300.0, "inst": [("Tensor", "MATMUL", 0.0, 0.75), ("Vector", "TENSOR_TENSOR", 0.75, 0.85)],
              "dma": [(0.85, 0.9)], "cc": [], "gap": 2.0},
 }
 
@@ -305,7 +307,11 @@ def write_profile(out: str | Path, shape: str, *, version: str = "7.4.0", execut
                "dma_active_time": [_total(_union(dma_iv)) / 1e9],
                "dma_active_time_percent": [100 * _total(_union(dma_iv)) / act_ns],
                "tensor_engine_active_time_percent": [100 * engine_busy.get("Tensor", 0.0)],
-               "cc_op_active_time_percent": [100 * _total(_union(cc_iv)) / act_ns]}
+               "cc_op_active_time_percent": [100 * _total(_union(cc_iv)) / act_ns],
+               # the roofline Explorer states: MATMUL FLOPs per DRAM byte, and the ridge (peak
+               # Tensor FLOP/s over peak DRAM bandwidth: 128x128 PE at 2.8 GHz, 2 FLOPs a MAC)
+               "mm_arithmetic_intensity": [spec["intensity"]],
+               "peak_flops_bandwidth_ratio": [128 * 128 * 2 * 2.8e9 / HBM_BANDWIDTH]}
     execinfo = {"execution_index": list(range(executions)), "neff_name": ["graph.neff"] * executions,
                 "execution_start_ts": [a - hw_start_ns for a, _ in execs],
                 "execution_end_ts": [b - hw_start_ns for _, b in execs]}

@@ -100,6 +100,10 @@ SUMMARY = {
     "gpsimd_engine_active_time_percent": ("neuron.profile.gpsimd_active", *_PCT, "time the GpSimd engine "
                                           + _ENGINE_BUSY),
     "cc_op_active_time_percent": ("neuron.profile.cc_active", *_PCT, "time at least one collective was active"),
+    "mm_arithmetic_intensity": ("neuron.profile.mm_intensity", "FLOP/B", "gauge",
+                                "MATMUL FLOPs per byte moved to and from DRAM"),
+    "peak_flops_bandwidth_ratio": ("neuron.profile.ridge", "FLOP/B", "gauge",
+                                   "the roofline's ridge: peak Tensor FLOP/s over peak DRAM bandwidth"),
 }
 METRICS = [Metric(m, unit, kind, f"{words} (Summary.{f})", SOURCE) for f, (m, unit, kind, words) in SUMMARY.items()] + [
     Metric("neuron.profile.hbm_peak", "bytes/s", "gauge", "the HBM stack's peak bandwidth the profile states "

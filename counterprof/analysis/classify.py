@@ -630,6 +630,13 @@ def _classify_neuron_profile(sig: dict[str, Signal], scope: str) -> Verdict:
     for key, what in (("neuron_mfu", "MFU"), ("neuron_mbu", "MBU")):
         if key in sig:
             v.evidence.append(_ev(sig, key, None, f"{what} {units.share(sig[key].value)} (Neuron Explorer's estimate)"))
+    if "neuron_intensity" in sig and "neuron_ridge" in sig:
+        ai, ridge = sig["neuron_intensity"].value, sig["neuron_ridge"].value
+        bound = "memory-bound" if ai < ridge else "compute-bound"
+        v.evidence.append(_ev(sig, "neuron_intensity", None,
+                              f"roofline: the matmuls do {ai:,.0f} FLOP per DRAM byte against a ridge of {ridge:,.0f} "
+                              f"(peak Tensor FLOP/s over peak DRAM bandwidth, Explorer's Summary): {bound} by "
+                              "intensity"))
     decide(v, ("compute", "memory"))
     return v
 

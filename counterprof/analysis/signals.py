@@ -453,6 +453,11 @@ def neuron_signals(data: RunData, traced: iv.Intervals, view: MetricView | None 
         v = view.mean(metric) if view is not None else None
         if v is not None:
             out[key] = Signal(v / 100, "neuron_explorer", f"{metric} (Neuron Explorer's Summary)")
+    for key, metric in (("neuron_intensity", "neuron.profile.mm_intensity"),
+                        ("neuron_ridge", "neuron.profile.ridge")):
+        v = view.mean(metric) if view is not None else None
+        if v is not None and v > 0:
+            out[key] = Signal(v, "neuron_explorer", f"{metric} (Neuron Explorer's Summary), FLOP/B")
     return out
 
 

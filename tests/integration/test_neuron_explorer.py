@@ -56,6 +56,8 @@ def test_each_kind_of_job_gets_its_verdict_from_engines_and_dma(tmp_path, shape,
         assert f"{engine} {round(busy * 100)}%" in text, (engine, busy, text)
     if shape == "memory":
         assert "semaphore wait" in text and "of the HBM peak" in text
+    # Explorer's own roofline figures, against each other
+    assert ("memory-bound by intensity" if shape == "memory" else "compute-bound by intensity") in text
 
 
 def test_split_tables_missing_optional_tables_and_unknown_ones(tmp_path):
