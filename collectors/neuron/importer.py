@@ -157,7 +157,9 @@ def _check_into(run: Path) -> None:
 def _write(target: Path, schema: pa.Schema, table: pa.Table) -> None:
     safepath.unlink_in_run(target)
     safepath.create_private(target)
-    writer = open_parquet(target, schema, compression="zstd")
+    # the profile's metrics and their units, in the file itself (its catalog.json comes after)
+    writer = open_parquet(target, schema, compression="zstd",
+                          catalog={m.name: m.to_json() for m in explorer.METRICS})
     try:
         writer.write_table(table.cast(schema), row_group_size=kineto.ROW_GROUP_ROWS)
     except BaseException:

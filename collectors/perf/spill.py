@@ -261,7 +261,6 @@ def recover(run_path: Path) -> list[str]:
 
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
     from counterprof.store import rundir, safepath
     lines = []
     for rank, rank_path in rundir.rank_dirs(Path(run_path)):
@@ -300,7 +299,14 @@ def recover(run_path: Path) -> list[str]:
                     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
                     safepath.unlink_in_run(tmp)
                     safepath.create_private(tmp)
-                    pq.write_table(out, tmp, compression="zstd")
+                    # the run's own writer: the file says its units as compaction's do
+                    from counterprof.ground.schema import SAMPLES_SCHEMA
+                    from counterprof.store.parquet_writer import open_parquet
+                    writer = open_parquet(tmp, SAMPLES_SCHEMA, compression="zstd")
+                    try:
+                        writer.write_table(out.cast(SAMPLES_SCHEMA))
+                    finally:
+                        writer.close()
                     os.chmod(tmp, 0o600)
                     os.replace(tmp, target)
                     t = pc.cast(out["time"], "int64")

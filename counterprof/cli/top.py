@@ -47,8 +47,9 @@ def build_parser() -> ArgumentParser:
                    help="counter sampling interval in ms (default 100)")
     p.add_argument("--collectors", metavar="LIST",
                    help="collectors to use, comma separated (default: every available one)")
-    p.add_argument("-n", "--processes", type=int, default=10, metavar="N",
-                   help="processes listed without --pid (default 10)")
+    p.add_argument("-n", "--processes", type=int, default=None, metavar="N",
+                   help="processes listed without --pid (default: as many as the terminal has "
+                        "rows for below the panels)")
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     from .arguments import output_path
     p.add_argument("-o", "--output", metavar="DIR", type=output_path(
@@ -72,7 +73,7 @@ def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.pid is not None:
         check_pid(args.pid, build_parser().format_usage())
-    if args.processes < 0:
+    if args.processes is not None and args.processes < 0:
         raise UsageFailure("-n must be 0 or more", build_parser().format_usage())
 
     from ..collector import Target
@@ -134,7 +135,9 @@ def _watch(session: Session, window: LiveWindow, warnings: WarningRoute, args: a
     from ..live.processes import ProcessPoller
     from ..profile_run import observe
     session.prepare()
-    procs = ProcessPoller(args.processes) if machine and args.processes else None
+    # without -n, the busiest FILL_PROCESSES: the view lists those the terminal has rows for
+    n = FILL_PROCESSES if args.processes is None else args.processes
+    procs = ProcessPoller(n) if machine and n else None
     title = "this machine" if machine else f"pid {args.pid} {_name(args.pid)}".rstrip()
     view = _TopView(procs, window, warnings, title, show_run_path=keep, keys_hint="q quits",
                     scope="machine" if machine else "process", cpus=os.cpu_count())
@@ -144,6 +147,9 @@ def _watch(session: Session, window: LiveWindow, warnings: WarningRoute, args: a
     if keep:
         print(f"counterprof: run directory: {session.path}", file=sys.stderr)
     return 0
+
+
+FILL_PROCESSES = 200       # more than a terminal has rows for
 
 
 def _name(pid: int) -> str:

@@ -63,9 +63,19 @@ class LiveVerdict:
 
 
 @dataclass
+class Absent:
+    """A collector with nothing to show on this machine (unavailable: no NVIDIA driver, no
+    Neuron device, no process to follow): one entry of the view's "not here" line, never a panel."""
+
+    name: str                      # the collector: nvml, neuron, threads
+    why: str                       # its reason, short: "no NVIDIA driver"
+
+
+@dataclass
 class LiveFigures:
     panels: list[PanelFigures]
     verdict: LiveVerdict
+    absent: list[Absent] = field(default_factory=list)
 
 
 class PanelContext:
@@ -87,6 +97,16 @@ class PanelContext:
 
     def now(self, series: LiveSeries | None, seconds: float = CURRENT_S) -> Bucket | None:
         return recent(series.fine if series else None, self.snap.tick_ns, seconds, self.end)
+
+
+def short_reason(reason: str) -> str:
+    """An unavailable collector's reason, its first clause: "no NVIDIA driver here:
+    libnvidia-ml.so.1 was not found (install ...)" -> "no NVIDIA driver"."""
+    text = " ".join(str(reason).split())
+    for stop in (": ", " (", "; ", ". "):
+        text = text.split(stop, 1)[0]
+    text = text.removesuffix(" here").strip()
+    return text or "unavailable"
 
 
 def panel_status(panel: PanelFigures, st: Mapping[str, Any]) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from .buckets import Snapshot
 from .devices import device_panels
-from .figures import LiveFigures, PanelContext, PanelFigures
+from .figures import Absent, LiveFigures, PanelContext, PanelFigures, short_reason
 from .mfu import mfu_panel
 from .panels import host_panel, perf_panel, threads_panel
 from .verdict import verdict
@@ -31,11 +31,20 @@ def live_figures(snap: Snapshot, catalog: Mapping[str, Any], statuses: Mapping[s
     if snap.mfu:
         panels.append(mfu_panel(c))
     for name, st in statuses.items():      # a device collector that failed before any sample
-        if name in ("perf", "host", "threads") or st.get("status") == "ok":
+        if name in ("perf", "host", "threads") or st.get("status") in ("ok", "unavailable"):
             continue
         if not any(p.title.endswith(name) for p in panels):
-            panels.append(PanelFigures(name, status=st.get("status", "unavailable"),
+            panels.append(PanelFigures(name, status=st.get("status", "failed"),
                                        reason=st.get("reason", "")))
-    return LiveFigures(panels, verdict(c, scope, cpus, statuses))
+    # what is not on this machine (no driver, no device, no process to follow): one line, as
+    # nvitop and htop leave out what is not there, never a panel of rows saying so
+    absent = [Absent(name, short_reason(st.get("reason", ""))) for name, st in statuses.items()
+              if st.get("status") == "unavailable" and not _has_rows(panels, name)]
+    panels = [p for p in panels if not (p.status == "unavailable" and not p.figures)]
+    return LiveFigures(panels, verdict(c, scope, cpus, statuses), absent)
 
 
+def _has_rows(panels: list[PanelFigures], name: str) -> bool:
+    """A panel of this collector shows figures (an unavailable collector's samples from before:
+    its panel stays)."""
+    return any(p.figures and (p.title == name or p.title.endswith(f" {name}")) for p in panels)

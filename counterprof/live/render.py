@@ -3,7 +3,8 @@
 Lays out what live/frame.py computed (numbers, units, sparklines), in the words of
 ground/units.py; computes no metric.
 Three sizes, chosen by the rows and columns the terminal gives:
-  full     header, verdict, one panel per collector/device (two side by side when wide)
+  full     header, verdict, one panel per collector/device (two side by side when wide), and
+           one "not here" line naming the collectors this machine has nothing for
   compact  three lines: header, the headline figures, the verdict
   line     one line: elapsed and the verdict
 and `plain_line`, one line of text per interval when stderr is not a terminal.
@@ -219,6 +220,17 @@ class Dashboard:
             for line in _process_lines(self.processes, width, self.ascii_only):
                 yield from line
                 yield Segment.line()
+        if self.figs.absent:                  # what this machine has not: one line for them all
+            yield absent_text(self.figs, width)
+
+
+def absent_text(figs: LiveFigures, width: int) -> Text:
+    """'not here: nvml (no NVIDIA driver), neuron (no Neuron device)', cut to width."""
+    t = Text.assemble(("not here: ", "dim"),
+                      (", ".join(f"{a.name} ({a.why})" for a in figs.absent), "dim"))
+    t.truncate(width, overflow="ellipsis")
+    t.no_wrap, t.overflow = True, "ellipsis"
+    return t
 
 
 def full(figs: LiveFigures, h: Header, width: int, *, processes: list[ProcessRow] | None = None,
@@ -287,6 +299,11 @@ def layout(figs_for: Callable[[int], LiveFigures], h: Header, width: int, max_ro
         figs = figs_for(spark_width(width))
         lines = to_lines(full(figs, h, width, processes=processes, ascii_only=ascii_only),
                          width, color_system, ascii_only)
+        over = len(lines) - max_rows
+        if over > 0 and processes and len(processes) > over:
+            # the process table takes the rows the panels leave (top): the busiest that fit
+            lines = to_lines(full(figs, h, width, processes=processes[:len(processes) - over],
+                                  ascii_only=ascii_only), width, color_system, ascii_only)
         if len(lines) <= max_rows:
             return "full", lines
     else:

@@ -10,50 +10,97 @@ older or newer pyarrow), pyarrow.parquet's writer is used as before.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+
+from . import parquet_meta
 
 # pyarrow.parquet.ParquetWriter's defaults, spelled out: the files are the same either way
 DEFAULTS: dict[str, Any] = dict(compression="snappy", version="2.6", use_dictionary=True,
                                 write_statistics=True, data_page_version="1.0", store_schema=True)
 
 
-def open_parquet(target: str | os.PathLike[str], schema: pa.Schema, **options: Any) -> Any:
+def open_parquet(target: str | os.PathLike[str], schema: pa.Schema, *,
+                 catalog: Mapping[str, Mapping[str, Any]] | None = None, **options: Any) -> Any:
     """A writer of tables with `schema` into target (created or truncated):
     write_table(table, row_group_size=None), close(). options: pyarrow.parquet's (compression,
-    use_dictionary, ...) over DEFAULTS."""
+    use_dictionary, ...) over DEFAULTS.
+
+    A file of one of the run's tables (samples, spans) says what it holds (store/parquet_meta.py):
+    each column's unit in its field metadata and the footer's key-value metadata, and a samples
+    file the unit and kind of every metric in it (counterprof.units), from `catalog` (by metric
+    name; None: the catalog.json of the run target is in)."""
     merged = {**DEFAULTS, **options}
+    table = parquet_meta.table_of(schema)
+    if table is not None:
+        schema = parquet_meta.annotate(schema, table)
     try:
         from pyarrow import _parquet
-        return _LocalParquetWriter(_parquet, os.fspath(target), schema, merged)
+        inner = _open_local(_parquet, os.fspath(target), schema, merged)
     except (ImportError, TypeError, AttributeError):   # another pyarrow's private API
         import pyarrow.parquet as pq
-        return pq.ParquetWriter(os.fspath(target), schema, **merged)
+        inner = pq.ParquetWriter(os.fspath(target), schema, **merged)
+    return _Writer(inner, schema, os.fspath(target), table, catalog)
 
 
-class _LocalParquetWriter:
+class _LocalFile:
     """pyarrow._parquet's writer over a local file it does not own (closed here after it)."""
 
-    def __init__(self, _parquet: Any, target: str, schema: pa.Schema, options: dict[str, Any]):
-        self.schema = schema
-        self.file = pa.OSFile(target, "wb")
-        try:
-            self.writer = _parquet.ParquetWriter(self.file, schema, writer_engine_version="V2",
-                                                 **options)
-        except BaseException:
-            self.file.close()
-            raise
+    def __init__(self, writer: Any, file: Any) -> None:
+        self.writer, self.file = writer, file
 
     def write_table(self, table: pa.Table, row_group_size: int | None = None) -> None:
-        # pyarrow.parquet's check, with its message: the file's schema is fixed by its first table
-        if not table.schema.equals(self.schema, check_metadata=False):
-            raise ValueError("Table schema does not match schema used to create file: "
-                             f"\ntable:\n{table.schema!s} vs. \nfile:\n{self.schema!s}")
         self.writer.write_table(table, row_group_size=row_group_size)
+
+    def add_key_value_metadata(self, metadata: dict[str, str]) -> None:
+        self.writer.add_key_value_metadata(metadata)
 
     def close(self) -> None:
         try:
             self.writer.close()
         finally:
             self.file.close()
+
+
+def _open_local(_parquet: Any, target: str, schema: pa.Schema, options: dict[str, Any]) -> _LocalFile:
+    file = pa.OSFile(target, "wb")
+    try:
+        writer = _parquet.ParquetWriter(file, schema, writer_engine_version="V2", **options)
+    except BaseException:
+        file.close()
+        raise
+    return _LocalFile(writer, file)
+
+
+class _Writer:
+    """The file's writer, checking each table's schema as pyarrow.parquet does, and noting the
+    metrics a samples file holds for its footer."""
+
+    def __init__(self, inner: Any, schema: pa.Schema, target: str, table: str | None,
+                 catalog: Mapping[str, Mapping[str, Any]] | None) -> None:
+        self.inner, self.schema, self.target, self.table = inner, schema, target, table
+        self.catalog = catalog
+        self.metrics: set[str] = set()
+
+    def write_table(self, table: pa.Table, row_group_size: int | None = None) -> None:
+        # pyarrow.parquet's check, with its message: the file's schema is fixed by its first table
+        # (its metadata aside: the units are the file's, not the table's)
+        if not table.schema.equals(self.schema, check_metadata=False):
+            raise ValueError("Table schema does not match schema used to create file: "
+                             f"\ntable:\n{table.schema!s} vs. \nfile:\n{self.schema!s}")
+        if self.table == "samples":
+            self.metrics |= parquet_meta.metric_names(table.column("metric"))
+        self.inner.write_table(table, row_group_size=row_group_size)
+
+    def close(self) -> None:
+        try:
+            if self.table == "samples":
+                catalog = self.catalog if self.catalog is not None else parquet_meta.catalog_near(self.target)
+                units = parquet_meta.units_json(self.metrics, catalog)
+                add = getattr(self.inner, "add_key_value_metadata", None)
+                if add is not None:        # (a pyarrow whose writer cannot add them after its rows: none)
+                    add({parquet_meta.UNITS_KEY: units})
+        finally:
+            self.inner.close()

@@ -1,5 +1,6 @@
-"""counterprof.store.parquet_writer: the files it writes are pyarrow.parquet's, byte for byte,
-through pyarrow._parquet's writer or (another pyarrow) pyarrow.parquet's own; a full disk or a
+"""counterprof.store.parquet_writer: the files it writes are pyarrow.parquet's, byte for byte
+(given the same units metadata, store/parquet_meta.py), through pyarrow._parquet's writer or
+(another pyarrow) pyarrow.parquet's own; a full disk or a
 missing folder is the OSError the callers turn into their messages; a table of another schema
 is refused as pyarrow.parquet refuses it."""
 import errno
@@ -9,8 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from counterprof.ground.schema import SAMPLES_SCHEMA, samples_batch
-from counterprof.store import parquet_writer
+import json
+
+from counterprof.ground.schema import SAMPLES_SCHEMA, SPANS_SCHEMA, samples_batch, spans_batch
+from counterprof.store import parquet_meta, parquet_writer
 from counterprof.store.parquet_writer import open_parquet
 
 
@@ -22,10 +25,18 @@ def _samples(n: int, offset: int = 0) -> pa.Table:
     return pa.Table.from_batches([batch], SAMPLES_SCHEMA)
 
 
-def _with_pyarrow_parquet(path, schema, tables, **options) -> bytes:
-    writer = pq.ParquetWriter(str(path), schema, **options)
+def _with_pyarrow_parquet(path, schema, tables, units: dict | None = None, **options) -> bytes:
+    """pyarrow.parquet's file of these tables, with the metadata a run's file carries: the
+    columns' (annotate) and, for samples, the units of its metrics (none in a catalog here)."""
+    table = parquet_meta.table_of(schema)
+    writer = pq.ParquetWriter(str(path), parquet_meta.annotate(schema, table) if table else schema, **options)
+    metrics: set[str] = set()
     for t in tables:
         writer.write_table(t)
+        if table == "samples":
+            metrics |= set(t["metric"].cast("string").to_pylist())
+    if table == "samples":
+        writer.add_key_value_metadata({parquet_meta.UNITS_KEY: parquet_meta.units_json(metrics, units or {})})
     writer.close()
     return path.read_bytes()
 
@@ -38,7 +49,7 @@ def test_the_files_are_pyarrow_parquets_byte_for_byte(tmp_path, options):
     tables = [_samples(500), _samples(3, offset=10**9)]
     ours = tmp_path / "ours.parquet"
     w = open_parquet(ours, SAMPLES_SCHEMA, **options)
-    assert isinstance(w, parquet_writer._LocalParquetWriter)    # this pyarrow's private API took them
+    assert isinstance(w.inner, parquet_writer._LocalFile)    # this pyarrow's private API took them
     for t in tables:
         w.write_table(t)
     w.close()
@@ -55,7 +66,7 @@ def test_another_pyarrow_gets_pyarrow_parquets_writer(tmp_path, monkeypatch):
     monkeypatch.delattr(pa, "_parquet")         # (`from pyarrow import _parquet` looks here first)
     path = tmp_path / "fallback.parquet"
     w = open_parquet(path, SAMPLES_SCHEMA, compression="zstd")
-    assert isinstance(w, pq.ParquetWriter)
+    assert isinstance(w.inner, pq.ParquetWriter)
     w.write_table(_samples(10))
     w.close()
     assert path.read_bytes() == _with_pyarrow_parquet(tmp_path / "pq.parquet", SAMPLES_SCHEMA,
@@ -90,7 +101,7 @@ def test_a_private_writer_that_refuses_the_options_falls_back_and_closes_its_fil
     fds = set(os.listdir("/proc/self/fd"))
     path = tmp_path / "fallback.parquet"
     w = open_parquet(path, SAMPLES_SCHEMA, compression="zstd")
-    assert isinstance(w, pq.ParquetWriter) and len(calls) == 2
+    assert isinstance(w.inner, pq.ParquetWriter) and len(calls) == 2
     assert len(opened) == 1 and opened[0].closed
     w.write_table(_samples(10))
     w.close()
@@ -116,5 +127,75 @@ def test_a_table_of_another_schema_is_refused_and_the_file_still_closes(tmp_path
     with pytest.raises(ValueError, match="does not match schema"):
         w.write_table(pa.table({"other": [1, 2]}))
     w.close()
-    assert w.file.closed
+    assert w.inner.file.closed
     assert pq.read_table(path).num_rows == 4
+
+
+CATALOG = {"task-clock": {"name": "task-clock", "unit": "ns", "kind": "delta", "source": "perf",
+                          "description": "CPU time of the task"},
+           "page-faults": {"name": "page-faults", "unit": "count", "kind": "delta", "source": "perf",
+                           "description": "page faults"},
+           "proc.rss": {"name": "proc.rss", "unit": "bytes", "kind": "gauge", "source": "host",
+                        "description": "resident set size"}}
+
+
+def test_a_samples_file_names_the_unit_of_each_metric_it_holds_and_no_other(tmp_path):
+    path = tmp_path / "s.parquet"
+    w = open_parquet(path, SAMPLES_SCHEMA, catalog=CATALOG, compression="zstd")
+    w.write_table(_samples(5))
+    w.write_table(_samples(3, offset=10**9).slice(1, 1))      # a slice: the indices' offset
+    w.close()
+    md = pq.read_metadata(path).metadata
+    units = json.loads(md[b"counterprof.units"])
+    assert units == {m: {k: CATALOG[m][k] for k in ("unit", "kind", "source", "description")}
+                     for m in ("task-clock", "page-faults")}            # proc.rss: not in the file
+    assert md[b"counterprof.schema_version"] == parquet_meta.SCHEMA_VERSION.encode()
+    assert md[b"counterprof.table"] == b"samples"
+    schema = pq.read_schema(path)
+    assert schema.field("value").metadata[b"unit"] == parquet_meta.VALUE_UNIT.encode()
+    assert schema.field("time").metadata == {b"unit": b"ns", b"timezone": b"UTC",
+                                             b"description": schema.field("time").metadata[b"description"]}
+    assert pq.read_table(path).num_rows == 6
+
+
+def test_a_metric_missing_from_the_catalog_is_named_with_no_unit(tmp_path):
+    path = tmp_path / "s.parquet"
+    w = open_parquet(path, SAMPLES_SCHEMA, catalog={})
+    w.write_table(_samples(2))
+    w.close()
+    units = parquet_meta.read_units(pq.read_metadata(path).metadata)
+    assert units["task-clock"] == {"unit": None, "kind": None, "source": None,
+                                   "description": parquet_meta.NOT_IN_CATALOG}
+
+
+def test_the_catalog_of_the_run_the_file_is_in_is_found(tmp_path):
+    run = tmp_path / "run"
+    folder = run / "samples" / "rank=1"
+    folder.mkdir(parents=True)
+    (run / "catalog.json").write_text(json.dumps([CATALOG["task-clock"]]))
+    (run / "_ranks" / "rank=1").mkdir(parents=True)      # a rank that joined: its own catalog
+    (run / "_ranks" / "rank=1" / "catalog.json").write_text(json.dumps([CATALOG["page-faults"]]))
+    w = open_parquet(folder / ".samples-x.parquet.tmp", SAMPLES_SCHEMA)
+    w.write_table(_samples(4))
+    w.close()
+    units = parquet_meta.read_units(pq.read_metadata(folder / ".samples-x.parquet.tmp").metadata)
+    assert units["task-clock"]["unit"] == "ns" and units["page-faults"]["unit"] == "count"
+
+
+def test_spans_files_carry_their_columns_units_and_other_tables_nothing(tmp_path):
+    spans = tmp_path / "spans.parquet"
+    w = open_parquet(spans, SPANS_SCHEMA)
+    w.write_table(pa.Table.from_batches([spans_batch([1, 2], [3, 4], ["a", "b"], ["kernel", "memcpy"],
+                                                     bytes=[None, 64])]))
+    w.close()
+    schema = pq.read_schema(spans)
+    for name, unit in (("start", b"ns"), ("end", b"ns"), ("bytes", b"bytes")):
+        assert schema.field(name).metadata[b"unit"] == unit
+    md = pq.read_metadata(spans).metadata
+    assert md[b"counterprof.table"] == b"spans" and b"counterprof.units" not in md
+    assert json.loads(md[b"counterprof.columns"])["start"] == {**parquet_meta.COLUMNS["spans"]["start"]}
+    other = tmp_path / "other.parquet"
+    w = open_parquet(other, pa.schema([pa.field("x", pa.int64())]))
+    w.write_table(pa.table({"x": [1]}))
+    w.close()
+    assert not any(k.startswith(b"counterprof.") for k in pq.read_metadata(other).metadata)
