@@ -1,8 +1,10 @@
 """A run as one Perfetto timeline: the export's passes over each rank's files, and its account.
 
 export_run reads the chosen ranks a batch at a time (store/run_files.py: the run's one lister
-and damage policy) and writes them with render/perfetto.py's TraceWriter; what it wrote, cut
-and left out comes back as an ExportResult, whose lines() are what the CLI prints.
+and damage policy) and writes them with render/perfetto.py's TraceWriter (Chrome-trace JSON)
+or render/perfetto_proto.py's ProtoTraceWriter (Perfetto's protobuf format, by the file's
+name: see trace_format); what it wrote, cut and left out comes back as an ExportResult, whose
+lines() are what the CLI prints.
 """
 from __future__ import annotations
 
@@ -21,6 +23,17 @@ if TYPE_CHECKING:
     from .store.reader import Run
 
 BIG_JSON = 1 << 30      # beyond about this much JSON the browser UI runs out of memory
+PROTO_SUFFIXES = (".pftrace", ".perfetto-trace")     # and each with .gz
+# a protobuf trace's clock starts this long before the first thing it holds: a delta sample's
+# counter point sits at the start of its interval, before its row's time
+ORIGIN_MARGIN_NS = 60_000_000_000
+
+
+def trace_format(out: Path) -> str:
+    """"proto" for a name Perfetto's tools give protobuf traces (.pftrace, .perfetto-trace, and
+    those with .gz), else "json"."""
+    name = out.name.lower().removesuffix(".gz")
+    return "proto" if name.endswith(PROTO_SUFFIXES) else "json"
 
 
 def size_text(n: float) -> str:
@@ -48,6 +61,9 @@ _WRITTEN_ODDLY = (
     ("relaned", "{:,} spans overlap another of their thread or stream without nesting in it "
                 "(Perfetto would drop them): they are on extra tracks named '... (overlap N)'"),
     ("bad_attrs", "{:,} spans' attrs were not JSON: written as strings"))
+_LEFT_OUT_PROTO = (
+    ("before_origin", "{:,} spans or samples timed before the trace's clock origin (more than a "
+                      "minute before the first row's time: a protobuf trace's times cannot be negative)"),)
 
 
 @dataclass
@@ -113,7 +129,7 @@ class ExportResult:
         packed = f", {size_text(out.stat().st_size)} gzip'd" if out.name.endswith(".gz") else ""
         lines = [f"wrote {out}: rank(s) {rank_ranges(self.ranks)}; {c.spans:,} spans on {c.span_tracks} "
                  f"tracks, {c.flows:,} launch→GPU flows, {c.samples:,} samples on {c.counter_tracks} "
-                 f"counter tracks; {size_text(c.bytes)} of JSON{packed}, in {seconds_text(self.elapsed)}"]
+                 f"counter tracks; {size_text(c.bytes)} of {c.format}{packed}, in {seconds_text(self.elapsed)}"]
         if self.window:
             lines.append(f"--window {self.window} ({self._covers()}) kept {self.span_cut.kept:,} of "
                          f"{self.span_cut.seen:,} spans (those overlapping it) and {self.sample_cut.kept:,} "
@@ -122,25 +138,27 @@ class ExportResult:
         if left:
             lines.append(left)
         lines += self.problems
-        notes = [text.format(n) for name, text in _LEFT_OUT if (n := getattr(c, name))]
+        notes = [text.format(n) for name, text in _LEFT_OUT + _LEFT_OUT_PROTO if (n := getattr(c, name))]
         if notes:
             lines.append("left out: " + "; ".join(notes))
         lines += [text.format(n) for name, text in _WRITTEN_ODDLY if (n := getattr(c, name))]
         if c.uncataloged:
             lines.append(f"not in the catalog, written as raw values: {', '.join(sorted(c.uncataloged))}")
-        if c.bytes > BIG_JSON:
+        if c.format == "JSON" and c.bytes > BIG_JSON:
             lines.append(f"{c.bytes / 1e9:.1f} GB of JSON is more than ui.perfetto.dev loads in a browser "
                          "tab (about 1-2 GB): cut it with --window/--ranks, or open it with Perfetto's "
-                         "trace_processor")
+                         "trace_processor, or write Perfetto's protobuf format (FILE.pftrace: a "
+                         "fraction of the bytes)")
         return lines
 
 
 def export_run(run: Run, files: dict[int, list[RunFile]], ranks: list[int], out: Path, *,
                window_s: tuple[float | None, float | None] = (None, None),
-               window: str | None = None, ranks_cut: bool = False) -> ExportResult:
+               window: str | None = None, ranks_cut: bool = False, fmt: str | None = None) -> ExportResult:
     """Write ranks of run (files: list_files' answer) to out as a Chrome-trace/Perfetto JSON
-    file (gzip'd when its name ends in .gz), keeping what lies in window_s (seconds from the
-    run's start). Written to a part-file renamed at the end: a failed export leaves no file."""
+    file or (fmt "proto"; None: by out's name, trace_format) a Perfetto protobuf trace, gzip'd
+    when its name ends in .gz, keeping what lies in window_s (seconds from the run's start).
+    Written to a part-file renamed at the end: a failed export leaves no file."""
     started = time.perf_counter()
     if all(p.rows() == 0 for r in ranks for p in files[r]):
         raise RunDirectoryError(f"{run.path}: rank(s) {rank_ranges(ranks)} hold no samples or spans to export")
@@ -154,8 +172,16 @@ def export_run(run: Run, files: dict[int, list[RunFile]], ranks: list[int], out:
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     # not the command line: it can hold secrets (the run directory is its owner's only)
     other = {"run": str(run.path), "ranks": ranks, "window_s": list(window_s) if window else None}
+    fmt = fmt or trace_format(out)
     try:
-        writer = TraceWriter(tmp, start_ns, other, run.catalog, gzip=out.name.endswith(".gz"))
+        if fmt == "proto":
+            from .render.perfetto_proto import ProtoTraceWriter
+            chosen = [p for r in ranks for p in files[r]]
+            first = min(start_ns, earliest_ns(chosen) or start_ns)
+            writer: TraceWriter = ProtoTraceWriter(tmp, first - ORIGIN_MARGIN_NS, other, run.catalog,
+                                                   gzip=out.name.endswith(".gz"))
+        else:
+            writer = TraceWriter(tmp, start_ns, other, run.catalog, gzip=out.name.endswith(".gz"))
     except OSError as exc:
         raise RunDirectoryError(f"cannot write {out}: {exc.strerror}") from exc
     try:
@@ -202,6 +228,7 @@ def _write_rank(writer: TraceWriter, rank: int, parts: list[RunFile], res: Expor
             if b.num_rows:
                 writer.spans(b, rank, plan, starts[key] + done)
                 written[key] = done + b.num_rows
+    writer.finish_rank(plan)
     del plan
     for part in parts:
         if part.table == "samples":

@@ -1,14 +1,20 @@
 """counterprof export RUN --perfetto out.json.gz: the whole run as one timeline.
 
     counterprof export RUN --perfetto out.json.gz [--window START:END] [--ranks 0,1,4-7]
+    counterprof export RUN --perfetto out.pftrace [--window START:END] [--ranks 0,1,4-7]
 
 Every rank's spans (GPU kernels per device and stream, CPU ops per thread, annotations,
 regions, steps, collectives, trace windows) and every sample series as counter tracks, on the
-run's one clock, in a Chrome-trace JSON file (gzip'd when the name ends in .gz) that
-ui.perfetto.dev opens. --window keeps what lies in START:END seconds from the run's start
-(either side may be left out, not both: 30: or :10), --ranks keeps the ranks listed. The run is
-read and written a batch at a time: memory does not grow with its size. FILE may not lie inside
-the run directory.
+run's one clock, in a file ui.perfetto.dev opens. The format goes by FILE's name: .pftrace or
+.perfetto-trace (or --format proto) is Perfetto's protobuf trace format, a fraction of the
+JSON's bytes with typed counter units (for big runs); any other name (.json, .json.gz) is
+Chrome-trace JSON (--format json). Either is gzip'd when the name ends in .gz.
+
+--window keeps what lies in START:END seconds from the run's start (either side may be left
+out, not both: 30: or :10), --ranks keeps the ranks listed; both apply to either format. The run
+is read and written a batch at a time: memory does not grow with its size (a protobuf trace
+holds one rank's spans, encoded, to write them in time order). FILE may not lie inside the run
+directory.
 """
 from __future__ import annotations
 
@@ -28,7 +34,11 @@ def build_parser() -> ArgumentParser:
                        epilog=__doc__.split("\n\n", 2)[2])
     p.add_argument("run", help="run directory")
     p.add_argument("--perfetto", required=True, metavar="FILE",
-                   help="write a Chrome-trace/Perfetto JSON file (gzip'd when FILE ends in .gz)")
+                   help="write the timeline to FILE: Perfetto protobuf when FILE ends in .pftrace or "
+                        ".perfetto-trace, else Chrome-trace JSON (.json); gzip'd when FILE ends in .gz")
+    p.add_argument("--format", choices=("json", "proto"),
+                   help="the format whatever FILE's name: json (Chrome-trace JSON) or proto (Perfetto "
+                        "protobuf); by default chosen by FILE's name as above")
     p.add_argument("--window", metavar="START:END",
                    help="only what lies in this window, in seconds from the run's start")
     p.add_argument("--ranks", metavar="LIST", help="only these ranks, e.g. 0,1 or 0-3,8")
@@ -129,6 +139,13 @@ def refuse_inside(out: Path, run_dir: Path, usage: str) -> None:
                            "would replace the run's files; name a file outside it", usage)
 
 
+_WHAT = {"proto": "Perfetto protobuf", "json": "JSON"}
+
+
+def _json_name(out: Path) -> bool:
+    return out.name.lower().removesuffix(".gz").endswith(".json")
+
+
 def _main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -137,13 +154,17 @@ def _main(argv: list[str]) -> int:
     wanted = parse_ranks(args.ranks, usage)
 
     from ..ground.errors import RunDirectoryError
-    from ..export import export_run
+    from ..export import export_run, trace_format
     from ..store.run_files import list_files
     run = open_run(args.run)
     out = Path(args.perfetto)
     refuse_inside(out, run.path, usage)
     if out.is_dir():
         raise UsageFailure(f"--perfetto {out} is a directory; name a file, e.g. {out}/trace.json.gz", usage)
+    named = trace_format(out)
+    if args.format and args.format != named and (named == "proto" or _json_name(out)):
+        raise UsageFailure(f"--format {args.format} but --perfetto {out} is a {_WHAT[named]} name; "
+                           "drop --format or rename the file", usage)
     files = list_files(run.path, run.span)
     if not any(files.values()):
         raise RunDirectoryError(nothing_recorded(run, run.meta, "export"))
@@ -158,7 +179,7 @@ def _main(argv: list[str]) -> int:
         if missing:
             err(f"--ranks: the run has no rank(s) {rank_ranges(missing)}; exporting the others")
     result = export_run(run, files, ranks, out, window_s=window_s, window=args.window,
-                        ranks_cut=wanted is not None)
+                        ranks_cut=wanted is not None, fmt=args.format or named)
     for line in result.lines():
         err(line)
     return 0

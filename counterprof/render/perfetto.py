@@ -143,7 +143,9 @@ class Counts:
     bad_attrs: int = 0            # attrs that were not JSON: written as a string
     relaned: int = 0              # slices moved to an overlap track so that Perfetto keeps them
     uncataloged: set[str] = field(default_factory=set)   # metrics missing from the catalog: raw values
-    bytes: int = 0                # JSON bytes before compression
+    before_origin: int = 0        # protobuf only: events before the trace's clock origin (uint64 times)
+    bytes: int = 0                # bytes of the format (JSON or protobuf) before compression
+    format: str = "JSON"          # what bytes counts
 
 
 class _Compressor(Protocol):
@@ -328,6 +330,10 @@ class TraceWriter:
         self._c_last = np.empty(0, np.int64)
         self._json_cache: dict[str | None, str] = {}
         self._categories: dict[str, int] = {}
+        self._open(other_data)
+
+    def _open(self, other_data: dict[str, Any] | None) -> None:
+        """What comes before the events."""
         head = {"otherData": {"generator": "counterprof export", "base_time_ns": self.base_ns,
                               "ts_unit": "µs since base_time_ns (epoch ns), 3 decimals = ns",
                               **(other_data or {})}}
@@ -386,11 +392,18 @@ class TraceWriter:
         if pid is None:
             pid = self._processes[key] = self._new_id()
             name = f"rank {rank}" if device is None else f"rank {rank} · GPU {device}"
-            self._event({"ph": "M", "name": "process_name", "pid": pid, "tid": pid,
-                         "args": {"name": name}})
-            self._event({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
-                         "args": {"sort_index": rank * 1000 + (0 if device is None else 1 + device)}})
+            self._name_process(pid, name, rank * 1000 + (0 if device is None else 1 + device))
         return pid
+
+    def _name_process(self, pid: int, name: str, sort: int) -> None:
+        self._event({"ph": "M", "name": "process_name", "pid": pid, "tid": pid, "args": {"name": name}})
+        self._event({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": pid,
+                     "args": {"sort_index": sort}})
+
+    def _name_thread(self, pid: int, tid: int, name: str, sort: int) -> None:
+        self._event({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        self._event({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+                     "args": {"sort_index": sort}})
 
     def _track_ids(self, col: dict[str, pa.Array], rank: int) -> np.ndarray:
         """Each span row's track (before lanes), registering new ones: a GPU span goes to its
@@ -452,9 +465,7 @@ class TraceWriter:
         tid = self._new_id()
         self._threads[(base, lane)] = (pid, tid)
         self.counts.span_tracks += 1
-        self._event({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
-        self._event({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                     "args": {"sort_index": sort}})
+        self._name_thread(pid, tid, name, sort)
         return pid, tid
 
     def _json_str(self, values: list[str | None]) -> list[str]:
@@ -473,6 +484,9 @@ class TraceWriter:
     def plan(self, rank: int) -> SpanPlan:
         """Start the first pass over a rank's spans."""
         return SpanPlan(self, rank)
+
+    def finish_rank(self, plan: SpanPlan) -> None:
+        """After a rank's spans: nothing is held back here (every X event is complete)."""
 
     def spans(self, batch: pa.RecordBatch, rank: int, plan: SpanPlan, row0: int) -> None:
         """X events (and flow ends) for a batch with SPAN_COLUMNS; row0: where the batch
@@ -556,9 +570,24 @@ class TraceWriter:
     # -- samples ---------------------------------------------------------------------------
     def samples(self, batch: pa.RecordBatch, rank: int) -> None:
         """C events for a batch with SAMPLE_COLUMNS."""
+        got = self._counter_points(batch, rank)
+        if got is None:
+            return
+        track, out, at, firsts = got
+        values = pa.array(out).cast(pa.string())
+        whole, frac = _us(at - self.base_ns, "}")
+        for a, b in zip(firsts.tolist(), firsts[1:].tolist() + [len(track)]):
+            self._chunk(_join(self._c_prefix[track[a]], values.slice(a, b - a), '},"ts":',
+                              whole.slice(a, b - a), frac.slice(a, b - a)))
+        self.counts.samples += len(track)
+
+    def _counter_points(self, batch: pa.RecordBatch, rank: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """A batch's samples as counter points: (track, value, time in epoch ns, where each
+        track's run starts), grouped by track (each track's file order kept); None if none."""
         n = batch.num_rows
         if n == 0:
-            return
+            return None
         time = _ns(batch.column(0))
         dcol = batch.column(1)
         has_d = dcol.is_valid().to_numpy(zero_copy_only=False)
@@ -582,19 +611,14 @@ class TraceWriter:
             self.counts.not_finite += int((~ok).sum()) - nulls - no_dur
             out, at, track = out[ok], at[ok], track[ok]
         if len(track) == 0:
-            return
+            return None
         # grouped by track (stable: each track's own order is kept), so that each group is
         # one join with its track's prefix as a scalar instead of a prefix copied per row
         order = np.argsort(track, kind="stable")
         track, out, at = track[order], out[order], at[order]
         firsts = np.concatenate(([0], np.flatnonzero(track[1:] != track[:-1]) + 1))
         self._check_order(track, at, firsts)
-        values = pa.array(out).cast(pa.string())
-        whole, frac = _us(at - self.base_ns, "}")
-        for a, b in zip(firsts.tolist(), firsts[1:].tolist() + [len(track)]):
-            self._chunk(_join(self._c_prefix[track[a]], values.slice(a, b - a), '},"ts":',
-                              whole.slice(a, b - a), frac.slice(a, b - a)))
-        self.counts.samples += len(track)
+        return track, out, at, firsts
 
     def _sample_tracks(self, batch: pa.RecordBatch, rank: int) -> np.ndarray:
         """Each row's counter track (global index), creating tracks on first sight."""
@@ -614,7 +638,8 @@ class TraceWriter:
         tracks: np.ndarray = lut[local]
         return tracks
 
-    def _new_counter(self, key: _CounterKey) -> int:
+    def _counter_of(self, key: _CounterKey) -> tuple[int, int, str]:
+        """A new counter track's (pid, kind, unit as written: rates per second)."""
         rank, source, metric, entity = key
         gpu = _GPU_ENTITY.match(entity or "")
         pid = self._process(rank, int(gpu.group(1)) if gpu else None)
@@ -630,15 +655,23 @@ class TraceWriter:
         else:
             kind, unit = RAW, "value, not in the catalog"
             self.counts.uncataloged.add(metric)
+        return pid, kind, unit
+
+    def _new_counter(self, key: _CounterKey) -> int:
+        _, source, metric, entity = key
+        pid, kind, unit = self._counter_of(key)
         name = json.dumps(f"{source} {metric} {entity}")
         series = json.dumps(f"[{unit or 'value'}]")
         self._c_prefix.append(pa.scalar(
             f',\n{{"ph":"C","pid":{pid},"tid":{pid},"name":{name},"args":{{{series}:'))
+        return self._add_counter(key, kind)
+
+    def _add_counter(self, key: _CounterKey, kind: int) -> int:
         self._c_kind.append(kind)
         self._c_last = np.append(self._c_last, np.iinfo(np.int64).min)
-        self._counters[key] = len(self._c_prefix) - 1
+        self._counters[key] = len(self._c_kind) - 1
         self.counts.counter_tracks += 1
-        return len(self._c_prefix) - 1
+        return len(self._c_kind) - 1
 
     def _check_order(self, t: np.ndarray, a: np.ndarray, firsts: np.ndarray) -> None:
         """Count samples not strictly after every earlier one of their track (rows grouped by
