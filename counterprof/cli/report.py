@@ -86,6 +86,7 @@ def _main(argv: list[str]) -> int:
         console().print(report_renderable(report))
     if args.html:
         from ..render.report_html import report_html
-        write_text_file(args.html, report_html(report, roofline=inputs.roofline), "--html")
+        write_text_file(args.html, report_html(report, roofline=inputs.roofline, buckets=inputs.buckets,
+                                               catalog=catalog, bucket_ns=bucket_ns(meta)), "--html")
         err(f"HTML report: {args.html}")
     return 0

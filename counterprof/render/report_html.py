@@ -1,37 +1,54 @@
-"""`counterprof report --html`: one self-contained file (inline SVG and CSS, no scripts,
-nothing fetched), so it opens anywhere, offline, and can be attached to a ticket.
+"""`counterprof report --html`: one self-contained file (CSS, uPlot and the charts' data
+inline, nothing fetched), so it opens anywhere, offline, and can be attached to a ticket.
+The timeline: the report's signals and, given the run's buckets, every collector's series,
+one panel per collector and unit, steps as bands, the verdict per window and the regions as
+lanes; hover for values, drag to zoom (all panels together), double-click to zoom out.
 Formats a Report; computes nothing."""
 from __future__ import annotations
 
 import html
 import shlex
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..analysis.classify import Verdict, describe
 from ..analysis.report import Report, asked_words
-from . import svg
+from . import charts, svg
 from ..ground import units
+from .summary import _cells
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ..analysis.roofline import Roofline
 
 COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", "collectives": "#1f8fb5", "host": "#d9a400",
           "unknown": "#9a9a9a", "compute|memory": "#4a6fd6"}
-PLOTS = [("cpu_busy", "CPU utilization (CPUs busy)", None), ("ipc", "IPC (instructions per cycle)", None),
-         ("gpu_util", "GPU utilization", 1.0), ("gpm_tensor", "tensor-core utilization (GPM)", 1.0),
-         ("gpm_dram", "DRAM bandwidth utilization (GPM)", 1.0), ("gpu_idle", "GPU idle share (traces)", 1.0),
-         ("neuron_util", "NeuronCore utilization (neuron-monitor)", 1.0)]
-W, H, PAD = 900, 120, 40
+# the report's own signals: (key, title, unit the page draws it in, top of the y axis)
+PLOTS = [("cpu_busy", "CPU utilization (CPUs busy)", "CPUs", None),
+         ("ipc", "IPC (instructions per cycle)", "ratio", None),
+         ("gpu_util", "GPU utilization", "share", 1.0), ("gpm_tensor", "tensor-core utilization (GPM)", "share", 1.0),
+         ("gpm_dram", "DRAM bandwidth utilization (GPM)", "share", 1.0),
+         ("gpu_idle", "GPU idle share (traces)", "share", 1.0),
+         ("neuron_util", "NeuronCore utilization (neuron-monitor)", "share", 1.0)]
+W = 900
+MAX_LANES = 12           # regions drawn as lanes under the timeline (the table lists them all)
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:980px}
 h1{font-size:20px} h2{font-size:16px;margin-top:28px} .verdict{font-size:18px;font-weight:600}
 .ev{margin:2px 0 2px 12px} .dim{color:#777;font-size:12px} table{border-collapse:collapse;font-size:13px}
-td,th{padding:2px 10px 2px 0;text-align:left} svg{display:block;margin:6px 0} .legend span{margin-right:14px}
+td,th{padding:2px 10px 2px 0;text-align:left} td.n{text-align:right;font-variant-numeric:tabular-nums}
+svg{display:block;margin:6px 0} .legend span{margin-right:14px}
 """
 
 
 def _e(x: object) -> str:
     return html.escape(str(x))
+
+
+def _cut(text: str, width: int = 260) -> str:
+    """Text in a box that cuts it with an ellipsis; the whole text in its title."""
+    return f"<span class='ellip' style='max-width:{width}px' title='{_e(text)}'>{_e(text)}</span>"
 
 
 def _last_at(b: dict[str, Any] | None) -> str:
@@ -49,35 +66,65 @@ def _bar(v: Verdict, width: int = W) -> str:
     return f'<svg class="bar" width="{width}" height="18" role="img">{"".join(out)}</svg>'
 
 
-def _plot(r: Report, key: str, title: str, ymax: float | None) -> str:
-    pts = [(p["t_s"], p[key]) for p in r.plot if key in p]
-    if not pts:
-        return ""
-    start, end = r.overall.start_ns, r.overall.end_ns
-    assert start is not None and end is not None        # a report with plot points spans the run
-    t_end = max((end - start) / 1e9, 1e-9)
-    top = ymax or max(1e-9, max(v for _, v in pts) * 1.1)
-    x = svg.scale(0.0, t_end, PAD, W - PAD, clamp=True)
-    y = svg.scale(0.0, top, 8, H - 8, flip=True, clamp=True)
-    half = r.plot_step_s / 2
-    band = []
-    for w in r.windows:   # the verdict band under the plot
+def _signal_panels(r: Report) -> list[dict[str, Any]]:
+    panels = []
+    for key, title, unit, top in PLOTS:
+        pts = [(p["t_s"] + r.plot_step_s / 2, p[key]) for p in r.plot if key in p]
+        if pts:
+            panels.append({"id": f"signal-{key}", "signal": key, "title": title, "unit": unit, "ymax": top,
+                           "x": [round(t, 6) for t, _ in pts],
+                           "series": [{"label": key, "color": "#333", "values": [charts.finite(v) for _, v in pts]}]})
+    return panels
+
+
+def _collector_panels(buckets: pa.Table, catalog: Mapping[str, Mapping[str, Any]], start_ns: int,
+                      bucket_ns: int) -> tuple[list[dict[str, Any]], list[str]]:
+    from .timeline import collector_panels
+    out, zero = [], []
+    for p in collector_panels(buckets, catalog, start_ns, bucket_ns):
+        zero.extend(p.flat_zero)
+        if not p.series:
+            continue
+        out.append({"id": f"{p.source}-{p.unit}", "title": f"{p.source} · {p.unit}"
+                    + (" (rates)" if p.unit in ("CPUs", "bytes/s") or p.unit.endswith("/s") else ""),
+                    "unit": p.unit, "ymax": None, "x": p.x,
+                    "series": [{"label": s.metric, "color": charts.PALETTE[i % len(charts.PALETTE)],
+                                "values": s.values} for i, s in enumerate(p.series)]})
+    return out, zero
+
+
+def _lanes(r: Report, start: int) -> list[dict[str, Any]]:
+    lanes: list[dict[str, Any]] = []
+    spans = []
+    for w in r.windows:      # the verdict per window
         assert w.start_ns is not None and w.end_ns is not None      # a window's verdict has its times
-        x0, x1 = x((w.start_ns - start) / 1e9), x((w.end_ns - start) / 1e9)
-        band.append(svg.element("rect", f"<title>{_e(describe(w))}</title>", x=x0, y=H, width=max(x1 - x0, 0.5),
-                                height=8, fill=COLORS.get(w.verdict, "#999")))
-    marks = []
-    for i, rv in enumerate(r.regions[:5]):   # region markers: where each of the top regions ran
-        yy = H + 12 + 6 * i
-        for a, b in rv.occurrences_s:
-            marks.append(svg.element("rect", f"<title>{_e(rv.name)}</title>", x=x(a), y=yy,
-                                     width=max(x(b) - x(a), 1.0), height=4, fill="#555"))
-        marks.append(svg.text(W - PAD + 4, yy + 4, rv.name[:18], font_size=9))
-    axis = (svg.baseline(PAD, W - PAD, H - 8) + svg.text(2, 14, f"{top:.2g}") + svg.text(2, H - 8, "0")
-            + svg.text(W - PAD, H + 48, f"{t_end:.1f} s", text_anchor="end"))
-    return (f'<h3 class="dim">{_e(title)}</h3><svg class="plot" data-signal="{_e(key)}" width="{W + 60}" '
-            f'height="{H + 52}" role="img">{axis}'
-            f'{svg.polyline(((x(t + half), y(v)) for t, v in pts), "#333", 1.5)}{"".join(band)}{"".join(marks)}</svg>')
+        spans.append([round((w.start_ns - start) / 1e9, 6), round((w.end_ns - start) / 1e9, 6),
+                      COLORS.get(w.verdict, "#999"), describe(w)])
+    if spans:
+        lanes.append({"name": "verdict", "title": "verdict per window", "spans": spans})
+    for rv in r.regions[:MAX_LANES]:
+        lanes.append({"name": rv.name, "title": f"{rv.name} ({rv.kind}, {rv.count} times, "
+                      f"{units.duration(rv.total_s * 1e9)} in all)",
+                      "color": "#555" if rv.kind != "step" else "#1f77b4",
+                      "spans": [[round(a, 6), round(b, 6)] for a, b in rv.occurrences_s]})
+    return lanes
+
+
+def _timeline(r: Report, buckets: pa.Table | None, catalog: Mapping[str, Mapping[str, Any]] | None,
+              bucket_ns: int | None) -> tuple[dict[str, Any] | None, list[str]]:
+    start, end = r.overall.start_ns, r.overall.end_ns
+    if start is None or end is None:
+        return None, []
+    panels = _signal_panels(r)
+    zero: list[str] = []
+    if buckets is not None and catalog is not None and bucket_ns:
+        more, zero = _collector_panels(buckets, catalog, start, bucket_ns)
+        panels += more
+    if not panels:
+        return None, zero
+    steps = [[round(a, 6), round(b, 6)] for rv in r.regions if rv.kind == "step" for a, b in rv.occurrences_s]
+    return {"kind": "timeline", "id": "timeline", "width": W, "t_end": round(max((end - start) / 1e9, 1e-6), 6),
+            "steps": sorted(steps), "lanes": _lanes(r, start), "panels": panels}, zero
 
 
 def _evidence(v: Verdict) -> str:
@@ -93,8 +140,12 @@ def _evidence(v: Verdict) -> str:
     return "".join(out)
 
 
-def report_html(r: Report, roofline: Roofline | None = None) -> str:
-    """roofline: an analysis.roofline.Roofline of the run, drawn after the GPU breakdown."""
+def report_html(r: Report, roofline: Roofline | None = None, buckets: pa.Table | None = None,
+                catalog: Mapping[str, Mapping[str, Any]] | None = None, bucket_ns: int | None = None) -> str:
+    """roofline: an analysis.roofline.Roofline of the run, drawn after the GPU breakdown.
+    buckets, catalog, bucket_ns: the run's per-metric time buckets (ReportInputs.buckets), its
+    catalog and the buckets' width: with them the timeline has every collector's series, without
+    them only the report's signals."""
     o = r.overall
     cmd = shlex.join(r.run.get("command") or []) or "(no command)"
     legend = "".join(f"<span><svg width='10' height='10' style='display:inline'><rect width='10' height='10' "
@@ -106,15 +157,21 @@ def report_html(r: Report, roofline: Roofline | None = None) -> str:
         from .roofline import caveats
         body.extend(f"<p class='caveat' style='background:#fff3cd;border-left:4px solid #e0a800;"
                     f"padding:6px 10px'>{_e(n)}</p>" for n in caveats(r.roofline.get("notes") or []))
-    plots = [_plot(r, k, t, m) for k, t, m in PLOTS]
-    plots = [p for p in plots if p]
-    if plots:
-        body.append(f"<h2>over time ({r.window_s:g} s windows; band: verdict per window; "
-                    f"bars: top regions)</h2>")
-        body.extend(plots)
+    timeline, zero = _timeline(r, buckets, catalog, bucket_ns)
+    specs = []
+    if timeline is not None:
+        specs.append(timeline)
+        body.append(f"<h2>over time</h2><div class='cp-hint'>grey bands: steps; lanes: the verdict per "
+                    f"{r.window_s:g} s window and the top regions. Hover for values, drag to zoom (every "
+                    "panel), double-click to zoom out.</div><div id='timeline'>"
+                    + "".join(f'<div class="cp-panel" id="panel-{_e(p["id"])}"'
+                              + (f' data-signal="{_e(p["signal"])}"' if p.get("signal") else "") + "></div>"
+                              for p in timeline["panels"]) + "</div>")
+        if zero:
+            body.append(f"<div class='dim'>zero throughout (not drawn): {_e(', '.join(sorted(zero)))}</div>")
     if r.regions:
-        rows = "".join(f"<tr><td>{_e(rv.name)}</td><td>{_e(rv.kind)}</td><td>{rv.count}</td>"
-                       f"<td>{units.secs(rv.total_s)}</td><td>{_bar(rv.verdict, 240)}</td>"
+        rows = "".join(f"<tr><td>{_cut(rv.name)}</td><td>{_e(rv.kind)}</td><td class=n>{rv.count}</td>"
+                       f"<td class=n>{units.duration(rv.total_s * 1e9)}</td><td>{_bar(rv.verdict, 240)}</td>"
                        f"<td>{_e(describe(rv.verdict))}</td></tr>"
                        for rv in r.regions)
         body.append("<h2>regions</h2><table><tr><th>region</th><th>kind</th><th>count</th><th>time</th>"
@@ -145,11 +202,12 @@ def report_html(r: Report, roofline: Roofline | None = None) -> str:
     rows = "".join(f"<tr><td>{_e(n)}</td><td>{_e(c.get('status'))}</td><td>{_e(c.get('reason', ''))}</td></tr>"
                    for n, c in r.collectors.items())
     body.append(f"<h2>collectors</h2><table>{rows}</table>")
-    if r.summary is not None and r.summary.rows:
-        rows = "".join(f"<tr><td>{_e(x.metric)}</td>"
-                       f"<td>{'&lt;' + _e(x.status) + '&gt;' if x.value is None else f'{x.value:,.4g}'}"
-                       f"</td><td>{_e(x.unit)}</td><td>{_e(x.note)}</td></tr>" for x in r.summary.rows)
-        body.append(f"<h2>counters</h2><table>{rows}</table>")
+    if r.summary is not None and r.summary.rows:      # as the text report writes them (perf stat's way)
+        cells = [_cells(x, r.summary.runs) for x in r.summary.rows]
+        rows = "".join(f"<tr><td class=n>{_e(num)}</td><td>{_e(unit)}</td><td>{_e(name)}</td>"
+                       f"<td class=dim>{_e(note[0].removeprefix('#').strip())}</td></tr>"
+                       for (num, _), (unit, _), (name, _), note in cells)
+        body.append(f"<h2>counters</h2><table class='counters'>{rows}</table>")
     if r.gpu_breakdown:
         tm = r.gpu_breakdown["temporal"]
         bars = Verdict("gpu", "unknown", "gpu", shares={"host": tm["idle_pct"] / 100,
@@ -161,13 +219,16 @@ def report_html(r: Report, roofline: Roofline | None = None) -> str:
                     f"non-compute {units.points(tm['non_compute_pct'])}</div>")
     if roofline is not None:
         from .roofline import roofline_section
-        body.append(roofline_section(roofline))
+        section, chart = roofline_section(roofline, chart_id="roofline")
+        body.append(section)
+        if chart is not None:
+            specs.append(chart)
     if r.top_kernels:
-        rows = "".join(f"<tr><td>{_e(k['name'][:90])}</td><td>{_e(k['kernel_class'])}</td><td>{k['count']}</td>"
-                       f"<td>{units.ns_as_ms(k['total_ns'])}</td><td>{units.points(k['share_pct'])}</td></tr>"
+        rows = "".join(f"<tr><td>{_cut(k['name'], 520)}</td><td>{_e(k['kernel_class'])}</td>"
+                       f"<td class=n>{k['count']}</td><td class=n>{units.ns_as_ms(k['total_ns'])}</td>"
+                       f"<td class=n>{units.points(k['share_pct'])}</td></tr>"
                        for k in r.top_kernels)
         body.append(f"<h2>top kernels</h2><table>{rows}</table>")
     if r.next_steps:
         body.append("<h2>what to look at next</h2>" + "".join(f"<div class='ev'>→ {_e(s)}</div>" for s in r.next_steps))
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>counterprof: {_e(r.run.get('id'))}</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>\n")
+    return charts.page(f"counterprof: {_e(r.run.get('id'))}", CSS, "".join(body), specs)

@@ -1,5 +1,6 @@
 """`counterprof roofline` and `counterprof calibrate` output: terminal tables and a
-self-contained HTML page (inline SVG, no scripts). Formats; computes nothing."""
+self-contained HTML page (render/charts.py: uPlot and the data inline, nothing fetched).
+Formats; computes nothing."""
 from __future__ import annotations
 
 import html
@@ -12,7 +13,6 @@ from rich.table import Table
 from ..analysis.roofline import MISFIT, Roofline, ceilings_words
 from ..analysis.roofline_run import TODAYS
 from ..ground.thresholds import value
-from . import svg
 from ..ground.units import duration, ratio, seconds, share, si
 
 BOUND_COLORS = {"compute": "#2e9e44", "memory": "#b23ab2", None: "#9a9a9a"}
@@ -184,9 +184,10 @@ def roofline_text(r: Roofline, out: IO[str], top: int = 15) -> None:
                   "(intensity an upper bound)", style="dim")
 
 
-# ---- roofline: HTML/SVG ------------------------------------------------------------------------
+# ---- roofline: HTML ----------------------------------------------------------------------------
 
-W, H, PADL, PADB, PADT, PADR = 820, 460, 70, 40, 16, 150
+W, H = 900, 480
+LABELLED = 10            # the ops with the most time get their name beside their dot; every dot has a tooltip
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:20px} h2{font-size:16px;margin-top:28px} .dim{color:#777;font-size:12px}
@@ -199,54 +200,63 @@ def _e(x: object) -> str:
     return html.escape(str(x))
 
 
-def roofline_svg(r: Roofline) -> str:
-    """Log-log: x arithmetic intensity (FLOP/B), y FLOP/s; the memory roof and each dtype's
-    peak as lines; each op+shape a dot, area proportional to its time, colored by its bound."""
-    # (op, intensity, FLOP/s) of the ops with both
-    pts = [(o, o.intensity, o.achieved_flops_per_s) for o in r.ops
-           if o.intensity and o.achieved_flops_per_s]
+def _short(name: str, width: int = 28) -> str:
+    return name if len(name) <= width else name[: width - 1] + "…"
+
+
+def roofline_chart(r: Roofline, chart_id: str = "roofline") -> dict[str, Any] | None:
+    """The roofline as charts.js draws it, log-log: x arithmetic intensity (FLOP/B), y FLOP/s;
+    the memory roof and each dtype's peak as lines; each op+shape a dot, area proportional to
+    its time, coloured by its bound, the LABELLED largest named, every one with a tooltip (op,
+    shape, dtype, calls, time, FLOPs, bytes, intensity, FLOP/s, bound). None: nothing to draw."""
+    pts = sorted(((o, o.intensity, o.achieved_flops_per_s) for o in r.ops
+                  if o.intensity and o.achieved_flops_per_s), key=lambda p: -p[0].time_ns)
     c = r.ceilings or {}
     peaks = {k: float(v) for k, v in (c.get("peaks") or {}).items() if v}
     bw = c.get("bandwidth_bytes_per_s")
     xs = [x for _, x, _ in pts] + ([p / bw for p in peaks.values()] if bw else [])
     ys = [y for _, _, y in pts] + list(peaks.values())
     if not xs or not ys:
-        return "<p class='dim'>nothing to draw: no op with FLOPs and time</p>"
-    X, Y, out, (x0, x1, y0, y1) = svg.log_log_axes(
-        xs, ys, (PADL, PADT, W - PADR, H - PADB), (lambda v: f"{v:g}", si),
-        ("arithmetic intensity (FLOP/byte, bytes a lower bound)", "FLOP/s"))
+        return None
+    x0, x1 = 10 ** math.floor(math.log10(min(xs)) - 0.3), 10 ** math.ceil(math.log10(max(xs)) + 0.3)
+    y0, y1 = 10 ** math.floor(math.log10(min(ys)) - 0.3), 10 ** math.ceil(math.log10(max(ys)) + 0.2)
+    roofs: list[dict[str, Any]] = []
+    roof_labels: list[dict[str, Any]] = []
     if bw:
         top = max(peaks.values()) if peaks else y1
         xr = min(top / bw, x1)
-        out.append(svg.line(X(x0), Y(max(bw * x0, y0)), X(xr), Y(min(bw * xr, y1)),
-                            f'<title>memory {si(bw, "B/s")}</title>', cls="roof memory", stroke="#b23ab2",
-                            stroke_width=2))
-        out.append(svg.text(X(x0) + 6, Y(max(bw * x0, y0)) - 6, f'memory {si(bw, "B/s")}', fill="#b23ab2"))
+        roofs.append({"name": "memory", "color": BOUND_COLORS["memory"], "x": [x0, xr], "y": [bw * x0, bw * xr]})
+        xa = max(x0, y0 / bw)
+        roof_labels.append({"text": f"memory {si(bw, 'B/s')}", "x": xa * 1.3, "y": bw * xa * 1.3})
         same: dict[float, list[str]] = {}       # dtypes with one peak share a line and a label
         for k, p in peaks.items():
             same.setdefault(p, []).append(k)
         for p, names in sorted(same.items()):
-            k = ", ".join(names)
             ridge = p / bw
-            title = f'<title>{_e(k)} peak {si(p, "FLOP/s")}, ridge {ratio(ridge)} FLOP/B</title>'
-            out.append(svg.element("line", title,
-                                   cls="roof compute", data_dtype=_e(" ".join(names)), x1=X(max(ridge, x0)),
-                                   y1=Y(p), x2=X(x1), y2=Y(p), stroke="#2e9e44", stroke_width=2)
-                       + svg.text(W - PADR + 4, Y(p) + 3, f'{k} {si(p, "FLOP/s")}', fill="#2e9e44"))
+            roofs.append({"name": ", ".join(names), "color": BOUND_COLORS["compute"],
+                          "x": [max(ridge, x0), x1], "y": [p, p]})
+            roof_labels.append({"text": f"{', '.join(names)} peak {si(p, 'FLOP/s')}, ridge {ratio(ridge)} FLOP/B",
+                                "x": max(ridge, x0) * 1.2, "y": p})
     total = r.total_time_ns or 1
-    for o, intensity, flops_per_s in sorted(pts, key=lambda p: -p[0].time_ns):
-        rad = 3 + 22 * math.sqrt(o.time_ns / total)
-        tip = (f'{o.name} {dims_text(o.input_dims, 80)} {o.dtype or ""}: {o.calls} calls, {duration(o.time_ns)} '
-               f'({pct(o.time_ns / total)}), {si(flops_per_s, "FLOP/s")}, {ratio(intensity)} FLOP/B, '
-               f'{o.bound or "no bound"}, {pct(o.roof_fraction)} of roof')
-        out.append(svg.element("circle", f"<title>{_e(tip)}</title>", cls="op", cx=X(intensity),
-                               cy=Y(flops_per_s), r=rad, fill=BOUND_COLORS.get(o.bound),
-                               fill_opacity="0.55", stroke="#333", stroke_width="0.5"))
-    return f'<svg class="roofline" width="{W}" height="{H}" role="img" xmlns="http://www.w3.org/2000/svg">{"".join(out)}</svg>'
+    points = []
+    for o, intensity, flops_per_s in pts:
+        points.append({
+            "x": intensity, "y": flops_per_s, "r": round(3 + 22 * math.sqrt(o.time_ns / total), 2),
+            "color": BOUND_COLORS.get(o.bound), "label": _short(o.name),
+            "tip": [f"{o.name} {o.dtype or ''}".strip(), f"input dims {dims_text(o.input_dims, 80)}",
+                    f"{o.calls} calls, {duration(o.time_ns)} ({pct(o.time_ns / total)} of op time)",
+                    f"{si(o.flops, 'FLOP')}, {si(o.bytes, 'B')} → {ratio(intensity)} FLOP/B",
+                    f"{si(flops_per_s, 'FLOP/s')}, {si(o.achieved_bytes_per_s, 'B/s')}",
+                    f"{o.bound or 'no'} bound, {_of_roof(o.roof_fraction)} of roof"]})
+    return {"kind": "roofline", "id": chart_id, "width": W, "height": H, "x0": x0, "x1": x1, "y0": y0, "y1": y1,
+            "x_title": "arithmetic intensity (FLOP/byte, bytes a lower bound)", "roofs": roofs,
+            "roof_labels": roof_labels, "points": points, "labelled": LABELLED}
 
 
-def roofline_section(r: Roofline, top: int = 25) -> str:
-    """The roofline as an HTML fragment: the plot, the ceilings, the top ops, MFU, what is missing."""
+def roofline_section(r: Roofline, top: int = 25, chart_id: str = "roofline") -> tuple[str, dict[str, Any] | None]:
+    """The roofline as an HTML fragment (the plot's element, the ceilings, the top ops, MFU, what
+    is missing) and the plot's chart for charts.page (None: nothing to plot)."""
+    chart = roofline_chart(r, chart_id)
     rows = "".join(
         f"<tr><td>{_e(o.name)}</td><td>{_e(dims_text(o.input_dims, 60))}</td><td>{_e(o.dtype or '-')}</td>"
         f"<td class=n>{o.calls}</td><td class=n>{duration(o.time_ns)}</td>"
@@ -256,11 +266,15 @@ def roofline_section(r: Roofline, top: int = 25) -> str:
         f"<td style='color:{BOUND_COLORS.get(o.bound)}'>{_e(o.bound or '-')}</td>"
         f"<td class=n>{_e(_of_roof(o.roof_fraction))}</td></tr>"
         for o in r.ops[:top])
+    plot = (f"<div class='cp-hint'>dots: one op and input shape each, area by time, colour by bound "
+            f"(green compute, purple memory, grey no ceiling); the {LABELLED} largest named; hover any dot "
+            f"for its figures</div><div id='{_e(chart_id)}' class='roofline-plot'></div>" if chart is not None
+            else "<p class='dim'>nothing to draw: no op with FLOPs and time</p>")
     parts = [f"<h2>roofline ({_e(r.device)}, op time = {_e(r.basis)})</h2>",
              f"<div class='dim'>{_e(_ceilings_line(r))}</div>",
              *(f"<p class='caveat' style='background:#fff3cd;border-left:4px solid #e0a800;padding:6px 10px'>"
                f"<b>{_e(n)}</b></p>" for n in caveats(r.notes)),
-             roofline_svg(r),
+             plot,
              "<table><tr><th>op</th><th>input dims</th><th>dtype</th><th>calls</th><th>time</th><th>share</th>"
              f"<th>FLOP/s</th><th>B/s</th><th>FLOP/B</th><th>bound</th><th>of roof</th></tr>{rows}</table>",
              *([f"<div class='dim'>{_e(of_roof_marks())}</div>"]
@@ -277,9 +291,10 @@ def roofline_section(r: Roofline, top: int = 25) -> str:
     parts.extend(f"<div>missing: {_e(x)}</div>" for x in r.missing)
     parts.append("<div class='dim'>bytes are the tensors read and written once each: a lower bound on "
                  "traffic (intensity an upper bound)</div>")
-    return "".join(parts)
+    return "".join(parts), chart
 
 
 def roofline_html(r: Roofline, title: str) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{CSS}</style>"
-            f"</head><body><h1>{_e(title)}</h1>{roofline_section(r)}</body></html>\n")
+    from .charts import page
+    section, chart = roofline_section(r)
+    return page(_e(title), CSS, f"<h1>{_e(title)}</h1>{section}", [chart] if chart is not None else [])

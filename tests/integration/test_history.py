@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from browser import CHROMIUM, SKIP_REASON, render
+from browser import CHROMIUM, SKIP_REASON, check_layout, layout, render
 from helpers import PYTHON, REPO, run_cli
 
 duckdb = pytest.importorskip("duckdb")
@@ -242,7 +242,49 @@ def test_the_html_trends_render_in_a_browser(tmp_path):
     proc = run_cli("history", "show", "--db", str(db), "--metric", "*", "--html", str(html))
     assert proc.returncode == 0, proc.stderr
     dom = render(html, tmp_path, height=900)
-    assert dom.count('class="trend"') == 3
-    assert dom.count('class="pt"') == 3 * 24
-    assert dom.count('class="cp"') == 1
-    assert 27 < float(dom.split('fill="#d62728">+')[1].split("%")[0]) < 33
+    found = layout(dom)
+    check_layout(found)
+    trends = {c["id"]: c for c in found["charts"]}
+    assert dom.count('class="trend"') == 3 and len(trends) == 3
+    assert [c["points"] for c in trends.values()] == [24, 24, 24]
+    labels = [lb for c in trends.values() for lb in c["labels"]]
+    assert len(labels) == 1 and 27 < float(labels[0]["text"].strip("+%")) < 33      # the one change point
+    assert "change point before run 15" in labels[0]["title"]
+    for c in trends.values():                     # honest axes: every y axis starts at zero
+        assert c["y_ticks"][0].startswith("0"), c["y_ticks"]
+        assert all(t.startswith("run ") for t in c["x_ticks"]), c["x_ticks"]
+    step = next(c for c in trends.values() if any(t.endswith(" ms") for t in c["y_ticks"]))
+    assert step["y_ticks"][0] == "0 s" and all(t.endswith((" s", " ms")) for t in step["y_ticks"])
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
+def test_a_drift_looks_its_size_and_a_flat_series_is_one_value(tmp_path):
+    """A 14% drift on a y axis from zero spans 14% of the axis's range, not all of it; a flat
+    series draws distinct tick labels (its value once, not min and max both)."""
+    from counterprof.store.history import RunRecord, add, connect
+    db = tmp_path / "drift.duckdb"
+    con = connect(str(db))
+    for i in range(8):
+        add(con, RunRecord(f"r{i}", f"/runs/{i}", 1_700_000_000_000_000_000 + i * 10**9, None,
+                           '["python", "t.py"]', "h", None, 1, 3.0, "compute", "0.1.0",
+                           [("step_time", 2.0 * (1 + 0.02 * i), "s", 10, "compute"),
+                            ("region:flat", 0.5, "s", 10, "compute")]))
+    con.close()
+    html = tmp_path / "drift.html"
+    proc = run_cli("history", "show", "--db", str(db), "--metric", "*", "--html", str(html))
+    assert proc.returncode == 0, proc.stderr
+    found = layout(render(html, tmp_path, height=700))
+    check_layout(found)
+    ticks = {c["id"]: c["y_ticks"] for c in found["charts"]}
+    assert len(ticks) == 2
+
+    def secs(t):
+        num, unit = t.split()
+        return float(num) * {"s": 1, "ms": 1e-3, "µs": 1e-6}[unit]
+    tops = {}
+    for k, y in ticks.items():
+        assert y[0] == "0 s", y
+        tops[k] = max(secs(t) for t in y)
+    drift, flat = sorted(ticks, key=tops.get, reverse=True)
+    assert 2.0 <= tops[drift] < 2.6, ticks[drift]     # from zero to just above the data (2.0 to 2.28 s)
+    assert 0.3 <= tops[flat] < 0.6 and len(set(ticks[flat])) == len(ticks[flat]) >= 2, ticks[flat]

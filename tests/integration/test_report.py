@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from browser import CHROMIUM, SKIP_REASON, render
+from browser import CHROMIUM, SKIP_REASON, check_layout, layout, render
 from helpers import EXAMPLES, HAS_PMU, PYTHON, run_cli, table_files
 
 
@@ -126,11 +126,91 @@ def test_one_collector_failed_still_reports(tmp_path):
 @pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
 def test_html_report_renders_in_a_browser(tmp_path):
     html = tmp_path / "r.html"
-    _, run_dir = profile_and_report(tmp_path, PYTHON, str(EXAMPLES / "off_cpu_wait.py"), "2",
-                                    report_args=("--html", str(html)))
+    r, _ = profile_and_report(tmp_path, PYTHON, str(EXAMPLES / "off_cpu_wait.py"), "2",
+                              report_args=("--html", str(html)))
     dom = render(html, tmp_path, height=1400)
-    assert dom.count('class="plot"') >= 1 and "<polyline" in dom
-    assert "host-bound" in dom
+    found = layout(dom)
+    check_layout(found)
+    busy = next(c for c in found["charts"] if c["id"] == "signal-cpu_busy")
+    assert busy["points"] == sum(1 for p in r["plot"] if "cpu_busy" in p) > 10
+    assert all(t.endswith(" s") for t in busy["x_ticks"]) and len(busy["x_ticks"]) >= 3
+    assert all(t.endswith(" CPUs") for t in busy["y_ticks"]), busy["y_ticks"]
+    assert 'data-signal="cpu_busy"' in dom and "host-bound" in dom
+    lanes = next(c for c in found["charts"] if c["kind"] == "lanes")
+    assert lanes["points"] == len(r["windows"])              # one verdict span per window
+
+
+LONG = "Optimizer.zero_grad#SGD.zero_grad of the whole model, a name longer than its lane"
+REGIONS = f"""
+import time, counterprof
+def spin(s):
+    end = time.perf_counter() + s
+    while time.perf_counter() < end:
+        pass
+for i in range(6):
+    with counterprof.region("step", category="step"):
+        with counterprof.region({LONG!r}):
+            spin(0.06)
+        with counterprof.region("io"):
+            time.sleep(0.04)
+"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
+def test_the_timeline_draws_every_collector_with_steps_units_and_whole_names(tmp_path):
+    """report_html given the run's buckets (as `report --html` gives them): one panel per collector
+    and unit, every metric that is not zero throughout drawn, the steps as bands, a lane per region
+    whose long name is cut with an ellipsis and whole in its title; counters in the text report's
+    units (msec, MiB), region times in the unit that fits them (never 0.000 s)."""
+    from counterprof.analysis.report import ReportInputs, bucket_ns, build_report, regroup
+    from counterprof.render.report_html import report_html
+    from counterprof.render.timeline import collector_panels
+    from counterprof.store.query import RunQuery
+    from counterprof.store.reader import Run
+    script = tmp_path / "regions.py"
+    script.write_text(REGIONS)
+    run_dir = tmp_path / "r"
+    proc = run_cli("run", "-q", "-I", "10", "-o", str(run_dir), "--", PYTHON, str(script))
+    assert proc.returncode == 0, proc.stderr
+    run = Run(str(run_dir))
+    q = RunQuery(run.path)
+    totals, devices, _ = regroup(q.groups())
+    bn = bucket_ns(run.meta)
+    inputs = ReportInputs(q.buckets(bn), totals, devices, q.spans(), run.catalog, run.meta, ranks=1)
+    q.close()
+    report = build_report(inputs, 1.0)
+    html = tmp_path / "full.html"
+    html.write_text(report_html(report, buckets=inputs.buckets, catalog=run.catalog, bucket_ns=bn))
+    dom = render(html, tmp_path, height=2600)
+    found = layout(dom)
+    check_layout(found)
+    drawn = {c["id"]: c for c in found["charts"]}
+    assert report.overall.start_ns is not None
+    panels = collector_panels(inputs.buckets, run.catalog, report.overall.start_ns, bn)
+    assert {p.source for p in panels} >= {"host", "threads"}
+    for p in panels:
+        if p.series:
+            c = drawn[f"{p.source}-{p.unit}"]
+            assert c["series"] == len(p.series) and c["points"] == len(p.x) * len(p.series)
+            assert all(t.endswith(" s") for t in c["x_ticks"])
+            suffix = {"CPUs": " CPUs", "bytes/s": "B/s", "bytes": "B", "percent": "%"}.get(p.unit)
+            if suffix:
+                assert all(t.endswith(suffix) for t in c["y_ticks"]), (p.unit, c["y_ticks"])
+    metrics = {x.metric for x in report.summary.rows if x.value is not None}
+    shown = {s.metric for p in panels for s in p.series} | {m for p in panels for m in p.flat_zero}
+    assert {m for m in metrics if m.startswith(("proc.", "thread."))} <= shown
+    lanes = drawn["lanes"]
+    names = {lb["text"]: lb for lb in lanes["labels"]}
+    assert set(names) == {"verdict"} | {rv.name for rv in report.regions} >= {"verdict", "io", LONG}
+    assert sum(len(rv.occurrences_s) for rv in report.regions if rv.kind == "step") == 6   # the bands
+    assert names[LONG]["cut"] and LONG in names[LONG]["title"]        # cut on screen, whole in its title
+    assert lanes["points"] == len(report.windows) + sum(len(rv.occurrences_s) for rv in report.regions)
+    assert "0.000 s" not in dom
+    task = next(x for x in report.summary.rows if x.metric == "task-clock")
+    rss = next(x for x in report.summary.rows if x.metric == "proc.rss")
+    assert f'<td class="n">{task.value / 1e6:,.2f}</td><td>msec</td>' in dom
+    assert f'<td class="n">{rss.value / 2**20:,.2f}</td><td>MiB</td>' in dom
+    assert "e+0" not in dom.split("<h2>counters</h2>")[1].split("</table>")[0]
 
 
 def test_torch_loop_starved_by_its_data_loader_is_host(tmp_path):

@@ -19,6 +19,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from browser import CHROMIUM, SKIP_REASON, check_layout, layout, render   # noqa: E402
 from helpers import calibrated, run_cli                                      # noqa: E402
 from kineto_traces import SHARED as TRACES, needs_shared_traces             # noqa: E402
 
@@ -178,9 +179,10 @@ def test_imported_trace_uses_the_datasheet_and_matches_tracelens_kernel_time(imp
     html = tmp_path / "roof.html"
     proc = run_cli("roofline", str(imported["h100_vit_nsfw"]), "--html", str(html), timeout=120)
     assert proc.returncode == 0, proc.stderr
-    page = html.read_text()
-    assert page.count('class="op"') == sum(1 for o in r["ops"] if o["intensity"] and o["achieved_flops_per_s"])
-    assert 'class="roof memory"' in page and re.search(r'data-dtype="[^"]*bf16', page) and "<script" not in page
+    chart = json.loads(re.search(r"<script type='application/json' id='cp-data'>(.*?)</script>",
+                                 html.read_text(), re.S).group(1))["charts"][0]
+    assert len(chart["points"]) == sum(1 for o in r["ops"] if o["intensity"] and o["achieved_flops_per_s"])
+    assert [f["name"] for f in chart["roofs"]][0] == "memory" and any("bf16" in f["name"] for f in chart["roofs"])
 
 
 @needs_shared_traces
@@ -207,6 +209,49 @@ def test_unknown_device_asks_for_a_ceilings_file(imported, tmp_path, cache):
     f.write_text("{}")
     proc = run_cli("roofline", str(imported["mi250_rocm62_minitoy"]), "--ceilings", str(f), timeout=60)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("counterprof: --ceilings")
+
+
+MIXED = """
+import torch, counterprof
+a, b = torch.randn(512, 512), torch.randn(512, 512)
+x, y = torch.rand(4 * 1024 * 1024), torch.rand(4 * 1024 * 1024)
+for step in range(6):
+    torch.mm(a, b)
+    torch.add(x, y)
+    torch.mul(x, y)
+    torch.relu(x)
+    torch.softmax(a, dim=1)
+    counterprof.step()
+"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=SKIP_REASON)
+def test_the_roofline_page_labels_its_ops_and_says_their_figures(tmp_path):
+    """roofline --html in a real browser: a dot per op with FLOPs and time, the memory roof and the
+    fp32 peak, the largest ops named beside their dots (where a name fits without covering
+    anything), tick labels in FLOP/B and FLOP/s, and no text over other text."""
+    run = _profiled(tmp_path, os.environ, MIXED)
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"device": "cpu", "kind": "cpu", "peaks": {"fp32": 2e11}, "bandwidth_bytes_per_s": 2e10}))
+    r = _roofline_json(run, os.environ, "--ceilings", str(f))
+    ops = [o for o in r["ops"] if o["intensity"] and o["achieved_flops_per_s"]]
+    assert len(ops) >= 3
+    html = tmp_path / "roof.html"
+    proc = run_cli("roofline", str(run), "--ceilings", str(f), "--html", str(html), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    found = layout(render(html, tmp_path, height=1200))
+    check_layout(found)
+    (c,) = found["charts"]
+    assert c["points"] == len(ops) and c["series"] == 2          # the memory roof and the fp32 peak
+    texts = [lb["text"] for lb in c["labels"]]
+    assert any(t.startswith("memory 20 GB/s") for t in texts) and any(t.startswith("fp32 peak 200 GFLOP/s")
+                                                                       for t in texts)
+    largest = max(ops, key=lambda o: o["time_ns"])
+    assert c["named"] >= 1 and largest["name"] in texts
+    for lb in c["labels"]:                        # every op label's title holds its op's figures
+        if lb["text"].startswith("aten::"):
+            assert "FLOP/B" in lb["title"] and "calls" in lb["title"], lb
+    assert all(t.endswith("FLOP/s") for t in c["y_ticks"]) and len(c["x_ticks"]) >= 3
 
 
 # ---- calibration against references written here ----------------------------------------------
