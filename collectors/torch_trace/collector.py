@@ -40,6 +40,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -93,6 +94,7 @@ class TorchCollector(PollingCollector):
         self.spans = 0
         self.problems: list[str] = []
         self.steps_files: dict[str, StepsFile] = {}
+        self.convert_s: list[float] = []     # each trace's conversion, here (window_cost)
 
     # -- contract ---------------------------------------------------------------------------
 
@@ -266,12 +268,14 @@ class TorchCollector(PollingCollector):
         rank = rank_of_trace_dir(path)
         conv = TraceConversion(path, default_rank=rank, spill_dir=path.parent,
                                drop_marks=steps_file_of_trace(path))
+        t = time.perf_counter()
         try:
             for batch in conv:
                 self.ctx.emit("spans", batch, rank=rank)
                 self.spans += batch.num_rows
         except TraceFileError as exc:
             conv.problems.append(str(exc))
+        self.convert_s.append(time.perf_counter() - t)
         self.traces += 1
         for p in conv.problems:
             msg = f"torch: {path.name}: {p}"
@@ -318,6 +322,10 @@ class TorchCollector(PollingCollector):
                 windows[k] = windows.get(k, 0) + v
         if windows:
             self.details["time_windows"] = windows      # started, kept, empty, recording_at_exit
+        from .steps import window_cost
+        cost = window_cost(files, self.convert_s)
+        if cost:
+            self.details["window_cost"] = cost          # where the windows' cost went (steps.py)
         if self.seen == 0:
             self.status, self.reason = "empty", self.nothing_recorded(files)
             self.ctx.warn(f"torch: no trace was recorded: {self.reason}")

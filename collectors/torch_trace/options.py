@@ -23,8 +23,8 @@ class TorchOptions(CollectorOptions):
                                 "that imports torch (a window of steps every N), converted into spans")
         group.add_argument("--torch-window", metavar="ACTIVE/EVERY", default=None,
                            help="with --torch: record ACTIVE steps every EVERY steps, exactly "
-                                "(default: 5 every 50 or more, paced so the profiler's own calls "
-                                "take under 5%% of the run)")
+                                "(default: 5 every 50 or more, paced so the windows' measured "
+                                "cost stays under 2%% of the run)")
         group.add_argument("--torch-time-window", metavar="SECONDS/EVERY", default=None,
                            help="with --torch, in a process with no step marks and no module "
                                 "forwards: record SECONDS every EVERY seconds, exactly (default: the "

@@ -42,6 +42,7 @@ HEADER = "counterprof-steps"
 # the rows a process's steps file gives (pysample: its main thread's Python, sampled)
 MARK_CATEGORIES = ("step", "input", "pysample")
 READ_BYTES = 8 * 1024 * 1024       # at most this much of a file per read (memory stays bounded)
+WCOSTS_KEPT = 4096                 # the windows' accounts kept per file (one a window: seconds apart)
 
 
 def steps_file_of_trace(trace: Path) -> bool:
@@ -51,6 +52,77 @@ def steps_file_of_trace(trace: Path) -> bool:
     prefix = trace.name.split(".", 1)[0]
     run = rundir.run_of_rank(trace.parent.parent)      # [_ranks/]rank=<r>/traces/<file>
     return bool(rundir.trace_files(run, prefix + SUFFIX))
+
+
+def window_account(parts: list[str]) -> dict[str, float]:
+    """A wcost line's fields (split at tabs) as numbers ('-' and the like left out)."""
+    out: dict[str, float] = {}
+    for kv in parts[4].split():
+        k, _, v = kv.partition("=")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            continue
+    try:
+        out["start_ns"], out["end_ns"] = int(parts[1]), int(parts[2])
+    except ValueError:
+        pass
+    return out
+
+
+def _median(values: list[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def window_cost(files: list[StepsFile], convert_s: list[float]) -> dict[str, Any]:
+    """The windows' cost, for the collector's details (meta.json collectors.torch.window_cost):
+    step windows' first one (the profiler's one-time set-up in it) apart from the steady ones,
+    the medians of a steady one's phases in ms, and the duty (the windows' cost over the time
+    from the first step to the last; steady: from the first window's end); time windows' medians;
+    the collector's conversion of each trace (in the profiler's process, not the workload's)."""
+    out: dict[str, Any] = {}
+    step = [(sf, w) for sf in files for w in sf.wcosts if not w.get("time")]
+    if step:
+        out["step_windows"] = len(step)
+        first = [w for _, w in step if w.get("n") == 1]
+        steady = [w for _, w in step if w.get("n", 0) > 1]
+        if first:
+            out["first_cost_ms"] = round(first[0].get("cost_us", 0) / 1e3, 3)
+            out["first_start_ms"] = round(first[0].get("start_us", 0) / 1e3, 3)
+        for key in ("start", "step_calls", "stop", "export", "recorded_excess", "cost", "wall"):
+            vals = [w[key + "_us"] for w in steady if key + "_us" in w]
+            if vals:
+                out[f"steady_{key}_ms"] = round(_median(vals) / 1e3, 3)
+        if steady:
+            out["steps_per_window"] = _median([w.get("steps", 0) for w in steady])
+        spans = all_cost = steady_span = steady_cost = 0.0
+        for sf in files:
+            mine = [w for f, w in step if f is sf]
+            if not mine or sf.first_step_ns is None or sf.last_step_ns is None:
+                continue
+            spans += max(1, sf.last_step_ns - sf.first_step_ns)
+            all_cost += sum(w.get("cost_us", 0) for w in mine) * 1e3
+            after = [w for w in mine if w.get("n", 0) > 1]
+            first_end = min((w.get("end_ns", 0) for w in mine if w.get("n") == 1), default=sf.first_step_ns)
+            if after and sf.last_step_ns > first_end:
+                steady_span += sf.last_step_ns - first_end
+                steady_cost += sum(w.get("cost_us", 0) for w in after) * 1e3
+        if spans:
+            out["duty"] = round(all_cost / spans, 5)
+        if steady_span:
+            out["steady_duty"] = round(steady_cost / steady_span, 5)
+    timed = [w for sf in files for w in sf.wcosts if w.get("time")]
+    if timed:
+        out["time_windows"] = len(timed)
+        for key in ("start", "stop", "export", "cost"):
+            vals = [w[key + "_us"] for w in timed if key + "_us" in w]
+            if vals:
+                out[f"time_{key}_ms"] = round(_median(vals) / 1e3, 3)
+    if convert_s:
+        out["convert_ms"] = round(_median(convert_s) * 1e3, 3)
+        out["convert_s_total"] = round(sum(convert_s), 3)
+    return out
 
 
 @record
@@ -65,6 +137,11 @@ class StepsFile:
     steps: int = 0
     inputs: int = 0
     windows: dict[str, int] = field(default_factory=dict)   # its time windows' account, at exit
+    # each finished window's account (the driver's `wcost` lines): its fields as numbers, with
+    # start_ns and end_ns; and the first step's start and the last step's end (run clock ns)
+    wcosts: list[dict[str, float]] = field(default_factory=list)
+    first_step_ns: int | None = None
+    last_step_ns: int | None = None
     claim: Claim | None = None
 
     def __post_init__(self) -> None:
@@ -106,10 +183,16 @@ class StepsFile:
                 cols["category"].append(kind)
                 if kind == "step":
                     self.steps += 1
+                    if self.first_step_ns is None:
+                        self.first_step_ns = start
+                    self.last_step_ns = max(stop, self.last_step_ns or stop)
                 elif kind == "input":
                     self.inputs += 1
             elif kind == "marks" and len(parts) == 2:
                 self.marks.append(parts[1])
+            elif kind == "wcost" and len(parts) == 5:
+                if len(self.wcosts) < WCOSTS_KEPT:
+                    self.wcosts.append(window_account(parts))
             elif kind == "stopped" and len(parts) == 2:
                 self.stopped.append(parts[1])
             elif kind == "windows" and len(parts) == 2:

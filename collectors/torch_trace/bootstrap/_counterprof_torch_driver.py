@@ -32,6 +32,15 @@ the user gives is followed exactly: `window_s` seconds every `window_every_s`, t
 counterprof stands down and keeps a copy of each trace the script exports from that profiler
 instead.
 
+Window cost (issue 35): the default step schedule is paced by each window's measured cost,
+what it added to the loop (its wall time from the profiler's start to the end of its stop and
+export, less as many steps at the loop's median step time outside windows; at least its calls
+into the profiler): the next window waits until that cost is under STEP_WINDOW_COST_SHARE of the
+time since. The first window, started before any step time is known, is paced by its calls
+alone; it holds the profiler's one-time set-up, told apart in the account. Our profilers are
+made trace_only where torch has it (2.12+, not with with_stack): their stop builds no Python
+event objects, the bulk of a short window's stop on a serving loop.
+
 Every step, traced or not, and every DataLoader `next()` is timed (two clock reads) and
 buffered; a thread of the driver appends them once a second (and at exit) to
 <run>/rank=<rank>/traces/<host>_<pid>.steps, one tab-separated line each, on the run's clock
@@ -41,7 +50,14 @@ buffered; a thread of the driver appends them once a second (and at exit) to
     input<TAB><start ns><TAB><end ns><TAB><tid><TAB>enumerate(DataLoader)#<iterator class>.__next__
     marks<TAB><what marks the steps: counterprof, profiler, optimizer, forward or window>
     stopped<TAB><why profiling stopped in this process>
-tid is the OS thread id, as Kineto writes it on Linux. A step ends at its mark and starts at
+    wcost<TAB><start ns><TAB><end ns><TAB><tid><TAB><key=value ...>
+tid is the OS thread id, as Kineto writes it on Linux. A wcost line is one finished window's
+account, from its profiler's start to the end of its stop and export: a step window's n, steps
+(marks while it recorded), start_us, step_calls_us, stop_us, export_us (its profiler calls),
+recorded_excess_us (what its steps took over the loop's median step, '-' before one is known),
+step_us (that median), wall_us, cost_us (what pacing counts) and next_after_s; a time window's
+time=1, start_us, stop_us, export_us, recorded_us, cost_us and empty.
+A step ends at its mark and starts at
 the previous one; the first at the first outermost forward before it (else it opens the count).
 A step marked by a forward is that forward call.
 
@@ -94,7 +110,14 @@ else:
     _LoaderBase = object
 
 ENV = "COUNTERPROF_TORCH"
-WINDOW_COST_SHARE = 0.05       # the most of a run's time that windows' profiler calls may take
+WINDOW_COST_SHARE = 0.05       # the most of a run's time that time windows' profiler calls may take
+# Step windows (the paced default): the most of the loop's time that their measured cost may
+# take. A window's cost is what it added to the loop: its wall time, from the profiler's start
+# to the end of its stop and export, less as many steps at the loop's median step time outside
+# windows (so the recorded steps' own slowdown counts, and a set-up that lands in the first
+# recorded step, CUPTI's lazy one, too), and never less than its calls into the profiler.
+STEP_WINDOW_COST_SHARE = 0.02
+STEP_INTERVALS_KEPT = 64       # the loop's last step times outside windows, for its median
 DEFAULTS = {"every": 50, "active": 5, "warmup": 1, "record_shapes": True, "with_stack": False,
             "profile_memory": False, "rank": None, "start_now": False, "window_s": 2.0,
             "window_every_s": 20.0, "clock_offset_ns": None, "time_paced": False}
@@ -306,6 +329,10 @@ def _capturing() -> bool:
         return False
 
 
+def _us(seconds: float) -> int:
+    return int(seconds * 1e6)
+
+
 def _say(message: str) -> None:
     try:
         print(f"counterprof: {message}", file=sys.stderr, flush=True)
@@ -356,6 +383,15 @@ class Driver:
         self.paced = bool(cfg.get("paced", False))
         self.sched = self.every - self.warmup if self.paced and 0 < self.warmup < self.every else 0
         self.window_cost_s = 0.0      # time spent in torch.profiler calls for this window
+        # the step window recording now, its account (_stop_ours writes it as a `wcost` line):
+        # t0 (monotonic s before its start), start, calls (its step() calls), last (the last
+        # step() call: stop and export), export, steps (marks while it recorded)
+        self.win: dict[str, Any] | None = None
+        self.win_count = 0            # step windows accounted for
+        self.last_export_s = 0.0      # the last export_chrome_trace's time
+        self._intervals: collections.deque[float] = collections.deque(maxlen=STEP_INTERVALS_KEPT)
+        self._last_advance = 0.0      # monotonic s of the last step mark
+        self._skip_interval = False   # the next step holds a window's stop and export
         self.next_window_at = 0.0     # monotonic s before which no step window starts
         self.open_start: int | None = None   # monotonic ns the step in progress started (mark kinds)
         self.forwards = 0             # outermost forwards seen
@@ -667,6 +703,13 @@ class Driver:
     def _advance(self) -> None:
         """A step of the schedule begins. A torch profiler lives only from a window's warm-up
         to its end: between windows a step costs no call into torch."""
+        now = time.monotonic()
+        last, self._last_advance = self._last_advance, now
+        if last and self.prof is None:
+            if self._skip_interval:
+                self._skip_interval = False
+            elif not self.user_profilers and self.window_prof is None:
+                self._intervals.append(now - last)    # the loop's own step time, no window in it
         step, self.sched = self.sched, self.sched + 1
         if self.user_profilers or self.window_prof is not None:
             return                    # the script's own profiler, or a time window, records
@@ -677,13 +720,20 @@ class Driver:
         if self.prof is not None:
             if _capturing():
                 return
+            win = self.win
+            self.last_export_s = 0.0
             t = time.monotonic()
             with _calling_profiler():
                 self.prof.step()
-            self.window_cost_s += time.monotonic() - t
+            took = time.monotonic() - t
+            self.window_cost_s += took
+            if win is not None:
+                win["steps"] += 1
+                win["calls"] += took
+                win["last"], win["export"] = took, self.last_export_s
             from torch.profiler import ProfilerAction
             if self.prof.current_action == ProfilerAction.NONE:
-                self._stop_ours(discard=True)     # the window is written; none until the next
+                self._stop_ours(discard=True, account=True)   # written; none until the next
         elif not self.active <= step % self.every < self.every - self.warmup \
                 and time.monotonic() >= self.next_window_at and not _capturing() and self.ask is None:
             self.start(step)          # (none while an ask waits: its step must find no window on)
@@ -702,25 +752,52 @@ class Driver:
     def _step_profiler(self, schedule: Callable[[int], ProfilerAction], on_ready: Callable[[Any], Any]) -> None:
         """Our torch profiler, started now, stepped at each step mark (_advance)."""
         try:
+            t0 = time.monotonic()
             import torch
             from torch.profiler import ProfilerActivity, profile
             activities = [ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 activities.append(ProfilerActivity.CUDA)    # ROCm builds too
             prof: Any = profile(activities=activities, schedule=schedule, on_trace_ready=on_ready,
-                                record_shapes=self.record_shapes, with_stack=self.with_stack,
-                                profile_memory=self.profile_memory)
+                                **self._profile_options())
             prof._counterprof = True
             t = time.monotonic()
             with _calling_profiler():
                 prof.start()
-            self.window_cost_s = time.monotonic() - t
+            now = time.monotonic()
+            self.window_cost_s = now - t
+            self.win = {"t0": t0, "t0_ns": _monotonic_ns() - int((now - t0) * 1e9),
+                        "start": now - t0, "calls": 0.0, "last": 0.0, "export": 0.0, "steps": 0}
             self.prof = prof
         except Exception as exc:
             self._fail(exc)
 
-    def _stop_ours(self, discard: bool) -> None:
+    def _profile_options(self, **experimental: Any) -> dict[str, Any]:
+        """The keyword arguments of our torch.profiler.profile: the configured record_shapes,
+        with_stack and profile_memory, and an experimental config with `experimental` and
+        trace_only (torch >= 2.12, not with with_stack): the stop then builds no Python event
+        objects, which the driver never reads (it only exports the trace, whose content is the
+        same): a window of a batch-1 serving loop stops in a quarter of the time."""
+        options: dict[str, Any] = {"record_shapes": self.record_shapes, "with_stack": self.with_stack,
+                                   "profile_memory": self.profile_memory}
+        try:
+            from torch._C._profiler import _ExperimentalConfig
+        except ImportError:
+            return options
+        tries = [experimental] if self.with_stack else [{**experimental, "trace_only": True}, experimental]
+        for kwargs in tries:
+            if not kwargs:
+                break
+            try:
+                options["experimental_config"] = _ExperimentalConfig(**kwargs)
+                break
+            except TypeError:         # an older torch: not this option
+                continue
+        return options
+
+    def _stop_ours(self, discard: bool, account: bool = False) -> None:
         prof, self.prof = self.prof, None
+        win, self.win = self.win, None
         if prof is None:
             return
         self.discard = discard
@@ -730,13 +807,38 @@ class Driver:
                 prof.stop()
         finally:
             self.discard = False
-            # pace the windows: what this one cost in profiler calls (start, steps, stop and
-            # export) stays under WINDOW_COST_SHARE of the time until the next one starts, so
-            # a loop of 1 ms steps (batch-1 inference) is not traced every 50 ms
             now = time.monotonic()
             self.window_cost_s += now - t
+            cost = self.window_cost_s
+            if account and win is not None:
+                cost = self._account_window(win, now, now - t)
+            # pace the windows: what this one cost (paced: what it added to the loop) stays
+            # under STEP_WINDOW_COST_SHARE of the time until the next one starts, so a loop of
+            # 0.5 ms steps (batch-1 inference) is not traced every 50 ms
             if self.paced:
-                self.next_window_at = now + self.window_cost_s / WINDOW_COST_SHARE
+                self.next_window_at = now + cost / STEP_WINDOW_COST_SHARE
+
+    def _account_window(self, win: dict[str, Any], end: float, stop_s: float) -> float:
+        """A step window ended at `end` (monotonic s): what it cost the loop, in seconds (see
+        STEP_WINDOW_COST_SHARE), written as a `wcost` line with its phases."""
+        self.win_count += 1
+        self._skip_interval = True
+        steps = int(win["steps"])
+        calls = float(win["start"] + win["calls"] + stop_s)
+        wall = end - float(win["t0"])
+        base = sorted(self._intervals)[len(self._intervals) // 2] if len(self._intervals) >= 3 else None
+        added = wall - steps * base if base is not None else calls
+        cost = max(calls, added)
+        fields = [f"n={self.win_count}", f"steps={steps}", f"start_us={_us(win['start'])}",
+                  f"step_calls_us={_us(win['calls'] - win['last'])}",
+                  f"stop_us={_us(win['last'] - win['export'] + stop_s)}", f"export_us={_us(win['export'])}",
+                  f"recorded_excess_us={_us(added - calls) if base is not None else '-'}",
+                  f"cost_us={_us(cost)}", f"step_us={_us(base) if base is not None else '-'}",
+                  f"wall_us={_us(wall)}",
+                  f"next_after_s={cost / STEP_WINDOW_COST_SHARE if self.paced else 0:.3f}"]
+        self._records.append(("wcost", int(win["t0_ns"]), int(win["t0_ns"] + wall * 1e9), _native_id(),
+                              " ".join(fields)))
+        return cost
 
     def close(self) -> None:
         """Stop recording; the window in progress is written (at exit, or by the collector),
@@ -837,15 +939,9 @@ class Driver:
                 activities = [ProfilerActivity.CPU]
                 if torch.cuda.is_available():
                     activities.append(ProfilerActivity.CUDA)
-                extra: dict[str, Any] = {}
-                try:                  # every thread's ops, not only the main thread's
-                    from torch._C._profiler import _ExperimentalConfig
-                    extra["experimental_config"] = _ExperimentalConfig(profile_all_threads=True)
-                except (ImportError, TypeError):
-                    pass
+                # every thread's ops, not only the main thread's
                 prof: Any = profile(activities=activities, on_trace_ready=self._export_time_window,
-                                    record_shapes=self.record_shapes, with_stack=self.with_stack,
-                                    profile_memory=self.profile_memory, **extra)
+                                    **self._profile_options(profile_all_threads=True))
                 prof._counterprof = True
                 self.window_full = False
                 self.window_rss = self._rss() if self.time_paced else 0
@@ -883,14 +979,23 @@ class Driver:
         discard = discard or (self.time_paced and bool(self.marks))
         if discard:
             self.discard = True
+        self.last_export_s = 0.0
         try:
             with _calling_profiler():
                 prof.stop()           # writes the window (on_trace_ready), or drops an empty one
         finally:
             if discard:
                 self.discard = False
+            now = time.monotonic()
+            if not discard:
+                        self._records.append((
+                    "wcost", int((self.window_started - self.window_start_cost_s) * 1e9), int(now * 1e9),
+                    _native_id(), f"time=1 start_us={_us(self.window_start_cost_s)} "
+                    f"stop_us={_us(now - t - self.last_export_s)} export_us={_us(self.last_export_s)} "
+                    f"recorded_us={_us(t - self.window_started)} cost_us={_us(self.window_start_cost_s + now - t)} "
+                    f"empty={int(self.window_empty)}"))
             if self.time_paced:
-                self._pace_time_windows(t, time.monotonic())
+                self._pace_time_windows(t, now)
 
     def _pace_time_windows(self, stopped: float, now: float) -> None:
         """The adaptive time schedule, once a window ended at `stopped` (and was written by
@@ -1089,6 +1194,8 @@ class Driver:
                         lines.append(f"input\t{start + off}\t{end + off}\t{tid}\t{what}\n")
                     elif kind == "pysample":
                         lines.append(f"pysample\t{start + off}\t{start + off}\t{tid}\t{what}\n")
+                    elif kind == "wcost":
+                        lines.append(f"wcost\t{start + off}\t{end + off}\t{tid}\t{what}\n")
                     else:
                         lines.append(f"{kind}\t{what}\n")
             except IndexError:
@@ -1183,7 +1290,9 @@ class Driver:
             else:
                 path = self._next_path(suffix)
                 tmp = path + ".tmp"
+            t = time.monotonic()
             prof.export_chrome_trace(tmp)
+            self.last_export_s = time.monotonic() - t
             if keep is not None and not keep(tmp):
                 os.unlink(tmp)
                 return False
