@@ -32,13 +32,14 @@ def import_traces(paths: list[str | os.PathLike[str]], run: str | os.PathLike[st
     """Import the traces at paths (files, or directories searched for them) into the run
     directory run; the ImportedTrace of each, failed ones included (on_trace sees each as done).
     into: add to the existing finished run `run` (Neuron Explorer profiles only)."""
-    from .collectors.neuron import importer as neuron_importer
-    neuron_dirs, paths = neuron_importer.find_profiles(paths)
+    from .collectors.neuron.profile_dirs import find_profiles
+    neuron_dirs, paths = find_profiles(paths)
     if into and paths:
         from .ground.errors import CounterprofError
         raise CounterprofError("--into adds Neuron Explorer profiles to a run; these are not: "
                                + ", ".join(map(str, paths)) + " (import them into a new run with -o)")
     if neuron_dirs:
+        from .collectors.neuron import importer as neuron_importer
         found: list[Any] = []
         if paths:      # the Kineto/JAX traces make the run; the profiles join it
             found = import_traces(paths, run, replace=replace, default_rank=default_rank, command=command,

@@ -12,15 +12,16 @@ finishes the job is said.
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from counterprof.collector import Collector, SessionContext
 
-from . import explorer
 from .capture_options import NeuronProfileOptions
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .explorer import Profile
 
 EXPLORER = "neuron-explorer"
 PROCESS_TIMEOUT_S = 1800.0
@@ -63,6 +64,8 @@ class NeuronProfileCollector(Collector):
             self.reason = (f"the workload wrote no Neuron profile to {raw}: it ran no NEFF on a NeuronCore (no Neuron "
                            "runtime here, or it ended before its first execution)")
             return
+        import shutil
+        import subprocess
         exe = shutil.which(EXPLORER)
         if exe is None:
             self.status = "empty"
@@ -82,14 +85,16 @@ class NeuronProfileCollector(Collector):
             why = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
             self._failed(f"{EXPLORER} failed: {why[0][:300]}; the raw files are kept in {raw}")
             return
-        from .importer import find_profiles
+        from . import explorer          # (pyarrow: loaded once there is a profile to read)
+        from .profile_dirs import find_profiles
         dirs, _ = find_profiles([out])
         if not dirs:
             self._failed(f"{EXPLORER} wrote no profile directory under {out}; the raw files are kept in {raw}")
             return
         self._emit([explorer.read_profile(d) for d in dirs])
 
-    def _emit(self, profiles: list[explorer.Profile]) -> None:
+    def _emit(self, profiles: list[Profile]) -> None:
+        from . import explorer
         cores = sorted({(p.device, p.core) for p in profiles})
         self.ctx.add_metrics(explorer.METRICS)
         for p in profiles:
@@ -109,6 +114,7 @@ class NeuronProfileCollector(Collector):
         self.ctx.fail(self.name, reason)
 
     def summary_config(self) -> dict[str, Any]:
+        import shutil         # (here, not at import: every run loads the collector classes)
         return {**self.config, "explorer": shutil.which(EXPLORER)}
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from counterprof.ground.errors import CounterprofError
+from counterprof.ground.record import record
 from counterprof.ground.schema import SAMPLES_SCHEMA, SPANS_SCHEMA, Metric
+
+from .profile_dirs import is_profile_dir, table_files  # noqa: F401  (is_profile_dir: this reader's test of a directory)
 
 SOURCE = "neuron_explorer"
 
@@ -120,7 +123,7 @@ class NeuronProfileError(CounterprofError):
     """A Neuron Explorer profile this reader cannot read (named, with what to do)."""
 
 
-@dataclass
+@record
 class Alignment:
     method: str           # how the device clock was put on the Unix clock
     within_ns: int        # how far off it can be
@@ -131,7 +134,7 @@ class Alignment:
         return {"method": self.method, "within_ns": self.within_ns, "pairs": self.pairs, "shift_ns": self.shift_ns}
 
 
-@dataclass
+@record
 class Profile:
     path: Path
     version: str
@@ -144,33 +147,6 @@ class Profile:
     counts: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     facts: dict[str, Any] = field(default_factory=dict)
-
-
-def is_profile_dir(path: str | Path) -> bool:
-    """A directory Neuron Explorer wrote: its Metadata table and one of its timelines."""
-    p = Path(path)
-    if not p.is_dir():
-        return False
-    names = {_table_of(f.name) for f in p.glob("*.parquet")}
-    return "Metadata" in names and bool(names & {"Instruction", "DmaPacket", "CcOp", "Summary"})
-
-
-def _table_of(filename: str) -> str:
-    stem = filename[:-len(".parquet")]
-    m = re.fullmatch(r"(.+?)_(\d+)", stem)
-    return m.group(1) if m else stem
-
-
-def _files(path: Path) -> dict[str, list[Path]]:
-    out: dict[str, list[Path]] = {}
-    for f in sorted(path.glob("*.parquet"), key=lambda f: (_table_of(f.name), _part(f.name))):
-        out.setdefault(_table_of(f.name), []).append(f)
-    return out
-
-
-def _part(filename: str) -> int:
-    m = re.fullmatch(r".+?_(\d+)\.parquet", filename)
-    return int(m.group(1)) if m else -1
 
 
 def _read(files: list[Path], table: str) -> pa.Table:
@@ -293,7 +269,7 @@ def _unix_ns(text: str) -> tuple[int, int]:
 def read_profile(path: str | Path) -> Profile:
     """Read one processed profile directory (see the module's table)."""
     root = Path(path)
-    files = _files(root)
+    files = table_files(root)
     if "Metadata" not in files:
         raise NeuronProfileError(f"{root}: no Metadata.parquet: not a Neuron Explorer profile directory (the "
                                  "directory neuron-explorer writes with --output-file, or <data-path>/profiles/"

@@ -33,6 +33,7 @@ from counterprof.store.parquet_writer import open_parquet
 
 from ..torch_trace import importer as kineto
 from . import explorer
+from .profile_dirs import find_profiles  # noqa: F401  (import_trace's way in)
 
 
 @record
@@ -235,19 +236,3 @@ def _add_meta(run_path: Path, profiles: list[ImportedNeuronProfile], command: li
     have = {(m.get("source"), m.get("name")) for m in catalog if isinstance(m, dict)}
     catalog += [m for m in _catalog() if (m["source"], m["name"]) not in have]
     rundir.write_json(path, catalog)
-
-
-def find_profiles(paths: list[str | os.PathLike[str]]) -> tuple[list[Path], list[str | os.PathLike[str]]]:
-    """(Neuron Explorer profile directories among paths, or one level below a directory given;
-    the other paths)."""
-    found: list[Path] = []
-    rest: list[str | os.PathLike[str]] = []
-    for p in paths:
-        path = Path(p)
-        if explorer.is_profile_dir(path):
-            found.append(path)
-        elif path.is_dir() and (subs := sorted(d for d in path.iterdir() if explorer.is_profile_dir(d))):
-            found += subs
-        else:
-            rest.append(p)
-    return found, rest

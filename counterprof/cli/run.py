@@ -53,7 +53,7 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="counterprof run", description=__doc__.split("\n\n")[0],
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     # every collector's interval unless it has its own: perf counts at it, threads follows it
-    p.add_argument("-I", "--interval-ms", type=float, default=None, metavar="MS",
+    p.add_argument("-I", "--interval-ms", type=float, default=100.0, metavar="MS", action=_Given,
                    help="counter sampling interval in ms (default 100; 1 works); given, the "
                         "counts of each interval are printed as they come, as perf stat -I prints "
                         "them (--no-interval-rows: the totals only)")
@@ -107,7 +107,7 @@ def build_parser() -> ArgumentParser:
     from .serve import add_arguments as add_serve_arguments
     add_repeat_arguments(p)
     add_serve_arguments(p)
-    p.set_defaults(collector_options=_add_collector_options(p))
+    p.set_defaults(collector_options=_add_collector_options(p), interval_given=False)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     return p
 
@@ -159,13 +159,19 @@ def _main(argv: list[str]) -> int:
     return _run(args)
 
 
+class _Given(argparse.Action):
+    """Stores the value and that it was given (-I given prints interval rows, as perf stat's)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.interval_given = True
+
+
 def _output_options(args: argparse.Namespace) -> None:
     """What the run prints, and where: the machine-readable forms (--json, -j, -x) on stdout,
     alone (the workload's stdout is sent to stderr, so stdout is one document), everything
     for people on stderr; -I given: the interval rows as they come (as perf stat -I)."""
-    args.interval_given = args.interval_ms is not None
-    if args.interval_ms is None:
-        args.interval_ms = 100.0
     sep = args.field_separator
     if sep is not None and (sep == "" or "\n" in sep):
         raise _usage("-x takes a field separator, e.g. -x, (perf stat's CSV)")

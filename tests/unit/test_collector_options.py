@@ -18,7 +18,7 @@ import pytest
 from helpers import PYTHON
 from counterprof.cli.common import UsageFailure
 
-BUILT_IN = ("perf", "host", "threads", "nvml", "neuron", "torch", "jax")
+BUILT_IN = ("perf", "host", "threads", "nvml", "neuron", "neuron_profile", "torch", "jax")
 
 PLUGIN = '''
 from counterprof.collector import Collector, CollectorOptions
@@ -97,7 +97,7 @@ def parse(argv: list[str]):
 
 def config_of(argv: list[str]):
     from counterprof.cli.run import _collector_config
-    return _collector_config(parse(argv))
+    return _collector_config(parse(argv))[:2]      # (config, collectors): the third is what is said
 
 
 # --- the hook, in process -----------------------------------------------------------------------
@@ -163,7 +163,7 @@ def test_a_collector_that_fails_to_load_leaves_the_parser_whole(tmp_path, monkey
         text = build_parser().format_help()
         assert "--events EVENTS" in text and "--fake" not in text
         config, _ = config_of(["--", "true"])
-        assert "broken" not in config and set(BUILT_IN) - {"torch", "jax"} <= set(config)
+        assert "broken" not in config and set(BUILT_IN) - {"torch", "jax", "neuron_profile"} <= set(config)
     finally:
         sys.modules.pop(module, None)
 
@@ -179,7 +179,7 @@ def test_options_whose_flag_another_has_are_left_out_and_said(tmp_path, monkeypa
         assert "fake" not in args.collector_options and "nvml" in args.collector_options
         assert "the fake collector's options are left out: argument --gpus" in capsys.readouterr().err
         from counterprof.cli.run import _collector_config
-        config, _ = _collector_config(args)
+        config, *_ = _collector_config(args)
         assert "fake" not in config and config["nvml"]["gpus"] == "0"
     finally:
         sys.modules.pop(module, None)
