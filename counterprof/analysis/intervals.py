@@ -27,7 +27,27 @@ def total(iv: Intervals) -> int:
     return sum(e - s for s, e in iv)
 
 
+_AFTER_ANY_END = float("inf")
+
+
 def intersect(a: Intervals, b: Intervals) -> Intervals:
+    if len(a) > len(b):          # symmetric: the shorter set walks, the longer is searched
+        a, b = b, a
+    if len(a) * 16 < len(b) and isinstance(b[0], tuple):
+        # a few intervals (a verdict window, a step) against a whole run's set: bisection finds
+        # where each starts, so a run's thousands of windows do not each walk the whole set
+        found: Intervals = []
+        n = len(b)
+        for lo, hi in a:
+            j = bisect_right(b, (lo, _AFTER_ANY_END)) - 1      # the last one starting at or before lo
+            if j < 0 or b[j][1] <= lo:
+                j += 1
+            while j < n and b[j][0] < hi:
+                s, e = max(lo, b[j][0]), min(hi, b[j][1])
+                if s < e:
+                    found.append((s, e))
+                j += 1
+        return found
     out: Intervals = []
     i = j = 0
     while i < len(a) and j < len(b):
