@@ -28,8 +28,8 @@ from counterprof import __version__
 from counterprof.ground.errors import CounterprofError, os_error
 from counterprof.ground.record import record
 from counterprof.ground.schema import SPANS_SCHEMA
-from counterprof.store import rundir, safepath
-from counterprof.store.parquet_writer import open_parquet
+from counterprof.store import rundir
+from counterprof.store.parquet_writer import write_file
 
 from ..torch_trace import importer as kineto
 from . import convert
@@ -129,22 +129,9 @@ def _convert(trace: ImportedProfile, target: Path) -> tuple[str, int]:
 
 
 def _write(target: Path, table: pa.Table, window: pa.RecordBatch | None) -> None:
-    safepath.unlink_in_run(target)       # a temporary name of ours (or a planted link)
-    safepath.create_private(target)      # 0600 from its first byte
-    writer = open_parquet(target, SPANS_SCHEMA, compression="zstd",
-                          use_dictionary=kineto.DICTIONARY_COLUMNS)
-    try:
-        writer.write_table(table, row_group_size=kineto.ROW_GROUP_ROWS)
-        if window is not None:       # last: its presence says the profile is complete
-            writer.write_table(pa.Table.from_batches([window]), row_group_size=kineto.ROW_GROUP_ROWS)
-    except BaseException:
-        try:
-            writer.close()
-        finally:
-            target.unlink(missing_ok=True)
-        raise
-    writer.close()
-    os.chmod(target, 0o600)
+    # the window span last: its presence says the profile is complete
+    write_file(target, SPANS_SCHEMA, [table, *([pa.Table.from_batches([window])] if window is not None else [])],
+               row_group_size=kineto.ROW_GROUP_ROWS, compression="zstd", use_dictionary=kineto.DICTIONARY_COLUMNS)
 
 
 def _ranks(profiles: list[ImportedProfile], identity: dict[int, tuple[str, int]],

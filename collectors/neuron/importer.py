@@ -27,9 +27,9 @@ from counterprof import __version__
 from counterprof.ground.errors import CounterprofError, RunDirectoryError, os_error
 from counterprof.ground.record import record
 from counterprof.ground.schema import SAMPLES_SCHEMA, SPANS_SCHEMA
-from counterprof.store import rundir, safepath
+from counterprof.store import rundir
 from counterprof.store.meta import read_meta
-from counterprof.store.parquet_writer import open_parquet
+from counterprof.store.parquet_writer import write_file
 
 from ..torch_trace import importer as kineto
 from . import explorer
@@ -156,21 +156,9 @@ def _check_into(run: Path) -> None:
 
 
 def _write(target: Path, schema: pa.Schema, table: pa.Table) -> None:
-    safepath.unlink_in_run(target)
-    safepath.create_private(target)
     # the profile's metrics and their units, in the file itself (its catalog.json comes after)
-    writer = open_parquet(target, schema, compression="zstd",
-                          catalog={m.name: m.to_json() for m in explorer.METRICS})
-    try:
-        writer.write_table(table.cast(schema), row_group_size=kineto.ROW_GROUP_ROWS)
-    except BaseException:
-        try:
-            writer.close()
-        finally:
-            target.unlink(missing_ok=True)
-        raise
-    writer.close()
-    os.chmod(target, 0o600)
+    write_file(target, schema, [table.cast(schema)], row_group_size=kineto.ROW_GROUP_ROWS, compression="zstd",
+               catalog={m.name: m.to_json() for m in explorer.METRICS})
 
 
 def _collector(profiles: list[ImportedNeuronProfile]) -> dict[str, Any]:

@@ -461,20 +461,27 @@ def _load_neuron(data: RunData, spans: pa.Table, rows: list[int], start: list[in
     data.neuron_runtime = iv.merge(runtime)
 
 
+def _device_span(busy: iv.Intervals, traced: iv.Intervals) -> tuple[iv.Intervals, iv.Intervals, int, int] | None:
+    """A device's busy set within the traced scope, the span from its first activity to its
+    last (active), and their lengths; None when it did nothing there."""
+    sp = iv.span(busy)
+    traced_ns = iv.total(traced)
+    if not sp or traced_ns <= 0:
+        return None
+    active = iv.intersect([sp], traced)
+    active_ns = iv.total(active)
+    return (busy, active, active_ns, traced_ns) if active_ns > 0 else None
+
+
 def neuron_signals(data: RunData, traced: iv.Intervals, view: MetricView | None = None) -> dict[str, Signal]:
     """A NeuronCore's busy time as the GPU's from its kernels: shares of the span from its
     first activity to its last within the traced scope. Nothing running (no instruction other
     than a semaphore wait, no DMA, no collective) is the device waiting on the host; busy time
     by what ran, overlaps counted once: compute engines first, then collectives, then DMA."""
-    busy = iv.intersect(data.neuron_busy, traced)
-    sp = iv.span(busy)
-    traced_ns = iv.total(traced)
-    if not sp or traced_ns <= 0:
+    spanned = _device_span(iv.intersect(data.neuron_busy, traced), traced)
+    if spanned is None:
         return {}
-    active = iv.intersect([sp], traced)
-    active_ns = iv.total(active)
-    if active_ns <= 0:
-        return {}
+    busy, active, active_ns, traced_ns = spanned
     cls = {k: iv.intersect(v, active) for k, v in data.neuron_class.items()}
     compute, comm, memory = cls.get("compute", []), cls.get("communication", []), cls.get("memory", [])
     comm_exposed = iv.subtract(comm, compute)
@@ -918,15 +925,10 @@ def xla_signals(data: RunData, traced: iv.Intervals) -> dict[str, Signal]:
     the span from the first op to the last within the traced scope. No op running is the
     device idle, waiting on the host; busy time by the ops' class, overlaps counted once
     (compute first, then communication, memory, the undecided rest)."""
-    busy = iv.intersect(data.clipped(data.xla_busy, traced), traced)
-    sp = iv.span(busy)
-    traced_ns = iv.total(traced)
-    if not sp or traced_ns <= 0:
+    spanned = _device_span(iv.intersect(data.clipped(data.xla_busy, traced), traced), traced)
+    if spanned is None:
         return {}
-    active = iv.intersect([sp], traced)
-    active_ns = iv.total(active)
-    if active_ns <= 0:
-        return {}
+    busy, active, active_ns, traced_ns = spanned
     idle = iv.subtract(active, busy)
     # idle while the Python waits on an execution it launched (after its dispatch returned, up
     # to that execution's last op): the XLA runtime's own time between ops (scheduling, buffer

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -104,3 +105,24 @@ class _Writer:
                     add({parquet_meta.UNITS_KEY: units})
         finally:
             self.inner.close()
+
+
+def write_file(target: Path, schema: pa.Schema, tables: list[pa.Table], *, row_group_size: int | None = None,
+               **options: Any) -> None:
+    """tables into a new private file at target (a run's own temporary name), in order: 0600
+    from its first byte, removed if any part fails (no half file left behind)."""
+    from . import safepath
+    safepath.unlink_in_run(target)       # a temporary name of ours (or a planted link)
+    safepath.create_private(target)
+    writer = open_parquet(target, schema, **options)
+    try:
+        for table in tables:
+            writer.write_table(table, row_group_size=row_group_size)
+    except BaseException:
+        try:
+            writer.close()
+        finally:
+            target.unlink(missing_ok=True)
+        raise
+    writer.close()
+    os.chmod(target, 0o600)
