@@ -30,6 +30,12 @@ class IntervalPrinter:
         self._lock = threading.Lock()
         self._header = form == "text"
         self.rows = 0
+        self.dropped = 0          # rows not printed: the stream was not being read
+        # the lines go out on a thread of their own: a stream nobody reads (a full pipe) must
+        # never hold up the session's writes of the rows themselves
+        import queue
+        self._out: queue.Queue[str | None] = queue.Queue(maxsize=256)
+        self._writer: threading.Thread | None = None
 
     def write(self, table: str, batch: pa.RecordBatch, rank: int) -> None:
         if table != "samples" or batch.num_rows == 0:
@@ -64,15 +70,39 @@ class IntervalPrinter:
         if not lines:
             return
         with self._lock:
+            if self._header:
+                lines.insert(0, INTERVAL_HEADER)
+                self._header = False
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_out, name="counterprof-interval-rows",
+                                                daemon=True)
+                self._writer.start()
             try:
-                if self._header:
-                    self.stream.write(INTERVAL_HEADER + "\n")
-                    self._header = False
-                self.stream.write("\n".join(lines) + "\n")
+                self._out.put_nowait("\n".join(lines) + "\n")
+                self.rows += len(lines)
+            except Exception:                  # queue.Full: the reader is that far behind
+                self.dropped += len(lines)
+
+    def _write_out(self) -> None:
+        while (text := self._out.get()) is not None:
+            try:
+                self.stream.write(text)
                 self.stream.flush()
             except (OSError, ValueError):      # a closed pipe: the run goes on
                 pass
-            self.rows += len(lines)
 
     def close(self) -> None:
-        pass
+        """The lines queued go out (for up to 2 s: a stream nobody reads is not waited for)."""
+        if self._writer is None:
+            return
+        try:
+            self._out.put(None, timeout=2.0)
+        except Exception:
+            return
+        self._writer.join(timeout=2.0)
+        if self.dropped:
+            try:
+                self.stream.write(f"counterprof: {self.dropped:,} interval rows not printed: the stream was "
+                                  "not read fast enough (the run's data is whole)\n")
+            except (OSError, ValueError):
+                pass

@@ -183,3 +183,26 @@ def test_a_bad_field_separator_is_a_usage_line(tmp_path):
     proc = run_cli("run", "-x", "", "-o", str(tmp_path / "a"), "--", "true")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "-x takes a field separator" in proc.stderr
+
+
+def test_interval_rows_on_a_pipe_nobody_reads_never_hold_up_the_run(tmp_path):
+    """-I 10 on a stderr pipe that is not read while the job runs (a CI step capturing output):
+    the rows pass 64 KB, a full pipe's size, in about 2 s. The profiler must keep writing the
+    run meanwhile: after 4.5 s, counterprof.load() of the still-running run sees at least 3.3 s
+    of its 10 ms task-clock rows (the journal is at most a second behind; printing in line, the
+    run stalled at ~2 s), and the run ends whole once the pipe is read."""
+    import time
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen([*COUNTERPROF, "run", "-I", "10", "-o", str(run_dir), "--", PYTHON, "-c",
+                             "import time\nt=time.time()\nwhile time.time()-t<6: sum(range(1000))"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(4.5)          # nothing read: the pipe filled long ago
+        seen = counterprof.load(run_dir).samples()
+        perf = [m for s, m in zip(seen["source"].to_pylist(), seen["metric"].to_pylist())
+                if s == "perf" and m == "task-clock"]
+        assert len(perf) > 330, f"only {len(perf)} task-clock rows in the run after 4.5 s of -I 10"
+    finally:
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert b"task-clock" in err

@@ -33,7 +33,20 @@ def spark():
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
                .getOrCreate())
     yield session
+    # session.stop() leaves pyspark's JVM (the py4j gateway) running for the rest of the test
+    # process, holding ~400 MB and waking its threads: it is shut down and ended here
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
     session.stop()
+    if gateway is not None:
+        proc = getattr(gateway, "proc", None)
+        try:
+            gateway.shutdown()
+        finally:
+            if proc is not None:
+                proc.kill()
+                proc.wait(timeout=30)
+        SparkContext._gateway = SparkContext._jvm = None
 
 
 @pytest.fixture(scope="module")
