@@ -242,6 +242,12 @@ def read_segment(path: Path, report: SegmentRead | None = None) -> Iterator[pa.R
             report.truncated = True
             report.error = str(exc)
             return
+        except MemoryError:
+            # a batch is at most a second of one writer's rows: one that asks for more memory
+            # than there is has a damaged length (a flipped byte), and framing is lost from it
+            report.truncated = True
+            report.error = "damaged: a batch's lengths ask for more memory than there is"
+            return
         problem = batch_problem(batch, reader.schema)
         if problem:                 # framing holds (each message has its length): go on
             report.damaged += 1
