@@ -14,12 +14,13 @@ Intervals = list[tuple[int, int]]
 def merge(pairs: Iterable[tuple[int, int]]) -> Intervals:
     """Union of possibly overlapping, unsorted intervals; empty ones dropped."""
     out: Intervals = []
-    for s, e in sorted(p for p in pairs if p[1] > p[0]):
+    for p in sorted(p for p in pairs if p[1] > p[0]):
+        s, e = p
         if out and s <= out[-1][1]:
             if e > out[-1][1]:
                 out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
+        else:      # the caller's tuple itself: a rank's millions of steps are not copied
+            out.append(p if type(p) is tuple else (s, e))
     return out
 
 

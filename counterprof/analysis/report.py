@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -314,6 +314,23 @@ def bucket_ns(meta: RunMeta | dict[str, Any]) -> int:
     return max(finest, length // MAX_BUCKETS, 1_000_000)
 
 
+def rank_tables(table: pa.Table) -> Iterator[tuple[int | None, pa.Table]]:
+    """(rank, its rows in their order) for each rank of table, in rank order (nulls last). A
+    table already in rank order (RunQuery.spans(by_rank=True)) is sliced, not copied; a filter
+    per rank would read the whole table each time: quadratic in ranks."""
+    if table.num_rows == 0 or "rank" not in table.column_names:
+        return
+    ranks = table["rank"]
+    values = pc.fill_null(ranks, np.iinfo(np.int64).max).to_numpy()
+    if np.any(values[1:] < values[:-1]):
+        order = pc.sort_indices(ranks)     # stable
+        table, values = table.take(order), values[order.to_numpy()]
+    valid = pc.is_valid(table["rank"]).to_numpy(zero_copy_only=False)
+    cuts = np.flatnonzero(values[1:] != values[:-1]) + 1
+    for a, b in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(values)].tolist()):
+        yield (int(values[a]) if valid[a] else None), table.slice(a, b - a)
+
+
 def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
     """A verdict per rank, and the cross-rank figures (steps, stragglers, skew)."""
     from .across_ranks import analyze_ranks
@@ -322,13 +339,14 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
             "rank" in inputs.rank_buckets.column_names:
         rb = inputs.rank_buckets
         report.rank_notes.extend(metric_set_notes(rb))
-        for r in sorted(pc.unique(rb["rank"]).to_pylist()):
+        rank_spans = dict(rank_tables(spans))    # slices of spans
+        for r, buckets in rank_tables(rb):
             if r is None or r < 0:
                 continue
             data = RunData()
-            load_buckets(data, rb.filter(pc.equal(rb["rank"], r)), inputs.catalog)
-            if spans.num_rows and "rank" in spans.column_names:
-                load_spans(data, spans.filter(pc.equal(spans["rank"], r)), value("short_kernel_us"))
+            load_buckets(data, buckets, inputs.catalog)
+            if r in rank_spans:
+                load_spans(data, rank_spans[r], value("short_kernel_us"))
             lo, hi = whole.start_ns, whole.end_ns
             # judged over its steps as the headline is (start-up apart), else its whole run
             steps = step_scope(data, [(lo, hi)])
@@ -360,8 +378,7 @@ def _collective_calls(report: Report, spans: pa.Table, hosts: dict[int, str | No
     if len(ranks) < 2:
         return
     cols = [c for c in COLUMNS if c in spans.column_names]
-    calls = analyze_calls({r: spans.filter(pc.equal(spans["rank"], r)).select(cols) for r in sorted(ranks)},
-                          hosts)
+    calls = analyze_calls(((r, t.select(cols)) for r, t in rank_tables(spans) if r is not None and r >= 0), hosts)
     if not calls.calls:
         return
     j = calls.to_json(top=1)
@@ -413,11 +430,7 @@ def _gpu_breakdown(spans: pa.Table) -> Any:
     cat = spans["category"].cast(pa.string())
     if not pc.any(pc.is_in(cat, pa.array(["kernel", "memcpy", "memset", "sync"]))).as_py():
         return None
-    if "rank" in spans.column_names:
-        ranks = pc.unique(spans["rank"]).to_pylist()
-        by_rank = {r: spans.filter(pc.equal(spans["rank"], r)) for r in ranks}
-    else:
-        by_rank = {0: spans}
+    by_rank: dict[Any, pa.Table] = dict(rank_tables(spans)) if "rank" in spans.column_names else {0: spans}
     return analyze(by_rank)
 
 

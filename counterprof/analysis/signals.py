@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, cast
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -180,7 +180,6 @@ class RunData:
     regions: dict[str, iv.Intervals] = field(default_factory=dict)   # name -> its occurrences
     region_kind: dict[str, str] = field(default_factory=dict)    # name -> region|annotation|step
     region_count: dict[str, int] = field(default_factory=dict)
-    kernel_durations_us: list[float] = field(default_factory=list)
     # per rank: what the main (training) thread did, from spans
     input_waits: dict[int, iv.Intervals] = field(default_factory=dict)     # DataLoader next() waits
     input_whole_run: bool = False      # waits recorded for the whole run (else only in traces)
@@ -308,19 +307,42 @@ _WAIT_OPS = ("c10d::", "gloo:", "nccl:", "record_param_comms", "aten::wait", "wa
 DATALOADER_NEXT = "enumerate(DataLoader)#"
 
 
+def shared_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
+    """column.to_pylist(), each distinct value one object (a dictionary's values, indexed)."""
+    if len(column) == 0:
+        return []
+    coded = pc.dictionary_encode(column)
+    if isinstance(coded, pa.ChunkedArray):
+        coded = coded.unify_dictionaries().combine_chunks() if coded.num_chunks else coded.combine_chunks()
+    values = np.array(coded.dictionary.to_pylist() + [None], dtype=object)
+    codes = pc.fill_null(coded.indices, len(values) - 1).to_numpy()
+    return cast("list[Any]", values[codes].tolist())
+
+
+SPAN_ROWS_AT_ONCE = 1 << 18
+
+
+def _span_rows(spans: pa.Table) -> Iterator[tuple[int, tuple[Any, ...]]]:
+    """(row, (start, end, category, kernel_class, device, name, rank, tid)) of every span, as
+    Python objects a slice at a time: a run's millions of spans are never whole lists."""
+    n_rows = spans.num_rows
+    for off in range(0, n_rows, SPAN_ROWS_AT_ONCE):
+        part = spans.slice(off, SPAN_ROWS_AT_ONCE)
+        n = part.num_rows
+        # the repetitive columns as shared objects: a few thousand distinct names, categories,
+        # ranks and threads, not a new str or int per row
+        cols = [part["start"].cast(pa.int64()).to_pylist(), part["end"].cast(pa.int64()).to_pylist(),
+                shared_values(part["category"].cast(pa.string())),
+                shared_values(part["kernel_class"].cast(pa.string())), shared_values(part["device"]),
+                shared_values(part["name"]),
+                shared_values(part["rank"]) if "rank" in part.column_names else [0] * n,
+                shared_values(part["tid"]) if "tid" in part.column_names else [None] * n]
+        yield from enumerate(zip(*cols), off)
+
+
 def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     if spans.num_rows == 0:
         return
-    cols = {n: spans[n] for n in ("start", "end", "name", "category", "kernel_class", "device")}
-    start = cols["start"].cast(pa.int64()).to_pylist()
-    end = cols["end"].cast(pa.int64()).to_pylist()
-    cat = cols["category"].cast(pa.string()).to_pylist()
-    kclass = cols["kernel_class"].cast(pa.string()).to_pylist()
-    device = cols["device"].to_pylist()
-    name = cols["name"].to_pylist()
-    n_rows = spans.num_rows
-    rank = (spans["rank"].to_pylist() if "rank" in spans.column_names else [0] * n_rows)
-    tid = (spans["tid"].to_pylist() if "tid" in spans.column_names else [None] * n_rows)
     by_class: dict[str, iv.Intervals]
     regions: dict[str, iv.Intervals]
     busy, by_class, cpu_coll, regions, windows, step_windows = [], {}, [], {}, [], []
@@ -337,7 +359,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     host_coll_rows: list[int] = []
     dispatch: iv.Intervals = []
     neuron_rows: list[int] = []
-    for i, (s, e, c, k, d, n, r, t) in enumerate(zip(start, end, cat, kclass, device, name, rank, tid)):
+    for i, (s, e, c, k, d, n, r, t) in _span_rows(spans):
         r = r or 0
         if c in NEURON_CATEGORIES:
             neuron_rows.append(i)
@@ -346,13 +368,13 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
             by_class.setdefault(k or "other", []).append((s, e))
             if c == "kernel":
                 data.gpu_kernel_count += 1
-                data.kernel_durations_us.append((e - s) / 1000)
                 if e - s < short_ns:
                     data.short_kernels += 1
         elif c == "collective":
             if d is None:
-                cpu_coll.append((s, e))
-                coll_by_rank.setdefault(r, []).append((s, e))
+                pair = (s, e)
+                cpu_coll.append(pair)
+                coll_by_rank.setdefault(r, []).append(pair)
                 host_coll_rows.append(i)
             else:
                 by_class.setdefault("communication", []).append((s, e))
@@ -376,14 +398,15 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                 op_rows.setdefault((r, t), []).append(i)
                 op_time[(r, t)] = op_time.get((r, t), 0) + (e - s)
         if c in ("region", "annotation", "step"):
+            pair = (s, e)       # one tuple in every list that holds it
             if c == "step":
-                steps_by_rank.setdefault(r, []).append((s, e))
+                steps_by_rank.setdefault(r, []).append(pair)
                 if t is not None:
                     step_tids.setdefault(r, set()).add(t)
             if c == "annotation" and n and n.startswith(DATALOADER_NEXT):
-                annotated_inputs.setdefault(r, []).append((s, e))
+                annotated_inputs.setdefault(r, []).append(pair)
             key = "ProfilerStep" if c == "step" else n
-            regions.setdefault(key, []).append((s, e))
+            regions.setdefault(key, []).append(pair)
             data.region_kind[key] = c
             data.region_count[key] = data.region_count.get(key, 0) + 1
     data.gpu_busy = iv.merge(busy)
@@ -403,11 +426,17 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
         tids = step_tids.get(r) or {max((k for k in op_time if k[0] == r), key=op_time.__getitem__)[1]}
         data.main_ops[r] = iv.merge([p for t in tids for p in ops.get((r, t), [])])
         if data.rank_collectives.get(r):
-            rows = [i for t in tids for i in op_rows.get((r, t), [])]
-            attrs = (spans["attrs"].take(rows).to_pylist() if "attrs" in spans.column_names
-                     else [None] * len(rows))
-            data.comm_ops[r] = comm_caused([(start[i], end[i], name[i] or "", a) for i, a in zip(rows, attrs)],
-                                           data.rank_collectives[r])
+            main = spans.take([i for t in tids for i in op_rows.get((r, t), [])])
+            attrs = (main["attrs"].to_pylist() if "attrs" in spans.column_names else [None] * main.num_rows)
+            data.comm_ops[r] = comm_caused([(s, e, n or "", a) for s, e, n, a in zip(
+                main["start"].cast(pa.int64()).to_pylist(), main["end"].cast(pa.int64()).to_pylist(),
+                main["name"].to_pylist(), attrs)], data.rank_collectives[r])
+    if xla_rows or neuron_rows:     # these index the whole table's rows
+        start = spans["start"].cast(pa.int64()).to_pylist()
+        end = spans["end"].cast(pa.int64()).to_pylist()
+        cat = shared_values(spans["category"].cast(pa.string()))
+        kclass = shared_values(spans["kernel_class"].cast(pa.string()))
+        name = shared_values(spans["name"])
     if xla_rows:
         _load_xla(data, spans, xla_rows, host_coll_rows, start, end, name)
         data.xla_dispatch = iv.merge(dispatch)
@@ -910,7 +939,10 @@ def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str
             if rest_ns > 0 and "cpu_busy" in out:
                 task_rest = None
                 s = data.series.get("task-clock")
-                if s is not None:
+                many = s.delta_many(rest) if s is not None and len(rest) > 8 else None
+                if many is not None:     # a rank's thousands of steps at once
+                    task_rest = many[0] if many[2] else None
+                elif s is not None:
                     parts = [d for lo, hi in rest if (d := s.delta(lo, hi)) is not None]
                     if parts:
                         task_rest = sum(p[0] for p in parts)

@@ -60,7 +60,7 @@ def _main(argv: list[str]) -> int:
     catalog = run.catalog
     ranks = [r for r in run.ranks() if r >= 0]
     totals, devices, rank_buckets = regroup(q.groups())
-    spans = q.spans()
+    spans = q.spans(by_rank=True)
     from ..analysis.roofline_run import roofline_if_ops
     inputs = ReportInputs(q.buckets(bucket_ns(meta)), totals, devices, spans,
                           catalog, meta, ranks=len(ranks),

@@ -253,12 +253,13 @@ class RunQuery:
                    sum(value) AS vsum, count(value) AS n, (count(*) - count(value))::BIGINT AS nulls
             FROM samples GROUP BY ALL ORDER BY metric, b""")
 
-    def spans(self) -> pa.Table:
-        """Every span, with its rank (small next to the samples: read whole)."""
+    def spans(self, by_rank: bool = False) -> pa.Table:
+        """Every span, with its rank (small next to the samples: read whole), in time order; by
+        rank then time with by_rank (each rank's rows one slice: analysis.report.rank_tables)."""
         from ..ground.schema import SPANS_SCHEMA
         if "spans" not in self.tables:
             return SPANS_SCHEMA.empty_table().append_column("rank", pa.array([], pa.int64()))
-        return self.arrow("SELECT * FROM spans ORDER BY start")
+        return self.arrow("SELECT * FROM spans ORDER BY " + ("rank, start" if by_rank else "start"))
 
     def extent(self) -> tuple[int | None, int | None]:
         if "samples" not in self.tables:
