@@ -4,6 +4,8 @@ paired within rounds, and where each window's cost went (the driver's per-window
 
     python benchmarks/torch_window_cost.py [--rounds 5] [--seconds 10] [--jobs serve,resnet]
                                            [--modes alone,torch] [--json PATH]
+                                           [--baseline PKGDIR] [--batches N] [--threads T]
+                                           [--fixed-malloc]
 
 A script, not a timed test: the machine is usually shared. Each round runs every job in every
 mode once, in a random order; ratios are taken within a round (torch / alone) and the medians
@@ -17,6 +19,17 @@ Jobs (--jobs):
           account, `wcost` lines in the steps file).
   resnet  tests/jobs/resnet_infer.py (a labelled job): its forward_s.
   gpt2    tests/jobs/gpt2_train.py --steps 12 (a labelled job, slow on 2 cores): its loop_s.
+
+Another build, paired in the same rounds (--baseline PKGDIR adds the mode `base`: `counterprof
+run --torch` with PKGDIR first on PYTHONPATH, a package folder holding that build's counterprof
+with its collectors in counterprof/collectors, e.g. a checkout of the commit before copied so).
+
+--fixed-malloc runs every mode with glibc malloc's thresholds fixed (MALLOC_MMAP_THRESHOLD_,
+MALLOC_TRIM_THRESHOLD_): by default glibc raises its mmap threshold once a large block is
+freed, and a profiler window frees large ones, after which resnet_infer's ~1 MB activations
+come from the heap instead of fresh mmaps: the job ran ~25% faster after any torch.profiler
+session than alone, which a comparison with the job alone then reads as a gain. --threads T
+sets OMP_NUM_THREADS (resnet_infer's intra-op threads spin against a busy neighbour on 2 cores).
 
 The per-window account (meta.json collectors.torch.window_cost, from the driver's `wcost` lines):
 the first window (the profiler's one-time set-up in it) apart from the steady ones; per steady
@@ -40,11 +53,11 @@ JOBS = REPO / "tests" / "jobs"
 PY = sys.executable
 
 
-def job_argv(name: str, seconds: float) -> list[str]:
+def job_argv(name: str, seconds: float, batches: int | None = None) -> list[str]:
     if name == "serve":
         return [str(JOBS / "serve_batch1.py"), "--seconds", str(seconds)]
     if name == "resnet":
-        return [str(JOBS / "resnet_infer.py")]
+        return [str(JOBS / "resnet_infer.py"), *(["--batches", str(batches)] if batches else [])]
     if name == "gpt2":
         return [str(JOBS / "gpt2_train.py"), "--steps", "12"]
     raise SystemExit(f"unknown job {name!r}")
@@ -86,11 +99,20 @@ def serve_figures(truth: dict, windows: list[tuple[int, int, dict]]) -> dict:
     return fig
 
 
-def run_once(tmp: Path, job: str, mode: str, seconds: float, tag: str) -> dict:
+FIXED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+
+
+def run_once(tmp: Path, job: str, mode: str, seconds: float, tag: str, args: argparse.Namespace) -> dict:
     truth_path = tmp / f"{tag}.jsonl"
     truth_path.unlink(missing_ok=True)
     env = {**os.environ, "JOB_TRUTH": str(truth_path), "PYTHONDONTWRITEBYTECODE": "1"}
-    argv = job_argv(job, seconds)
+    if args.fixed_malloc:
+        env.update(FIXED_MALLOC)
+    if args.threads:
+        env["OMP_NUM_THREADS"] = str(args.threads)
+    if mode == "base":
+        env["PYTHONPATH"] = args.baseline
+    argv = job_argv(job, seconds, args.batches)
     run = tmp / f"run-{tag}"
     if mode == "alone":
         cmd = [PY, *argv]
@@ -106,6 +128,9 @@ def run_once(tmp: Path, job: str, mode: str, seconds: float, tag: str) -> dict:
         fig = serve_figures(truth, windows)
     else:
         fig = {"loop_s": truth.get("loop_s", truth.get("forward_s"))}
+    if windows:     # what the driver counted each window to cost the loop (its pacing's figure)
+        fig["windows_cost_s"] = sum(int(f.get("cost_us", 0)) for _, _, f in windows) / 1e6
+        fig["first_window_cost_s"] = int(windows[0][2].get("cost_us", 0)) / 1e6
     if mode != "alone":
         meta = json.loads((run / "meta.json").read_text())
         st = meta["collectors"].get("torch", {})
@@ -128,8 +153,14 @@ def main() -> None:
     ap.add_argument("--jobs", default="serve,resnet")
     ap.add_argument("--modes", default="alone,torch")
     ap.add_argument("--json", help="write every round's figures here")
+    ap.add_argument("--baseline", metavar="PKGDIR", help="another build's package folder: adds the mode `base`")
+    ap.add_argument("--batches", type=int, help="resnet_infer's batches (default: its own, 30)")
+    ap.add_argument("--threads", type=int, help="OMP_NUM_THREADS for every job")
+    ap.add_argument("--fixed-malloc", action="store_true", help="glibc malloc's thresholds fixed in every mode")
     args = ap.parse_args()
     jobs, modes = args.jobs.split(","), args.modes.split(",")
+    if args.baseline and "base" not in modes:
+        modes.append("base")
     results: dict[str, dict[str, list[dict]]] = {j: {m: [] for m in modes} for j in jobs}
     with tempfile.TemporaryDirectory(prefix="counterprof-wcost-") as t:
         tmp = Path(t)
@@ -137,7 +168,7 @@ def main() -> None:
             order = [(j, m) for j in jobs for m in modes]
             random.shuffle(order)
             for j, m in order:
-                fig = run_once(tmp, j, m, args.seconds, f"{j}-{m}-{r}")
+                fig = run_once(tmp, j, m, args.seconds, f"{j}-{m}-{r}", args)
                 results[j][m].append(fig)
                 print(f"round {r} {j:7s} {m:6s} " + " ".join(
                     f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
@@ -153,6 +184,9 @@ def main() -> None:
             if j == "serve" and alone:
                 print("  throughput      ", spread([a["rps"] / b["rps"] for a, b in zip(rows, alone)]))
                 print("  median latency  ", spread([a["median_us"] / b["median_us"] for a, b in zip(rows, alone)]))
+                print("  median latency outside windows", spread(
+                    [a["outside_median_us"] / b["median_us"] for a, b in zip(rows, alone)
+                     if a.get("outside_median_us")]))
                 print("  p99 latency     ", spread([a["p99_us"] / b["p99_us"] for a, b in zip(rows, alone)]))
                 print("  windows' share by the job's clock", spread([a.get("window_share_by_job") for a in rows]))
                 print("  inside/outside median latency", spread(
@@ -160,6 +194,10 @@ def main() -> None:
                      if a.get("inside_median_us") and a.get("outside_median_us")]))
             elif alone:
                 print("  loop time       ", spread([a["loop_s"] / b["loop_s"] for a, b in zip(rows, alone)]))
+                print("  loop time less the windows' cost", spread(
+                    [(a["loop_s"] - a.get("windows_cost_s", 0.0)) / b["loop_s"] for a, b in zip(rows, alone)]))
+                print("  first window's cost / loop alone", spread(
+                    [a.get("first_window_cost_s", 0.0) / b["loop_s"] for a, b in zip(rows, alone)]))
             print("  traces          ", spread([float(a.get("traces") or 0) for a in rows]))
             costs = [a["window_cost"] for a in rows if a.get("window_cost")]
             if costs:

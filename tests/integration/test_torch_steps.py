@@ -153,6 +153,23 @@ def test_the_default_windows_are_paced_by_their_cost(tmp_path):
     assert 1 <= windows["paced"].num_rows <= 3, windows["paced"].num_rows
 
 
+def test_a_serving_loop_runs_without_global_module_hooks_between_windows(tmp_path):
+    """While any global forward hook is registered, every module call in the process takes
+    nn.Module's slow path (~3 us each here). The driver's global hooks only find the loop's
+    outermost module; then a wrapper of that module alone times its calls: after the first
+    forwards none is left, and every request is still a step, windows still recorded."""
+    work = script(tmp_path, SERVING + textwrap.dedent("""
+        from torch.nn.modules import module as m
+        print(len(m._global_forward_hooks) + len(m._global_forward_pre_hooks),
+              "_compiled_call_impl" in model.__dict__)
+        """))
+    run, proc = run_torch(tmp_path, work)
+    assert proc.stdout.split() == ["0", "True"], proc.stdout
+    assert step_numbers(steps_of(run)) == list(range(3000))
+    st = counterprof.load(run).meta["collectors"]["torch"]
+    assert st["step_marks"] == ["forward"] and st["traces"] >= 1, st
+
+
 def test_a_window_does_not_import_inductor_into_the_workload(tmp_path):
     """torch.profiler's start asks hasattr(torch, "_inductor"), which imports inductor, dynamo
     and sympy (~820 modules, about a second) inside the workload's step; a workload that never

@@ -10,8 +10,8 @@ before each window), step 0 being the first step mark. Step marks, in order of p
 counterprof.step(), the step() of a torch.profiler.profile the script runs itself, every
 optimizer.step() (a global post hook), so an unmodified training script is windowed with no
 change, and, when none of those comes, each outermost call of an nn.Module that has parameters
-(global forward hooks: an inference loop, a benchmark). A higher kind of mark replaces a lower
-one for the rest of the process (no step counted twice). A process with none of them is
+(an inference loop, a benchmark). A higher kind of mark replaces a lower one for the rest of the
+process (no step counted twice). A process with none of them is
 recorded in time windows instead (started and stopped in the main thread through a SIGURG
 handler, recording every thread). The default time schedule adapts (`time_paced`): the first
 window starts FIRST_WINDOW_AFTER_S after torch's import finished (or when the main thread next
@@ -77,6 +77,22 @@ The trace is <host>_<pid>.<n>.ask-<id>.pt.trace.json (a time window's .ask-<id>.
 and the process answers in <run>/_control/answers/<id>/<host>_<pid>.json: traced (steps, bytes,
 file), or not reached and why. One ask at a time per process; the others wait their turn.
 
+Outermost forwards (issue 35): global forward hooks find them, but while any global hook is
+registered every module call in the process takes nn.Module's slow path (~3 us each here, on
+top of the hooks' own calls): a batch-1 serving loop was ~7% slower between windows for it. So
+the global hooks only find the loop's outermost modules (its roots): once forwards mark the
+steps and ROOT_AFTER_FORWARDS outermost forwards were seen, each root's calls are timed by a
+wrapper of that module alone (its instance's `_compiled_call_impl`, which nn.Module calls in
+place of `_call_impl`: no hook on any module, and pickling or copying a module drops it) and
+the global hooks are removed; every other module call takes the fast path again. Between
+windows (before next_window_at, no ask, no profiler of the script's) a root's call only appends
+its start, end and thread to an array (no lock, no object kept), counted in order by _drain when
+the next call has more to do, at a mark, a flush or the end; a call due for more (a window may
+start, one records) goes through _root_starts, as under the global hooks. A loop that
+calls a module seen first after that (a reloaded model) stops marking steps: after
+REDISCOVER_S with no root call and no thread inside a module call, the flusher registers the
+global hooks again (the wrappers idle meanwhile) and the roots are found anew.
+
 Nothing here may raise into the workload: a failure stops profiling in this process, with one
 line on stderr.
 """
@@ -94,6 +110,7 @@ import threading
 import time
 import warnings
 import weakref
+from array import array
 
 TYPE_CHECKING = False     # (typing.TYPE_CHECKING without importing typing into the workload)
 if TYPE_CHECKING:
@@ -147,6 +164,12 @@ RANKS = {"forward": 1, "optimizer": 2, "profiler": 3, "counterprof": 3}
 # outermost forwards with no mark between them before they are taken as the steps (a training
 # step with two forwards before its optimizer.step() must not count them)
 FORWARDS_TO_TRUST = 3
+# outermost forwards seen under the global forward hooks (with forwards marking the steps) before
+# the roots found are timed by wrappers of their own and the global hooks removed
+ROOT_AFTER_FORWARDS = 8
+# the roots were called not once in this long and no thread is inside a module call: the global
+# hooks look for the loop's outermost modules again (a model replaced by another one)
+REDISCOVER_S = 2.0
 WINDOW_SIGNAL = signal.SIGURG           # ignored by default, unused by Python programs
 _monotonic_ns = time.monotonic_ns
 try:
@@ -155,6 +178,24 @@ except (AttributeError, ValueError, OSError):
     _PAGE = 4096
 _native_id = threading.get_native_id
 _ident = threading.get_ident
+_thread_ids = threading.local()       # .tid: this thread's OS id, read once (no gettid per step)
+
+
+def _tid() -> int:
+    try:
+        return int(_thread_ids.tid)
+    except AttributeError:
+        tid = _thread_ids.tid = _native_id()
+        return tid
+
+
+def _new_thread_ids() -> None:
+    global _thread_ids
+    _thread_ids = threading.local()   # a forked child's main thread has an id of its own
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_thread_ids)
 
 
 def _compiling() -> bool:     # torch.compiler.is_compiling, once torch is imported
@@ -400,9 +441,28 @@ class Driver:
         self._depth: dict[int, int] = {}
         self._counted: dict[int, bool] = {}
         self._has_params: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-        self._forward_hooks: list[Any] = []
+        self._forward_hooks: list[Any] = []   # the global pair's handles, while registered
+        self._global_pair: tuple[Any, Any] | None = None
+        # the loop's roots (module docstring): found under the global hooks, then timed alone
+        self._found: dict[int, weakref.ReferenceType[Any]] = {}    # id -> the outermost ones seen
+        self._phase_forwards = 0      # outermost forwards since the global hooks were registered
+        self._wrapped: dict[int, weakref.ReferenceType[Any]] = {}  # id -> the roots wrapped
+        self._roots_on = [False]      # the wrappers time calls (else they only pass them on)
+        self._root_depth: dict[int, int] = {}   # thread ident -> roots' calls in progress
+        self._roots_never = False     # the global hooks stay (an older torch, a root not wrapped)
+        self._roots_forwards = 0      # self.forwards at the flusher's last look (roots on)
+        self._roots_quiet_since = 0.0
+        self._sampling = threading.Event()   # set while a window records (the stack sampler)
         self._records: collections.deque[tuple[str, int, int, int, str | int]] = collections.deque()
-        # (kind, start, end, tid, name or step number)
+        # (kind, start, end, tid, name or step number); the steps apart, allocating no object a
+        # step: (start, end, tid) triples, the first one step number _step_base
+        self._step_times = array("q")
+        self._step_base = 0
+        # the roots' calls timed and nothing more (module docstring), not yet counted: (start,
+        # end, tid) triples, appended by the wrappers, taken in by _drain; and the monotonic ns
+        # before which a root's call needs no more than that (0: every call does more)
+        self._fast = array("q")
+        self._due = [0]
         self._files: dict[str, int] = {}       # steps file -> fd
         self.steps_paths: list[str] = []
         self._flush_lock = threading.Lock()
@@ -465,9 +525,8 @@ class Driver:
         # our hooks fire for a torch.compile'd module's wrapper and for the module: only the
         # outermost counts, so torch's warning about it is not the user's concern
         warnings.filterwarnings("ignore", message=r"Using `torch\.compile\(module\)` when there are global hooks")
-        pre, post = self._forward_hooks_pair()
-        self._forward_hooks = [nn_module.register_module_forward_pre_hook(pre),
-                               nn_module.register_module_forward_hook(post, always_call=True)]
+        self._global_pair = self._forward_hooks_pair()
+        self._register_global_hooks(nn_module)
         _patch_dataloader()
         if threading.current_thread() is threading.main_thread():
             try:
@@ -519,6 +578,8 @@ class Driver:
         self.stopped = self.stopped or "forked child"
         self.lock = threading.RLock()          # another thread may have held it at the fork
         self._records.clear()
+        self._step_times = array("q")
+        del self._fast[:]
         self._files = {}
         self.held_windows = []                       # the parent's to write
         self.ask, self.ask_window = None, False      # the parent's to serve
@@ -539,10 +600,14 @@ class Driver:
     # -- outermost module forwards ------------------------------------------------------------
 
     def _forward_hooks_pair(self) -> tuple[Callable[[Any, Any], None], Callable[[Any, Any, Any], None]]:
-        """The global forward pre and post hooks. They run for every module call, so the
-        inner calls' path is a depth count per thread and nothing else (closures over locals)."""
+        """The global forward pre and post hooks, registered while the loop's roots are looked
+        for (module docstring). They run for every module call, so the inner calls' path is a
+        depth count per thread and nothing else (closures over locals). An outermost call of a
+        module with parameters is noted as a root; once forwards mark the steps and
+        ROOT_AFTER_FORWARDS were seen, the end of one hands over to the roots' wrappers."""
         depth, counted_by_tid, has_params = self._depth, self._counted, self._has_params
         compiling, ident, clock, starts = _compiling, _ident, _monotonic_ns, self._forward_starts
+        found, ref = self._found, weakref.ref
 
         def pre(module: Any, args: Any) -> None:
             if compiling():
@@ -559,6 +624,9 @@ class Driver:
                         counted = False
                 counted_by_tid[tid] = counted
                 if counted:
+                    seen = found.get(id(module))
+                    if seen is None or seen() is not module:
+                        found[id(module)] = ref(module)
                     starts()
 
         def post(module: Any, args: Any, output: Any) -> None:
@@ -566,28 +634,79 @@ class Driver:
                 return
             tid = ident()
             d = depth.get(tid, 1) - 1
-            depth[tid] = d
+            depth[tid] = d if d > 0 else 0
             if d == 0 and counted_by_tid.get(tid):
                 pending = self.pending
                 if pending is not None and pending[1] is None:
                     pending[1] = clock()
+                if self._phase_forwards >= ROOT_AFTER_FORWARDS and self.marks == "forward" \
+                        and not self._roots_never:
+                    self._to_roots()
 
         return pre, post
 
-    def _forward_starts(self) -> None:
+    def _register_global_hooks(self, nn_module: Any = None) -> None:
+        if nn_module is None:
+            from torch.nn.modules import module as nn_module
+        assert self._global_pair is not None      # (install made it)
+        pre, post = self._global_pair
+        self._depth.clear()
+        self._counted.clear()
+        self._phase_forwards = 0
+        self._forward_hooks = [nn_module.register_module_forward_pre_hook(pre),
+                               nn_module.register_module_forward_hook(post, always_call=True)]
+
+    def _unregister_global_hooks(self) -> None:
+        hooks, self._forward_hooks = self._forward_hooks, []
+        for h in hooks:
+            h.remove()
+
+    def _forward_starts(self, now: int = 0) -> None:
         """An outermost forward of a module with parameters: the previous one, with no mark
-        since, was a step."""
-        now = _monotonic_ns()
-        if self.stopped or os.getpid() != self.pid:
-            return
+        since, was a step. Once forwards are the marks it runs once per request of a serving
+        loop, so the step is recorded here with no object made (three numbers appended, the
+        pending list reused, the thread's id read once) and _advance's common case is inline."""
+        now = now or _monotonic_ns()
+        if self.stopped:
+            return            # (a forked child is stopped: _forked)
         try:
             with self.lock:
-                if self.marks not in ("", "forward"):
+                marks = self.marks
+                if marks != "forward" and marks != "":
                     return
                 self.forwards += 1
-                if self.pending is not None and self.pending[1] is not None:
-                    self._forward_was_a_step(self.pending)
-                self.pending = [now, None, _native_id()]
+                self._phase_forwards += 1
+                pending = self.pending
+                if pending is not None and pending[1] is not None:
+                    if marks:
+                        # a step: recorded as three numbers, the same list kept for the next
+                        times = self._step_times
+                        if not times:
+                            self._step_base = self.steps
+                        times.extend(pending)
+                        self.steps += 1
+                        s = now / 1e9
+                        step = self.sched
+                        if self.prof is None and self.window_prof is None and self.ask is None \
+                                and not (self.user_profilers or self._skip_interval) \
+                                and (s < self.next_window_at
+                                     or self.active <= step % self.every < self.every - self.warmup):
+                            last, self._last_advance = self._last_advance, s   # (_advance's first
+                            if last:                                             # lines, inline)
+                                self._intervals.append(s - last)
+                            self.sched = step + 1
+                        else:
+                            self._advance(s)
+                        if self.pending is pending:
+                            try:
+                                tid = _thread_ids.tid
+                            except AttributeError:
+                                tid = _tid()
+                            pending[0], pending[1], pending[2] = now, None, tid
+                            return
+                    else:
+                        self._forward_was_a_step(pending)
+                self.pending = [now, None, _tid()]
         except Exception as exc:
             self._fail(exc)
 
@@ -604,10 +723,193 @@ class Driver:
             self.held = []
             self._advance()
 
+    def _to_roots(self) -> None:
+        """At the end of an outermost forward (this thread is in no module call): the roots
+        found are timed by wrappers of their own from here on, and the global hooks go, so every
+        other module call takes nn.Module's fast path again. A root that cannot be wrapped
+        leaves the global hooks on for the rest of the process."""
+        try:
+            with self.lock:
+                if self._roots_on[0] or not self._forward_hooks or self.marks != "forward" \
+                        or self.stopped or self._roots_never:
+                    return
+                if not _roots_supported():
+                    self._roots_never = True
+                    return
+                roots = [m for m in (r() for r in list(self._found.values())) if m is not None]
+                self._found.clear()
+                if not roots:
+                    return
+                _patch_replicate()
+                for module in roots:
+                    self._wrap_root(module)
+                self._unregister_global_hooks()
+                self._root_depth.clear()
+                self._roots_forwards, self._roots_quiet_since = self.forwards, time.monotonic()
+                self._due[0] = 0          # (the first call sets it)
+                self._roots_on[0] = True
+        except Exception:
+            self._roots_never = True          # (the wrappers made only pass calls on)
+
+    def _wrap_root(self, module: Any) -> None:
+        """Time every call of `module` from here on: a wrapper of its call in its instance's
+        `_compiled_call_impl` (what nn.Module.__call__ calls when it is set; Module.__getstate__
+        drops it, so a pickled or copied module has none, and a DataParallel replica loses it,
+        _patch_replicate). Holds the module weakly."""
+        d = module.__dict__
+        current = d.get("_compiled_call_impl")
+        if _root_wrapper_of(current) is self._roots_on:
+            return            # wrapped already (found again after a rediscovery)
+        had = "_compiled_call_impl" in d
+        prior = current       # the module's own compiled call (module.compile()), if any
+        ref = weakref.ref(module)
+        on, depth, ident, compiling = self._roots_on, self._root_depth, _ident, _compiling
+        clock, slow, driver, due, timed = _monotonic_ns, self._root_starts, self, self._due, self._fast.extend
+
+        def root_call(*args: Any, **kwargs: Any) -> Any:
+            call = prior if prior is not None else ref()._call_impl     # type: ignore[union-attr]
+            if not on[0] or compiling():
+                return call(*args, **kwargs)
+            tid = ident()
+            n = depth.get(tid, 0)
+            depth[tid] = n + 1
+            if n:             # a root called inside a root: not a step of its own
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    depth[tid] = n
+            start = clock()
+            if start < due[0]:
+                # nothing due at this step (no window, no ask): its times, and nothing more
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    depth[tid] = 0
+                    try:
+                        os_tid = _thread_ids.tid
+                    except AttributeError:
+                        os_tid = _tid()
+                    timed((start, clock(), os_tid))
+            slow(start)
+            try:
+                return call(*args, **kwargs)
+            finally:
+                depth[tid] = 0
+                pending = driver.pending
+                if pending is not None and pending[1] is None:
+                    pending[1] = clock()
+
+        root_call.__dict__["_counterprof_root"] = on
+        root_call.__dict__["_counterprof_prior"] = (had, prior)
+        d["_compiled_call_impl"] = root_call
+        self._wrapped[id(module)] = ref
+
+    def _unwrap_roots(self) -> None:
+        self._roots_on[0] = False
+        wrapped, self._wrapped = self._wrapped, {}
+        for ref in wrapped.values():
+            module = ref()
+            if module is not None and _root_wrapper_of(module.__dict__.get("_compiled_call_impl")) \
+                    is self._roots_on:
+                _unwrap(module.__dict__)
+
+    def _root_starts(self, now: int) -> None:
+        """A root's call with more to do than be timed (a window due or recording, an ask, a
+        schedule given): the calls timed since are counted first, then it is an outermost
+        forward as under the global hooks; the next calls' `due` set from what follows."""
+        with self.lock:
+            self._drain()
+            self._forward_starts(now)
+            self._refresh_due()
+
+    def _refresh_due(self) -> None:
+        """(Under self.lock.) The roots' calls before the next window may start need nothing
+        but their times; a window recording, an ask, the script's own profiler, an exact
+        schedule (next_window_at 0): every call goes through _root_starts."""
+        quiet = self.prof is None and self.window_prof is None and self.ask is None \
+            and not self.user_profilers and not self.stopped and self.marks == "forward"
+        self._due[0] = int(self.next_window_at * 1e9) if quiet else 0
+
+    def _drain(self) -> None:
+        """(Under self.lock.) The roots' calls timed since the last drain, counted as
+        _forward_starts would have counted them one by one (none of them was due for more):
+        each one's start ends the step before it, the last one pending. The wrappers append
+        without the lock: the triples taken are deleted from the front, what came meanwhile
+        stays."""
+        fast = self._fast
+        n = len(fast) // 3 * 3
+        if not n:
+            return
+        data = fast[:n]
+        del fast[:n]
+        if self.stopped or self.marks != "forward":
+            return
+        k = n // 3
+        self.forwards += k
+        self._phase_forwards += k
+        starts = data[0::3]
+        times = self._step_times
+        if not times:
+            self._step_base = self.steps
+        pending = self.pending
+        if pending is not None and pending[1] is not None:
+            times.extend(pending)
+            advances = starts
+        else:
+            advances = starts[1:]
+        times.extend(data[:n - 3])
+        self.steps += len(advances)
+        last = self._last_advance
+        for t in advances:            # _advance's bookkeeping, step by step
+            now = t / 1e9
+            if last and self.prof is None:
+                if self._skip_interval:
+                    self._skip_interval = False
+                elif not self.user_profilers and self.window_prof is None:
+                    self._intervals.append(now - last)
+            last = now
+        self._last_advance = last
+        self.sched += len(advances)
+        self.pending = [data[n - 3], data[n - 2], data[n - 1]]
+
+    def step_records(self) -> list[tuple[int, int, int, int]]:
+        """The steps recorded and not yet written: (step number, start, end, tid)."""
+        with self.lock:
+            self._drain()
+            t, base = self._step_times, self._step_base
+            return [(base + i // 3, t[i], t[i + 1], t[i + 2]) for i in range(0, len(t), 3)]
+
+    def _check_roots(self, now: float) -> None:
+        """The flusher, once a second: while the roots are timed but none was called for
+        REDISCOVER_S (the loop moved to a module not seen before, or it waits), the global hooks
+        look for the roots again, registered only where no other thread is inside a module call
+        (a call begun before them would count its inner calls as outermost)."""
+        if not self._roots_on[0] or self.stopped:
+            return
+        with self.lock:
+            self._drain()
+        if self.forwards != self._roots_forwards:
+            self._roots_forwards, self._roots_quiet_since = self.forwards, now
+            return
+        if now - self._roots_quiet_since < REDISCOVER_S:
+            return
+        try:
+            with self.lock:
+                if not self._roots_on[0] or self.stopped or self.marks != "forward":
+                    return
+                self._roots_on[0] = False
+                self._register_global_hooks()
+                if _in_module_call():
+                    self._unregister_global_hooks()
+                    self._roots_on[0] = True
+                    self._roots_quiet_since = now      # (tried again REDISCOVER_S later)
+        except Exception as exc:
+            self._fail(exc)
+
     def _remove_forward_hooks(self) -> None:
-        for h in self._forward_hooks:
-            h.remove()
-        self._forward_hooks = []
+        self._unregister_global_hooks()
+        self._unwrap_roots()
+        self._found.clear()
         self.pending, self.held = None, []
 
     def _user_profiler_starts(self, prof: Any) -> None:
@@ -618,6 +920,7 @@ class Driver:
         with self.lock:
             self.user_profilers += 1
             self.adopted = True
+            self._due[0] = 0
             if self.prof is not None:
                 self._stop_ours(discard=True)
             if getattr(prof, "_counterprof_copies", False):
@@ -661,6 +964,7 @@ class Driver:
             with self.lock:
                 if self.stopped:
                     return
+                self._drain()
                 rank, ruling = RANKS[source], RANKS.get(self.marks, 0)
                 if source != "optimizer" and source != "forward":
                     self.explicit = True
@@ -693,18 +997,35 @@ class Driver:
             self._drop_held()
 
     def _record_step(self, start: int, end: int, tid: int) -> None:
-        self._records.append(("step", start, end, tid, self.steps))
+        """(Under self.lock.)"""
+        times = self._step_times
+        if not times:
+            self._step_base = self.steps
+        times.append(start)
+        times.append(end)
+        times.append(tid)
         self.steps += 1
+
 
     def record_input(self, start: int, end: int, name: str) -> None:
         if os.getpid() == self.pid and not self.stopped:
             self._records.append(("input", start, end, _native_id(), name))
 
-    def _advance(self) -> None:
-        """A step of the schedule begins. A torch profiler lives only from a window's warm-up
-        to its end: between windows a step costs no call into torch."""
-        now = time.monotonic()
+    def _advance(self, now: float = 0.0) -> None:
+        """A step of the schedule begins (at `now`, monotonic s; 0: read the clock). A torch
+        profiler lives only from a window's warm-up to its end: between windows a step costs no
+        call into torch."""
+        now = now or time.monotonic()
         last, self._last_advance = self._last_advance, now
+        step = self.sched
+        if self.prof is None and self.window_prof is None and self.ask is None \
+                and not (self.user_profilers or self._skip_interval) \
+                and (now < self.next_window_at or self.active <= step % self.every < self.every - self.warmup):
+            # between windows, none due (the rest of this method, in its common case)
+            if last:
+                self._intervals.append(now - last)
+            self.sched = step + 1
+            return
         if last and self.prof is None:
             if self._skip_interval:
                 self._skip_interval = False
@@ -769,6 +1090,7 @@ class Driver:
             self.win = {"t0": t0, "t0_ns": _monotonic_ns() - int((now - t0) * 1e9),
                         "start": now - t0, "calls": 0.0, "last": 0.0, "export": 0.0, "steps": 0}
             self.prof = prof
+            self._sampling.set()
         except Exception as exc:
             self._fail(exc)
 
@@ -848,6 +1170,7 @@ class Driver:
             with self.lock:
                 if os.getpid() != self.pid:
                     return
+                self._drain()
                 if self.marks in ("", "forward") and not self.stopped:
                     # no mark came after the last forwards: they were the steps
                     if self.pending is not None and self.pending[1] is not None:
@@ -878,6 +1201,7 @@ class Driver:
             self._fail(exc)
         self.flush(final=True)
         self._wake.set()
+        self._sampling.set()
         statm, self._statm = self._statm, None
         if statm is not None:
             try:
@@ -955,6 +1279,7 @@ class Driver:
                     self.window_end = started + self.ask_s
                     self.ask_first = 0
                 self.window_prof = prof
+                self._sampling.set()
                 self.windows += 1
                 # a schedule given: every window_every_s from one start to the next (an
                 # adaptive one is set when the window ends, from what it cost)
@@ -1020,7 +1345,9 @@ class Driver:
         """While a torch profiler records in this process, the main thread's innermost frame of
         the user's own code (not the standard library's, not an installed package's) every
         PYSAMPLE_S, as an instant "pysample" line: analysis keeps the ones that fall in the
-        main thread's time outside ops (signals.host_where)."""
+        main thread's time outside ops (signals.host_where). Between windows the thread sleeps
+        until the next one starts (self._sampling): no wake-up of its own in the workload's
+        process, where 50 a second cost a loop of small ops GIL hand-overs."""
         main = threading.main_thread()
         ident, tid = main.ident, main.native_id
         assert ident is not None and tid is not None    # (the main thread runs)
@@ -1039,7 +1366,14 @@ class Driver:
             importing = bootstrap._module_locks         # a module's entry while it is imported
         except (ImportError, AttributeError):
             return
-        while not self._wake.wait(PYSAMPLE_S):
+        while True:
+            if self.prof is None and self.window_prof is None:
+                # no window: asleep until one starts (no wake-up of its own between windows)
+                self._sampling.clear()
+                if self.prof is None and self.window_prof is None and not self._wake.is_set():
+                    self._sampling.wait()
+            if self._wake.wait(PYSAMPLE_S):
+                return
             if os.getpid() != self.pid or self.stopped:
                 return
             if self.prof is None and self.window_prof is None:
@@ -1088,6 +1422,7 @@ class Driver:
                 self._release_held()
                 if self.ask is None:
                     self._poll_asks(now)
+                self._check_roots(now)
             if self._ticking:
                 continue
             if self.window_prof is not None:
@@ -1177,14 +1512,20 @@ class Driver:
         the file even with none: before a trace, whose step spans it replaces, convert.py)."""
         if os.getpid() != self.pid:
             return
+        with self.lock:           # (taken before _flush_lock, never inside it: _export flushes
+            self._drain()                                        # under self.lock)
+            times, base = self._step_times, self._step_base
+            if times:
+                self._step_times = array("q")
         with self._flush_lock:
             records = self._records
-            if not records and not final and not touch:
+            if not records and not times and not final and not touch:
                 return
-            if final and not records and self._in_dataloader_worker():
+            if final and not records and not times and self._in_dataloader_worker():
                 return                # a worker that timed nothing: no file of its own
             off = self.offset_ns
-            lines = []
+            lines = [f"step\t{times[i] + off}\t{times[i + 1] + off}\t{times[i + 2]}\tProfilerStep#{base + i // 3}\n"
+                     for i in range(0, len(times), 3)]
             try:
                 while True:
                     kind, start, end, tid, what = records.popleft()
@@ -1360,6 +1701,7 @@ class Driver:
         if doc is not None:
             with self.lock:
                 self.ask, self.ask_first = doc, -1
+                self._due[0] = 0
                 doc["seen_ns"] = time.time_ns()        # (how long the ask took to reach it)
                 helper = self._helper_process()
                 if helper:
@@ -1491,6 +1833,68 @@ def _on_window_signal(signum: int, frame: FrameType | None) -> None:
             return
         f = f.f_back
     drv._window_tick()
+
+
+def _roots_supported() -> bool:
+    """nn.Module.__call__ calls an instance's `_compiled_call_impl` when one is set (torch 2.2+):
+    the roots' wrappers go there."""
+    try:
+        from torch.nn.modules.module import Module
+        call: Any = Module.__dict__.get("_wrapped_call_impl")
+        return "_compiled_call_impl" in Module.__dict__ and call is not None \
+            and Module.__call__ is call and "_compiled_call_impl" in call.__code__.co_names
+    except Exception:
+        return False
+
+
+def _root_wrapper_of(call: Any) -> Any:
+    """The `on` flag of the driver whose root wrapper `call` is (None: no wrapper of ours)."""
+    inner = getattr(call, "__dict__", None)
+    return inner.get("_counterprof_root") if isinstance(inner, dict) else None
+
+
+def _unwrap(state: dict[str, Any]) -> None:
+    """A module's __dict__ given back what its `_compiled_call_impl` was before our wrapper."""
+    had, prior = state["_compiled_call_impl"].__dict__["_counterprof_prior"]
+    if had:
+        state["_compiled_call_impl"] = prior
+    else:
+        state.pop("_compiled_call_impl", None)
+
+
+def _in_module_call() -> bool:
+    """Another thread is inside an nn.Module call now (a frame of Module.__call__'s on its stack)."""
+    from torch.nn.modules.module import Module
+    codes = {getattr(Module.__dict__.get(name), "__code__", None) for name in ("_wrapped_call_impl", "_call_impl")}
+    me = _ident()
+    for ident, frame in sys._current_frames().items():
+        f: Any = frame
+        while f is not None and ident != me:
+            if f.f_code in codes:
+                return True
+            f = f.f_back
+    return False
+
+
+def _patch_replicate() -> None:
+    """DataParallel's replicas are copies of their module's __dict__: a replica of a root must
+    not keep the root's wrapper (it would call the root itself, on the replica's inputs)."""
+    from torch.nn.modules.module import Module
+    cls: Any = Module
+    original = cls.__dict__.get("_replicate_for_data_parallel")
+    if original is None or getattr(original, "_counterprof", False):
+        return
+
+    def _replicate_for_data_parallel(self: Any) -> Any:
+        replica = original(self)
+        state = replica.__dict__
+        if _root_wrapper_of(state.get("_compiled_call_impl")) is not None:
+            _unwrap(state)
+        return replica
+
+    _replicate_for_data_parallel.__dict__["_counterprof"] = True
+    _replicate_for_data_parallel.__dict__["__wrapped__"] = original
+    cls._replicate_for_data_parallel = _replicate_for_data_parallel
 
 
 def _patch_dataloader() -> None:
