@@ -75,31 +75,115 @@ class RankAnalysis:
         return asdict(self)
 
 
-def _by_rank(spans: pa.Table, categories: tuple[str, ...]) -> dict[int, dict[str, np.ndarray]]:
-    if spans.num_rows == 0 or "rank" not in spans.column_names:
-        return {}
-    cat = spans["category"].cast(pa.string())
-    t = spans.filter(pc.is_in(cat, pa.array(list(categories))))
-    out: dict[int, dict[str, np.ndarray]] = {}
-    for r in pc.unique(t["rank"]).to_pylist():
-        sub = t.filter(pc.equal(t["rank"], r)).sort_by("start")
-        out[int(r)] = {"start": sub["start"].cast(pa.int64()).to_numpy(),
-                       "end": sub["end"].cast(pa.int64()).to_numpy(),
-                       "name": np.array(sub["name"].to_pylist(), dtype=object)}
+class _Spans:
+    """One kind of span (steps, collectives, windows), every rank's at once, sorted by rank and
+    then start (stably: spans starting together keep the table's order): rank r's are the rows
+    at[r] = (lo, hi). Names are codes (equal names, equal codes, across ranks) into `names`.
+    `ranks`: in the order each first appears in the table."""
+
+    def __init__(self, spans: pa.Table, categories: tuple[str, ...], names: bool = True):
+        self.ranks: list[int] = []
+        self.at: dict[int, tuple[int, int]] = {}
+        self.start = self.end = np.empty(0, np.int64)
+        self.name = np.empty(0, np.int32)      # (left empty with names=False)
+        self.names: list[str] = []
+        if spans.num_rows == 0 or "rank" not in spans.column_names:
+            return
+        keep = pc.and_(pc.is_in(spans["category"].cast(pa.string()), pa.array(list(categories))),
+                       pc.is_valid(spans["rank"]))
+        t = spans.select(["rank", "start", "end"] + (["name"] if names else [])).filter(keep)
+        del keep
+        if not t.num_rows:
+            return
+        rank = t["rank"].cast(pa.int64()).to_numpy()
+        start = t["start"].cast(pa.int64()).to_numpy()
+        order = np.lexsort((start, rank))                  # stable: ties keep the table's order
+        self.start = start[order]
+        del start
+        self.end = t["end"].cast(pa.int64()).to_numpy()[order]
+        if names:
+            self.names, codes = _codes(t["name"])
+            self.name = codes[order]
+        del t
+        rank = rank[order]
+        cuts = np.flatnonzero(rank[1:] != rank[:-1]) + 1
+        los = np.concatenate([[0], cuts]).tolist()
+        his = np.concatenate([cuts, [len(rank)]]).tolist()
+        at = {int(rank[a]): (a, b) for a, b in zip(los, his)}
+        first = {r: int(order[a:b].min()) for r, (a, b) in at.items()}     # where each rank first appears
+        self.ranks = sorted(at, key=first.__getitem__)
+        self.at = {r: at[r] for r in self.ranks}
+
+    def __contains__(self, r: object) -> bool:
+        return r in self.at
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def of(self, r: int) -> dict[str, np.ndarray]:
+        """Rank r's spans as clock_skew takes them: start, end and name (codes), as views."""
+        a, b = self.at[r]
+        return {"start": self.start[a:b], "end": self.end[a:b], "name": self.name[a:b]}
+
+    def by_rank(self) -> dict[int, dict[str, np.ndarray]]:
+        return {r: self.of(r) for r in self.ranks}
+
+
+def _codes(names: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
+    """Names as codes into a list of the distinct ones (int32, one per row)."""
+    enc = pc.dictionary_encode(names.cast(pa.string()))
+    chunks = enc.chunks
+    if not chunks:
+        return [], np.empty(0, np.int32)
+    # a chunked array's chunks come out sharing one dictionary; if not, as one array
+    if not all(c.dictionary.equals(chunks[-1].dictionary) for c in chunks):
+        one = pc.dictionary_encode(names.cast(pa.string()).combine_chunks())
+        return one.dictionary.to_pylist(), one.indices.to_numpy(zero_copy_only=False).astype(np.int32)
+    codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks]).astype(np.int32, copy=False)
+    return chunks[-1].dictionary.to_pylist(), codes
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The indices lo[k]..hi[k]-1 for every k, one after another."""
+    n = np.maximum(hi - lo, 0)
+    out: np.ndarray = np.arange(int(n.sum()), dtype=np.int64) + np.repeat(lo - (np.cumsum(n) - n), n)
     return out
 
 
-def _traced_steps(steps: dict[str, tuple[int, int]], windows: dict[str, np.ndarray] | None) -> set[str]:
-    """The steps (name -> (start, end)) most of which lie inside one of the trace windows; all
-    of them when the rank has no window spans (a trace imported without one)."""
-    if not windows or not len(windows["start"]):
-        return set(steps)
-    lo, hi = windows["start"], windows["end"]
-    out = set()
-    for name, (a, b) in steps.items():
-        overlap = np.clip(np.minimum(b, hi) - np.maximum(a, lo), 0, None).sum()
-        if overlap >= 0.5 * max(b - a, 1):
-            out.add(name)
+def _overlaps(start: np.ndarray, end: np.ndarray, reach: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              most: int = 1 << 22) -> np.ndarray:
+    """For each [lo, hi): the summed overlap (ns) of the intervals [start, end) with it (each
+    interval on its own: where they overlap each other, counted again). start sorted; reach:
+    the running maximum of end. Only the intervals starting before hi that some interval up to
+    them reaches past lo are looked at; at most `most` (interval, query) pairs at a time."""
+    out = np.zeros(len(lo), np.int64)
+    if not len(start) or not len(lo):
+        return out
+    i = np.searchsorted(start, hi, "left")                 # intervals starting before hi
+    j = np.minimum(np.searchsorted(reach, lo, "right"), i)  # ... from the first reaching past lo
+    n = i - j
+    ends = np.cumsum(n)
+    q0 = 0
+    while q0 < len(lo):
+        # the queries whose pairs fit in `most` (one at least)
+        q1 = max(int(np.searchsorted(ends, (ends[q0 - 1] if q0 else 0) + most, "right")), q0 + 1)
+        cnt = n[q0:q1]
+        if cnt.sum():
+            k = _ranges(j[q0:q1], i[q0:q1])
+            q = np.repeat(np.arange(q0, q1), cnt)
+            ov = np.minimum(end[k], hi[q]) - np.maximum(start[k], lo[q])
+            np.maximum(ov, 0, out=ov)
+            some = cnt > 0
+            firsts = (np.cumsum(cnt) - cnt)[some]
+            out[q0:q1][some] = np.add.reduceat(ov, firsts)
+        q0 = q1
+    return out
+
+
+def _last_of_each(ids: np.ndarray) -> np.ndarray:
+    """The index of each distinct id's last occurrence, in ascending order of the ids."""
+    _, back = np.unique(ids[::-1], return_index=True)
+    out: np.ndarray = len(ids) - 1 - back
     return out
 
 
@@ -110,24 +194,34 @@ def _matched_ends(ref: dict[str, np.ndarray], other: dict[str, np.ndarray],
     (by its name), when the step holds the same collectives, by name, in the same order, on both
     ranks (a step where one rank lacks some is left out); without steps in common, the whole
     sequences, only when they are the same. Never by position alone: one collective missing
-    (a dropped trace window) would pair every later one with its neighbour."""
-    def per_step(c: dict[str, np.ndarray], s: dict[str, np.ndarray]) -> dict[str, tuple[int, int]]:
-        out: dict[str, tuple[int, int]] = {}
-        for name, lo, hi in zip(s["name"], s["start"], s["end"]):
-            i, j = np.searchsorted(c["start"], [lo, hi], "left")
-            out[name] = (i, j)
-        return out
-
-    a_end, b_end = [], []
-    if ref_steps is not None and other_steps is not None:
-        ra, rb = per_step(ref, ref_steps), per_step(other, other_steps)
-        for name in ra.keys() & rb.keys():
-            (i, j), (k, m) = ra[name], rb[name]
-            if j - i and j - i == m - k and (ref["name"][i:j] == other["name"][k:m]).all():
-                a_end.append(ref["end"][i:j])
-                b_end.append(other["end"][k:m])
+    (a dropped trace window) would pair every later one with its neighbour. Names: strings or
+    codes; a step's name recurring on a rank means its last span."""
+    a_end: list[np.ndarray] = []
+    b_end: list[np.ndarray] = []
+    if ref_steps is not None and other_steps is not None and len(ref_steps["name"]) and len(other_steps["name"]):
+        # each step's collectives (those starting inside it) as rows i:j of its rank's
+        ra, rb = ref_steps, other_steps
+        _, code = np.unique(np.concatenate([np.asarray(ra["name"]), np.asarray(rb["name"])]), return_inverse=True)
+        ca, cb = code[:len(ra["name"])], code[len(ra["name"]):]
+        la, lb = _last_of_each(ca), _last_of_each(cb)
+        both, ia, ib = np.intersect1d(ca[la], cb[lb], assume_unique=True, return_indices=True)
+        la, lb = la[ia], lb[ib]
+        i = np.searchsorted(ref["start"], ra["start"][la], "left")
+        j = np.searchsorted(ref["start"], ra["end"][la], "left")
+        k = np.searchsorted(other["start"], rb["start"][lb], "left")
+        m = np.searchsorted(other["start"], rb["end"][lb], "left")
+        keep = (j > i) & (j - i == m - k)
+        i, j, k, m = i[keep], j[keep], k[keep], m[keep]
+        if len(i):
+            ka, kb = _ranges(i, j), _ranges(k, m)
+            differ = np.asarray(ref["name"])[ka] != np.asarray(other["name"])[kb]
+            firsts = np.cumsum(j - i) - (j - i)
+            same = np.add.reduceat(differ.astype(np.int64), firsts) == 0
+            if same.any():
+                a_end = [ref["end"][_ranges(i[same], j[same])]]
+                b_end = [other["end"][_ranges(k[same], m[same])]]
     if not a_end and len(ref["name"]) and len(ref["name"]) == len(other["name"]) \
-            and (ref["name"] == other["name"]).all():
+            and (np.asarray(ref["name"]) == np.asarray(other["name"])).all():
         a_end, b_end = [ref["end"]], [other["end"]]
     if not a_end:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -189,29 +283,18 @@ def _missing(present: list[int], world: int | None) -> str:
     return ", ".join(out)
 
 
-def _inside(coll: tuple[np.ndarray, np.ndarray, np.ndarray] | None, lo: int, hi: int) -> float:
-    """Time a rank's collectives spent inside [lo, hi). coll: (start sorted, end, the running
-    maximum of end) -- before the first index whose running end exceeds lo, none reaches it."""
-    if coll is None:
-        return 0.0
-    start, end, end_bound = coll
-    i = int(np.searchsorted(start, hi, "left"))           # collectives starting before hi
-    j = int(np.searchsorted(end_bound[:i], lo, "right"))  # ... and ending after lo
-    s, e = start[j:i], end[j:i]
-    ov = np.minimum(e, hi) - np.maximum(s, lo)
-    return float(ov[ov > 0].sum())
-
-
 def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
                   world_size: int | str | None = None) -> RankAnalysis | None:
     """None for a run of one rank (of a job of one rank). hosts: rank -> host of every rank
     partition in the run (with or without spans); skew is estimated only across hosts.
     world_size: the job's WORLD_SIZE when known (meta.json's env): ranks up to it that the run
-    lacks are named, the highest ones included."""
-    steps = _by_rank(spans, ("step",))
-    colls = _by_rank(spans, ("collective",))
-    windows = _by_rank(spans, ("window",))
-    ranks = sorted(set(steps) | set(colls))
+    lacks are named, the highest ones included.
+
+    Every rank at once: the spans sorted by (rank, start) once, each figure a (rank x step)
+    array; of ranks equally slow in a step, the first seen in the table is named."""
+    steps = _Spans(spans, ("step",))
+    colls = _Spans(spans, ("collective",), names=False)       # (their names: for clock skew only)
+    ranks = sorted(set(steps.ranks) | set(colls.ranks))
     present = sorted(set(ranks) | {r for r in (hosts or {}) if r >= 0})
     gaps = _missing(present, parse_world_size(world_size))
     if len(ranks) < 2 and not gaps:
@@ -221,9 +304,12 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
         out.notes.append(f"ranks missing from this run: {gaps} (their partitions are absent: a host "
                          "not merged in, or a rank that never started or was not profiled)")
     several_hosts = len({(hosts or {}).get(r) for r in ranks}) > 1
-    skew = clock_skew(colls, steps) if several_hosts else {}
-    if several_hosts and colls and hosts is not None:       # (ranks on the lowest rank's host share its clock)
-        ref = min(colls)
+    skew: dict[int, int] = {}
+    if several_hosts:
+        colls = _Spans(spans, ("collective",))
+        skew = clock_skew(colls.by_rank(), steps.by_rank())
+    if several_hosts and len(colls) and hosts is not None:       # (ranks on the lowest rank's host share its clock)
+        ref = min(colls.ranks)
         lost = [r for r in ranks if r not in skew and hosts.get(r) != hosts.get(ref)]
         if lost:
             out.notes.append(f"clock skew not estimated: ranks {ref} and {rank_ranges(lost)} recorded "
@@ -237,66 +323,122 @@ def analyze_ranks(spans: pa.Table, hosts: dict[int, str | None] | None = None,
         if out.skew_max_ms * 1e6 >= SKEW_REPORT_NS:
             out.notes.append(f"clocks disagree by up to {out.skew_max_ms:.1f} ms (estimated from "
                              "collective end times); spans aligned to the lowest rank's clock")
-    for r, c in colls.items():
-        figures[r].collective_s = float(np.sum(c["end"] - c["start"])) / 1e9
+    for r in colls.ranks:
+        a, b = colls.at[r]
+        figures[r].collective_s = float(np.sum(colls.end[a:b] - colls.start[a:b])) / 1e9
 
-    # steps matched by name across the ranks that have them all
-    named = {r: dict(zip(s["name"], zip(s["start"] - skew.get(r, 0), s["end"] - skew.get(r, 0))))
-             for r, s in steps.items()}
+    named = steps.ranks                  # the ranks with steps, as first seen
     if len(named) >= 2:
-        common = set.intersection(*(set(v) for v in named.values()))
-        if colls:
-            # every step is timed, only the traced ones hold their collectives: who waited for
-            # whom is read from the steps every rank recorded in a trace window
-            traced = {r: _traced_steps(named[r], windows.get(r)) for r in named}
-            common_traced = set.intersection(*traced.values())
-            if common_traced:
-                common = common_traced
-        missing = sorted(set(present) - set(named))
-        if missing:
-            out.notes.append(f"ranks without steps: {', '.join(map(str, missing))}")
-        out.steps = len(common)
-        # each rank's collectives on the aligned clock, searchable by time
-        aligned = {r: (c["start"] - skew.get(r, 0), c["end"] - skew.get(r, 0),
-                       np.maximum.accumulate(c["end"]) - skew.get(r, 0)) for r, c in colls.items()}
-        lags = []
-        per_rank_coll: dict[int, list[float]] = {r: [] for r in named}
-        per_rank_wait: dict[int, list[float]] = {r: [] for r in named}
-        durations: dict[int, list[float]] = {r: [] for r in named}
-        for name in common:
-            d = {r: named[r][name][1] - named[r][name][0] for r in named}
-            cs = {r: _inside(aligned.get(r), *named[r][name]) for r in named}
-            if any(cs.values()):      # synchronous: last to the collectives waits least
-                slow = min(cs, key=cs.__getitem__)
-                waits = [cs[r] - cs[slow] for r in named if r != slow]
-                lags.append((slow, float(np.mean(waits)) if waits else 0.0))
-            else:                     # independent ranks: the longest step
-                slow = max(d, key=d.__getitem__)
-                lags.append((slow, d[slow] - float(np.mean(list(d.values())))))
-            figures[slow].slowest_in += 1
-            for r in named:
-                durations[r].append(d[r])
-                per_rank_coll[r].append(cs[r])
-                per_rank_wait[r].append(max(0.0, cs[r] - cs[slow]))
-        for r in named:
-            f = figures[r]
-            f.steps = len(durations[r])
-            if durations[r]:
-                f.step_mean_s = float(np.mean(durations[r])) / 1e9
-                f.collective_s_per_step = float(np.mean(per_rank_coll[r])) / 1e9
-                f.waited_s_per_step = float(np.mean(per_rank_wait[r])) / 1e9
-        if lags:
-            # the straggler is who cost the others the most time, not who was last most often
-            # (a rank 40 ms late every third step outweighs one 1 ms late in the others): the
-            # same rank `collectives` names by the others' wait for it, call by call
-            cost = {r: 0.0 for r in named}
-            for slow, lag in lags:
-                cost[slow] += lag
-            out.straggler = max(cost, key=lambda r: (cost[r], figures[r].slowest_in))
-            others = [w for r in named if r != out.straggler and (w := figures[r].waited_s_per_step) is not None]
-            if any(any(c) for c in per_rank_coll.values()) and others:
-                out.straggler_lag_s = float(np.mean(others))
-            else:      # independent ranks: the straggler's step over the mean step
-                out.straggler_lag_s = float(np.mean([lag for r, lag in lags if r == out.straggler])) / 1e9
+        _compare_steps(out, figures, steps, colls, _Spans(spans, ("window",), names=False), skew, present)
     out.ranks = [figures[r] for r in present]
+    return out
+
+
+def _compare_steps(out: RankAnalysis, figures: dict[int, RankFigures], steps: _Spans, colls: _Spans,
+                   windows: _Spans, skew: dict[int, int], present: list[int]) -> None:
+    """Steps matched by name across the ranks that have them all (a name recurring on a rank:
+    its last step); per step, who was slowest and who waited for it (the module's docstring)."""
+    named = steps.ranks
+    n = len(named)
+    if len(colls):
+        # every step is timed, only the traced ones hold their collectives: who waited for
+        # whom is read from the steps every rank recorded in a trace window
+        lo_m, hi_m = _common_steps(steps, skew, windows)
+    else:
+        lo_m, hi_m = _common_steps(steps, skew, None)
+    missing = sorted(set(present) - set(named))
+    if missing:
+        out.notes.append(f"ranks without steps: {', '.join(map(str, missing))}")
+    m = lo_m.shape[1]
+    out.steps = m
+    if not m:
+        return
+    inside = np.zeros((n, m), np.float64)               # time inside collectives, per rank per step
+    for x, r in enumerate(named):
+        if r not in colls:
+            continue
+        c = colls.of(r)
+        d = skew.get(r, 0)
+        inside[x] = _overlaps(c["start"] - d, c["end"] - d, np.maximum.accumulate(c["end"]) - d,
+                              lo_m[x], hi_m[x]).astype(np.float64)
+    dur = np.subtract(hi_m, lo_m, out=hi_m)
+    del lo_m
+    cols = np.arange(m)
+    synchronous = (inside != 0).any(axis=0)
+    # synchronous: the last to the collectives waits least; the others' mean wait for it.
+    # independent ranks: the longest step, by how much it exceeds the mean step
+    slow = np.where(synchronous, np.argmin(inside, axis=0), np.argmax(dur, axis=0))
+    waited = inside - inside[slow, cols]
+    lag = np.where(synchronous, waited.sum(axis=0) / (n - 1),
+                   dur[slow, cols] - dur.sum(axis=0, dtype=np.float64) / n)
+    slowest_in = np.bincount(slow, minlength=n)
+    wait = np.maximum(waited, 0.0, out=waited)
+    for x, r in enumerate(named):
+        f = figures[r]
+        f.steps = m
+        f.slowest_in += int(slowest_in[x])
+        f.step_mean_s = float(np.mean(dur[x])) / 1e9
+        f.collective_s_per_step = float(np.mean(inside[x])) / 1e9
+        f.waited_s_per_step = float(np.mean(wait[x])) / 1e9
+    # the straggler is who cost the others the most time, not who was last most often
+    # (a rank 40 ms late every third step outweighs one 1 ms late in the others): the
+    # same rank `collectives` names by the others' wait for it, call by call
+    cost = np.zeros(n)
+    np.add.at(cost, slow, lag)
+    best = max(range(n), key=lambda x: (cost[x], figures[named[x]].slowest_in))
+    out.straggler = named[best]
+    others = [w for r in named if r != out.straggler and (w := figures[r].waited_s_per_step) is not None]
+    if inside.any() and others:
+        out.straggler_lag_s = float(np.mean(others))
+    else:      # independent ranks: the straggler's step over the mean step
+        out.straggler_lag_s = float(np.mean(lag[slow == best])) / 1e9
+
+
+def _common_steps(steps: _Spans, skew: dict[int, int], windows: _Spans | None) -> tuple[np.ndarray, np.ndarray]:
+    """The steps every rank has (by name; a name recurring on a rank: its last step), as
+    (ranks x steps) arrays of their start and end on the aligned clock: rows in steps.ranks'
+    order, columns in the order of the names' codes. With windows: of those, the ones every
+    rank traced, where there are any."""
+    named = steps.ranks
+    n = len(named)
+    row = np.empty(len(steps.start), np.int32)          # each step's rank, as its index in `named`
+    for x, r in enumerate(named):
+        a, b = steps.at[r]
+        row[a:b] = x
+    n_names = max(len(steps.names), 1)
+    last = _last_of_each(row.astype(np.int64) * n_names + steps.name)   # by rank, then name
+    row, name = row[last], steps.name[last]
+    offset = np.array([skew.get(r, 0) for r in named], np.int64)[row]
+    lo, hi = steps.start[last] - offset, steps.end[last] - offset
+    del last, offset
+    common = np.bincount(name, minlength=n_names) == n
+    if windows is not None:
+        traced = _traced(row, lo, hi, named, windows)
+        common_traced = np.bincount(name[traced], minlength=n_names) == n
+        if common_traced.any():
+            common = common_traced
+    m = int(common.sum())
+    column = np.cumsum(common) - 1
+    keep = common[name]
+    row, at = row[keep], column[name[keep]]
+    lo_m = np.empty((n, m), np.int64)
+    hi_m = np.empty((n, m), np.int64)
+    lo_m[row, at] = lo[keep]
+    hi_m[row, at] = hi[keep]
+    return lo_m, hi_m
+
+
+def _traced(row: np.ndarray, lo: np.ndarray, hi: np.ndarray, named: list[int], windows: _Spans) -> np.ndarray:
+    """Which steps ([lo, hi), of rank named[row]; sorted by row) lie mostly inside one of their
+    rank's trace windows: all of a rank's when it has no window spans (a trace imported
+    without one)."""
+    out = np.ones(len(row), bool)
+    bounds = np.searchsorted(row, np.arange(len(named) + 1))
+    for x, r in enumerate(named):
+        if r not in windows:
+            continue
+        w = windows.of(r)
+        a, b = bounds[x], bounds[x + 1]
+        overlap = _overlaps(w["start"], w["end"], np.maximum.accumulate(w["end"]), lo[a:b], hi[a:b])
+        out[a:b] = overlap >= 0.5 * np.maximum(hi[a:b] - lo[a:b], 1)
     return out

@@ -25,6 +25,7 @@ bound and skew unknown.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import defaultdict
@@ -266,7 +267,7 @@ class Call:
 
     def to_json(self) -> dict[str, Any]:
         skew, busbw, frac, start = self.skew_ns, self.busbw, self.fraction_of_curve, self.start_ns
-        names = [str(r) for r in self.ranks]
+        names = _names(self.ranks)
         return {
             "op": self.op, "group": self.group, "step": self.step, "index": self.index,
             "start_ns": start,
@@ -284,6 +285,13 @@ class Call:
             **({"bytes_by_rank": {str(r): int(b) for r, b in sorted(self.bytes_by_rank.items())},
                 "imbalance": round(imb, 4)} if (imb := self.imbalance) is not None else {}),
         }
+
+
+@functools.lru_cache(maxsize=16)
+def _names(ranks: tuple[int, ...]) -> list[str]:
+    """The ranks as JSON's keys: one list for the calls of one set of ranks (not read-only: do
+    not change it)."""
+    return [str(r) for r in ranks]
 
 
 def size_bucket(b: float | None) -> str:
@@ -374,18 +382,27 @@ class CollectiveCalls:
         return out
 
     def by_rank(self) -> list[RankSummary]:
-        out = {r: RankSummary(r, 0, 0, 0.0, 0.0) for r in self.ranks}
+        """Per rank, over the calls (arrays per set of ranks: no object per call and rank)."""
+        at: dict[int, np.ndarray] = {}                # id of a calls' ranks tuple -> positions
+        tuples = {id(c.ranks): c.ranks for c in self.calls}
+        ranks = sorted(set(self.ranks).union(*tuples.values()))
+        for key, rt in tuples.items():
+            at[key] = np.searchsorted(ranks, rt)
+        calls = np.zeros(len(ranks), np.int64)
+        last = np.zeros(len(ranks), np.int64)
+        waited = np.zeros(len(ranks))
+        others = np.zeros(len(ranks))
         for c in self.calls:
+            where = at[id(c.ranks)]
             waits = c.waits
-            for r, w in zip(c.ranks, waits.tolist()):
-                s = out.setdefault(r, RankSummary(r, 0, 0, 0.0, 0.0))
-                s.calls += 1
-                s.waited_s += w / 1e9
-            last = c.last
-            if last is not None:
-                out[last].last += 1
-                out[last].others_waited_s += float(waits.sum() - waits[c.ranks.index(last)]) / 1e9
-        return [out[r] for r in sorted(out)]
+            calls[where] += 1
+            waited[where] += waits / 1e9              # in call order, as one sum per rank
+            if len(c.ranks) >= 2:
+                i = int(np.argmax(c.arrival))
+                last[where[i]] += 1
+                others[where[i]] += float(waits.sum() - waits[i]) / 1e9
+        return [RankSummary(r, int(n), int(x), float(w), float(o))
+                for r, n, x, w, o in zip(ranks, calls.tolist(), last.tolist(), waited.tolist(), others.tolist())]
 
     def to_json(self, top: int = 3, calls: bool = True) -> dict[str, Any]:
         """Everything as one JSON object; calls=False leaves the calls out (write_json streams
@@ -422,18 +439,48 @@ NEEDED = ("collective", "kernel", "cpu_op", "xla_op", "step", "window")
 XLA_LEVEL = "XLA collective ops"
 
 
+class _Codes:
+    """Strings (or None) as small integers, the same on every rank."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str | None, int] = {}
+        self.names: list[Any] = []
+        self._known = pa.array([], pa.string())      # (ids_of's: the names as one array)
+
+    def id(self, s: str | None) -> int:
+        i = self.ids.get(s)
+        if i is None:
+            i = self.ids[s] = len(self.names)
+            self.names.append(s)
+        return i
+
+    def ids_of(self, values: pa.Array) -> np.ndarray:
+        """The codes of distinct strings (new ones numbered in their order), looked up in one go."""
+        if len(self._known) != len(self.names):
+            self._known = pa.array(self.names, pa.string())
+        idx = pc.index_in(values, value_set=self._known)
+        if idx.null_count:
+            for v in values.filter(pc.is_null(idx)).to_pylist():
+                self.id(v)
+            self._known = pa.array(self.names, pa.string())
+            idx = pc.index_in(values, value_set=self._known)
+        out: np.ndarray = idx.to_numpy(zero_copy_only=False).astype(np.int32)
+        return out
+
+
 @dataclass
 class _RankCalls:
-    op: list[str]
-    group: list[str]
+    """One rank's calls, in start order: arrays; op, group and dtype as codes."""
+    op: np.ndarray
+    group: np.ndarray
     start: np.ndarray
-    end: np.ndarray
-    in_bytes: np.ndarray              # per call, 0: unknown
+    span: np.ndarray                  # end less start
+    in_bytes: np.ndarray              # per call, 0: unknown (also its own bytes: all_to_all's split)
     out_bytes: np.ndarray
     group_size: np.ndarray
-    dtype: list[str | None]
+    dtype: np.ndarray
     exposed: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
-    own_bytes: np.ndarray = field(default_factory=lambda: np.empty(0, np.float64))   # = in_bytes
+    step: np.ndarray = field(default_factory=lambda: np.empty(0, np.int32))   # its step's name (code), -1: none
 
 
 def _pick_level(t: pa.Table) -> tuple[pa.Table, str]:
@@ -473,40 +520,64 @@ def _num(x: Any) -> float | None:
     return None
 
 
-def _rank_calls(t: pa.Table) -> _RankCalls:
+def _encoded(col: pa.ChunkedArray | pa.Array) -> tuple[list[Any], np.ndarray]:
+    """A column's distinct values (strings) and each row's index into them (-1: null)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    enc = pc.dictionary_encode(col.cast(pa.string()))
+    idx = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return enc.dictionary.to_pylist(), idx
+
+
+def _rank_calls(t: pa.Table, codes: dict[str, _Codes]) -> _RankCalls:
+    """The calls among one rank's rows (the level _pick_level chose), in start order. Each
+    distinct (collective, name) is named once, each distinct attrs parsed once."""
     t = t.sort_by("start")
-    ops, groups, ins, outs, sizes, dtypes = [], [], [], [], [], []
-    names: dict[str, str] = {}
-    keep = []
-    for i, (coll, name, b, g, a) in enumerate(zip(
-            t["collective"].to_pylist(), t["name"].cast(pa.string()).to_pylist(), t["bytes"].to_pylist(),
-            t["group_size"].to_pylist(), t["attrs"].to_pylist())):
-        op = normalize_op(coll) or normalize_op(name)
-        if op is None:
-            continue
-        attrs = _attrs(a)
-        keep.append(i)
-        ops.append(op)
-        size = int(g) if _num(g) else None
-        group = str(attrs.get("pg") or attrs.get("pg_desc") or (f"{size} ranks" if size else "?"))
-        groups.append(names.setdefault(group, group))       # one string per group, not per call
-        ins.append(_num(attrs.get("in_bytes")) or _num(b))
-        outs.append(_num(attrs.get("out_bytes")))
-        sizes.append(size)
-        dtypes.append(attrs.get("dtype") if isinstance(attrs.get("dtype"), str) else None)
-    idx = pa.array(keep, pa.int64())
+    colls, ci = _encoded(t["collective"])
+    names, ni = _encoded(t["name"])
+    w = len(names) + 1
+    pairs, which = np.unique((ci + 1) * w + (ni + 1), return_inverse=True)
+    op_of = np.empty(len(pairs), np.int32)
+    for k, c in enumerate(pairs.tolist()):
+        coll, name = colls[c // w - 1] if c // w else None, names[c % w - 1] if c % w else None
+        spelled = normalize_op(coll) or normalize_op(name)
+        op_of[k] = -1 if spelled is None else codes["op"].id(spelled)
+    op = op_of[which.reshape(-1)]
+    keep = np.flatnonzero(op >= 0)
+    op = op[keep]
+    texts, ai = _encoded(t["attrs"])
+    ai = ai[keep]
+    # per distinct attrs (the last row: no attrs): its process group, bytes in and out, dtype
+    parsed = [_attrs(x) for x in texts] + [{}]
+    pg = [x.get("pg") or x.get("pg_desc") for x in parsed]
+    has_pg = np.array([bool(v) for v in pg], bool)[ai]
+    pg_code = np.array([codes["group"].id(str(v)) if v else -1 for v in pg], np.int32)[ai]
+    attr_in = np.array([_num(x.get("in_bytes")) or 0.0 for x in parsed], np.float64)[ai]
+    out_bytes = np.array([_num(x.get("out_bytes")) or 0.0 for x in parsed], np.float64)[ai]
+    dtype = np.array([codes["dtype"].id(d if isinstance(d := x.get("dtype"), str) else None) for x in parsed],
+                     np.int32)[ai]
+    b = pc.fill_null(t["bytes"], 0).to_numpy().astype(np.int64)[keep]
+    g = pc.fill_null(t["group_size"], 0).to_numpy().astype(np.int64)[keep]
+    size = np.where(g > 0, g, 0)
+    sizes, si = np.unique(size, return_inverse=True)
+    size_code = np.array([codes["group"].id(f"{x} ranks" if x else "?") for x in sizes.tolist()], np.int32)
+    group = np.where(has_pg, pg_code, size_code[si.reshape(-1)]).astype(np.int32)
     # arrays, not lists of floats: a run of many calls stays small; 0 is unknown
-    ins_a = np.asarray([b or 0.0 for b in ins], np.float64)
-    return _RankCalls(ops, groups, pc.take(t["start"], idx).cast(pa.int64()).to_numpy(),
-                      pc.take(t["end"], idx).cast(pa.int64()).to_numpy(), ins_a,
-                      np.asarray([b or 0.0 for b in outs], np.float64),
-                      np.asarray([x or 0 for x in sizes], np.int64), dtypes, own_bytes=ins_a)
+    in_bytes = np.where(attr_in > 0, attr_in, np.where(b > 0, b.astype(np.float64), 0.0))
+    start = t["start"].cast(pa.int64()).to_numpy()[keep]
+    return _RankCalls(op, group, start, t["end"].cast(pa.int64()).to_numpy()[keep] - start, in_bytes, out_bytes,
+                      size.astype(np.int32), dtype)
 
 
-def _steps_of(t: pa.Table) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _steps_of(t: pa.Table, steps: _Codes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One rank's steps in start order: start, end and name (codes, the same on every rank)."""
     s = t.filter(pc.equal(t["category"].cast(pa.string()), "step")).sort_by("start")
+    col = s["name"].combine_chunks()
+    enc = pc.dictionary_encode(col.cast(pa.string()))
+    lut = steps.ids_of(enc.dictionary)
+    idx = enc.indices.to_numpy(zero_copy_only=False)
     return (s["start"].cast(pa.int64()).to_numpy(), s["end"].cast(pa.int64()).to_numpy(),
-            s["name"].cast(pa.string()).to_pylist())
+            lut[idx] if len(idx) else np.empty(0, np.int32))
 
 
 def _main_ops(t: pa.Table) -> np.ndarray:
@@ -585,26 +656,40 @@ def analyze_calls(spans: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]]
                   hosts: dict[int, str | None] | None = None,
                   curves: dict[str, Curve] | None = None) -> CollectiveCalls:
     """{rank: spans (COLUMNS, the NEEDED categories)}, or (rank, spans) pairs one rank at a
-    time (a rank's table is let go once its calls are taken) -> every call matched across ranks."""
-    from .across_ranks import clock_skew
+    time (a rank's table is let go once its calls are taken) -> every call matched across ranks.
+
+    Every rank's calls are held as arrays (codes for names), matched all at once: sorted by
+    (step, group, op) key, then rank, then start, so each key's calls on a rank are one run of
+    rows, and where every rank holds as many (the rule), a key's calls are a (ranks x calls)
+    block of that order."""
     out = CollectiveCalls()
+    codes = {"op": _Codes(), "group": _Codes(), "dtype": _Codes(), "step": _Codes()}
     per_rank: dict[int, _RankCalls] = {}
-    steps: dict[int, tuple[np.ndarray, np.ndarray, list[str]]] = {}
+    has_steps: dict[int, bool] = {}
+    # each rank's steps are held only where clocks may need aligning (ranks on several hosts)
+    steps: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    keep_steps = len({h for h in (hosts or {}).values() if h is not None}) > 1
     pairs = spans.items() if isinstance(spans, Mapping) else spans
     for r, t in pairs:
         out.ranks.append(r)
         rows, level = _pick_level(t)
         out.level[r] = level
-        steps[r] = _steps_of(t)
+        s_lo, s_hi, s_name = _steps_of(t, codes["step"])
+        has_steps[r] = len(s_lo) > 0
+        if keep_steps:
+            steps[r] = s_lo, s_hi, s_name
         if rows.num_rows:
-            c = per_rank[r] = _rank_calls(rows)
+            c = per_rank[r] = _rank_calls(rows, codes)
+            j = np.searchsorted(s_lo, c.start, "right") - 1
+            inside = (j >= 0) & (c.start < s_hi[np.maximum(j, 0)]) if len(s_lo) else np.zeros(len(j), bool)
+            c.step = np.where(inside, s_name[np.maximum(j, 0)] if len(s_lo) else -1, -1).astype(np.int32)
             # what hides a call: on a GPU the device's other kernels, under XLA its other ops,
             # on a CPU the main thread's own ops
             cover = (_compute_kernels(t) if level == "device kernels" else
                      _merged(t.filter(pc.equal(t["category"].cast(pa.string()), "xla_op"))) if level == XLA_LEVEL
                      else _main_ops(t))
-            c.exposed = (c.end - c.start) - _covered_all(cover, c.start, c.end)
-        del t, rows
+            c.exposed = c.span - _covered_all(cover, c.start, c.start + c.span)
+        del t, rows, s_lo, s_hi, s_name
     out.ranks.sort()
     named_hosts = {(hosts or {}).get(r) for r in out.ranks} - {None}
     out.hosts = len(named_hosts) if named_hosts else 0          # 0: not known (imported traces)
@@ -614,95 +699,188 @@ def analyze_calls(spans: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]]
     # clocks across hosts: aligned as across_ranks estimates them
     skew: dict[int, int] = {}
     if out.hosts > 1:
-        colls = {r: {"start": c.start, "end": c.end, "name": np.array(c.op, dtype=object)}
-                 for r, c in per_rank.items()}
-        st = {r: {"start": s[0], "end": s[1], "name": np.array(s[2], dtype=object)} for r, s in steps.items()}
-        skew = clock_skew(colls, st)
-    # each rank's calls keyed by (step, group, op): a key id per call, and the calls in key order
-    # (stable: within a key, in start order), so each key's calls on a rank are one slice
-    use_steps = all(len(steps[r][0]) for r in per_rank) and len(per_rank) > 1
+        from .across_ranks import clock_skew
+        skew = clock_skew({r: {"start": c.start, "end": c.start + c.span, "name": c.op} for r, c in per_rank.items()},
+                          {r: {"start": s[0], "end": s[1], "name": s[2]} for r, s in steps.items()})
+    use_steps = all(has_steps[r] for r in per_rank) and len(per_rank) > 1
     if not use_steps and len(per_rank) > 1:
         out.notes.append("calls matched by their order over the whole run (not every rank has steps)")
-    key_ids: dict[tuple[str | None, str, str], int] = {}
-    sorted_keys: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for r, c in per_rank.items():
-        s_lo, s_hi, s_name = steps[r]
-        names: list[str | None] = [None] * len(c.start)
-        if use_steps:
-            j = np.searchsorted(s_lo, c.start, "right") - 1
-            inside = (j >= 0) & (c.start < s_hi[np.maximum(j, 0)])
-            names = [s_name[x] if ok else None for x, ok in zip(j.tolist(), inside.tolist())]
-        kid = np.fromiter((key_ids.setdefault((st, g, op), len(key_ids))
-                           for st, g, op in zip(names, c.group, c.op)), np.int64, len(c.start))
-        order = np.argsort(kid, kind="stable")
-        sorted_keys[r] = (kid[order], order)
+    del steps
+    calls = _Matched(per_rank, use_steps, skew, codes)
+    del per_rank
     unmatched: dict[str, int] = defaultdict(int)
-    calls = []
-    for (step, g, op), key in key_ids.items():
-        by_rank: dict[int, list[int]] = {}
-        for r, (kids, order) in sorted_keys.items():
-            lo_i, hi_i = np.searchsorted(kids, [key, key + 1])
-            if hi_i > lo_i:
-                by_rank[r] = order[lo_i:hi_i].tolist()
-        ranks = sorted(by_rank)
-        sizes = [int(per_rank[r].group_size[by_rank[r][0]]) for r in ranks]
-        n = max([s for s in sizes if s] or [len(ranks)])
-        if len(ranks) > 1 and (step is None or len({len(v) for v in by_rank.values()}) > 1):
-            # no steps, or a step some rank holds fewer of these calls in (its window began or
-            # ended inside it): on one clock the same call starts at nearly the same moment
-            # everywhere, so each rank's sequence is shifted to where it lies closest to the
-            # lowest rank's (ref[i] is rank r's [i + d_r]); calls outside the span all ranks
-            # share are unmatched
-            ref = per_rank[ranks[0]].start[by_rank[ranks[0]]] - skew.get(ranks[0], 0)
-            shift = {ranks[0]: 0}
-            for r in ranks[1:]:
-                shift[r] = _best_offset(ref, per_rank[r].start[by_rank[r]] - skew.get(r, 0))
-            lo = max(0, *(-d for d in shift.values()))
-            hi = min(len(by_rank[r]) - d for r, d in shift.items())
-            for r, d in shift.items():
-                kept = by_rank[r][lo + d:max(lo, hi) + d]
-                if len(by_rank[r]) > len(kept):
-                    unmatched[f"{op} on rank {r}"] += len(by_rank[r]) - len(kept)
-                by_rank[r] = kept
-            if hi <= lo:
-                continue
-        k = min(len(v) for v in by_rank.values())
-        for r in ranks:
-            if len(by_rank[r]) > k:
-                unmatched[f"{op} on rank {r}"] += len(by_rank[r]) - k
-        if 1 < len(ranks) < n and len(out.ranks) >= n:
-            # the run holds every rank of the group, yet some made none of these calls here:
-            # a window that missed the step; the others' calls are not matched to nothing
-            for r in ranks:
-                unmatched[f"{op} on rank {r}"] += k
-            continue
-        if k == 0:
-            continue
-        # (k calls x ranks) matrices: a call's figures are a row of each (a view, no copy)
-        at = {r: np.asarray(by_rank[r][:k], np.int64) for r in ranks}
-        start = np.column_stack([per_rank[r].start[at[r]] - skew.get(r, 0) for r in ranks])
-        length = np.column_stack([np.maximum(per_rank[r].end[at[r]] - per_rank[r].start[at[r]], 0)
-                                  for r in ranks])
-        hidden = np.column_stack([per_rank[r].exposed[at[r]] for r in ranks])
-        own = np.column_stack([per_rank[r].own_bytes[at[r]] for r in ranks])
-        first = per_rank[ranks[0]]
-        rank_tuple = tuple(ranks)
-        for idx in range(k):
-            i0 = int(at[ranks[0]][idx])
-            calls.append(Call(op, g, idx, step, rank_tuple, n,
-                              nccl_tests_bytes(op, float(first.in_bytes[i0]) or None,
-                                               float(first.out_bytes[i0]) or None, n),
-                              first.dtype[i0], start[idx], length[idx], hidden[idx], own[idx]))
-    calls.sort(key=lambda c: c.start_ns)
-    out.calls = calls
+    made: list[Call] = []
+    for key in range(calls.keys):
+        calls.match(key, len(out.ranks), unmatched, made)
+    calls.tuples.clear()
+    out.calls = [made[i] for i in np.argsort(np.asarray(calls.first, np.int64), kind="stable").tolist()]
     out.unmatched = dict(sorted(unmatched.items()))
     if curves:
         out.attach(curves)
-    if any(not c.complete for c in calls):
-        partial = sum(not c.complete for c in calls)
+    if any(not c.complete for c in out.calls):
+        partial = sum(not c.complete for c in out.calls)
         out.notes.append(f"{partial} calls seen on fewer ranks than their group ({_ranks_text(out.ranks)} in "
                          "this run): their skew is over the ranks seen, their transfer an upper bound")
     return out
+
+
+def _joined(per_rank: dict[int, _RankCalls], field: str, order: np.ndarray) -> np.ndarray:
+    """One field of every rank's calls in one array, in `order`; each rank's own let go."""
+    x = np.concatenate([getattr(c, field) for c in per_rank.values()])
+    for c in per_rank.values():
+        setattr(c, field, np.empty(0, x.dtype))
+    out: np.ndarray = x[order]
+    return out
+
+
+class _Matched:
+    """Every rank's calls in one set of arrays, sorted by key (step, group, op: numbered in the
+    order first seen, ranks in the order given, calls by start), then rank, then start: each
+    key's calls on one rank are a run of rows. The per-rank arrays are let go as they are
+    joined. A call made by every rank of its key as often (the rule) takes its figures as
+    views of these arrays, without a copy."""
+
+    def __init__(self, per_rank: dict[int, _RankCalls], use_steps: bool, skew: dict[int, int],
+                 codes: dict[str, _Codes]):
+        self.codes = codes
+        ranks = list(per_rank)
+        sizes = [len(per_rank[r].start) for r in ranks]
+        n_ops, n_groups = len(codes["op"].names), len(codes["group"].names)
+        key = []
+        for r in ranks:
+            c = per_rank[r]
+            step = c.step.astype(np.int64) if use_steps else np.full(len(c.start), -1, np.int64)
+            key.append(((step + 1) * n_groups + c.group) * n_ops + c.op)
+            c.step = c.group = c.op = np.empty(0, np.int32)            # (let go: the key holds them)
+        # keys numbered in the order first seen (ranks as given, each rank's calls by start)
+        enc = pc.dictionary_encode(pa.array(np.concatenate(key)))
+        del key
+        kid = enc.indices.to_numpy(zero_copy_only=False)
+        packed = enc.dictionary.to_numpy(zero_copy_only=False)              # key number -> its parts
+        del enc
+        self.keys = len(packed)
+        self.key_op = (packed % n_ops).tolist()
+        self.key_group = (packed // n_ops % n_groups).tolist()
+        self.key_step = (packed // n_ops // n_groups - 1).tolist()
+        rank = np.repeat(np.asarray(ranks, np.int64), sizes)
+        order = np.lexsort((rank, kid))          # stable: within a key and rank, in start order
+        kid, rank = kid[order], rank[order]
+
+        def joined(field: str) -> np.ndarray:
+            return _joined(per_rank, field, order)
+        shift = np.repeat(np.array([skew.get(r, 0) for r in ranks], np.int64), sizes)
+        self.aligned = joined("start")
+        if skew:
+            self.aligned -= shift[order]
+        del shift
+        self.length = np.maximum(joined("span"), 0)
+        self.exposed = joined("exposed")
+        self.in_bytes = joined("in_bytes")
+        self.out_bytes = joined("out_bytes")
+        self.dtype = joined("dtype")
+        group_size = joined("group_size")
+        per_rank.clear()
+        key_at = np.searchsorted(kid, np.arange(self.keys + 1))
+        # runs of one (key, rank): where each begins, its rank, its first call's group size
+        cut = np.flatnonzero((kid[1:] != kid[:-1]) | (rank[1:] != rank[:-1])) + 1
+        self.run_at = np.concatenate([[0], cut, [len(kid)]])
+        self.run_rank = rank[self.run_at[:-1]]
+        self.run_size = group_size[self.run_at[:-1]]
+        del kid, rank, group_size, cut
+        self.runs_of_key = np.searchsorted(self.run_at[:-1], key_at)
+        self.tuples: dict[bytes, tuple[int, ...]] = {}     # one tuple per set of ranks
+        self.first: list[int] = []                         # each call's first arrival
+
+    def _ranks(self, ranks: np.ndarray) -> tuple[int, ...]:
+        return self.tuples.setdefault(ranks.tobytes(), tuple(ranks.tolist()))
+
+    def match(self, key: int, n_ranks: int, unmatched: dict[str, int], made: list[Call]) -> None:
+        """The calls of one key, made (appended to `made`) or counted unmatched (the rules in
+        the module's docstring)."""
+        op = self.codes["op"].names[self.key_op[key]]
+        g = self.codes["group"].names[self.key_group[key]]
+        step = self.codes["step"].names[self.key_step[key]] if self.key_step[key] >= 0 else None
+        r0, r1 = self.runs_of_key[key], self.runs_of_key[key + 1]
+        lo = self.run_at[r0:r1]
+        counts = self.run_at[r0 + 1:r1 + 1] - lo
+        ranks = self.run_rank[r0:r1]
+        sizes = self.run_size[r0:r1]
+        n = int(sizes.max()) if sizes.max() > 0 else len(ranks)
+        if len(ranks) > 1 and (step is None or counts.min() != counts.max()):
+            at = self._lined_up(op, ranks, lo, counts, unmatched)
+            if at is None:
+                return
+        else:
+            at = self._block(lo, counts, op, ranks, unmatched)
+        k = at.shape[1]
+        if 1 < len(ranks) < n and n_ranks >= n:
+            # the run holds every rank of the group, yet some made none of these calls here:
+            # a window that missed the step; the others' calls are not matched to nothing
+            for r in ranks.tolist():
+                unmatched[f"{op} on rank {r}"] += k
+            return
+        if k == 0:
+            return
+        first = at[0]
+        ins = self.in_bytes[first].tolist()
+        outs = self.out_bytes[first].tolist()
+        dtypes = self.codes["dtype"].names
+        dtype = self.dtype[first].tolist()
+        rank_tuple = self._ranks(ranks)
+        a0, nr = int(at[0, 0]), len(ranks)
+        if at[-1, -1] - a0 == nr * k - 1:
+            # one block, rank after rank: call idx is every k-th row from a0 + idx (views)
+            self.first.extend(self.aligned[a0:a0 + nr * k].reshape(nr, k).min(axis=0).tolist())
+            for idx in range(k):
+                rows = slice(a0 + idx, a0 + nr * k, k)
+                made.append(Call(op, g, idx, step, rank_tuple, n,
+                                 nccl_tests_bytes(op, ins[idx] or None, outs[idx] or None, n),
+                                 dtypes[dtype[idx]], self.aligned[rows], self.length[rows],
+                                 self.exposed[rows], self.in_bytes[rows]))
+            return
+        # (k calls x ranks) matrices: a call's figures are a row of each (a view, no copy)
+        at = np.ascontiguousarray(at.T)
+        start = self.aligned[at]
+        length, hidden, own = self.length[at], self.exposed[at], self.in_bytes[at]
+        self.first.extend(start.min(axis=1).tolist())
+        for idx in range(k):
+            made.append(Call(op, g, idx, step, rank_tuple, n,
+                             nccl_tests_bytes(op, ins[idx] or None, outs[idx] or None, n),
+                             dtypes[dtype[idx]], start[idx], length[idx], hidden[idx], own[idx]))
+
+    def _block(self, lo: np.ndarray, counts: np.ndarray, op: str, ranks: np.ndarray,
+               unmatched: dict[str, int]) -> np.ndarray:
+        """(ranks x k) rows of each rank's first k calls of the key (k: the fewest a rank made);
+        the rest unmatched."""
+        k = int(counts.min())
+        if counts.max() == k and lo[-1] - lo[0] == k * (len(lo) - 1):       # one after another
+            return np.arange(lo[0], lo[0] + k * len(lo)).reshape(len(lo), k)
+        for r, c in zip(ranks.tolist(), counts.tolist()):
+            if c > k:
+                unmatched[f"{op} on rank {r}"] += c - k
+        return lo[:, None] + np.arange(k)[None, :]
+
+    def _lined_up(self, op: str, ranks: np.ndarray, lo: np.ndarray, counts: np.ndarray,
+                  unmatched: dict[str, int]) -> np.ndarray | None:
+        """No steps, or a step some rank holds fewer of these calls in (its window began or
+        ended inside it): on one clock the same call starts at nearly the same moment
+        everywhere, so each rank's sequence is shifted to where it lies closest to the lowest
+        rank's (ref[i] is rank r's [i + d_r]); calls outside the span all ranks share are
+        unmatched. (ranks x k) rows, or None when no call is left."""
+        rows = [np.arange(a, a + c) for a, c in zip(lo.tolist(), counts.tolist())]
+        ref = self.aligned[rows[0]]
+        shift = [0] + [_best_offset(ref, self.aligned[x]) for x in rows[1:]]
+        first = max(0, *(-d for d in shift))
+        last = min(len(x) - d for x, d in zip(rows, shift))
+        for i, (r, d) in enumerate(zip(ranks.tolist(), shift)):
+            kept = rows[i][first + d:max(first, last) + d]
+            if len(rows[i]) > len(kept):
+                unmatched[f"{op} on rank {r}"] += len(rows[i]) - len(kept)
+            rows[i] = kept
+        if last <= first:
+            return None
+        lens = np.array([len(x) for x in rows])
+        return self._block(np.array([x[0] for x in rows]), lens, op, ranks, unmatched)
 
 
 def _ranks_text(ranks: Iterable[int]) -> str:
