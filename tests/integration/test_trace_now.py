@@ -47,7 +47,12 @@ while i < 6000:
     i += 1
     time.sleep(0.01)
 threads_after = sorted(t.name for t in threading.enumerate())
-dist.destroy_process_group()                    # (gloo's threads end before the interpreter does)
+# The cleanup DDP scripts end with (tests/thread_workloads.py has the counts): without the barrier
+# and the del, the reducer keeps the process group alive into interpreter teardown, where torch
+# 2.13's gloo can abort a rank ("terminate called without an active exception").
+dist.barrier()
+del model, opt
+dist.destroy_process_group()
 with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
     json.dump({"pid": os.getpid(), "steps": i, "threads_before": threads_before,
                "threads_after": threads_after, "cwd": sorted(os.listdir("."))}, f)
