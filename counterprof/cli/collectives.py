@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
-from typing import Any
 
 from .arguments import ceilings_from, ceilings_option, run_output_parser
 from .common import UsageFailure, check_output_file, err, guarded, open_run, write_text_file
@@ -44,19 +42,16 @@ def _main(argv: list[str]) -> int:
     from ..analysis.collectives import COLUMNS, NEEDED, analyze_calls, curves_from_ceilings
     from ..analysis.roofline_run import choose_ceilings
     from ..ground.errors import RunDirectoryError
-    from ..store.span_tables import spans_by_rank
+    from ..store.span_tables import spans_rank_by_rank
     run = open_run(args.run, skip_unreadable=True)      # a damaged file: the rest is read, it is named
     ranks = [r for r in run.ranks() if not args.rank or r in args.rank]
     if args.rank and not ranks:
         raise UsageFailure(f"--rank {', '.join(map(str, args.rank))}: the run has rank(s) "
                            f"{', '.join(map(str, run.ranks())) or 'none'}", p.format_usage())
 
-    def one_rank_at_a_time() -> Iterator[tuple[int, Any]]:   # each rank's spans let go once read
-        for r in ranks:
-            yield from spans_by_rank(run, COLUMNS, NEEDED, [r]).items()
-
-    result = analyze_calls(one_rank_at_a_time(), {r: (run.rank_meta(r).get("host") or {}).get("hostname")
-                                                  for r in ranks})
+    # each rank's spans let go once read; the run's files listed once, not once per rank
+    result = analyze_calls(spans_rank_by_rank(run, COLUMNS, NEEDED, ranks),
+                           {r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks})
     if not result.ranks:
         which = f" for rank {', '.join(map(str, args.rank))}" if args.rank else ""
         raise RunDirectoryError(
