@@ -237,3 +237,19 @@ def calibrated(home) -> tuple[dict, dict]:
     assert proc.returncode == 0, proc.stderr
     assert "saved" in proc.stderr and list((Path(home) / "counterprof" / "ceilings").glob("*-cpu.json"))
     return env, json.loads(proc.stdout)["cpu"]
+
+
+def count_listings(monkeypatch, run: Path) -> dict[str, int]:
+    """How many times each table's dataset folder (<run>/<table>) is listed from now on."""
+    from counterprof.store.rundir import TABLE_NAMES
+    seen = {t: 0 for t in TABLE_NAMES}
+    real = os.scandir
+    folders = {str(Path(run) / t): t for t in TABLE_NAMES}
+
+    def counting(p=".", *a, **kw):
+        t = folders.get(os.fspath(p))
+        if t is not None:
+            seen[t] += 1
+        return real(p, *a, **kw)
+    monkeypatch.setattr(os, "scandir", counting)
+    return seen

@@ -5,7 +5,6 @@ outside the run's span counted once per read."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,8 +14,7 @@ from counterprof.analysis.compare_runs import SAMPLE_COLUMNS, bounds_of, figures
 from counterprof.ground.schema import SAMPLES_SCHEMA, samples_batch
 from counterprof.store.journal import JournalWriter
 from counterprof.store.reader import Run
-from counterprof.store.rundir import TABLE_NAMES
-from helpers import rank_files, table_file
+from helpers import count_listings as _listings, rank_files, table_file
 
 T0 = 1_796_000_000_000_000_000
 S = 10**9
@@ -61,21 +59,6 @@ def _run(path: Path, ranks: int, journal_rank: int | None = None, damaged_rank: 
             data[at:at + 64] = b"\xff" * 64
             f.write_bytes(bytes(data))
     return path
-
-
-def _listings(monkeypatch, run: Path) -> dict[str, int]:
-    """How many times each table's dataset folder (<run>/<table>) is listed from now on."""
-    seen = {t: 0 for t in TABLE_NAMES}
-    real = os.scandir
-    folders = {str(run / t): t for t in TABLE_NAMES}
-
-    def counting(p=".", *a, **kw):
-        t = folders.get(os.fspath(p))
-        if t is not None:
-            seen[t] += 1
-        return real(p, *a, **kw)
-    monkeypatch.setattr(os, "scandir", counting)
-    return seen
 
 
 def _read(batches) -> pa.Table | None:

@@ -6,7 +6,6 @@ found."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,9 +17,8 @@ from counterprof.ground.schema import SPANS_SCHEMA, spans_batch
 from counterprof.store.compact import compact_rank
 from counterprof.store.journal import JournalWriter
 from counterprof.store.reader import Run
-from counterprof.store.rundir import TABLE_NAMES
 from counterprof.store.span_tables import spans_by_rank, spans_rank_by_rank
-from helpers import rank_files, table_file
+from helpers import count_listings as _listings, rank_files, table_file
 
 T0 = 1_796_000_000_000_000_000
 MS = 1_000_000
@@ -61,21 +59,6 @@ def _run(path: Path, ranks: int, journal_rank: int | None = None, damaged_rank: 
         if r == damaged_rank:
             table_file(path, "spans", r, writer="b").write_bytes(b"PAR1 not a parquet file PAR1")
     return path
-
-
-def _listings(monkeypatch, run: Path) -> dict[str, int]:
-    """How many times each table's dataset folder (<run>/<table>) is listed from now on."""
-    seen = {t: 0 for t in TABLE_NAMES}
-    real = os.scandir
-    folders = {str(run / t): t for t in TABLE_NAMES}
-
-    def counting(p=".", *a, **kw):
-        t = folders.get(os.fspath(p))
-        if t is not None:
-            seen[t] += 1
-        return real(p, *a, **kw)
-    monkeypatch.setattr(os, "scandir", counting)
-    return seen
 
 
 def test_collectives_lists_the_runs_files_once_however_many_ranks(tmp_path, monkeypatch, capsys):
