@@ -44,7 +44,7 @@ def _key(name: str, attrs: Any) -> tuple[str, str]:
     return name, dims
 
 
-def comm_caused(ops: list[tuple[int, int, str, Any]], collectives: iv.Intervals) -> iv.Intervals:
+def comm_caused(ops: list[tuple[int, int, str, Any]], collectives: iv.IntervalSet) -> iv.Intervals:
     """ops: the main thread's (start, end, name, attrs) of one rank; collectives: that rank's
     collective intervals (merged). -> the intervals of op time the collectives caused."""
     if not ops or not collectives:

@@ -37,11 +37,15 @@ def figures(run: Run, warn: Callable[[str], None], window_ns: int | None = None,
     from .roofline_run import roofline_if_ops
     spans = run.table("spans", with_rank=True)
     roof = roofline_if_ops(run, spans, warn)       # the verdicts' compute vs memory, and the MFU
+    # the samples' files listed once for every rank, not once per rank (quadratic in the ranks)
     f = run_figures(str(run.path), run.meta, run.catalog, run.ranks(),
-                    lambda r: run.batches("samples", SAMPLE_COLUMNS, rank=r),
+                    run.rank_batches("samples", SAMPLE_COLUMNS),
                     spans, window_ns=window_ns, bounds=bounds, roofline=roof)
     if roof is not None:
         add_mfu(f, roof)
+    del spans, roof
+    from ..store.limits import release_freed
+    release_freed()          # the next run's figures are not made on top of this one's leftovers
     return f
 
 

@@ -16,7 +16,7 @@ from .signals import RunData, Signal, signals
 def step_scope(data: RunData, whole: iv.Intervals) -> iv.Intervals:
     """The steps of every rank inside the workload's span, as one interval set ([] without
     steps)."""
-    steps = iv.merge(p for occ in data.rank_steps.values() for p in occ)
+    steps = iv.union(data.rank_steps.values())
     return iv.intersect(steps, whole) if steps else []
 
 

@@ -142,7 +142,7 @@ def window_starts(data: RunData, step: int) -> tuple[int, list[int]]:
     times = [s.ends for s in data.series.values()] + [s.starts for s in data.series.values()]
     sets = [data.gpu_busy, data.neuron_busy, data.cpu_collectives, data.windows, *data.regions.values(),
             *data.input_waits.values(), *data.main_ops.values(), *data.rank_steps.values()]
-    times += [np.asarray([t for a, b in ivs for t in (a, b)], np.int64) for ivs in sets if ivs]
+    times += [iv.edges(ivs) for ivs in sets if ivs]
     t = np.clip(np.concatenate(times) if times else np.zeros(0, np.int64), lo, hi - 1)
     while True:
         occupied = np.unique((t - lo) // step)
@@ -381,7 +381,7 @@ def _collective_calls(report: Report, spans: pa.Table, hosts: dict[int, str | No
     calls = analyze_calls(((r, t.select(cols)) for r, t in rank_tables(spans) if r is not None and r >= 0), hosts)
     if not calls.calls:
         return
-    j = calls.to_json(top=1)
+    j = calls.to_json(top=1, calls=False)      # the summary: no JSON object per call
     by_rank = j["by_rank"]
     report.collective_calls = {"calls": len(calls.calls), "unmatched": j["unmatched"], "by_rank": by_rank,
                                "summary": [{k: v for k, v in x.items() if k != "worst"} for x in j["summary"]],

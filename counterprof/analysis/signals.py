@@ -183,11 +183,11 @@ class RunData:
     # per rank: what the main (training) thread did, from spans
     input_waits: dict[int, iv.Intervals] = field(default_factory=dict)     # DataLoader next() waits
     input_whole_run: bool = False      # waits recorded for the whole run (else only in traces)
-    rank_collectives: dict[int, iv.Intervals] = field(default_factory=dict)
+    rank_collectives: dict[int, iv.IntervalSet] = field(default_factory=dict)   # packed (iv.Packed)
     main_ops: dict[int, iv.Intervals] = field(default_factory=dict)       # main thread's own ops
     # per rank: the part of the main thread's op time the collectives caused (comm_cost.py)
     comm_ops: dict[int, iv.Intervals] = field(default_factory=dict)
-    rank_steps: dict[int, iv.Intervals] = field(default_factory=dict)     # every step, per rank
+    rank_steps: dict[int, iv.IntervalSet] = field(default_factory=dict)   # every step, per rank (packed)
     # per rank: the main thread's Python sampled while traced, (ns, "func (file:line)") sorted
     py_samples: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
     # facts from meta.json the evidence names: the critical threads, other processes' CPU
@@ -218,7 +218,7 @@ class RunData:
     neuron_cc_ops: dict[str, int] = field(default_factory=dict)            # collective -> ns
     neuron_runtime: iv.Intervals = field(default_factory=list)   # the host's Neuron runtime calls (system profile)
 
-    def clipped(self, sets: iv.Intervals, scope: iv.Intervals) -> iv.Intervals:
+    def clipped(self, sets: iv.IntervalSet, scope: iv.Intervals) -> iv.Intervals:
         """The part of one of this run's interval sets within the span of scope, found by
         bisection: a window's intersect then walks its own few intervals, not the run's."""
         sp = iv.span(scope)
@@ -322,12 +322,17 @@ def shared_values(column: pa.ChunkedArray | pa.Array) -> list[Any]:
 SPAN_ROWS_AT_ONCE = 1 << 18
 
 
-def _span_rows(spans: pa.Table) -> Iterator[tuple[int, tuple[Any, ...]]]:
-    """(row, (start, end, category, kernel_class, device, name, rank, tid)) of every span, as
-    Python objects a slice at a time: a run's millions of spans are never whole lists."""
+def _span_rows(spans: pa.Table, skip: np.ndarray | None = None) -> Iterator[tuple[int, tuple[Any, ...]]]:
+    """(row, (start, end, category, kernel_class, device, name, rank, tid)) of every span (but
+    those skip marks), as Python objects a slice at a time: a run's millions of spans are never
+    whole lists."""
     n_rows = spans.num_rows
     for off in range(0, n_rows, SPAN_ROWS_AT_ONCE):
         part = spans.slice(off, SPAN_ROWS_AT_ONCE)
+        rows: Iterable[int] = range(off, off + part.num_rows)
+        if skip is not None and skip[off:off + part.num_rows].any():
+            kept = np.flatnonzero(~skip[off:off + part.num_rows])
+            part, rows = part.take(kept), (kept + off).tolist()
         n = part.num_rows
         # the repetitive columns as shared objects: a few thousand distinct names, categories,
         # ranks and threads, not a new str or int per row
@@ -337,7 +342,36 @@ def _span_rows(spans: pa.Table) -> Iterator[tuple[int, tuple[Any, ...]]]:
                 shared_values(part["name"]),
                 shared_values(part["rank"]) if "rank" in part.column_names else [0] * n,
                 shared_values(part["tid"]) if "tid" in part.column_names else [None] * n]
-        yield from enumerate(zip(*cols), off)
+        yield from zip(rows, zip(*cols))
+
+
+def _bulk_rows(spans: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(steps, the host's collectives) as row masks: most of a big run's spans (a row per
+    rank and step each), read as arrays rather than a tuple each."""
+    cat = spans["category"]
+    if pa.types.is_dictionary(cat.type):
+        cat = cat.cast(pa.string())
+    steps = pc.fill_null(pc.equal(cat, "step"), False)
+    host_coll = pc.fill_null(pc.and_(pc.equal(cat, "collective"), pc.is_null(spans["device"])), False)
+    return (np.asarray(steps.to_numpy(zero_copy_only=False), bool),
+            np.asarray(host_coll.to_numpy(zero_copy_only=False), bool))
+
+
+def _columns_at(spans: pa.Table, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, rank) of the rows mask marks, as int64 arrays (rank null: 0)."""
+    rows = spans.select([c for c in ("start", "end", "rank") if c in spans.column_names]).filter(pa.array(mask))
+    rank = (pc.fill_null(rows["rank"].cast(pa.int64()), 0).to_numpy() if "rank" in rows.column_names
+            else np.zeros(rows.num_rows, np.int64))
+    return rows["start"].cast(pa.int64()).to_numpy(), rows["end"].cast(pa.int64()).to_numpy(), rank
+
+
+def _per_rank_sets(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, iv.IntervalSet]:
+    """rank -> the union of its intervals, packed."""
+    order = np.argsort(rank, kind="stable")
+    by = rank[order]
+    cuts = (np.flatnonzero(by[1:] != by[:-1]) + 1).tolist()
+    return {int(by[a]): iv.Packed(iv.merge_array(start[order[a:b]], end[order[a:b]]))
+            for a, b in zip([0, *cuts], [*cuts, len(by)])}
 
 
 def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
@@ -348,9 +382,9 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     busy, by_class, cpu_coll, regions, windows, step_windows = [], {}, [], {}, [], []
     inputs: dict[int, iv.Intervals] = {}
     annotated_inputs: dict[int, iv.Intervals] = {}
-    coll_by_rank: dict[int, iv.Intervals] = {}
+    coll_by_rank: dict[int, iv.IntervalSet] = {}
     step_tids: dict[int, set[int]] = {}
-    steps_by_rank: dict[int, iv.Intervals] = {}
+    steps_by_rank: dict[int, iv.IntervalSet] = {}
     op_time: dict[tuple[int, Any], int] = {}
     ops: dict[tuple[int, Any], iv.Intervals] = {}
     short_ns = short_kernel_us * 1000
@@ -359,7 +393,9 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     host_coll_rows: list[int] = []
     dispatch: iv.Intervals = []
     neuron_rows: list[int] = []
-    for i, (s, e, c, k, d, n, r, t) in _span_rows(spans):
+    first_row: dict[str, int] = {}     # region -> its first row (the regions' order)
+    step_rows, host_coll_mask = _bulk_rows(spans)
+    for i, (s, e, c, k, d, n, r, t) in _span_rows(spans, step_rows | host_coll_mask):
         r = r or 0
         if c in NEURON_CATEGORIES:
             neuron_rows.append(i)
@@ -370,14 +406,8 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                 data.gpu_kernel_count += 1
                 if e - s < short_ns:
                     data.short_kernels += 1
-        elif c == "collective":
-            if d is None:
-                pair = (s, e)
-                cpu_coll.append(pair)
-                coll_by_rank.setdefault(r, []).append(pair)
-                host_coll_rows.append(i)
-            else:
-                by_class.setdefault("communication", []).append((s, e))
+        elif c == "collective":      # on a device (the host's are taken in bulk below)
+            by_class.setdefault("communication", []).append((s, e))
         elif c == "window":
             windows.append((s, e))
             if not (n or "").endswith(TIME_WINDOW_SUFFIXES):
@@ -397,28 +427,50 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                 ops.setdefault((r, t), []).append((s, e))
                 op_rows.setdefault((r, t), []).append(i)
                 op_time[(r, t)] = op_time.get((r, t), 0) + (e - s)
-        if c in ("region", "annotation", "step"):
+        if c in ("region", "annotation"):        # steps are taken in bulk below
             pair = (s, e)       # one tuple in every list that holds it
-            if c == "step":
-                steps_by_rank.setdefault(r, []).append(pair)
-                if t is not None:
-                    step_tids.setdefault(r, set()).add(t)
             if c == "annotation" and n and n.startswith(DATALOADER_NEXT):
                 annotated_inputs.setdefault(r, []).append(pair)
-            key = "ProfilerStep" if c == "step" else n
+            key = n
+            if key not in regions:
+                first_row[key] = i
             regions.setdefault(key, []).append(pair)
             data.region_kind[key] = c
             data.region_count[key] = data.region_count.get(key, 0) + 1
+    merged_regions = {k: iv.merge(v) for k, v in regions.items()}
+    if step_rows.any():
+        s_, e_, r_ = _columns_at(spans, step_rows)
+        steps_by_rank = _per_rank_sets(r_, s_, e_)
+        if "tid" in spans.column_names:
+            tids = spans["tid"].filter(pa.array(step_rows))
+            has = np.asarray(pc.is_valid(tids).to_numpy(zero_copy_only=False), bool)
+            pairs = np.unique(np.stack([r_[has], pc.drop_null(tids).cast(pa.int64()).to_numpy()], axis=1), axis=0)
+            for rr, tt in pairs.tolist():
+                step_tids.setdefault(rr, set()).add(tt)
+        # every rank's steps as one region (a region a user named "ProfilerStep" joins it)
+        first = int(np.argmax(step_rows))
+        first_row["ProfilerStep"] = min(first, first_row.get("ProfilerStep", first))
+        merged_regions["ProfilerStep"] = iv.union([iv.Packed(iv.merge_array(s_, e_)),
+                                                   merged_regions.get("ProfilerStep", [])])
+        data.region_kind["ProfilerStep"] = "step"
+        data.region_count["ProfilerStep"] = data.region_count.get("ProfilerStep", 0) + int(step_rows.sum())
+        del s_, e_, r_
+    if host_coll_mask.any():
+        s_, e_, r_ = _columns_at(spans, host_coll_mask)
+        cpu_coll = [(a, b) for a, b in iv.merge_array(s_, e_).tolist()]
+        coll_by_rank = _per_rank_sets(r_, s_, e_)
+        host_coll_rows = np.flatnonzero(host_coll_mask).tolist() if xla_rows else []   # only _load_xla reads them
+        del s_, e_, r_
     data.gpu_busy = iv.merge(busy)
     data.gpu_class = {k: iv.merge(v) for k, v in by_class.items()}
-    data.cpu_collectives = iv.merge(cpu_coll)
-    data.regions = {k: iv.merge(v) for k, v in regions.items()}
+    data.cpu_collectives = cpu_coll
+    data.regions = {k: merged_regions[k] for k in sorted(merged_regions, key=first_row.__getitem__)}
     data.windows = iv.merge(windows)
     data.step_windows = iv.merge(step_windows)
     data.input_whole_run = bool(inputs)
     data.input_waits = {r: iv.merge(v) for r, v in (inputs or annotated_inputs).items()}
-    data.rank_collectives = {r: iv.merge(v) for r, v in coll_by_rank.items()}
-    data.rank_steps = {r: iv.merge(v) for r, v in steps_by_rank.items()}
+    data.rank_collectives = coll_by_rank
+    data.rank_steps = steps_by_rank
     for v in data.py_samples.values():
         v.sort()
     # each rank's main thread: the one that marks steps, else the one with the most op time
@@ -426,7 +478,8 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
         tids = step_tids.get(r) or {max((k for k in op_time if k[0] == r), key=op_time.__getitem__)[1]}
         data.main_ops[r] = iv.merge([p for t in tids for p in ops.get((r, t), [])])
         if data.rank_collectives.get(r):
-            main = spans.take([i for t in tids for i in op_rows.get((r, t), [])])
+            # (typed: none of the step thread's rows may be ops, and an empty list is of no type)
+            main = spans.take(pa.array([i for t in tids for i in op_rows.get((r, t), [])], pa.int64()))
             attrs = (main["attrs"].to_pylist() if "attrs" in spans.column_names else [None] * main.num_rows)
             data.comm_ops[r] = comm_caused([(s, e, n or "", a) for s, e, n, a in zip(
                 main["start"].cast(pa.int64()).to_pylist(), main["end"].cast(pa.int64()).to_pylist(),
@@ -446,7 +499,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
                  if p]
     if data.xla_busy:      # a JAX run: its steps and trace windows too (the host's waits lie there)
         all_times += [p for p in (iv.span(data.xla_busy), iv.span(data.windows),
-                                  iv.span(iv.merge(p for o in data.rank_steps.values() for p in o))) if p]
+                                  iv.span(iv.union(data.rank_steps.values()))) if p]
     for lo, hi in all_times:
         data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
         data.end_ns = max(data.end_ns, hi)
@@ -1057,7 +1110,7 @@ def _carried_op_share(data: RunData, scope: iv.Intervals, wall: int) -> dict[str
     if not data.main_ops or not data.rank_steps:
         return {}
     if data.steps_in_ops is None:
-        steps = iv.merge(p for occ in data.rank_steps.values() for p in occ)
+        steps = iv.union(data.rank_steps.values())
         traced = iv.intersect(steps, data.step_windows or data.windows)
         in_ops, outside, _ = _outside_ops(data, traced)
         data.steps_in_ops = in_ops / (in_ops + outside) if in_ops + outside > 0 else -1.0

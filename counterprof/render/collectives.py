@@ -9,6 +9,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.table import Table
 
+from ..analysis.across_ranks import rank_ranges
 from ..analysis.collectives import CollectiveCalls
 from ..ground.units import share, si
 from . import svg
@@ -54,7 +55,7 @@ def collectives_text(r: CollectiveCalls, out: IO[str], top: int = 3) -> None:
         console.print("no collective calls matched" + (": " + "; ".join(r.notes) if r.notes else ""))
         return
     levels = sorted(set(r.level.values()) - {"none"})
-    on = f"rank {r.ranks[0]}" if len(r.ranks) == 1 else f"ranks {', '.join(map(str, r.ranks))}"
+    on = f"rank {r.ranks[0]}" if len(r.ranks) == 1 else f"ranks {rank_ranges(r.ranks)}"   # 0-1023, not each
     console.print(f"{len(r.calls)} collective calls on {on} "
                   f"({j['link']}; calls from {', '.join(levels)}); curve: "
                   f"{r.curve_backend + ' (calibrate)' if r.curve_backend else 'none (run `counterprof calibrate`)'}")
@@ -201,7 +202,7 @@ def collectives_html(r: CollectiveCalls, title: str, top: int = 5) -> str:
         f"<td class=n>{_e(_frac(c['fraction_of_curve']))}</td></tr>" for why, c in _named(j["calls"], top))
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(title)}</title><style>{CSS}</style>"
              f"</head><body><h1>{_e(title)}</h1>",
-             f"<div class='dim'>{len(r.calls)} calls, ranks {_e(', '.join(map(str, r.ranks)))}, {_e(j['link'])}; "
+             f"<div class='dim'>{len(r.calls)} calls, ranks {_e(rank_ranges(r.ranks))}, {_e(j['link'])}; "
              f"curve: {_e(r.curve_backend or 'none: run counterprof calibrate')}</div>",
              "<h2>bus bandwidth per call against the measured curve</h2>", busbw_svg(r),
              "<h2>arrival lag per rank over time</h2>", skew_svg(r),

@@ -37,3 +37,44 @@ def test_indexed_clip_is_reusable():
     assert ix.clip(5, 25) == [(5, 10), (20, 25)]
     assert ix.clip(30, 40) == []
     assert ix.clip(45, 100) == [(45, 50)]
+
+
+def packed(pairs):
+    """pairs merged into a Packed set, as load_spans makes them."""
+    import numpy as np
+    return iv.Packed(iv.merge_array(np.array([p[0] for p in pairs], np.int64),
+                                    np.array([p[1] for p in pairs], np.int64)))
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_a_packed_set_answers_as_the_list_it_replaces(seed):
+    """A rank's steps and collectives are held packed (an int64 array): every operation gives
+    what the list of tuples gave, whichever side is packed, long or short (the bisection path
+    too: a few windows against thousands of intervals)."""
+    rng = random.Random(seed)
+    n = rng.choice([0, 1, 3, 8, 200])
+    raw_a, raw_b = random_set(rng, n, 400), random_set(rng, rng.choice([0, 1, 2, 8, 200]), 400)
+    a, b = iv.merge(raw_a), iv.merge(raw_b)
+    pa_, pb = packed(raw_a), packed(raw_b)
+    assert pa_ == a and list(pa_) == a and len(pa_) == len(a) and bool(pa_) == bool(a)
+    assert all(type(x) is tuple and type(x[0]) is int for x in pa_)
+    for x, y in ((pa_, b), (a, pb), (pa_, pb)):
+        assert iv.intersect(x, y) == iv.intersect(a, b)
+        assert iv.subtract(a, y) == iv.subtract(a, b)
+    assert iv.subtract(pa_, b) == iv.subtract(a, b)
+    assert iv.total(pa_) == iv.total(a)
+    assert iv.span(pa_) == iv.span(a)
+    lo, hi = sorted(rng.sample(range(-5, 420), 2))
+    assert iv.clip(pa_, lo, hi) == iv.clip(a, lo, hi) == iv.Indexed(pa_).clip(lo, hi)
+    assert iv.union([pa_, b]) == iv.merge(raw_a + raw_b) == iv.union([a, pb])
+    assert sorted(iv.edges(pa_).tolist()) == sorted(t for p in a for t in p)
+    if a:
+        assert pa_[0] == a[0] and pa_[-1] == a[-1] and pa_[1:] == a[1:]
+
+
+def test_merge_array_joins_touching_and_drops_empty_as_merge_does():
+    import numpy as np
+    pairs = [(5, 5), (0, 3), (3, 4), (10, 12), (11, 11), (9, 10), (20, 25), (21, 22)]
+    got = iv.merge_array(np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
+    assert got.tolist() == [list(p) for p in iv.merge(pairs)] == [[0, 4], [9, 12], [20, 25]]
+    assert iv.merge_array(np.array([], np.int64), np.array([], np.int64)).shape == (0, 2)

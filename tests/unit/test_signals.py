@@ -119,3 +119,43 @@ def test_the_steps_span_signals_leave_out_a_time_window_that_caught_the_first_st
     steps = data.regions["ProfilerStep"]
     assert signals(data, steps, steps=True)["gpu_idle"].value == pytest.approx(0.02, abs=0.01)
     assert signals(data, steps)["gpu_idle"].value > 0.2        # step 0's 180 ms idle counted
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_steps_and_host_collectives_taken_in_bulk_are_what_each_row_gave(seed):
+    """A big run's steps and host collectives (most of its spans) are read as arrays per rank,
+    not row by row: per rank and in all, they are the unions of the rows, in any row order,
+    with a region a user named ProfilerStep joining the steps, and the regions in the order
+    they first appear."""
+    import random
+    from counterprof.analysis import intervals as iv
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(rng.randint(1, 120)):
+        a = rng.randint(0, 10_000)
+        cat, dev, name = rng.choice([("step", None, "ProfilerStep#1"), ("collective", None, "gloo:all_reduce"),
+                                     ("collective", 0, "ncclKernel"), ("region", None, "fwd"),
+                                     ("region", None, "ProfilerStep"), ("cpu_op", None, "aten::mm")])
+        rank = rng.choice([0, 1, 2, None])
+        rows.append((a, a + rng.randint(0, 300), name, cat, dev, rank, rng.choice([7, 8, None])))
+    rng.shuffle(rows)
+    s, e, n, c, d, r, t = (list(x) for x in zip(*rows))
+    table = pa.Table.from_batches([spans_batch(start=s, end=e, name=n, category=c, device=d, tid=t)])
+    table = table.append_column("rank", pa.array(r, pa.int64()))
+    data = RunData()
+    load_spans(data, table, short_kernel_us=10)
+    steps = [(a, b, rk or 0) for a, b, _n, cat, _d, rk, _t in rows if cat == "step"]
+    host = [(a, b, rk or 0) for a, b, _n, cat, dv, rk, _t in rows if cat == "collective" and dv is None]
+    for got, want in ((data.rank_steps, steps), (data.rank_collectives, host)):
+        assert {k: list(v) for k, v in got.items()} == {
+            rk: iv.merge((a, b) for a, b, x in want if x == rk) for rk in {x for _a, _b, x in want}}
+    assert data.cpu_collectives == iv.merge((a, b) for a, b, _r in host)
+    named = [(a, b) for a, b, nm, cat, *_ in rows if cat == "region" and nm == "ProfilerStep"]
+    if steps or named:
+        assert data.regions["ProfilerStep"] == iv.merge([(a, b) for a, b, _r in steps] + named)
+        assert data.region_count["ProfilerStep"] == len(steps) + len(named)
+    first = {}
+    for _a, _b, nm, cat, *_ in rows:
+        if cat in ("region", "step"):
+            first.setdefault("ProfilerStep" if cat == "step" else nm, len(first))
+    assert list(data.regions) == list(first)
