@@ -195,6 +195,7 @@ class RunData:
     contenders: list[dict[str, Any]] = field(default_factory=list)
     # interval sets prepared for clipping by bisection (every verdict window clips the ops)
     _indexed: dict[int, iv.Indexed] = field(default_factory=dict, repr=False)
+    _stacks: dict[str, tuple[Any, ...]] = field(default_factory=dict, repr=False)   # name -> (key, sources, stacks)
     steps_in_ops: float | None = None     # the traced steps' share in ops (-1: none), computed once
     steps_in_comm_ops: float = 0.0        # ... of it, in op time the collectives caused
     outside_ops_memo: dict[tuple[tuple[int, int], ...], tuple[int, int, dict[int, iv.Intervals]]] = field(
@@ -231,6 +232,34 @@ class RunData:
 
     def has(self, metric: str) -> bool:
         return metric in self.series
+
+    def collective_stacks(self) -> tuple[iv.Stacked, iv.Stacked, iv.Stacked]:
+        """Per rank of rank_collectives (in its order), stacked: its collectives, the part of
+        them under the main thread's own ops, its steps (a verdict window asks all three of
+        every rank)."""
+        def build() -> tuple[iv.Stacked, ...]:
+            ranks = list(self.rank_collectives)
+            coll = [self.rank_collectives[r] for r in ranks]
+            under_own = [iv.intersect(c, own) if (own := self.main_ops.get(r)) else [] for r, c in zip(ranks, coll)]
+            return iv.Stacked(coll), iv.Stacked(under_own), iv.Stacked([self.rank_steps.get(r) or [] for r in ranks])
+        coll, under_own, steps = self._stacked("collectives", build,
+                                               self.rank_collectives, self.main_ops, self.rank_steps)
+        return coll, under_own, steps
+
+    def steps_stack(self) -> iv.Stacked:
+        """Every rank's steps, stacked (rank_steps' order)."""
+        (steps,) = self._stacked("steps", lambda: (iv.Stacked(list(self.rank_steps.values())),), self.rank_steps)
+        return steps
+
+    def _stacked(self, name: str, build: Callable[[], tuple[iv.Stacked, ...]], *sources: dict[int, Any]
+                 ) -> tuple[iv.Stacked, ...]:
+        """Built once per run's sets: again only if load_spans replaced or grew them."""
+        key = tuple((id(d), len(d)) for d in sources)
+        held = self._stacks.get(name)
+        if held is None or held[0] != key or any(a is not b for a, b in zip(held[1], sources)):
+            held = self._stacks[name] = (key, sources, build())
+        stacks: tuple[iv.Stacked, ...] = held[2]
+        return stacks
 
 
 def bucket_table(chunks: Iterable[pa.RecordBatch], bucket_ns: int = BUCKET_NS) -> pa.Table:
@@ -365,6 +394,21 @@ def _columns_at(spans: pa.Table, mask: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return rows["start"].cast(pa.int64()).to_numpy(), rows["end"].cast(pa.int64()).to_numpy(), rank
 
 
+def _distinct_pairs(a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
+    """The distinct (a[i], b[i]), sorted (np.unique(axis=0) sorts rows as bytes: 20x slower)."""
+    if not len(a):
+        return []
+    a0, b0 = int(a.min()), int(b.min())
+    width = int(b.max()) - b0 + 1
+    if (int(a.max()) - a0 + 1) * width < 2 ** 62:         # one int64 key: one sort of numbers
+        key = np.unique((a - a0) * width + (b - b0))
+        return list(zip((key // width + a0).tolist(), (key % width + b0).tolist()))
+    order = np.lexsort((b, a))
+    a, b = a[order], b[order]
+    new = np.r_[True, (a[1:] != a[:-1]) | (b[1:] != b[:-1])] if len(a) else np.zeros(0, bool)
+    return list(zip(a[new].tolist(), b[new].tolist()))
+
+
 def _per_rank_sets(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[int, iv.IntervalSet]:
     """rank -> the union of its intervals, packed."""
     order = np.argsort(rank, kind="stable")
@@ -444,8 +488,7 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
         if "tid" in spans.column_names:
             tids = spans["tid"].filter(pa.array(step_rows))
             has = np.asarray(pc.is_valid(tids).to_numpy(zero_copy_only=False), bool)
-            pairs = np.unique(np.stack([r_[has], pc.drop_null(tids).cast(pa.int64()).to_numpy()], axis=1), axis=0)
-            for rr, tt in pairs.tolist():
+            for rr, tt in _distinct_pairs(r_[has], pc.drop_null(tids).cast(pa.int64()).to_numpy()):
                 step_tids.setdefault(rr, set()).add(tt)
         # every rank's steps as one region (a region a user named "ProfilerStep" joins it)
         first = int(np.argmax(step_rows))
@@ -966,20 +1009,16 @@ def signals(data: RunData, scope: iv.Intervals, steps: bool = False) -> dict[str
             # running (the exposed share); collective time under its own ops is overlapped.
             # Traces cover a few steps: the traced steps' exposed share stands for the scope's
             # steps (every step is timed), not for its start-up or other untraced time
-            in_coll = exposed = 0
+            # (every rank at once: the stacked sets' totals inside traced and scope)
+            coll_r, under_own_r, steps_r = data.collective_stacks()
+            in_coll_r = coll_r.totals(traced)
+            exposed_r = in_coll_r - under_own_r.totals(traced)
+            traced_steps_r = steps_r.totals(traced)
+            scope_steps_r = steps_r.totals(scope) if traced_steps_r.any() else traced_steps_r
+            in_coll, exposed = int(in_coll_r.sum()), int(exposed_r.sum())
             share = 0.0
-            for r, spans_r in data.rank_collectives.items():
-                c = iv.intersect(spans_r, traced)
-                own = data.main_ops.get(r)
-                exposed_r = iv.total(iv.subtract(c, own) if own else c)
-                in_coll += iv.total(c)
-                exposed += exposed_r
-                steps_r = data.rank_steps.get(r)
-                traced_steps = iv.total(iv.intersect(steps_r, traced)) if steps_r else 0
-                if steps_r and traced_steps > 0:      # traced_steps is 0 without steps_r
-                    share += min(1.0, exposed_r / traced_steps) * iv.total(iv.intersect(steps_r, scope)) / wall
-                else:
-                    share += exposed_r / traced_ns
+            for x, t_steps, s_steps in zip(exposed_r.tolist(), traced_steps_r.tolist(), scope_steps_r.tolist()):
+                share += min(1.0, x / t_steps) * s_steps / wall if t_steps > 0 else x / traced_ns
             out["cpu_collective_exposed"] = Signal(
                 min(1.0, share / ranks), "spans",
                 "per rank, collective time not overlapped by the main thread's own ops, over the "
@@ -1118,7 +1157,7 @@ def _carried_op_share(data: RunData, scope: iv.Intervals, wall: int) -> dict[str
             data.steps_in_comm_ops = data.comm_ops_memo.get(tuple(traced), 0) / (in_ops + outside)
     if data.steps_in_ops < 0:
         return {}
-    in_steps = sum(iv.total(iv.intersect(data.clipped(occ, scope), scope)) for occ in data.rank_steps.values())
+    in_steps = int(data.steps_stack().totals(scope).sum())
     f = min(1.0, in_steps / (wall * max(1, len(data.rank_steps))))
     if f <= 0:
         return {}

@@ -159,3 +159,69 @@ def test_steps_and_host_collectives_taken_in_bulk_are_what_each_row_gave(seed):
         if cat in ("region", "step"):
             first.setdefault("ProfilerStep" if cat == "step" else nm, len(first))
     assert list(data.regions) == list(first)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_collective_exposure_over_all_ranks_at_once_is_the_per_rank_sum(seed):
+    """The exposed collective share is summed over every rank at once (the ranks' sets stacked,
+    iv.Stacked): the same figure, to the last bit, as intersecting each rank's collectives, own
+    ops and steps with the scope one rank at a time; ranks with no steps or no ops among them,
+    scopes inside, across and outside the trace windows."""
+    import random
+    from counterprof.analysis import intervals as iv
+
+    def ragged(rng, n, span=20_000, width=400):
+        return iv.merge((a, a + rng.randint(1, width)) for a in (rng.randint(0, span) for _ in range(n)))
+
+    rng = random.Random(seed)
+    data = RunData()
+    nranks = rng.randint(1, 6)
+    data.ranks = nranks
+    data.rank_collectives = {r: ragged(rng, rng.randint(0, 30)) for r in range(nranks)}
+    data.main_ops = {r: ragged(rng, rng.randint(1, 40)) for r in range(nranks) if rng.random() < 0.7}
+    data.rank_steps = {r: ragged(rng, rng.randint(1, 10), width=3000) for r in range(nranks) if rng.random() < 0.7}
+    data.cpu_collectives = iv.union(data.rank_collectives.values())
+    data.windows = ragged(rng, rng.randint(0, 3), width=6000)
+    scope = ragged(rng, rng.randint(1, 4), width=8000)
+
+    traced = iv.intersect(scope, data.windows) if data.windows else scope
+    wall, traced_ns = iv.total(scope), iv.total(traced)
+    in_coll = exposed = 0
+    share = 0.0
+    for r, spans_r in data.rank_collectives.items():          # as it was: one rank at a time
+        c = iv.intersect(spans_r, traced)
+        own = data.main_ops.get(r)
+        exposed_r = iv.total(iv.subtract(c, own) if own else c)
+        in_coll += iv.total(c)
+        exposed += exposed_r
+        steps_r = data.rank_steps.get(r)
+        traced_steps = iv.total(iv.intersect(steps_r, traced)) if steps_r else 0
+        if steps_r and traced_steps > 0:
+            share += min(1.0, exposed_r / traced_steps) * iv.total(iv.intersect(steps_r, scope)) / wall
+        else:
+            share += exposed_r / traced_ns if traced_ns else 0.0
+    got = signals(data, scope)
+    if data.windows and traced_ns == 0 and "main_in_ops" in got:
+        # an untraced scope: the traced steps' share in ops carried to its steps, all ranks'
+        in_steps = sum(iv.total(iv.intersect(s, scope)) for s in data.rank_steps.values())
+        f = min(1.0, in_steps / (wall * len(data.rank_steps)))
+        assert got["main_in_ops"].value == data.steps_in_ops * f + (1 - f)
+    if traced_ns == 0 or not iv.intersect(data.cpu_collectives, traced):
+        assert "cpu_collective_exposed" not in got
+        return
+    assert got["cpu_collective_exposed"].value == min(1.0, share / nranks)
+    if in_coll:
+        assert got["cpu_collective_overlap"].value == 1 - exposed / in_coll
+
+
+@pytest.mark.parametrize("spread", [1, 1 << 40, 1 << 62])
+def test_distinct_rank_thread_pairs_are_np_uniques_rows(spread):
+    """The (rank, thread) pairs of a run's steps: as np.unique(axis=0) gives them, whether the
+    pair fits one int64 key or not (thread ids are the kernel's, ranks may be negative)."""
+    import numpy as np
+    from counterprof.analysis.signals import _distinct_pairs
+    rng = np.random.default_rng(spread % 1000)
+    a = rng.integers(-2, 50, 5000)
+    b = rng.integers(0, 4, 5000) * (spread // 4) + rng.integers(0, 3, 5000)
+    assert _distinct_pairs(a, b) == [tuple(x) for x in np.unique(np.stack([a, b], axis=1), axis=0).tolist()]
+    assert _distinct_pairs(a[:0], b[:0]) == []
