@@ -21,7 +21,7 @@ from . import rundir, safepath
 from .meta import read_catalog, read_meta
 from .run_files import BATCH_ROWS, RunFile, list_files
 from .span import Span, run_span
-from .rundir import CATALOG, META, is_run, rank_dirs
+from .rundir import CATALOG, META, RANKS, is_run, rank_dirs
 
 
 class Run:
@@ -39,6 +39,7 @@ class Run:
         self.skipped: list[str] = []          # "path: why", once each
         self.left_out: list[str] = []         # rows outside the run's span: "path: how many"
         self._span: Span | None | bool = False      # not read yet
+        self._dirs: tuple[list[int | None], dict[int, Path]] | None = None   # (folders' mtimes, rank_dirs)
         if not self.path.is_dir():
             raise RunDirectoryError(f"{self.path}: no such run directory")
         if not is_run(self.path):
@@ -49,6 +50,20 @@ class Run:
     def __repr__(self) -> str:
         return f"Run({str(self.path)!r})"
 
+    def _rank_dirs(self) -> dict[int, Path]:
+        """rank_dirs(), listed again only when a folder holding them changed (a rank joined a
+        live run): asked once per rank, a listing each time was quadratic in the ranks."""
+        stamp: list[int | None] = []
+        for folder in (self.path, self.path / RANKS):
+            try:
+                stamp.append(folder.stat().st_mtime_ns)
+            except OSError:
+                stamp.append(None)
+        held = self._dirs
+        if held is None or held[0] != stamp:
+            held = self._dirs = (stamp, dict(rank_dirs(self.path)))
+        return held[1]
+
     @property
     def meta(self) -> dict[str, Any]:
         return read_meta(self.path / META)
@@ -56,7 +71,7 @@ class Run:
     def rank_meta(self, rank: int) -> dict[str, Any]:
         """The meta.json of the process that wrote this rank: its own when it joined another
         process's run (_ranks/rank=<r>/meta.json), else the run's."""
-        own = dict(rank_dirs(self.path)).get(rank)
+        own = self._rank_dirs().get(rank)
         if own is not None and safepath.plain_file(own / META):
             return read_meta(own / META)
         return self.meta
