@@ -3,10 +3,12 @@ rank with its own perf, host and torch data, per-rank verdicts, and the straggle
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow.compute as pc
 import pytest
 
 import counterprof
+from counterprof.analysis.compare import THRESHOLD
 from helpers import EXAMPLES, PYTHON, REPO, run_cli, rank_files, journal_dir
 
 torch = pytest.importorskip("torch")
@@ -115,13 +117,36 @@ def test_export_and_compare_of_the_torchrun_job(straggler_run, tmp_path):
     proc = run_cli("compare", *map(str, runs), "--json")
     assert proc.returncode == 0, proc.stderr
     rows = {(r["key"], r["rank"]): r for r in json.loads(proc.stdout)["rows"]}
-    for key in ("step_time", "region:work"):
-        assert rows[(key, None)]["status"] == "unchanged", rows[(key, None)]
+    for key, name in (("step_time", "step"), ("region:work", "work")):
+        # "steady enough" is the premise, held on the job's own clock (its step and region
+        # marks): where each rerun pins its median to within half the threshold, the interval
+        # of the change between them lies inside it and the row must say unchanged (quiet, the
+        # steps' median to 0.3-0.7%). On a loaded machine the all_reduce's wait for the other
+        # rank (woken late from its sleep) lengthens about half the steps by 1-12 ms (2026-12-07,
+        # two busy loops: steps of 101-113 ms, the median at the knee between the two, pinned
+        # to 2.5-3.6% only): the interval then reaches past 3% (-0.9% [-4.5%, +2.4%]) and
+        # inconclusive is the true answer; flagged, never
+        width = max(_median_width(r, name) for r in runs)
+        allowed = {"unchanged"} if width < THRESHOLD / 2 else {"unchanged", "inconclusive"}
+        assert rows[(key, None)]["status"] in allowed, (rows[(key, None)], f"median pinned to {width:.1%}")
         # each rank's own row has half the job's steps: its interval can straddle the threshold
         # on a busy 2-core machine (CI, 2026-12-05: rank 1's step_time), and then it says
         # inconclusive; never flagged either way
         for rank in (0, 1):
             assert rows[(key, rank)]["status"] in ("unchanged", "inconclusive"), rows[(key, rank)]
+
+
+def _median_width(run_dir, name: str) -> float:
+    """How well one run pins the median of its times of the region `name` (all ranks), on the
+    job's own clock (its region marks): the width of the median's distribution-free 95%
+    interval (the order statistics n/2 -+ 0.98 sqrt(n)) over the median."""
+    spans = counterprof.load(run_dir).table("spans")
+    spans = spans.filter(pc.equal(spans["name"], name))
+    ns = pc.subtract(spans["end"].cast("int64"), spans["start"].cast("int64")).to_numpy()
+    assert len(ns) >= 10, (run_dir, name, len(ns))
+    k = 100 * 0.98 / np.sqrt(len(ns))
+    lo, mid, hi = np.percentile(ns, [50 - k, 50, 50 + k])
+    return (hi - lo) / mid
 
 
 def test_per_rank_without_ranks_says_so(tmp_path):

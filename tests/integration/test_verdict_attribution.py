@@ -148,9 +148,16 @@ def test_each_region_is_judged_by_what_ran_inside_it(tokenize_in_loop):
     assert tok["shares"]["host"] >= 0.85, tok["shares"]       # no torch op runs in it
     model = region(report, "model")["verdict"]
     # the model's part holds the ops: judged by them and its own run delay, not the run's ratio
-    delay = t["model_run_delay_s"] / t["model_s"]
+    delay, tok_delay = t["model_run_delay_s"] / t["model_s"], t["tokenize_run_delay_s"] / t["tokenize_s"]
     assert busy(model["shares"]) <= 1 - delay + TOLERANCE, (model["shares"], delay)
-    assert busy(model["shares"]) >= busy(tok["shares"]) + 0.2, (model["shares"], tok["shares"])
+    # and busier than the tokenization by 20 points of each region's time on a CPU (its own
+    # clock less its run delay, which is host in either region): on a quiet machine 20 points
+    # of the region; on a loaded one, where the model's part waited 80% of its time for a CPU
+    # (load 6, 2026-12-07: busy 19%, the rest host as contention), 20 points of what is left.
+    # Judged by the run's ratio instead, both regions would be as busy per second on a CPU.
+    on_cpu, tok_on_cpu = 1 - delay, 1 - tok_delay
+    assert busy(model["shares"]) >= on_cpu * (busy(tok["shares"]) / tok_on_cpu + 0.2), \
+        (model["shares"], tok["shares"], delay, tok_delay)
     for r in report["regions"]:
         assert_can_exist(r["verdict"])
 

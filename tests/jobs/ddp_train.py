@@ -5,14 +5,15 @@ with gradient accumulation: two micro-batches per optimizer step, the first unde
     torchrun --standalone --nproc_per_node 2 ddp_train.py [--steps N]
     python ddp_train.py --spawn 2 --port PORT [--steps N]      (torch.multiprocessing.spawn)
 
-Every rank times its own forward and `loss.backward()` calls, per step. The no_sync backward
-does the same compute as the synchronising one without the all-reduce, so the difference
-between the two is the time the rank waited for DDP's reducer at the end of backward
-(communication not hidden by the backward's compute). The forwards differ the other way: the
-first forward of a step (under no_sync, after a synced backward) broadcasts the module's
-buffers from rank 0, the second does not, so their difference is the broadcast's wait. Each
-rank appends its figures to $JOB_TRUTH (truth.py), with each step's bounds on the unix clock so
-that a profiler's figures over some of the steps can be held to the same steps.
+Every rank times its own forward and `loss.backward()` calls, per step, with its main thread's
+run delay in each (truth.py: schedstat). The no_sync backward does the same compute as the
+synchronising one without the all-reduce, so the difference between the two (each less its run
+delay) is the time the rank waited for DDP's reducer at the end of backward (communication not
+hidden by the backward's compute). The forwards differ the other way: the first forward of a
+step (under no_sync, after a synced backward) broadcasts the module's buffers from rank 0, the
+second does not, so their difference is the broadcast's wait. Each rank appends its figures to
+$JOB_TRUTH (truth.py), with each step's bounds on the unix clock so that a profiler's figures
+over some of the steps can be held to the same steps.
 """
 from truth import main_thread, record
 
@@ -70,17 +71,17 @@ def train(rank: int, world_size: int, args) -> None:
         start_ns, delay_at_start = time.time_ns(), main_thread()[1]
         ids = micro_batch()
         with model.no_sync():
-            t0 = time.perf_counter()
+            t0, d0 = time.perf_counter(), main_thread()[1]
             loss = model(ids, labels=ids) / 2     # broadcasts the buffers first
-            t1 = time.perf_counter()
+            t1, d1 = time.perf_counter(), main_thread()[1]
             loss.backward()
-            t2 = time.perf_counter()
+            t2, d2 = time.perf_counter(), main_thread()[1]
         ids = micro_batch()
-        t3 = time.perf_counter()
+        t3, d3 = time.perf_counter(), main_thread()[1]
         loss = model(ids, labels=ids) / 2
-        t4 = time.perf_counter()
+        t4, d4 = time.perf_counter(), main_thread()[1]
         loss.backward()                          # all-reduces the gradients in buckets
-        t5 = time.perf_counter()
+        t5, d5 = time.perf_counter(), main_thread()[1]
         optimizer.step()
         optimizer.zero_grad()
         if rank == 0 and step % 10 == 0:
@@ -88,7 +89,12 @@ def train(rank: int, world_size: int, args) -> None:
         steps.append({"start_unix_ns": start_ns, "end_unix_ns": time.time_ns(),
                       "run_delay_s": main_thread()[1] - delay_at_start,
                       "forward_local_s": t1 - t0, "backward_local_s": t2 - t1,
-                      "forward_synced_s": t4 - t3, "backward_synced_s": t5 - t4})
+                      "forward_synced_s": t4 - t3, "backward_synced_s": t5 - t4,
+                      # each of the four's own run delay (runnable, no CPU): on a loaded machine
+                      # it lengthens one and not the other by tens of ms, which is no wait for a
+                      # collective (the truth counts it as host, through run_delay_s)
+                      "forward_local_delay_s": d1 - d0, "backward_local_delay_s": d2 - d1,
+                      "forward_synced_delay_s": d4 - d3, "backward_synced_delay_s": d5 - d4})
     loop_s = time.perf_counter() - loop_start
     backward_local = sum(s["backward_local_s"] for s in steps)
     backward_synced = sum(s["backward_synced_s"] for s in steps)
