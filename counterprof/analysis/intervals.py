@@ -240,7 +240,7 @@ class Stacked:
         arrays = [x.a if isinstance(x, Packed) else np.asarray(x, np.int64).reshape(-1, 2) for x in sets]
         counts = np.array([len(a) for a in arrays], np.int64)
         self.n = len(arrays)
-        self.first = np.r_[0, np.cumsum(counts)[:-1]].astype(np.int64)   # each set's first row
+        self.first = np.cumsum(counts) - counts         # each set's first row
         self.counts = counts
         flat = np.concatenate(arrays) if arrays else np.zeros((0, 2), np.int64)
         self.starts, self.ends = flat[:, 0].copy(), flat[:, 1].copy()
@@ -271,7 +271,7 @@ class Stacked:
         return np.where(inside, self.before[at] + np.minimum(tc[None, :], self.ends[at]) - self.starts[at], 0)
 
     def totals(self, q: IntervalSet) -> np.ndarray:
-        """Per set: total(intersect(set, q)), q merged."""
+        """Per set: total(intersect(set, q)), q merged (an overlapping q counts twice)."""
         out = np.zeros(self.n, np.int64)
         ends = edges(q)
         step = max(2, (1 << 20) // max(1, self.n) // 2 * 2)     # (n x edges) arrays of a few MB

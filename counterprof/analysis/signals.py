@@ -253,7 +253,8 @@ class RunData:
 
     def _stacked(self, name: str, build: Callable[[], tuple[iv.Stacked, ...]], *sources: dict[int, Any]
                  ) -> tuple[iv.Stacked, ...]:
-        """Built once per run's sets: again only if load_spans replaced or grew them."""
+        """Built once per run's sets: again only if they were replaced or grew (load_spans
+        clears them; the sets are not changed in place after it, as the memos above assume)."""
         key = tuple((id(d), len(d)) for d in sources)
         held = self._stacks.get(name)
         if held is None or held[0] != key or any(a is not b for a, b in zip(held[1], sources)):
@@ -421,6 +422,7 @@ def _per_rank_sets(rank: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict
 def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     if spans.num_rows == 0:
         return
+    data._stacks.clear()
     by_class: dict[str, iv.Intervals]
     regions: dict[str, iv.Intervals]
     busy, by_class, cpu_coll, regions, windows, step_windows = [], {}, [], {}, [], []

@@ -9,6 +9,7 @@ folders holding everything of a rank) read the same (rundir finds their files).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Iterator
@@ -39,7 +40,7 @@ class Run:
         self.skipped: list[str] = []          # "path: why", once each
         self.left_out: list[str] = []         # rows outside the run's span: "path: how many"
         self._span: Span | None | bool = False      # not read yet
-        self._dirs: tuple[list[int | None], dict[int, Path]] | None = None   # (folders' mtimes, rank_dirs)
+        self._dirs: tuple[list[int | None], int, dict[int, Path]] | None = None  # (mtimes, listed at, dirs)
         if not self.path.is_dir():
             raise RunDirectoryError(f"{self.path}: no such run directory")
         if not is_run(self.path):
@@ -52,7 +53,9 @@ class Run:
 
     def _rank_dirs(self) -> dict[int, Path]:
         """rank_dirs(), listed again only when a folder holding them changed (a rank joined a
-        live run): asked once per rank, a listing each time was quadratic in the ranks."""
+        live run): asked once per rank, a listing each time was quadratic in the ranks. A
+        folder changed within 2 s of the listing is not trusted: a coarse clock (jiffies, FAT,
+        NFS) may give a rank's arrival the listing's own mtime."""
         stamp: list[int | None] = []
         for folder in (self.path, self.path / RANKS):
             try:
@@ -60,9 +63,9 @@ class Run:
             except OSError:
                 stamp.append(None)
         held = self._dirs
-        if held is None or held[0] != stamp:
-            held = self._dirs = (stamp, dict(rank_dirs(self.path)))
-        return held[1]
+        if held is None or held[0] != stamp or any(t is not None and t >= held[1] - 2_000_000_000 for t in stamp):
+            held = self._dirs = (stamp, time.time_ns(), dict(rank_dirs(self.path)))
+        return held[2]
 
     @property
     def meta(self) -> dict[str, Any]:

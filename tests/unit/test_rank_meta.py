@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from counterprof.store.reader import Run
 
@@ -20,8 +21,15 @@ def _run(path, ranks):
     return path
 
 
+def _finished_an_hour_ago(path):
+    old = time.time_ns() - 3600 * 10**9
+    for folder in (path, path / "_ranks"):
+        os.utime(folder, ns=(old, old))
+    return path
+
+
 def test_each_rank_reads_its_own_meta_from_one_listing(tmp_path, monkeypatch):
-    run = Run(_run(tmp_path / "run", range(1, 257)))
+    run = Run(_finished_an_hour_ago(_run(tmp_path / "run", range(1, 257))))
     listed = []
     real = os.scandir
 
@@ -36,11 +44,26 @@ def test_each_rank_reads_its_own_meta_from_one_listing(tmp_path, monkeypatch):
 
 
 def test_a_rank_joining_later_is_found(tmp_path):
+    path = _finished_an_hour_ago(_run(tmp_path / "run", [1]))
+    run = Run(path)
+    assert run.rank_meta(2)["host"]["hostname"] == "launcher"
+    _join(path, 2, "late")                              # the folder's mtime moves on
+    assert run.rank_meta(2)["host"]["hostname"] == "late"
+
+
+def test_a_rank_joining_in_the_listings_clock_tick_is_found(tmp_path):
+    """A coarse clock (jiffies, FAT, NFS) can give the folder the same mtime after a rank
+    joined as at the listing before: a folder changed within 2 s of its listing is listed again."""
     path = _run(tmp_path / "run", [1])
     run = Run(path)
     assert run.rank_meta(2)["host"]["hostname"] == "launcher"
-    d = path / "_ranks" / "rank=2"
+    tick = (path / "_ranks").stat().st_mtime_ns
+    _join(path, 2, "same tick")
+    os.utime(path / "_ranks", ns=(tick, tick))
+    assert run.rank_meta(2)["host"]["hostname"] == "same tick"
+
+
+def _join(path, rank, host):
+    d = path / "_ranks" / f"rank={rank}"
     d.mkdir()
-    (d / "meta.json").write_text(json.dumps({"status": "running", "rank": 2, "host": {"hostname": "late"}}))
-    os.utime(path / "_ranks", ns=(0, (path / "_ranks").stat().st_mtime_ns + 1))   # (a coarse clock)
-    assert run.rank_meta(2)["host"]["hostname"] == "late"
+    (d / "meta.json").write_text(json.dumps({"status": "running", "rank": rank, "host": {"hostname": host}}))
