@@ -137,7 +137,6 @@ def gaps(iv: IntervalSet) -> Intervals:
 
 
 
-
 class Packed(Sequence[tuple[int, int]]):
     """A sorted, disjoint interval set held as one (n, 2) int64 array: a rank's thousands of
     steps or collectives at 16 bytes each, where a list holds a tuple of two ints (~130 bytes)

@@ -241,7 +241,9 @@ class RunData:
             ranks = list(self.rank_collectives)
             coll = [self.rank_collectives[r] for r in ranks]
             under_own = [iv.intersect(c, own) if (own := self.main_ops.get(r)) else [] for r, c in zip(ranks, coll)]
-            return iv.Stacked(coll), iv.Stacked(under_own), iv.Stacked([self.rank_steps.get(r) or [] for r in ranks])
+            steps = (self.steps_stack() if ranks == list(self.rank_steps)     # (held once, not twice)
+                     else iv.Stacked([self.rank_steps.get(r) or [] for r in ranks]))
+            return iv.Stacked(coll), iv.Stacked(under_own), steps
         coll, under_own, steps = self._stacked("collectives", build,
                                                self.rank_collectives, self.main_ops, self.rank_steps)
         return coll, under_own, steps

@@ -277,7 +277,6 @@ class RunQuery:
         self.con.close()
 
 
-
 def rank_ordered(rows: pa.RecordBatchReader | pa.Table) -> pa.Table:
     """rows by rank (nulls last), then start. Read as a stream, each rank's rows are put in
     time order as soon as the next rank begins: the memory is the table's, plus one batch's

@@ -83,7 +83,7 @@ class Run:
     def catalog(self) -> dict[str, dict[str, Any]]:
         """Every metric of the run: the run's catalog and those of ranks that joined it."""
         out: dict[str, dict[str, Any]] = {}
-        for path in [self.path / CATALOG] + [d / CATALOG for _, d in rank_dirs(self.path)]:
+        for path in [self.path / CATALOG] + [d / CATALOG for d in self._rank_dirs().values()]:
             if not safepath.plain_file(path):       # missing, or a link (named)
                 continue
             try:
