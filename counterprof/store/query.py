@@ -60,18 +60,6 @@ def run_files(run_path: str | os.PathLike[str]) -> RunFiles:
     return out
 
 
-def _ns(v: Any) -> int:
-    """A Parquet statistic of a timestamp or int64 column as ns."""
-    if isinstance(v, int):
-        return v
-    if hasattr(v, "value"):          # pandas.Timestamp
-        return int(v.value)
-    import datetime as _dt
-    if isinstance(v, _dt.datetime):
-        return int(v.timestamp() * 1e9)
-    raise TypeError(type(v).__name__)
-
-
 def _sql_string(text: str) -> str:
     """A SQL string literal (a run directory may be named "bob's run")."""
     return "'" + text.replace("'", "''") + "'"
@@ -155,24 +143,14 @@ class RunQuery:
         """Do the Parquet files' row-group statistics (and the journal's rows) put every time
         of table inside the run's span? False when any cannot say."""
         assert self.span is not None          # _note_out_of_span asks only when the run has one
-        cols = ("time", "duration_ns") if table == "samples" else ("start", "end")
+        from .span import INSIDE
         for _rank, path in self.files.parquet.get(table, []):
             try:
                 md = pq.read_metadata(path)
-                for g in range(md.num_row_groups):
-                    rg = md.row_group(g)
-                    stats = {rg.column(i).path_in_schema: rg.column(i).statistics
-                             for i in range(rg.num_columns)}
-                    for name in cols:
-                        st = stats.get(name)
-                        if st is None or not st.has_min_max:
-                            return False
-                        lo, hi = _ns(st.min), _ns(st.max)
-                        inside = (0 <= lo and hi <= self.span.hi - self.span.lo) if name == "duration_ns" \
-                            else (self.span.lo <= lo and hi <= self.span.hi)
-                        if not inside:
-                            return False
+                schema = md.schema.to_arrow_schema()
             except (pa.ArrowException, OSError, ValueError, TypeError):
+                return False
+            if any(self.span.proven(table, md, g, schema) != INSIDE for g in range(md.num_row_groups)):
                 return False
         if table in self._journal and self.span.mask(table, self._journal[table]) is not None:
             return False

@@ -17,7 +17,8 @@ The damage policy: what cannot be read is left out and named, the rest is read.
   - a row group that fails to decode: that row group is left out, the file's others are read;
   - a journal segment: read up to where a killed writer cut it off, its damaged batches left
     out (journal.read_segment);
-  - rows with times outside the run's span (store/span.py): left out and counted.
+  - rows with times outside the run's span (store/span.py): left out and counted (a row
+    group whose statistics prove every row inside is not looked at row by row).
 Each is recorded on its RunFile (`damage`, `out_of_span`); a caller that must not go on with
 less (Run's default) turns the first damage into an error instead of a warning.
 """
@@ -150,9 +151,9 @@ class RunFile:
         need = None if columns is None else list(dict.fromkeys(
             columns + [first, last] + list(TIME_COLUMNS.get(self.table, ()))))
 
-        def shaped(b: Any) -> Any:
+        def shaped(b: Any, proven: str | None = None) -> Any:
             if self.span is not None:
-                b, dropped = self.span.keep(self.table, b)
+                b, dropped = self.span.keep(self.table, b, proven)
                 self.out_of_span += dropped
             if window is not None:
                 b = window.filter(b, first, last)
@@ -169,8 +170,9 @@ class RunFile:
         errors = read_errors()
         try:
             f = pq.ParquetFile(self.path, pre_buffer=False)
-            have = set(f.schema_arrow.names)
-            groups = (window or Window()).row_groups(f.metadata, first, last)
+            md, arrow = f.metadata, f.schema_arrow
+            have = set(arrow.names)
+            groups = (window or Window()).row_groups(md, first, last)
         except errors as exc:
             self._bad(exc)
             return
@@ -179,14 +181,17 @@ class RunFile:
         for g in groups:
             if g in bad:
                 continue
+            # a row group whose statistics put every row inside the span is not masked row by
+            # row (~10% of reading a run whose rows all are)
+            proven = None if self.span is None else self.span.proven(self.table, md, g, arrow)
             try:     # one row group at a time: a damaged one costs only its own rows
                 for b in f.iter_batches(batch_size=batch_rows, row_groups=[g], columns=read):
                     problem = batch_problem(b) if validate else ""
                     if problem:
                         raise ValueError(problem)
-                    yield g, shaped(b)
+                    yield g, shaped(b, proven)
             except errors as exc:
-                self._bad(exc, g, f.metadata.num_row_groups)
+                self._bad(exc, g, md.num_row_groups)
 
 
 # -- a file in the wrong table's folder ------------------------------------------------------

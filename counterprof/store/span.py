@@ -21,6 +21,11 @@ from counterprof.ground.record import record
 SLACK_NS = 3600 * 1_000_000_000
 TIME_COLUMNS = {"samples": ("time", "duration_ns"), "spans": ("start", "end")}   # what mask() reads
 
+# What a row group's statistics prove (Span.proven): every row inside the span, or (spans) every
+# start and end inside it, each row's start <= end still to check.
+INSIDE = "inside"
+ORDER = "order"
+
 
 @record(frozen=True)
 class Span:
@@ -52,13 +57,57 @@ class Span:
         ok = pc.fill_null(ok, False)
         return None if pc.all(ok).as_py() is not False else ok
 
-    def keep(self, table: str, batch: pa.RecordBatch | pa.Table) -> tuple[pa.RecordBatch | pa.Table, int]:
-        """(the rows of batch inside the span, how many were left out)."""
-        ok = self.mask(table, batch)
+    def keep(self, table: str, batch: pa.RecordBatch | pa.Table,
+             proven: str | None = None) -> tuple[pa.RecordBatch | pa.Table, int]:
+        """(the rows of batch inside the span, how many were left out). proven: what the
+        statistics of the batch's row group prove (proven()): INSIDE, no row is looked at;
+        ORDER, only each row's start <= end is."""
+        if proven == INSIDE:
+            return batch, 0
+        if proven == ORDER and table == "spans":
+            import pyarrow.compute as pc
+            ok = pc.fill_null(pc.less_equal(pc.cast(batch["start"], pa.int64()),
+                                            pc.cast(batch["end"], pa.int64())), False)
+            ok = None if pc.all(ok).as_py() is not False else ok
+        else:
+            ok = self.mask(table, batch)
         if ok is None:
             return batch, 0
         kept = batch.filter(ok)
         return kept, batch.num_rows - kept.num_rows
+
+    def proven(self, table: str, md: Any, group: int, schema: pa.Schema) -> str | None:
+        """What the Parquet statistics of row group `group` (md: the file's metadata, schema:
+        its Arrow schema, as its batches are read) prove of its rows against mask(): INSIDE,
+        every row is inside the span; ORDER (spans), every start and end is, each row's
+        start <= end unproven; None, nothing (a statistic missing, of another unit, or not
+        proving it: mask() decides row by row)."""
+        try:
+            stats = _group_stats(md, group, schema)
+            rows = int(md.row_group(group).num_rows)
+            if table == "samples":
+                t = stats.get("time")
+                if t is None or t.nulls != 0 or t.lo is None or t.hi is None \
+                        or t.lo < self.lo or t.hi > self.hi:
+                    return None
+                if "duration_ns" in schema.names:
+                    d = stats.get("duration_ns")
+                    if d is None or d.nulls is None:
+                        return None
+                    if d.nulls != rows and (d.lo is None or d.hi is None or d.lo < 0
+                                            or d.hi > self.hi - self.lo):
+                        return None
+                return INSIDE
+            if table == "spans":
+                s, e = stats.get("start"), stats.get("end")
+                if s is None or e is None or s.nulls != 0 or e.nulls != 0 or s.lo is None \
+                        or s.hi is None or e.lo is None or e.hi is None \
+                        or s.lo < self.lo or e.hi > self.hi:
+                    return None
+                return INSIDE if s.hi <= e.lo else ORDER     # every start before every end
+        except Exception:     # statistics Arrow cannot give: the rows say
+            return None
+        return None
 
     def sql(self, table: str) -> str:
         """The same test as mask(), as a DuckDB predicate over the table's view."""
@@ -66,6 +115,53 @@ class Span:
             return (f"epoch_ns(time) BETWEEN {self.lo} AND {self.hi} AND (duration_ns IS NULL OR "
                     f"duration_ns BETWEEN 0 AND {self.hi - self.lo})")
         return f"epoch_ns(start) >= {self.lo} AND epoch_ns(\"end\") <= {self.hi} AND start <= \"end\""
+
+
+@record(frozen=True)
+class _Stat:
+    """A column's statistics in one row group, as the int64 values mask() compares."""
+    lo: int | None          # None: unknown (every value null, or not recorded)
+    hi: int | None
+    nulls: int | None       # None: unknown
+
+
+def _stat_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _group_stats(md: Any, group: int, schema: pa.Schema) -> dict[str, _Stat]:
+    """The time columns' (TIME_COLUMNS) statistics in a row group, by name: only those whose
+    stored values are the values mask() compares (a column cast to int64 as it is read: an
+    integer, or a timestamp stored in the unit it is read in), min and max from the raw int64s
+    (a datetime or pandas.Timestamp from `min` would lose the nanoseconds)."""
+    wanted = {c for cols in TIME_COLUMNS.values() for c in cols} & set(schema.names)
+    rg = md.row_group(group)
+    out = {}
+    for i in range(rg.num_columns):
+        col = rg.column(i)
+        name = col.path_in_schema
+        if name not in wanted or col.physical_type != "INT64":
+            continue
+        st = col.statistics
+        if st is None:
+            continue
+        t = schema.field(name).type
+        logical = st.logical_type
+        if pa.types.is_timestamp(t):
+            if logical.type != "TIMESTAMP" or \
+                    f'"timeUnit":"{_UNITS[t.unit]}"' not in logical.to_json().replace(" ", ""):
+                continue        # INT96, or another unit than the one it is read in
+        elif not (pa.types.is_int64(t) and (logical.type == "NONE" or (
+                logical.type == "INT" and '"isSigned":true' in logical.to_json().replace(" ", "")))):
+            continue        # an unsigned column's statistics are ordered as unsigned
+        has = st.has_min_max
+        out[name] = _Stat(_stat_int(st.min_raw) if has else None,
+                          _stat_int(st.max_raw) if has else None,
+                          int(st.null_count) if st.has_null_count else None)
+    return out
+
+
+_UNITS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
 
 
 def span_of(metas: Iterable[dict[str, Any]]) -> Span | None:
