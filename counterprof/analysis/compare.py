@@ -44,27 +44,24 @@ explained regression unless it is strict.
 from __future__ import annotations
 
 import fnmatch
-import zlib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
+from .compare_bootstrap import CONFIDENCE, RESAMPLES, Change, Job, median_change, median_changes
 from .run_figures import STEP, Contention, RunFigures, verdict_word
 from ..ground.thresholds import value
 
 WALL = "wall_time"
 
-RESAMPLES = 2000
-CONFIDENCE = 0.95
 THRESHOLD = 0.03
 MIN_TIME_CHANGE_S = 1e-4   # a region's median must move by this much to be flagged
 MIN_EVENTS = 100           # a count (or tick-quantized CPU time) below this many units is too coarse
 TICK_S = 0.01              # /proc's CPU times are in clock ticks (USER_HZ = 100 on Linux)
 TICKED = ("metric:proc.cpu_user", "metric:proc.cpu_system")
 MIN_VALUES = 5             # fewer values on a side: shown, never flagged (too few to resample)
-CHUNK_ELEMENTS = 1 << 20   # bootstrap draws at most this many values at once (bounded memory)
 
 # What "up" means, first match wins (fnmatch on the row's key). Only what is clearly known gets
 # a direction: time a piece of the workload took. Counters and gauges say what changed, not
@@ -94,118 +91,6 @@ def direction_of(key: str) -> str:
 
 
 # ---- the statistics --------------------------------------------------------------------------
-
-def _rng(seed: int, name: str) -> np.random.Generator:
-    return np.random.default_rng([seed, zlib.crc32(name.encode())])
-
-
-def bootstrap_medians(groups: list[np.ndarray], resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """`resamples` bootstrap replicates of the median of the pooled values. One group: resample
-    its values (resampled_medians: exact, without drawing the resamples). Several (one per run):
-    resample the groups, then, from each chosen group, as many values as the groups hold on
-    average (each run weighs the same)."""
-    groups = [np.asarray(g, np.float64) for g in groups if len(g)]
-    if len(groups) == 1:
-        return resampled_medians(np.sort(groups[0]), resamples, rng)
-    out = np.empty(resamples)
-    pooled = np.concatenate(groups)
-    sizes = np.array([len(g) for g in groups])
-    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    k = len(groups)
-    per = max(1, int(round(sizes.mean())))
-    step = max(1, CHUNK_ELEMENTS // (k * per))
-    for i in range(0, resamples, step):
-        m = min(step, resamples - i)
-        chosen = rng.integers(0, k, size=(m, k))                       # runs, with replacement
-        within = (rng.random((m, k, per)) * sizes[chosen][:, :, None]).astype(np.int64)
-        idx = offsets[chosen][:, :, None] + within
-        out[i:i + m] = np.median(pooled[idx.reshape(m, k * per)], axis=1)
-    return out
-
-
-def resampled_medians(x: np.ndarray, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """The medians (np.median's: the mean of the two middle values when n is even) of
-    `resamples` samples of n values drawn with replacement from the sorted array x, without
-    drawing them: O(resamples x log n) instead of O(resamples x n).
-
-    A resample puts a Multinomial(n, 1/n) count on each sorted position. Its k-th smallest value
-    sits where the counts' running sum passes k. Find it by halving: the count that falls in the
-    left half of a segment holding c values is Binomial(c, left share); the k-th value is in the
-    left half if that count exceeds k, else it is the (k - count)-th of the right half. For even
-    n the upper middle value follows the lower one until a split sends it right (the lower one
-    was the left half's last): from there it is the smallest value of that right half, found by
-    the same descent (given the split, the halves are independent multinomials)."""
-    n = len(x)
-    lower = (n - 1) // 2
-    a, b = np.zeros(resamples, np.int64), np.full(resamples, n, np.int64)
-    c, r = np.full(resamples, n, np.int64), np.full(resamples, lower, np.int64)
-    parted = np.zeros(resamples, bool)          # even n: the upper middle value went its own way
-    a2, b2, c2 = a.copy(), b.copy(), c.copy()
-    while True:
-        width = b - a
-        if not (width > 1).any():
-            break
-        mid = a + width // 2
-        left = rng.binomial(c, (mid - a) / width)     # width 1: p = 0, nothing moves
-        go = r < left
-        if n % 2 == 0:
-            part = ~parted & (left == r + 1)          # lower is the left half's last value
-            if part.any():
-                a2[part], b2[part], c2[part] = mid[part], b[part], (c - left)[part]
-                parted |= part
-        a, b = np.where(go, a, mid), np.where(go, mid, b)
-        c, r = np.where(go, left, c - left), np.where(go, r, r - left)
-    upper = a.copy()
-    if parted.any():
-        pa, pb, pc_ = a2[parted], b2[parted], c2[parted]
-        pr = np.zeros(len(pa), np.int64)
-        while True:
-            width = pb - pa
-            if not (width > 1).any():
-                break
-            mid = pa + width // 2
-            left = rng.binomial(pc_, (mid - pa) / width)
-            go = pr < left
-            pa, pb = np.where(go, pa, mid), np.where(go, mid, pb)
-            pc_, pr = np.where(go, left, pc_ - left), np.where(go, pr, pr - left)
-        upper[parted] = pa
-    mids: np.ndarray = (x[a] + x[upper]) / 2
-    return mids
-
-
-@dataclass
-class Change:
-    base_median: float | None
-    cand_median: float | None
-    change: float | None               # relative: cand / base - 1
-    ci: tuple[float, float] | None     # of the relative change
-    n_base: int
-    n_cand: int
-
-
-def median_change(base: list[np.ndarray], cand: list[np.ndarray], resamples: int = RESAMPLES,
-                  confidence: float = CONFIDENCE, seed: int = 0, name: str = "") -> Change:
-    """Relative change of the median from `base` to `cand` (each a list of value arrays, one per
-    run) with its percentile bootstrap interval. No interval when a side has no values, or the
-    baseline's median is 0 (no relative change exists)."""
-    b = np.concatenate([np.asarray(x, np.float64) for x in base]) if base else np.empty(0)
-    c = np.concatenate([np.asarray(x, np.float64) for x in cand]) if cand else np.empty(0)
-    if not len(b) or not len(c):
-        return Change(float(np.median(b)) if len(b) else None, float(np.median(c)) if len(c) else None,
-                      None, None, len(b), len(c))
-    mb, mc = float(np.median(b)), float(np.median(c))
-    if mb == 0:
-        return Change(mb, mc, None, None, len(b), len(c))
-    rng = _rng(seed, name)
-    rb = bootstrap_medians(base, resamples, rng)
-    rc = bootstrap_medians(cand, resamples, rng)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = rc / rb - 1.0
-    ratios = ratios[np.isfinite(ratios)]
-    alpha = (1.0 - confidence) / 2
-    ci = (float(np.quantile(ratios, alpha)), float(np.quantile(ratios, 1 - alpha))) if len(ratios) else None
-    return Change(mb, mc, mc / mb - 1.0, ci, len(b), len(c))
-
 
 def judge(ch: Change, direction: str, threshold: float = THRESHOLD, min_abs: float = 0.0) -> str:
     """The status (module docstring): regression | improvement | changed (flagged); context;
@@ -421,10 +306,12 @@ def _scope_verdict(runs: list[RunFigures], key: str) -> str | None:
 
 def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: float = THRESHOLD,
             resamples: int = RESAMPLES, confidence: float = CONFIDENCE, seed: int = 0,
-            min_time_change_s: float = MIN_TIME_CHANGE_S, strict: bool = False) -> Comparison:
+            min_time_change_s: float = MIN_TIME_CHANGE_S, strict: bool = False,
+            workers: int | None = None) -> Comparison:
     """Every quantity either side has, per rank and (multi-rank runs) over all ranks. Nothing is
     dropped: a quantity one side lacks is a row that says so. strict: the gate fails on every
-    regression, contention or not."""
+    regression, contention or not. workers: processes for the bootstrap (None: every CPU; the
+    output is the same with any number)."""
     cmp = Comparison(_side(baseline), _side(candidate), {
         "threshold": threshold, "resamples": resamples, "confidence": confidence, "seed": seed,
         "statistic": "relative change of the median, percentile bootstrap interval",
@@ -449,6 +336,7 @@ def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: 
     for r in baseline + candidate:
         for m, u in r.units.items():
             units.setdefault(f"metric:{m}", u)
+    pending: list[tuple[Row, Job]] = []      # rows whose bootstrap is still to run
     for key in time_keys + metric_keys:
         unit = "s" if not key.startswith("metric:") else units.get(key, "")
         direction = direction_of(key)
@@ -476,15 +364,19 @@ def compare(baseline: list[RunFigures], candidate: list[RunFigures], threshold: 
                     row.base_median, row.n_base = float(np.median(vals)), len(vals)
                 cmp.rows.append(row)
                 continue
-            ch = median_change(b, c, resamples, confidence, seed, f"{key}@{rank}")
-            row.base_median, row.cand_median, row.change, row.ci = ch.base_median, ch.cand_median, ch.change, ch.ci
-            row.n_base, row.n_cand = ch.n_base, ch.n_cand
-            floor = min_time_change_s if key.startswith("region:") else 0.0
-            row.status, row.note = judgement(ch, direction, threshold, floor)
-            coarse = _too_coarse(row)
-            if coarse and row.status in FLAGGED:
-                row.status, row.note = "inconclusive", coarse
             cmp.rows.append(row)
+            pending.append((row, (b, c, f"{key}@{rank}")))
+    # every row's bootstrap at once: a big comparison's rows go to every CPU (compare_bootstrap.py)
+    changes = median_changes([job for _, job in pending], resamples, confidence, seed, workers)
+    for (row, _), ch in zip(pending, changes):
+        row.base_median, row.cand_median, row.change, row.ci = ch.base_median, ch.cand_median, ch.change, ch.ci
+        row.n_base, row.n_cand = ch.n_base, ch.n_cand
+        floor = min_time_change_s if row.key.startswith("region:") else 0.0
+        row.status, row.note = judgement(ch, row.direction, threshold, floor)
+        coarse = _too_coarse(row)
+        if coarse and row.status in FLAGGED:
+            row.status, row.note = "inconclusive", coarse
+    del pending
     wall = _wall_row(baseline, candidate, threshold, resamples, confidence, seed)
     if wall is not None:
         at = sum(1 for r in cmp.rows if r.key == STEP)

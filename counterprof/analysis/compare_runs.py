@@ -35,7 +35,7 @@ def figures(run: Run, warn: Callable[[str], None], window_ns: int | None = None,
     """A run reduced by analysis.run_figures (one streaming pass over its samples)."""
     from .run_figures import run_figures
     from .roofline_run import roofline_if_ops
-    spans = run.table("spans", with_rank=True)
+    spans = run.spans_by_rank()    # (not table(): its one sort held the spans twice)
     roof = roofline_if_ops(run, spans, warn)       # the verdicts' compute vs memory, and the MFU
     # the samples' files listed once for every rank, not once per rank (quadratic in the ranks)
     f = run_figures(str(run.path), run.meta, run.catalog, run.ranks(),

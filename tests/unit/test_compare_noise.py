@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from counterprof.analysis.compare import Change, compare, explain, judge, judgement, machine
+from counterprof.analysis.compare import compare, explain, judge, judgement, machine
+from counterprof.analysis.compare_bootstrap import Change
 from counterprof.analysis.run_figures import STEP, Contention, RunFigures, run_figures
 from counterprof.ground.thresholds import value
 from counterprof.render.compare import compare_markdown, compare_text

@@ -97,3 +97,43 @@ def test_span_times_without_steps_or_regions_is_empty_and_gpu_annotations_apart(
     got = span_times(t)
     assert set(got) == {"region:fwd", "region:fwd (GPU)"}
     assert got["region:fwd (GPU)"][0][0] == pytest.approx(0.003)
+
+
+def _span_times_row_by_row(t: pa.Table) -> dict:
+    """The reference: each step or region row appended to its (key, rank) in the table's order."""
+    out: dict = {}
+    for s, e, n, c, d, r in zip(*(t[c].to_pylist() for c in ("start", "end", "name", "category", "device", "rank"))):
+        if c == "step":
+            key = "step_time"
+        elif c in ("region", "annotation"):
+            key = f"region:{n}" + (" (GPU)" if d is not None else "")
+        else:
+            continue
+        out.setdefault(key, {}).setdefault(r, []).append((e - s).total_seconds() if hasattr(e, "total_seconds")
+                                                         else (e - s) / 1e9)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_span_times_are_each_key_and_ranks_rows_in_table_order(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    cats = rng.choice(["step", "region", "annotation", "kernel", "cpu_op"], n)
+    names = rng.choice(["fwd", "bwd", "opt", "data"], n)
+    start = T0 + rng.integers(0, 10**9, n)
+    end = start + rng.integers(0, 10**7, n)
+    dev = [int(x) if x >= 0 else None for x in rng.integers(-3, 2, n)]
+    t = pa.Table.from_batches([spans_batch(start.tolist(), end.tolist(), names.tolist(), cats.tolist(),
+                                           device=dev)])
+    t = t.append_column("rank", pa.array(rng.integers(0, 5, n), pa.int32()))
+    if seed % 2:          # the table's own order is not the time order
+        t = t.take(pa.array(rng.permutation(n)))
+    got = span_times(t)
+    ref = {k: {r: [int(round(x * 1e9)) for x in v] for r, v in by.items()}
+           for k, by in _span_times_row_by_row(pa.table({c: t[c].cast(pa.int64()) if c in ("start", "end") else t[c]
+                                                          for c in t.column_names})).items()}
+    assert list(got) == list(ref)                                 # keys as they first appear
+    for k in ref:
+        assert list(got[k]) == list(ref[k])                       # ranks as they first appear
+        for r in ref[k]:
+            assert [int(round(x * 1e9)) for x in got[k][r]] == ref[k][r]
