@@ -4,30 +4,23 @@ of a big comparison spread over the machine's CPUs.
 Every row draws from its own generator, seeded from the seed and the row's name, so a row's
 interval is the same whichever process computes it and whatever else is compared: a big
 comparison (1024 ranks: ~20 k rows, ~3 ms each) is split over worker processes and its output
-is the same, figure for figure, as one process's. The workers are plain Python subprocesses
-running _worker (the rows in and the changes out, pickled over pipes), not multiprocessing's:
-those import the caller's own __main__ again, and a script that compares runs without a
-`__main__` guard would run twice. A worker that fails costs nothing: its rows are computed
-here; one whose caller is killed stops.
+is the same, figure for figure, as one process's (analysis/workers.py: a worker that fails
+costs nothing, its rows are computed here).
 """
 from __future__ import annotations
 
-import os
-import pickle
-import subprocess
-import sys
-import tempfile
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 
 import numpy as np
+
+from .workers import MAX_WORKERS, cpus, spread
 
 RESAMPLES = 2000
 CONFIDENCE = 0.95
 CHUNK_ELEMENTS = 1 << 20   # bootstrap draws at most this many values at once (bounded memory)
 PARALLEL_MIN_ROWS = 400    # fewer rows (~1 s in one process): not worth a worker's start (~0.1 s)
-MAX_WORKERS = 16
 
 Job = tuple[list[np.ndarray], list[np.ndarray], str]    # (baseline's values per run, candidate's, row name)
 
@@ -148,25 +141,16 @@ def median_changes(jobs: list[Job], resamples: int = RESAMPLES, confidence: floa
                    seed: int = 0, workers: int | None = None) -> list[Change]:
     """median_change of each job, in order. workers: processes in all, this one included (None:
     the CPUs this process may run on); one, or fewer than PARALLEL_MIN_ROWS jobs: here alone."""
-    n = workers if workers is not None else _cpus()
+    n = workers if workers is not None else cpus()
     n = max(1, min(n, MAX_WORKERS, len(jobs) // max(1, PARALLEL_MIN_ROWS // 2)))
     if n == 1 or len(jobs) < PARALLEL_MIN_ROWS:
-        return [median_change(b, c, resamples, confidence, seed, name) for b, c, name in jobs]
-    parts = _split(jobs, n)
-    children = [_start(part, resamples, confidence, seed) for part in parts[1:]]
-    out = [median_change(b, c, resamples, confidence, seed, name) for b, c, name in parts[0]]
-    for part, child in zip(parts[1:], children):
-        got = _collect(child, len(part))
-        out += got if got is not None else [median_change(b, c, resamples, confidence, seed, name)
-                                             for b, c, name in part]
-    return out
+        return _changes(resamples, confidence, seed, jobs)
+    parts = spread(partial(_changes, resamples, confidence, seed), _split(jobs, n))
+    return [c for part in parts for c in part]
 
 
-def _cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+def _changes(resamples: int, confidence: float, seed: int, jobs: list[Job]) -> list[Change]:
+    return [median_change(b, c, resamples, confidence, seed, name) for b, c, name in jobs]
 
 
 def _split(jobs: list[Job], n: int) -> list[list[Job]]:
@@ -177,72 +161,3 @@ def _split(jobs: list[Job], n: int) -> list[list[Job]]:
     cuts = np.searchsorted(cost, cost[-1] * np.arange(1, n) / n).tolist()
     bounds = [0, *cuts, len(jobs)]
     return [jobs[a:b] for a, b in zip(bounds, bounds[1:])]
-
-
-def _start(part: list[Job], resamples: int, confidence: float, seed: int) -> subprocess.Popen[bytes] | None:
-    """A worker computing part, its input written (None: it could not start)."""
-    root = str(Path(__file__).resolve().parents[2])       # the folder holding this counterprof
-    # first on the worker's path: the caller's counterprof, whatever the working directory holds
-    code = (f"import sys; sys.path.insert(0, {root!r}); "
-            f"from counterprof.analysis.compare_bootstrap import _worker; sys.exit(_worker({os.getpid()}))")
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    try:
-        # the rows go through a file, not a pipe: a worker that died early would make writing
-        # to a pipe raise SIGPIPE, which the CLI leaves at its default (it would kill the caller)
-        with tempfile.TemporaryFile() as rows:
-            pickle.dump((part, resamples, confidence, seed), rows, protocol=pickle.HIGHEST_PROTOCOL)
-            rows.seek(0)
-            return subprocess.Popen([sys.executable, "-c", code], env=env, stdin=rows,
-                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    except OSError:          # no room for the rows, or no process: they are computed here
-        return None
-
-
-def _collect(child: subprocess.Popen[bytes] | None, rows: int) -> list[Change] | None:
-    """The worker's changes (None: it failed; the caller computes its rows)."""
-    if child is None:
-        return None
-    assert child.stdout is not None
-    try:
-        got = pickle.load(child.stdout)
-    except Exception:          # it died, or wrote something else: its rows are done here
-        got = None
-    _stop(child)
-    if child.returncode != 0 or not isinstance(got, list) or len(got) != rows \
-            or not all(isinstance(c, Change) for c in got):
-        return None
-    return got
-
-
-def _stop(child: subprocess.Popen[bytes]) -> None:
-    if child.poll() is None:
-        try:
-            child.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-    for f in (child.stdin, child.stdout):
-        if f is not None:
-            f.close()
-
-
-def _die_with_parent() -> None:
-    """A worker whose caller is gone stops (Linux: SIGTERM when the parent exits)."""
-    try:
-        import ctypes
-        import signal
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)        # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _worker(caller: int) -> int:
-    """A worker's body (started by _start): the rows from stdin, their changes to stdout."""
-    _die_with_parent()
-    if os.getppid() != caller:      # the caller died before prctl took
-        return 1
-    part, resamples, confidence, seed = pickle.load(sys.stdin.buffer)
-    out = [median_change(b, c, resamples, confidence, seed, name) for b, c, name in part]
-    pickle.dump(out, sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
-    sys.stdout.buffer.flush()
-    return 0

@@ -1,7 +1,8 @@
 """Runs reduced to figures and compared: what `counterprof compare` and `history add` read.
 
 analysis/compare.py holds the statistics (figures in, a Comparison out); this module opens
-that to runs: one streaming pass per run (analysis/run_figures.py) with its MFU per step added,
+that to runs: one streaming pass per run (analysis/run_figures.py; a big run's blocks of ranks
+read by every CPU, analysis/workers.py) with its MFU per step added,
 one window length for every run, and the runs' own problems (unreadable files, rows left out)
 carried into the comparison's notes.
 """
@@ -13,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .compare import Comparison
     from .roofline import Roofline
-    from .run_figures import RunFigures
+    from .run_figures import Grid, PartsOf, RanksPart, RunFigures
     from ..store.reader import Run
 
 SAMPLE_COLUMNS = ["time", "duration_ns", "metric", "value"]
+# a run's ranks x seconds from which its samples are read by every CPU (worker processes): below,
+# a worker's start (~0.4 s: numpy and pyarrow) is not worth it
+PARALLEL_MIN_RANK_SECONDS = 3600.0
 
 
 def parse_threshold(text: str) -> float:
@@ -38,15 +42,52 @@ def figures(run: Run, warn: Callable[[str], None], window_ns: int | None = None,
     spans = run.spans_by_rank()    # (not table(): its one sort held the spans twice)
     roof = roofline_if_ops(run, spans, warn)       # the verdicts' compute vs memory, and the MFU
     # the samples' files listed once for every rank, not once per rank (quadratic in the ranks)
+    start, end = bounds if bounds is not None else bounds_of(run)
+    big = (end - start) / 1e9 * len(run.ranks()) >= PARALLEL_MIN_RANK_SECONDS
     f = run_figures(str(run.path), run.meta, run.catalog, run.ranks(),
                     run.rank_batches("samples", SAMPLE_COLUMNS),
-                    spans, window_ns=window_ns, bounds=bounds, roofline=roof)
+                    spans, window_ns=window_ns, bounds=(start, end), roofline=roof,
+                    parts_of=_parts_in_workers(run) if big else None)
     if roof is not None:
         add_mfu(f, roof)
     del spans, roof
     from ..store.limits import release_freed
     release_freed()          # the next run's figures are not made on top of this one's leftovers
     return f
+
+
+def _parts_in_workers(run: Run) -> PartsOf:
+    """run_figures' parts_of: the blocks of ranks read in worker processes, one group of blocks
+    each (analysis/workers.py), what they left out noted on run as its own reads note it."""
+    from functools import partial
+
+    from .workers import MAX_WORKERS, cpus, spread
+
+    def parts_of(blocks: list[list[int]], grid: Grid) -> list[RanksPart]:
+        n = max(1, min(cpus(), MAX_WORKERS, len(blocks)))
+        cuts = [len(blocks) * i // n for i in range(n + 1)]
+        groups = [(blocks[a:b], grid) for a, b in zip(cuts, cuts[1:])]
+        out: list[RanksPart] = []
+        for parts, skipped, left_out in spread(partial(_ranks_parts, str(run.path), run.skip_unreadable,
+                                                       run.catalog), groups):
+            out += parts
+            run.skipped += [w for w in skipped if w not in run.skipped]
+            run.left_out += [w for w in left_out if w not in run.left_out]
+        return out
+    return parts_of
+
+
+def _ranks_parts(path: str, skip_unreadable: bool, catalog: dict[str, dict[str, Any]],
+                 group: tuple[list[list[int]], Grid]) -> tuple[list[RanksPart], list[str], list[str]]:
+    """A worker's share: its blocks of ranks reduced, by the run's damage policy, and what its
+    reads left out (Run.skipped, Run.left_out)."""
+    from .run_figures import ranks_part
+    from ..store.reader import Run
+    blocks, grid = group
+    run = Run(path, skip_unreadable=skip_unreadable)
+    of_rank = run.rank_batches("samples", SAMPLE_COLUMNS)
+    parts = [ranks_part(of_rank, block, catalog, grid) for block in blocks]
+    return parts, run.skipped, run.left_out
 
 
 def add_mfu(f: RunFigures, r: Roofline) -> None:

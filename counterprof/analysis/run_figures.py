@@ -31,6 +31,7 @@ from ..ground.thresholds import value
 
 MAX_CELLS = 4000           # verdict resolution: buckets per metric (bounds memory and time)
 MAX_WINDOW_CELLS = 100_000  # cells per metric however short compare's shared window
+RANK_BLOCKS = 16           # the ranks' samples are reduced in at most this many blocks (rank_blocks)
 WINDOWS = 200              # default: aim for this many metric windows per run (enough values
 #                            for a bootstrap interval) ...
 MIN_SAMPLES_PER_WINDOW = 2  # ... but never fewer than 2 sampling intervals per window
@@ -247,21 +248,52 @@ def window_values(cells: _Cells, k: int, kinds: dict[str, str]) -> dict[str, np.
     return out
 
 
-def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ranks: list[int],
-                 catalog: dict[str, dict[str, Any]], start_ns: int, end_ns: int, window_ns: int,
-                 finest_ns: int) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], RunData]:
-    """One pass over every rank's samples. Returns (per-window values: metric -> rank -> array,
-    totals: delta metric -> rank -> sum, units, RunData for the classifier)."""
+@dataclass(frozen=True)
+class Grid:
+    """The cells a run's samples are summed into: `ncells` of `bucket` ns from `start_ns`, a
+    metric window every `k` cells."""
+
+    start_ns: int
+    bucket: int
+    k: int
+    ncells: int
+
+
+def grid_of(start_ns: int, end_ns: int, window_ns: int, finest_ns: int) -> Grid:
     bucket = max(finest_ns, -(-(end_ns - start_ns) // MAX_CELLS), 1_000_000)
     # windows shorter than a cell (compare's shared window on a run that spans years: merged
     # with an old trace) are one cell each; their number, not the span, bounds the arrays
     window_ns = max(window_ns, -(-(end_ns - start_ns) // MAX_WINDOW_CELLS))
     k = max(1, window_ns // bucket)
     bucket = window_ns // k                       # windows are whole numbers of cells
-    ncells = max(1, -(-(end_ns - start_ns) // bucket))
+    return Grid(start_ns, bucket, k, max(1, -(-(end_ns - start_ns) // bucket)))
+
+
+def rank_blocks(ranks: list[int]) -> list[list[int]]:
+    """The ranks in at most RANK_BLOCKS consecutive blocks: each block's sums are added in rank
+    order, then the blocks' in block order, so the all-ranks figures are the same to the last
+    bit however many processes reduce the blocks."""
+    size = max(1, -(-len(ranks) // RANK_BLOCKS))
+    return [ranks[i:i + size] for i in range(0, len(ranks), size)]
+
+
+@dataclass
+class RanksPart:
+    """A block of ranks' samples, reduced (ranks_part)."""
+
+    per_window: dict[str, dict[int, np.ndarray]]
+    totals: dict[str, dict[int, float]]
+    cells: _Cells              # the block's ranks summed
+
+
+def ranks_part(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ranks: list[int],
+               catalog: dict[str, dict[str, Any]], grid: Grid) -> RanksPart:
+    """One pass over these ranks' samples: each metric per window and each delta's total, per
+    rank, and the ranks' cells summed."""
     kinds = {name: (m or {}).get("kind", "delta") for name, m in catalog.items()}
-    allranks = _Cells(ncells)
-    all_index: dict[str, int] = {}
+    start_ns, bucket, k, ncells = grid.start_ns, grid.bucket, grid.k, grid.ncells
+    block = _Cells(ncells)
+    block_index: dict[str, int] = {}
     per_window: dict[str, dict[int, np.ndarray]] = {}
     totals: dict[str, dict[int, float]] = {}
     for rank in ranks:
@@ -301,7 +333,35 @@ def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ran
         for i, name in enumerate(cells.names):
             if kinds.get(name, "delta") == "delta":
                 totals.setdefault(name, {})[rank] = float(cells.sum[i].sum())
-        cells.merge_into(allranks, all_index)
+        cells.merge_into(block, block_index)
+    return RanksPart(per_window, totals, block)
+
+
+PartsOf = Callable[[list[list[int]], Grid], list[RanksPart]]
+
+
+def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ranks: list[int],
+                 catalog: dict[str, dict[str, Any]], start_ns: int, end_ns: int, window_ns: int,
+                 finest_ns: int, parts_of: PartsOf | None = None
+                 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], RunData]:
+    """One pass over every rank's samples. Returns (per-window values: metric -> rank -> array,
+    totals: delta metric -> rank -> sum, units, RunData for the classifier). parts_of(blocks,
+    grid): the blocks' RanksParts made elsewhere (compare_runs: in worker processes); None: here."""
+    grid = grid_of(start_ns, end_ns, window_ns, finest_ns)
+    blocks = rank_blocks(ranks)
+    parts = (parts_of(blocks, grid) if parts_of is not None
+             else [ranks_part(batches_of_rank, block, catalog, grid) for block in blocks])
+    kinds = {name: (m or {}).get("kind", "delta") for name, m in catalog.items()}
+    allranks = _Cells(grid.ncells)
+    all_index: dict[str, int] = {}
+    per_window: dict[str, dict[int, np.ndarray]] = {}
+    totals: dict[str, dict[int, float]] = {}
+    for part in parts:           # in rank order: each metric's ranks as they were read
+        for name, by_rank in part.per_window.items():
+            per_window.setdefault(name, {}).update(by_rank)
+        for name, by_rank_total in part.totals.items():
+            totals.setdefault(name, {}).update(by_rank_total)
+        part.cells.merge_into(allranks, all_index)
     units = {}
     for name in per_window:
         unit = (catalog.get(name) or {}).get("unit", "")
@@ -481,10 +541,11 @@ def _key_signals(sig: Any) -> dict[str, float]:
 def run_figures(path: str, meta: RunMeta | dict[str, Any], catalog: dict[str, dict[str, Any]], ranks: list[int],
                 batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], spans: pa.Table,
                 window_ns: int | None = None, bounds: tuple[int, int] | None = None,
-                roofline: Any = None) -> RunFigures:
+                roofline: Any = None, parts_of: PartsOf | None = None) -> RunFigures:
     """Everything compare and history need from one run. `batches_of_rank(r)` streams rank r's
     samples (time, duration_ns, metric, value); `spans` is the spans table with a "rank" column;
-    roofline: the run's analysis.roofline.Roofline, for the verdicts (None: no torch ops)."""
+    roofline: the run's analysis.roofline.Roofline, for the verdicts (None: no torch ops);
+    parts_of: as samples_pass's."""
     ranks = ranks or [0]
     meta = RunMeta.of(meta)
     if bounds is None:
@@ -493,7 +554,7 @@ def run_figures(path: str, meta: RunMeta | dict[str, Any], catalog: dict[str, di
     window_ns = window_ns or default_window_ns(meta, start_ns, end_ns)
     finest = min(collector_intervals_ns(meta) or [10_000_000])
     per_window, totals, units, data = samples_pass(batches_of_rank, ranks, catalog, start_ns, end_ns,
-                                                   window_ns, finest)
+                                                   window_ns, finest, parts_of)
     load_spans(data, spans, value("short_kernel_us"))
     data.cpus = meta.host.cpus
     overall, scoped, scope_signals = verdicts(data, roofline, finest)

@@ -1,14 +1,11 @@
 """compare's bootstrap spread over worker processes (analysis/compare_bootstrap.py): the same changes,
-figure for figure, as one process's, whatever the workers do; and a worker never outlives its
-caller."""
+figure for figure, as one process's, whatever the workers do (tests/unit/test_workers.py: the
+workers themselves)."""
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -61,24 +58,6 @@ def test_the_split_follows_the_rows_cost() -> None:
     assert all(parts) and len(parts) == 3
 
 
-def test_a_worker_that_fails_costs_nothing(small_pool: None, monkeypatch: pytest.MonkeyPatch,
-                                           tmp_path: os.PathLike[str]) -> None:
-    jobs = _jobs(5, 40)
-    alone = bootstrap.median_changes(jobs, workers=1)
-    garbage = os.path.join(tmp_path, "fake-python")
-    with open(garbage, "w") as f:        # reads its rows, answers something else
-        f.write("#!/bin/sh\ncat > /dev/null\necho not a pickle\n")
-    os.chmod(garbage, 0o755)
-    # as the CLI leaves it: a write to a dead worker's pipe would kill this process
-    before = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    try:
-        for exe in (garbage, "/bin/false", os.path.join(tmp_path, "missing")):
-            monkeypatch.setattr(bootstrap.sys, "executable", exe)
-            assert bootstrap.median_changes(jobs, workers=2) == alone
-    finally:
-        signal.signal(signal.SIGPIPE, before)
-
-
 def test_compare_is_the_same_with_any_number_of_workers(small_pool: None) -> None:
     rng = np.random.default_rng(9)
 
@@ -94,37 +73,19 @@ def test_compare_is_the_same_with_any_number_of_workers(small_pool: None) -> Non
     assert len(one["rows"]) > bootstrap.PARALLEL_MIN_ROWS
 
 
-def test_a_worker_stops_when_its_caller_is_killed(tmp_path: os.PathLike[str]) -> None:
-    parent = textwrap.dedent("""
-        import sys, time
-        import numpy as np
-        from counterprof.analysis import compare_bootstrap as bootstrap
-        rng = np.random.default_rng(0)
-        jobs = [([rng.normal(size=200)], [rng.normal(size=200)], str(i)) for i in range(200_000)]
-        child = bootstrap._start(jobs, 2000, 0.95, 0)
-        print(child.pid, flush=True)
-        time.sleep(600)
-    """)
-    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+def test_a_worker_that_fails_costs_nothing(small_pool: None, monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: os.PathLike[str]) -> None:
+    jobs = _jobs(5, 40)
+    alone = bootstrap.median_changes(jobs, workers=1)
+    garbage = os.path.join(tmp_path, "fake-python")
+    with open(garbage, "w") as f:        # reads its rows, answers something else
+        f.write("#!/bin/sh\ncat > /dev/null\necho not a pickle\n")
+    os.chmod(garbage, 0o755)
+    # as the CLI leaves it: a write to a dead worker's pipe would kill this process
+    before = signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        assert proc.stdout is not None
-        child = int(proc.stdout.readline())
-        assert os.path.exists(f"/proc/{child}")
-        time.sleep(0.5)            # it is computing its rows
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and _alive(child):
-            time.sleep(0.05)
-        assert not _alive(child), "the worker outlived its killed caller"
+        for exe in (garbage, "/bin/false", os.path.join(tmp_path, "missing")):
+            monkeypatch.setattr(sys, "executable", exe)
+            assert bootstrap.median_changes(jobs, workers=2) == alone
     finally:
-        proc.kill()
-        proc.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+        signal.signal(signal.SIGPIPE, before)
