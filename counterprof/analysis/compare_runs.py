@@ -8,7 +8,7 @@ carried into the comparison's notes.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ SAMPLE_COLUMNS = ["time", "duration_ns", "metric", "value"]
 # a run's ranks x seconds from which its samples are read by every CPU (worker processes): below,
 # a worker's start (~0.4 s: numpy and pyarrow) is not worth it
 PARALLEL_MIN_RANK_SECONDS = 3600.0
+MAX_CELLS_BYTES = 512 << 20   # the blocks' cells (5 arrays of 8 bytes per metric and cell) held at once
 
 
 def parse_threshold(text: str) -> float:
@@ -63,7 +64,12 @@ def _parts_in_workers(run: Run) -> PartsOf:
 
     from .workers import MAX_WORKERS, cpus, spread
 
-    def parts_of(blocks: list[list[int]], grid: Grid) -> list[RanksPart]:
+    def parts_of(blocks: list[list[int]], grid: Grid) -> Iterable[RanksPart]:
+        if len(blocks) * max(1, len(run.catalog)) * grid.ncells * 40 > MAX_CELLS_BYTES:
+            # the workers give every block's cells back at once: too many here, so read in turn
+            from .run_figures import ranks_part
+            of_rank = run.rank_batches("samples", SAMPLE_COLUMNS)
+            return (ranks_part(of_rank, block, run.catalog, grid) for block in blocks)
         n = max(1, min(cpus(), MAX_WORKERS, len(blocks)))
         cuts = [len(blocks) * i // n for i in range(n + 1)]
         groups = [(blocks[a:b], grid) for a, b in zip(cuts, cuts[1:])]

@@ -337,7 +337,7 @@ def ranks_part(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ranks
     return RanksPart(per_window, totals, block)
 
 
-PartsOf = Callable[[list[list[int]], Grid], list[RanksPart]]
+PartsOf = Callable[[list[list[int]], Grid], Iterable[RanksPart]]
 
 
 def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ranks: list[int],
@@ -349,8 +349,9 @@ def samples_pass(batches_of_rank: Callable[[int], Iterable[pa.RecordBatch]], ran
     grid): the blocks' RanksParts made elsewhere (compare_runs: in worker processes); None: here."""
     grid = grid_of(start_ns, end_ns, window_ns, finest_ns)
     blocks = rank_blocks(ranks)
+    # each block merged as it comes (a block holds cells of its own: not all of them at once)
     parts = (parts_of(blocks, grid) if parts_of is not None
-             else [ranks_part(batches_of_rank, block, catalog, grid) for block in blocks])
+             else (ranks_part(batches_of_rank, block, catalog, grid) for block in blocks))
     kinds = {name: (m or {}).get("kind", "delta") for name, m in catalog.items()}
     allranks = _Cells(grid.ncells)
     all_index: dict[str, int] = {}

@@ -19,7 +19,6 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 P = TypeVar("P")
@@ -36,16 +35,24 @@ def cpus() -> int:
         return os.cpu_count() or 1
 
 
+fallbacks = 0      # parts a worker did not give back, done here instead (what tests watch)
+
+
 def spread(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
     """[fn(part) for part in parts], the parts after the first in worker processes."""
-    children = [_start(fn, part) for part in parts[1:]]
+    global fallbacks
+    children: list[subprocess.Popen[bytes] | None] = []
     try:
+        children += [_start(fn, part) for part in parts[1:]]
         out = [fn(parts[0])] if parts else []
-        for i, (part, child) in enumerate(zip(parts[1:], children)):
-            ok, got = _collect(child)
+        for i, part in enumerate(parts[1:]):
+            ok, got = _collect(children[i])
             children[i] = None
-            out.append(got if ok else fn(part))
-    finally:           # a part that raised here: the workers still going are not waited for
+            if not ok:
+                fallbacks += 1
+                got = fn(part)
+            out.append(got)
+    finally:           # a part that raised here, or Ctrl-C: the workers still going are stopped
         for child in children:
             if child is not None and child.poll() is None:
                 child.kill()
@@ -55,23 +62,23 @@ def spread(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
 
 def _start(fn: Callable[[Any], Any], part: Any) -> subprocess.Popen[bytes] | None:
     """A worker computing fn(part), its input written (None: it could not start)."""
-    root = str(Path(__file__).resolve().parents[2])       # the folder holding this counterprof
-    # first on the worker's path: the caller's counterprof, whatever the working directory holds
-    code = (f"import sys; sys.path.insert(0, {root!r}); "
-            f"from counterprof.analysis.workers import _worker; sys.exit(_worker({os.getpid()}))")
+    # the caller's own import path, whole (-I: no working directory, no PYTHONPATH, no user
+    # site of the worker's own): the worker imports the modules the caller has
+    code = (f"import sys; sys.path[:] = {sys.path!r}; "
+            f"from counterprof.analysis.workers import _worker; _worker({os.getpid()})")
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     try:
         with tempfile.TemporaryFile() as f:
             pickle.dump((fn, part), f, protocol=pickle.HIGHEST_PROTOCOL)
             f.seek(0)
-            return subprocess.Popen([sys.executable, "-c", code], env=env, stdin=f,
+            return subprocess.Popen([sys.executable, "-I", "-c", code], env=env, stdin=f,
                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
-        return None          # no room, no process, or nothing to pickle: the part is done here
+    except Exception:        # no room, no process, or nothing to pickle: the part is done here
+        return None
 
 
 def _collect(child: subprocess.Popen[bytes] | None) -> tuple[bool, Any]:
-    """(True, the worker's result) or (False, None) when it failed."""
+    """(True, the worker's result) or (False, None) when it gave none."""
     if child is None:
         return False, None
     assert child.stdout is not None
@@ -86,7 +93,7 @@ def _collect(child: subprocess.Popen[bytes] | None) -> tuple[bool, Any]:
             child.kill()
             child.wait()
     child.stdout.close()
-    return (ok is True and child.returncode == 0), got
+    return ok is True, got      # a whole result is kept however its worker then ended
 
 
 def _die_with_parent() -> None:
@@ -100,16 +107,19 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(caller: int) -> int:
-    """A worker's body (started by _start): (fn, part) from stdin, (ok, fn(part)) to stdout."""
+def _worker(caller: int) -> None:
+    """A worker's body (started by _start): (fn, part) from stdin, (ok, fn(part)) to stdout,
+    which nothing else may write to (whatever prints goes to stderr, which is /dev/null)."""
     _die_with_parent()
     if os.getppid() != caller:      # the caller died before prctl took
-        return 1
+        os._exit(1)
+    result_fd = os.dup(1)
+    os.dup2(2, 1)
     fn, part = pickle.load(sys.stdin.buffer)
     try:
         result: tuple[bool, Any] = (True, fn(part))
     except Exception:            # done again by the caller, whose error it then is
         result = (False, None)
-    pickle.dump(result, sys.stdout.buffer, protocol=pickle.HIGHEST_PROTOCOL)
-    sys.stdout.buffer.flush()
-    return 0
+    with os.fdopen(result_fd, "wb") as out:
+        pickle.dump(result, out, protocol=pickle.HIGHEST_PROTOCOL)
+    os._exit(0)                  # nothing left to clean up: no exit handlers, no interpreter teardown

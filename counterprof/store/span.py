@@ -61,7 +61,10 @@ class Span:
              proven: str | None = None) -> tuple[pa.RecordBatch | pa.Table, int]:
         """(the rows of batch inside the span, how many were left out). proven: what the
         statistics of the batch's row group prove (proven()): INSIDE, no row is looked at;
-        ORDER, only each row's start <= end is."""
+        ORDER, only each row's start <= end is. Either way the batch's extremes are held to
+        the span first (a byte damaged on disk after the statistics were written shows there)."""
+        if proven in (INSIDE, ORDER):
+            proven = self._confirmed(table, batch, proven)
         if proven == INSIDE:
             return batch, 0
         if proven == ORDER and table == "spans":
@@ -75,6 +78,36 @@ class Span:
             return batch, 0
         kept = batch.filter(ok)
         return kept, batch.num_rows - kept.num_rows
+
+    def _confirmed(self, table: str, batch: pa.RecordBatch | pa.Table, proven: str) -> str | None:
+        """What the batch's own smallest and largest times (min_max calls, not mask()'s row by
+        row) confirm of proven: it, ORDER (spans: inside, but a start after another's end), or
+        None (a time outside the span or a null: mask() decides)."""
+        import pyarrow.compute as pc
+
+        def extremes(name: str) -> tuple[int | None, int | None]:
+            col = batch[name]
+            if col.null_count == len(col):
+                return None, None
+            mm = pc.min_max(pc.cast(col, pa.int64()))
+            return mm["min"].as_py(), mm["max"].as_py()
+        if table == "samples":
+            lo, hi = extremes("time")
+            if batch["time"].null_count or lo is None or hi is None or lo < self.lo or hi > self.hi:
+                return None
+            if "duration_ns" in batch.schema.names:
+                dlo, dhi = extremes("duration_ns")
+                if dlo is not None and dhi is not None and (dlo < 0 or dhi > self.hi - self.lo):
+                    return None
+            return proven
+        s_lo, s_hi = extremes("start")
+        e_lo, e_hi = extremes("end")
+        if batch["start"].null_count or batch["end"].null_count or None in (s_lo, s_hi, e_lo, e_hi):
+            return None
+        assert s_lo is not None and s_hi is not None and e_lo is not None and e_hi is not None
+        if s_lo < self.lo or e_hi > self.hi:
+            return None
+        return proven if proven == ORDER or s_hi <= e_lo else ORDER
 
     def proven(self, table: str, md: Any, group: int, schema: pa.Schema) -> str | None:
         """What the Parquet statistics of row group `group` (md: the file's metadata, schema:

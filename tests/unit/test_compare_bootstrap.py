@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from counterprof.analysis import compare_bootstrap as bootstrap
+from counterprof.analysis import workers as wk
 from counterprof.analysis.compare import compare
 from counterprof.analysis.run_figures import RunFigures
 
@@ -46,7 +47,9 @@ def small_pool(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_workers_give_one_process_changes(small_pool: None, workers: int) -> None:
     jobs = _jobs(workers, 60)
     alone = bootstrap.median_changes(jobs, seed=4, workers=1)
+    before = wk.fallbacks
     spread = bootstrap.median_changes(jobs, seed=4, workers=workers)
+    assert wk.fallbacks == before                           # every worker gave its rows back
     assert spread == alone
     assert len({c.ci for c in alone if c.ci}) > 30          # the rows differ: a shuffle would show
 
@@ -69,7 +72,9 @@ def test_compare_is_the_same_with_any_number_of_workers(small_pool: None) -> Non
                           units={f"m{k}": "/s" for k in range(4)}, kinds={f"m{k}": "delta" for k in range(4)})
     base, cand = fig(1.0), fig(1.1)
     one = compare([base], [cand], workers=1).to_json()
+    before = wk.fallbacks
     assert compare([base], [cand], workers=2).to_json() == one
+    assert wk.fallbacks == before
     assert len(one["rows"]) > bootstrap.PARALLEL_MIN_ROWS
 
 

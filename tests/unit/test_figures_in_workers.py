@@ -45,7 +45,9 @@ def _figures(path: Path, monkeypatch: pytest.MonkeyPatch, spread: bool, skip: bo
 
 def test_workers_give_the_figures_of_one_process(run20: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     alone, _, none = _figures(run20, monkeypatch, spread=False)
+    before = workers.fallbacks
     spread, _, calls = _figures(run20, monkeypatch, spread=True)
+    assert workers.fallbacks == before                     # both workers gave their blocks back
     assert none == [] and calls == [3]                   # three processes read the 20 ranks
     assert list(spread.metrics) == list(alone.metrics) and len(alone.metrics) == 8
     for name, by_rank in alone.metrics.items():
@@ -87,3 +89,11 @@ def test_a_damaged_file_read_by_a_worker_is_noted_or_stops_the_read(run20: Path,
     assert spread.skipped == alone.skipped
     with pytest.raises(RunDirectoryError, match="unreadable"):
         _figures(run, monkeypatch, spread=True, skip=False)
+
+
+def test_blocks_too_big_to_hold_at_once_are_read_in_turn(run20: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone, _, _ = _figures(run20, monkeypatch, spread=False)
+    monkeypatch.setattr(compare_runs, "MAX_CELLS_BYTES", 0)
+    turn, _, calls = _figures(run20, monkeypatch, spread=True)
+    assert calls == []                                   # no workers: each block in turn, here
+    assert turn.totals == alone.totals and turn.verdict == alone.verdict

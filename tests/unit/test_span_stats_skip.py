@@ -205,3 +205,25 @@ def test_a_journal_segment_is_masked(tmp_path, monkeypatch):
     calls = _masks(monkeypatch)
     rows, out, left_out = _read(run)
     assert calls[0] >= 2 and rows.num_rows == ROWS - 1 and out == 1 and len(left_out) == 1
+
+
+@pytest.mark.parametrize("bad", ["1915", "negative", "36 years"])
+def test_a_batch_its_statistics_vouch_for_is_still_held_to_the_span(bad):
+    """Statistics written before a byte of a data page was damaged vouch for rows they never
+    saw: keep() holds the batch's own extremes to the span before it trusts them."""
+    span = Span(T0 - S, T0 + 30 * S)
+    batch = _samples(1, bad).to_batches()[0]
+    kept, dropped = span.keep("samples", batch, INSIDE)
+    assert dropped == 1 and kept.num_rows == batch.num_rows - 1
+
+
+@pytest.mark.parametrize("rows,left", [
+    ([(T0, T0 + 5), (T0 + 10, T0 + 2)], 1),              # an end before its start: per row
+    ([(YEAR_1915, T0), (T0 + 1, T0 + 2)], 1),            # a start of 1915
+    ([(T0, T0 + 5), (T0 + 1, T0 + 9)], 0),               # overlapping, all inside: nothing
+])
+def test_spans_its_statistics_vouch_for_are_still_held_to_the_span(rows, left):
+    span = Span(T0 - S, T0 + 30 * S)
+    for proven in (INSIDE, ORDER):
+        kept, dropped = span.keep("spans", _spans(rows), proven)
+        assert dropped == left and kept.num_rows == len(rows) - left
