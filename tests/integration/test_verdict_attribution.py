@@ -217,9 +217,12 @@ def test_ddp_whose_gradient_sync_costs_a_third_is_collectives(launcher, tmp_path
     # is said, with figures): the sync is about half of this job's loop (44-49% on a quiet
     # machine) and the ops the rest, so collectives lead by the 10-point margin only where the
     # job says they do; on a near tie the verdict is collectives or unknown, never another class
+    # "collectives" is owed only where the job's own lead of the sync over the rest survives the
+    # shares' allowed error: a lead of the verdict's 10-point margin plus TOLERANCE (truth 0.625);
+    # at truth 0.558 the report's 0.48 against 0.45 (within 15 points of the truth) was a near tie
     others = o["host_parts"].get("CPU contention", 0.0)
     if others < 0.1:
-        if truth >= 0.55:
+        if 2 * truth - 1 >= 0.10 + TOLERANCE:
             assert o["verdict"] == "collectives", (o["verdict"], o["shares"], truth)
         else:
             assert o["verdict"] in ("collectives", "unknown"), (o["verdict"], o["shares"], truth)

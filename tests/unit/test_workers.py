@@ -14,23 +14,13 @@ from functools import partial
 import pytest
 
 from counterprof.analysis import workers
-
-
-def _square_sum(offset: int, part: list[int]) -> tuple[int, int]:
-    import numpy as np          # (in the worker: the caller's numpy, whatever the working directory holds)
-    return os.getpid(), int(np.sum(np.square(part))) + offset
-
-
-def _fails_on_seven(part: list[int]) -> int:
-    if 7 in part:
-        raise ValueError("seven")
-    return len(part)
+from worker_parts import fails_on_seven, noisy, square_sum
 
 
 def test_parts_come_back_in_order_from_other_processes():
     parts = [list(range(k, k + 10)) for k in range(0, 50, 10)]
     before = workers.fallbacks
-    got = workers.spread(partial(_square_sum, 3), parts)
+    got = workers.spread(partial(square_sum, 3), parts)
     assert workers.fallbacks == before
     assert [s for _, s in got] == [sum(x * x for x in p) + 3 for p in parts]
     pids = [pid for pid, _ in got]
@@ -39,8 +29,8 @@ def test_parts_come_back_in_order_from_other_processes():
 
 def test_a_part_that_fails_in_its_worker_fails_here():
     with pytest.raises(ValueError, match="seven"):
-        workers.spread(_fails_on_seven, [[1], [2, 7], [3]])
-    assert workers.spread(_fails_on_seven, [[1], [2, 3], []]) == [1, 2, 0]
+        workers.spread(fails_on_seven, [[1], [2, 7], [3]])
+    assert workers.spread(fails_on_seven, [[1], [2, 3], []]) == [1, 2, 0]
 
 
 def test_what_cannot_be_pickled_is_done_here():
@@ -49,15 +39,9 @@ def test_what_cannot_be_pickled_is_done_here():
     assert workers.fallbacks == before + 1
 
 
-def _noisy(part: list[int]) -> int:
-    print("a library that prints", flush=True)        # must not reach the result's pipe
-    os.write(1, b"and one at the fd level\n")
-    return sum(part)
-
-
 def test_what_a_worker_prints_does_not_spoil_its_result():
     before = workers.fallbacks
-    assert workers.spread(_noisy, [[1], [2, 3]]) == [1, 5]
+    assert workers.spread(noisy, [[1], [2, 3]]) == [1, 5]
     assert workers.fallbacks == before
 
 
@@ -69,7 +53,7 @@ def test_a_working_directory_holding_other_packages_is_not_imported(tmp_path, mo
     (fake / "__init__.py").write_text("raise ImportError('the wrong one')\n")
     monkeypatch.chdir(tmp_path)
     before = workers.fallbacks
-    got = workers.spread(partial(_square_sum, 0), [[1], [2]])
+    got = workers.spread(partial(square_sum, 0), [[1], [2]])
     assert workers.fallbacks == before and got[1][0] != os.getpid()
 
 
