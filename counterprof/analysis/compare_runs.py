@@ -65,12 +65,13 @@ def _parts_in_workers(run: Run) -> PartsOf:
     from .workers import MAX_WORKERS, cpus, spread
 
     def parts_of(blocks: list[list[int]], grid: Grid) -> Iterable[RanksPart]:
-        if len(blocks) * max(1, len(run.catalog)) * grid.ncells * 40 > MAX_CELLS_BYTES:
-            # the workers give every block's cells back at once: too many here, so read in turn
+        n = max(1, min(cpus(), MAX_WORKERS, len(blocks)))
+        if n == 1 or len(blocks) * max(1, len(run.catalog)) * grid.ncells * 40 > MAX_CELLS_BYTES:
+            # one CPU, or the workers would give back more blocks' cells at once than fit: each
+            # block read here in turn, merged as it comes
             from .run_figures import ranks_part
             of_rank = run.rank_batches("samples", SAMPLE_COLUMNS)
             return (ranks_part(of_rank, block, run.catalog, grid) for block in blocks)
-        n = max(1, min(cpus(), MAX_WORKERS, len(blocks)))
         cuts = [len(blocks) * i // n for i in range(n + 1)]
         groups = [(blocks[a:b], grid) for a, b in zip(cuts, cuts[1:])]
         out: list[RanksPart] = []

@@ -37,7 +37,8 @@ def _figures(path: Path, monkeypatch: pytest.MonkeyPatch, spread: bool, skip: bo
         calls.append(len(parts))
         return SPREAD(fn, parts)
     monkeypatch.setattr(workers, "spread", counted)
-    monkeypatch.setattr(workers, "cpus", lambda: 3)
+    if getattr(workers.cpus, "__name__", "") != "<lambda>":
+        monkeypatch.setattr(workers, "cpus", lambda: 3)
     run = Run(path, skip_unreadable=skip)
     f = compare_runs.figures(run, lambda _w: None)
     return f, run, calls
@@ -97,3 +98,11 @@ def test_blocks_too_big_to_hold_at_once_are_read_in_turn(run20: Path, monkeypatc
     turn, _, calls = _figures(run20, monkeypatch, spread=True)
     assert calls == []                                   # no workers: each block in turn, here
     assert turn.totals == alone.totals and turn.verdict == alone.verdict
+
+
+def test_one_cpu_reads_the_blocks_here_in_turn(run20: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    alone, _, _ = _figures(run20, monkeypatch, spread=False)
+    turn, _, calls = _figures(run20, monkeypatch, spread=True)
+    monkeypatch.setattr(workers, "cpus", lambda: 1)
+    one, _, calls = _figures(run20, monkeypatch, spread=True)
+    assert calls == [] and one.totals == alone.totals == turn.totals
