@@ -54,7 +54,10 @@ def train(rank: int, world: int, port: int | None, steps: int, out: str) -> None
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
+    # Without the del, DDP's reducer keeps the process group alive into interpreter teardown,
+    # where torch 2.13's gloo can abort a rank ("terminate called without an active exception").
     dist.barrier()
+    del model, opt
     dist.destroy_process_group()
     _report(out, rank, cpu_from, from_ns, world=world)
 

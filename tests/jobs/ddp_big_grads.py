@@ -68,6 +68,7 @@ def train(rank: int, world_size: int, args) -> None:
     loop_s = time.perf_counter() - loop_start
     run_delay = main_thread()[1] - delay0
     dist.barrier()
+    del model, optimizer                   # see tests/rank_workloads.py: gloo's teardown abort
     dist.destroy_process_group()
     record("ddp_big_grads", rank=rank, world_size=world_size, steps=args.steps, loop_s=loop_s,
            synced_s=synced, local_s=local, loop_run_delay_s=run_delay,

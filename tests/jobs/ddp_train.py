@@ -98,14 +98,16 @@ def train(rank: int, world_size: int, args) -> None:
     loop_s = time.perf_counter() - loop_start
     backward_local = sum(s["backward_local_s"] for s in steps)
     backward_synced = sum(s["backward_synced_s"] for s in steps)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    buffer_bytes = sum(b.numel() * b.element_size() for b in model.module.buffers())
     dist.barrier()
+    del model, optimizer                   # see tests/rank_workloads.py: gloo's teardown abort
     dist.destroy_process_group()
     record("ddp_train", rank=rank, world_size=world_size, steps=args.steps, loop_s=loop_s,
            loop_run_delay_s=main_thread()[1] - delay_before,
            backward_local_s=backward_local, backward_synced_s=backward_synced,
            reducer_wait_s=max(0.0, backward_synced - backward_local), per_step=steps,
-           grad_bytes=sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad),
-           buffer_bytes=sum(b.numel() * b.element_size() for b in model.module.buffers()))
+           grad_bytes=grad_bytes, buffer_bytes=buffer_bytes)
 
 
 def main() -> None:
