@@ -78,6 +78,11 @@ def main() -> int:
             truth = t["next_wait_s"] / t["loop_s"]
             rows.setdefault("DataLoader, 2 workers tokenizing in Python", []).append(
                 (truth, host(step_region(r)), host(r["overall"]), words(step_region(r))))
+            r, t = profile(tmp, "loader_io", PY, str(JOBS / "dataloader_io.py"))
+            (t,) = t
+            truth = t["next_wait_s"] / t["loop_s"]
+            rows.setdefault("DataLoader, 2 workers fetching over HTTP (40 ms)", []).append(
+                (truth, host(step_region(r)), host(r["overall"]), words(step_region(r))))
             busy = subprocess.Popen(["taskset", "-c", "0", PY, "-c", "while True: pass"])
             try:
                 r, t = profile(tmp, "contended", PY, str(JOBS / "gpt2_train.py"), "--steps", "8",

@@ -191,6 +191,15 @@ def _classify_main_thread(sig: dict[str, Signal], scope: str, facts: dict[str, A
             elif busy + ready >= value("loader_saturated"):
                 text += (f", runnable but without a CPU {units.share(ready)}: the workers are starved of CPU "
                          "(more workers will not help on this machine; fewer other processes would)")
+            elif (idle := max(0.0, 1.0 - busy - ready)) >= value("loader_blocked") and \
+                    sig["main_blocked"].value >= inp / 2:
+                # the workers blocked while the main thread was too (not unpickling or pinning
+                # on its own CPU): each worker makes one item at a time, so a deeper prefetch
+                # queues more items behind the same wait; more workers or concurrent reads overlap it
+                text += (f", blocked {units.share(idle)} (neither on a CPU nor waiting for one): they wait "
+                         "on I/O (storage, the network) or a lock: more workers (num_workers) or concurrent "
+                         "reads inside __getitem__ overlap those waits (a deeper prefetch does not), and "
+                         "faster or cached storage shortens them")
             else:
                 text += (": not saturated: more prefetch (prefetch_factor), or look at what else the main "
                          "thread waits for (pin_memory, worker start-up, IPC of large batches)")

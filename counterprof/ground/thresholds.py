@@ -55,6 +55,12 @@ T = {
         "DataLoader workers on-CPU over 80% of their time while the main thread waits: the "
         "workers are the bottleneck, more of them (or cheaper items) would help; below it they "
         "wait too (IPC, prefetch depth) (our choice)"),
+    "loader_blocked": Threshold(
+        0.5, "of worker time",
+        "DataLoader workers neither on a CPU nor waiting for one over half their time while the "
+        "main thread waits: they wait on I/O (storage, network) or a lock, one item at a time "
+        "each, which a deeper prefetch does not overlap; more workers or concurrent reads do "
+        "(our choice)"),
     # --- GPU -------------------------------------------------------------------------------
     "gpu_in_use": Threshold(
         0.05, "of time",

@@ -145,7 +145,7 @@ class Run:
             for part in files:
                 batches = list(self._read(part, None))
                 if batches:
-                    parts.append(_with_rank(pa.Table.from_batches(batches), r, add))
+                    parts.append(_with_rank(_store_types(pa.Table.from_batches(batches), schema), r, add))
                 elif not part.journal and not part.damage:      # no rows: its schema still counts
                     # (pyarrow.parquet loads here, as in run_files: a run's summary reads
                     # only the meta and catalog, and pyarrow.fs with ssl is ~20 ms)
@@ -157,7 +157,8 @@ class Run:
             return _with_rank(empty, 0, add).slice(0, 0)
         # (not combined first: take() makes the one copy, sorted; a combined copy before it
         # was a third copy of the table at the peak)
-        table = pa.concat_tables(parts).unify_dictionaries()
+        # (promoted: files of one run can differ in nullability, or lack a later column)
+        table = pa.concat_tables(parts, promote_options="default").unify_dictionaries()
         sort_key = "time" if "time" in table.column_names else "start"
         import pyarrow.compute as pc     # here only: `run`'s summary opens a Run and must not pay it
         return table.take(pc.sort_indices(table, [(sort_key, "ascending")]))
@@ -221,6 +222,17 @@ class Run:
         """Every sample (samples schema), time-ordered, with the partition's rank as a column
         whenever the run has more than one rank (with_rank: always or never)."""
         return self.table("samples", rank, with_rank)
+
+
+def _store_types(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """table with each column the store's schema knows cast to the store's type: a file's own
+    (a plain string for a dictionary, another time zone: written by another version or tool)
+    would not concatenate with the others."""
+    for i, f in enumerate(table.schema):
+        j = schema.get_field_index(f.name)
+        if j >= 0 and f.type != schema.field(j).type:
+            table = table.set_column(i, f.name, table.column(i).cast(schema.field(j).type))
+    return table
 
 
 def _with_rank(table: pa.Table, rank: int, add: bool) -> pa.Table:

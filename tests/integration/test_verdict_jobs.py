@@ -13,6 +13,7 @@ measured on every run, never assumed zero.
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -290,6 +291,29 @@ def test_the_dataloader_next_waits_are_the_steps_input_pipeline_share(dataloader
     own = t["next_wait_s"] / t["loop_s"]
     assert abs(parts["input pipeline"] - own) <= TOLERANCE, \
         f"input pipeline {parts['input pipeline']:.0%} of the steps, the job's own waits in __next__ {own:.0%}"
+
+
+# ---- 2b. the same loop's examples fetched over HTTP from a slow store --------------------------
+# Its 2 workers wait on the network, off the CPU: the advice is more workers (or concurrent
+# reads), not a deeper prefetch (which queued more items behind the same waits).
+
+@pytest.fixture(scope="module")
+def dataloader_io(tmp_path_factory):
+    return profile(tmp_path_factory.mktemp("dataloader_io"), PYTHON, str(JOBS / "dataloader_io.py"))
+
+
+def test_loop_waiting_for_workers_blocked_on_the_network_is_host_and_says_so(dataloader_io):
+    report, (t,), _ = dataloader_io
+    assert t["next_wait_s"] > 0.5 * t["loop_s"], t            # input-bound by construction
+    worker_idle = 1 - t["worker_item_cpu_s"] / t["worker_item_s"]
+    assert worker_idle > 0.8, t                                 # the fetch is the item's time
+    o = report["overall"]
+    hold_to_truth(o, Truth.of_job(t, o, "next_wait_s"))
+    text = next(e["text"] for e in o["evidence"] if e["metric"] == "input_wait")
+    m = re.search(r"workers busy (\d+)% of their time, blocked (\d+)%", text)
+    assert m, text
+    assert abs(int(m.group(2)) / 100 - worker_idle) <= TOLERANCE, (text, worker_idle)
+    assert "num_workers" in text and "more prefetch" not in text, text
 
 
 # ---- 3. the GPT-2 loop sharing its core with two busy processes ------------------------------

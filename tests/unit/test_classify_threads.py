@@ -37,9 +37,25 @@ def test_input_pipeline_wait_is_host_and_says_whether_workers_are_saturated():
     text = next(e.text for e in v.evidence if e.metric == "input_wait")
     assert "saturated: more workers" in text and "2 workers busy 95%" in text
     assert describe(v) == "host-bound (90% of the time; input pipeline 85%)"
-    idle = classify(sig(main_running=0.1, main_runnable=0.0, main_blocked=0.9, input_wait=0.85,
+    # the main thread on its own CPU inside next() (unpickling, pinning large batches) while
+    # the workers idle: not the workers' speed
+    idle = classify(sig(main_running=0.9, main_runnable=0.0, main_blocked=0.1, input_wait=0.85,
                         loader_cpus=0.6, loader_workers=2.0, loader_busy=0.3))
     assert "not saturated" in next(e.text for e in idle.evidence if e.metric == "input_wait")
+
+
+def test_workers_blocked_on_io_want_more_workers_not_more_prefetch():
+    """Workers off the CPU and not waiting for one while the main thread waits blocked for
+    them: a fetch from storage or the network (tests/jobs/dataloader_io.py is the real job)."""
+    v = classify(sig(main_running=0.03, main_runnable=0.0, main_blocked=0.97, input_wait=0.95,
+                     loader_cpus=0.04, loader_workers=2.0, loader_busy=0.02, loader_runnable=0.01))
+    text = next(e.text for e in v.evidence if e.metric == "input_wait")
+    assert "2 workers busy 2%" in text and "blocked 97%" in text, text
+    assert "num_workers" in text and "more prefetch" not in text, text
+    # below the threshold (half their time), or with runnable time taking the rest: other texts
+    half = classify(sig(main_running=0.03, main_runnable=0.0, main_blocked=0.97, input_wait=0.95,
+                        loader_cpus=0.04, loader_workers=2.0, loader_busy=0.3, loader_runnable=0.3))
+    assert "blocked" not in next(e.text for e in half.evidence if e.metric == "input_wait")
 
 
 def test_a_loader_without_workers_loads_on_the_main_thread():
