@@ -21,3 +21,11 @@ def noisy(part: list[int]) -> int:
     print("a library that prints", flush=True)        # must not reach the result's pipe
     os.write(1, b"and one at the fd level\n")
     return sum(part)
+
+
+def hangs_in_a_worker(caller: int, part: list[int]) -> int:
+    """sum(part), or, in any process but `caller`, a hang (a worker that never answers)."""
+    if os.getpid() != caller:
+        import time
+        time.sleep(3600)
+    return sum(part)

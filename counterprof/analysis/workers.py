@@ -9,15 +9,19 @@ temporary file (a worker that died early would make writing to a pipe raise SIGP
 CLI leaves at its default: it would kill the caller) and its result comes back through a pipe.
 A worker that fails, for whatever reason, costs nothing: its part is done here afterwards (an
 error that part raises is then raised here, as without workers). One whose caller is killed
-is killed (Linux's parent-death signal).
+is killed (Linux's parent-death signal), and one that gives nothing back long after this process
+did its own part (a hang, or a `sys.executable` that is not a Python: an embedding application)
+is killed then and its part done here.
 """
 from __future__ import annotations
 
 import os
 import pickle
+import select
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -25,6 +29,11 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 MAX_WORKERS = 16
+# How long the workers may take beyond this process's own part before theirs are done here:
+# the parts cost about the same, but more workers than free CPUs share them (SLACK x the parts'
+# count x this process's time), and never less than MIN_WAIT_S (a first import, a busy machine)
+SLACK = 4.0
+MIN_WAIT_S = 60.0
 
 
 def cpus() -> int:
@@ -44,9 +53,12 @@ def spread(fn: Callable[[P], R], parts: Sequence[P]) -> list[R]:
     children: list[subprocess.Popen[bytes] | None] = []
     try:
         children += [_start(fn, part) for part in parts[1:]]
+        began = time.monotonic()
         out = [fn(parts[0])] if parts else []
+        now = time.monotonic()
+        deadline = now + max(MIN_WAIT_S, SLACK * len(parts) * (now - began))
         for i, part in enumerate(parts[1:]):
-            ok, got = _collect(children[i])
+            ok, got = _collect(children[i], deadline)
             children[i] = None
             if not ok:
                 fallbacks += 1
@@ -77,14 +89,18 @@ def _start(fn: Callable[[Any], Any], part: Any) -> subprocess.Popen[bytes] | Non
         return None
 
 
-def _collect(child: subprocess.Popen[bytes] | None) -> tuple[bool, Any]:
-    """(True, the worker's result) or (False, None) when it gave none."""
+def _collect(child: subprocess.Popen[bytes] | None, deadline: float) -> tuple[bool, Any]:
+    """(True, the worker's result) or (False, None) when it gave none: it failed, or had begun
+    none by the deadline (time.monotonic())."""
     if child is None:
         return False, None
     assert child.stdout is not None
     try:
+        # (a result once begun is read whole: its worker has done the work)
+        if not select.select([child.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise TimeoutError
         ok, got = pickle.load(child.stdout)
-    except Exception:          # it died, or wrote something else
+    except Exception:          # it died, wrote something else, or is late
         ok, got = False, None
     if child.poll() is None:
         try:

@@ -68,7 +68,9 @@ def train(rank: int, world_size: int, args) -> None:
     loop_s = time.perf_counter() - loop_start
     run_delay = main_thread()[1] - delay0
     dist.barrier()
-    del model, optimizer                   # see tests/rank_workloads.py: gloo's teardown abort
+    # dropped before the group (tests/rank_workloads.py: gloo's teardown abort); micro_batch
+    # holds `model`, so it is set to None, not deleted
+    model = optimizer = None
     dist.destroy_process_group()
     record("ddp_big_grads", rank=rank, world_size=world_size, steps=args.steps, loop_s=loop_s,
            synced_s=synced, local_s=local, loop_run_delay_s=run_delay,

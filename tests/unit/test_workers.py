@@ -14,7 +14,7 @@ from functools import partial
 import pytest
 
 from counterprof.analysis import workers
-from worker_parts import fails_on_seven, noisy, square_sum
+from worker_parts import fails_on_seven, hangs_in_a_worker, noisy, square_sum
 
 
 def test_parts_come_back_in_order_from_other_processes():
@@ -25,6 +25,18 @@ def test_parts_come_back_in_order_from_other_processes():
     assert [s for _, s in got] == [sum(x * x for x in p) + 3 for p in parts]
     pids = [pid for pid, _ in got]
     assert pids[0] == os.getpid() and len(set(pids)) == len(parts)     # one worker a part
+
+
+def test_a_worker_that_never_answers_is_killed_at_the_deadline_and_its_part_done_here(monkeypatch):
+    monkeypatch.setattr(workers, "MIN_WAIT_S", 1.0)
+    before, t0 = workers.fallbacks, time.monotonic()
+    assert workers.spread(partial(hangs_in_a_worker, os.getpid()), [[1, 2], [3], [4, 5]]) == [3, 3, 9]
+    assert workers.fallbacks == before + 2
+    assert time.monotonic() - t0 < 20          # the hung workers wait an hour
+    # (each hung worker was killed: no worker is left a child of this process)
+    children = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "workers import _worker"],
+                              capture_output=True, text=True).stdout.split()
+    assert children == [], children
 
 
 def test_a_part_that_fails_in_its_worker_fails_here():
