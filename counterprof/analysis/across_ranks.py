@@ -89,8 +89,10 @@ class _Spans:
         self.names: list[str] = []
         if spans.num_rows == 0 or "rank" not in spans.column_names:
             return
-        keep = pc.and_(pc.is_in(spans["category"].cast(pa.string()), pa.array(list(categories))),
-                       pc.is_valid(spans["rank"]))
+        cat = spans["category"]         # (a dictionary's is looked up as it is: not decoded)
+        keep = pc.and_(pc.is_in(cat if pa.types.is_dictionary(cat.type) else cat.cast(pa.string()),
+                                pa.array(list(categories))), pc.is_valid(spans["rank"]))
+        del cat
         t = spans.select(["rank", "start", "end"] + (["name"] if names else [])).filter(keep)
         del keep
         if not t.num_rows:
@@ -131,6 +133,19 @@ class _Spans:
 
 def _codes(names: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:
     """Names as codes into a list of the distinct ones (int32, one per row)."""
+    if pa.types.is_dictionary(names.type) and names.null_count == 0:
+        # already codes (a report's spans read a rank at a time): one dictionary for all chunks
+        one = pa.table({"n": names}).unify_dictionaries()["n"]
+        if not one.num_chunks:
+            return [], np.empty(0, np.int32)
+        dictionary = one.chunks[0].dictionary
+        codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in one.chunks])
+        # distinct names, numbered in their order: as dictionary_encode of the strings numbers them
+        used, first = np.unique(codes, return_index=True)
+        order = used[np.argsort(first)]
+        renumber = np.empty(len(dictionary), np.int32)
+        renumber[order] = np.arange(len(order), dtype=np.int32)
+        return dictionary.take(pa.array(order)).to_pylist(), renumber[codes]
     enc = pc.dictionary_encode(names.cast(pa.string()))
     chunks = enc.chunks
     if not chunks:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +19,7 @@ from . import intervals as iv
 from .classify import HOST_NEXT_STEPS, NEXT_STEPS, Evidence, Verdict, classify
 from .headline import headline, step_scope, too_short
 from .signals import (BUCKET_NS, MAX_BUCKETS, RunData, beside_the_rank, bucket_table, host_where, load_buckets,
+                      load_rank_spans,
                       load_spans, signals)
 from .summary import Summary, summary_from_totals
 from ..ground.thresholds import value
@@ -74,6 +75,9 @@ class Report:
         return asdict(self)
 
 
+SpanSource = Callable[[], Iterable[tuple[int | None, pa.Table]]]
+
+
 @dataclass
 class ReportInputs:
     """A run's tables, already aggregated: what build_report reads. From files they come from
@@ -83,7 +87,9 @@ class ReportInputs:
     buckets: pa.Table           # per metric and time bucket (signals.bucket_table's columns)
     totals: pa.Table            # per (source, metric): summary sums (summary.COLUMNS' aggregates)
     devices: pa.Table           # per (entity, metric) of nvml/gpm: mean, peak
-    spans: pa.Table             # the spans, with a "rank" column when the run has several ranks
+    # the spans, with a "rank" column when the run has several ranks; or a function giving each
+    # rank's in turn, in rank order (RunQuery.spans_of_each_rank: read again at each call, one rank held)
+    spans: pa.Table | SpanSource
     catalog: dict[str, dict[str, Any]]
     meta: RunMeta | dict[str, Any]
     ranks: int | None = None    # rank partitions (the processes doing the work); None: from meta
@@ -166,10 +172,10 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
     meta, catalog = RunMeta.of(inputs.meta), inputs.catalog
     data = RunData(ranks=max(1, inputs.ranks or 1), cpus=meta.host.cpus)
     load_buckets(data, inputs.buckets, catalog)
-    load_spans(data, inputs.spans, value("short_kernel_us"))
+    scan = SpanScan()
+    load_rank_spans(data, scan.each(inputs.spans), value("short_kernel_us"))
     summary = summary_from_totals(inputs.totals, catalog, meta, ranks=inputs.ranks)
     bucket = bucket_ns(meta)
-    spans = inputs.spans
     asked = [asked_window(a, answers, meta.start_ns) for a, answers in inputs.asks]
 
     run_info = {"id": meta.id, "command": redact_argv(meta.command) if meta.command else None,
@@ -236,8 +242,8 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
         report.regions.append(RegionVerdict(name, data.region_kind.get(name, "region"),
                                             data.region_count.get(name, 0), iv.total(occ) / 1e9, v, marks))
 
-    _per_rank(report, inputs, data)
-    gpu = _gpu_breakdown(spans)
+    _per_rank(report, inputs, data, scan)
+    gpu = _gpu_breakdown(scan)
     if gpu is not None and gpu.total is not None:
         total = gpu.total
         report.gpu_breakdown = total.to_json()
@@ -331,22 +337,87 @@ def rank_tables(table: pa.Table) -> Iterator[tuple[int | None, pa.Table]]:
         yield (int(values[a]) if valid[a] else None), table.slice(a, b - a)
 
 
-def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
+def each_rank(spans: pa.Table | SpanSource) -> Iterator[tuple[int | None, pa.Table]]:
+    """The spans a rank at a time, in rank order (null last): a source's, read again, or a
+    table's slices (one without a rank column: one part, rank None)."""
+    if callable(spans):
+        yield from spans()
+    elif spans.num_rows:
+        yield from (rank_tables(spans) if "rank" in spans.column_names else [(None, spans)])
+
+
+ACROSS_RANKS = ["rank", "start", "end", "name", "category"]       # what analyze_ranks reads
+
+
+@dataclass
+class SpanScan:
+    """What the report keeps of its spans as they pass a rank at a time (build_report's first
+    read): the rows the figures across ranks and the GPU breakdown read, in the columns they
+    read; the rest is let go with its rank (load_rank_spans keeps its interval sets)."""
+
+    rows: int = 0
+    ranked: bool = False                 # a rank column (several ranks)
+    ranks: set[int] = field(default_factory=set)      # ranks >= 0 with spans
+    collectives: bool = False            # a span with a collective named
+    across: list[pa.Table] = field(default_factory=list)    # steps, collectives, windows (ACROSS_RANKS)
+    gpu: dict[Any, pa.Table] = field(default_factory=dict)  # per rank with GPU work: breakdown's rows
+
+    def each(self, spans: pa.Table | SpanSource) -> Iterator[tuple[int | None, pa.Table]]:
+        from .breakdown import COLUMNS as GPU_COLUMNS
+        for r, t in each_rank(spans):
+            self.rows += t.num_rows
+            cat = t["category"].cast(pa.string())
+            if "rank" in t.column_names:
+                self.ranked = True
+                if r is not None:
+                    if r >= 0:
+                        self.ranks.add(r)
+                    keep = pc.is_in(cat, pa.array(["step", "collective", "window"]))
+                    rows = t.select(["rank", "start", "end"]).filter(keep)
+                    # (names and categories as codes: an hour of 1024 ranks' steps is millions of rows)
+                    self.across.append(pa.table({
+                        "rank": rows["rank"].cast(pa.int32()), "start": rows["start"], "end": rows["end"],
+                        "name": pc.dictionary_encode(t["name"].filter(keep)),
+                        "category": pc.dictionary_encode(cat.filter(keep))}))
+                    del rows, keep
+            if "collective" in t.column_names and t["collective"].null_count < t.num_rows:
+                self.collectives = True
+            if pc.any(pc.is_in(cat, pa.array(GPU_CATEGORIES))).as_py():
+                keep = pc.is_in(cat, pa.array(GPU_CATEGORIES + ["runtime", "step", "window"]))
+                self.gpu[r if "rank" in t.column_names else 0] = \
+                    t.select([c for c in GPU_COLUMNS if c in t.column_names]).filter(keep)
+            del cat
+            yield r, t
+
+    def across_ranks(self) -> pa.Table:
+        if not self.across:
+            return pa.table({c: pa.array([], pa.int64()) for c in ACROSS_RANKS})
+        return pa.concat_tables(self.across, promote_options="default")
+
+
+GPU_CATEGORIES = ["kernel", "memcpy", "memset", "sync"]
+
+
+def _per_rank(report: Report, inputs: ReportInputs, whole: RunData, scan: SpanScan) -> None:
     """A verdict per rank, and the cross-rank figures (steps, stragglers, skew)."""
     from .across_ranks import analyze_ranks
-    spans = inputs.spans
     if inputs.rank_buckets is not None and inputs.rank_buckets.num_rows and \
             "rank" in inputs.rank_buckets.column_names:
         rb = inputs.rank_buckets
         report.rank_notes.extend(metric_set_notes(rb))
-        rank_spans = dict(rank_tables(spans))    # slices of spans
+        # each rank's spans read again beside its buckets (both in rank order, null last)
+        stream = iter(each_rank(inputs.spans))
+        ahead = next(stream, None)
         for r, buckets in rank_tables(rb):
             if r is None or r < 0:
                 continue
+            while ahead is not None and ahead[0] is not None and ahead[0] < r:
+                ahead = next(stream, None)
             data = RunData()
             load_buckets(data, buckets, inputs.catalog)
-            if r in rank_spans:
-                load_spans(data, rank_spans[r], value("short_kernel_us"))
+            if ahead is not None and ahead[0] == r:
+                load_spans(data, ahead[1], value("short_kernel_us"))
+                ahead = next(stream, None)
             lo, hi = whole.start_ns, whole.end_ns
             # judged over its steps as the headline is (start-up apart), else its whole run
             steps = step_scope(data, [(lo, hi)])
@@ -355,8 +426,12 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
             v = classify(sig, f"rank {r}")
             v.start_ns, v.end_ns = lo, hi
             report.rank_verdicts.append(v)
-    analysis = analyze_ranks(spans, inputs.hosts, world_size=inputs.world_size)
-    _collective_calls(report, spans, inputs.hosts)
+        del ahead
+        if hasattr(stream, "close"):
+            stream.close()           # (a source's read let go)
+    analysis = analyze_ranks(scan.across_ranks(), inputs.hosts, world_size=inputs.world_size)
+    scan.across.clear()
+    _collective_calls(report, inputs.spans, scan, inputs.hosts)
     if analysis is not None:
         report.rank_analysis = analysis.to_json()
         if analysis.straggler is not None and analysis.straggler_lag_s:
@@ -368,17 +443,14 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData) -> None:
                 "for it in collectives (mean over those steps, as the ranks table's 'waited')"))
 
 
-def _collective_calls(report: Report, spans: pa.Table, hosts: dict[int, str | None] | None) -> None:
+def _collective_calls(report: Report, spans: pa.Table | SpanSource, scan: SpanScan,
+                      hosts: dict[int, str | None] | None) -> None:
     """The calls matched across ranks, in short, and who the others waited for, said once."""
     from .collectives import COLUMNS, analyze_calls
-    if not spans.num_rows or "rank" not in spans.column_names or not pc.any(pc.invert(
-            pc.is_null(spans["collective"]))).as_py():
+    if not scan.ranked or not scan.collectives or len(scan.ranks) < 2:
         return
-    ranks = [r for r in pc.unique(spans["rank"]).to_pylist() if r is not None and r >= 0]
-    if len(ranks) < 2:
-        return
-    cols = [c for c in COLUMNS if c in spans.column_names]
-    calls = analyze_calls(((r, t.select(cols)) for r, t in rank_tables(spans) if r is not None and r >= 0), hosts)
+    calls = analyze_calls(((r, t.select([c for c in COLUMNS if c in t.column_names]))
+                           for r, t in each_rank(spans) if r is not None and r >= 0), hosts)
     if not calls.calls:
         return
     j = calls.to_json(top=1, calls=False)      # the summary: no JSON object per call
@@ -422,16 +494,13 @@ def metric_set_notes(rank_buckets: pa.Table, most: int = 8) -> list[str]:
     return notes
 
 
-def _gpu_breakdown(spans: pa.Table) -> Any:
+def _gpu_breakdown(scan: SpanScan) -> Any:
     """HTA-style breakdowns of the run's GPU spans, per rank and summed (None without GPU work)."""
     from .breakdown import analyze
-    if spans.num_rows == 0:
+    if not scan.gpu:
         return None
-    cat = spans["category"].cast(pa.string())
-    if not pc.any(pc.is_in(cat, pa.array(["kernel", "memcpy", "memset", "sync"]))).as_py():
-        return None
-    by_rank: dict[Any, pa.Table] = dict(rank_tables(spans)) if "rank" in spans.column_names else {0: spans}
-    return analyze(by_rank)
+    gpu, scan.gpu = scan.gpu, {}
+    return analyze(gpu)
 
 
 def device_stats(chunks: Iterable[Any]) -> pa.Table:

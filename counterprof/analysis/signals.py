@@ -542,6 +542,12 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
         data.xla_dispatch = iv.merge(dispatch)
     if neuron_rows:
         _load_neuron(data, spans, neuron_rows, start, end, cat, kclass, name)
+    _extend_to_spans(data)
+
+
+def _extend_to_spans(data: RunData) -> None:
+    """The run's extent widened to the device's work and the collectives (the samples' may be
+    shorter: an imported trace has none)."""
     all_times = [p for p in (iv.span(data.gpu_busy), iv.span(data.cpu_collectives), iv.span(data.neuron_busy))
                  if p]
     if data.xla_busy:      # a JAX run: its steps and trace windows too (the host's waits lie there)
@@ -550,6 +556,73 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
     for lo, hi in all_times:
         data.start_ns = lo if not data.start_ns else min(data.start_ns, lo)
         data.end_ns = max(data.end_ns, hi)
+
+
+# RunData's interval sets that are the union of every rank's, and its {key: set} of such
+_UNIONS = ("gpu_busy", "cpu_collectives", "windows", "step_windows", "xla_busy", "xla_dispatch",
+           "neuron_busy", "neuron_waits", "neuron_runtime")
+_KEYED_UNIONS = ("gpu_class", "regions", "xla_class", "neuron_class", "neuron_engines", "neuron_dma_queues")
+_PER_RANK = ("rank_collectives", "rank_steps", "main_ops", "comm_ops")
+_COUNTS = ("gpu_kernel_count", "short_kernels", "xla_ops", "neuron_dma_bytes")
+
+
+def _joined(a: np.ndarray | None, b: iv.IntervalSet) -> np.ndarray:
+    """The union of a packed set and another, packed (16 bytes an interval, not a tuple's ~130)."""
+    b_arr = b.a if isinstance(b, iv.Packed) else np.asarray(b, np.int64).reshape(-1, 2)
+    both = b_arr if a is None else np.concatenate([a, b_arr])
+    return iv.merge_array(both[:, 0], both[:, 1])
+
+
+def load_rank_spans(data: RunData, ranks: Iterable[tuple[int | None, pa.Table]], short_kernel_us: float) -> None:
+    """load_spans of a run's spans given one rank at a time (each let go once read): the sets
+    load_spans makes of the whole table, without holding it (a rank is loaded on its own and
+    joined in). A rank's main thread and its DataLoader waits are its own; the one choice
+    made for the whole run, DataLoader waits timed for the whole run over those only in
+    traces, is made over every rank as before."""
+    data._stacks.clear()
+    unions: dict[str, np.ndarray | None] = dict.fromkeys(_UNIONS)
+    keyed: dict[str, dict[Any, np.ndarray]] = {k: {} for k in _KEYED_UNIONS}
+    per_rank: dict[str, dict[int, Any]] = {k: {} for k in _PER_RANK}
+    waits: dict[bool, dict[int, np.ndarray]] = {True: {}, False: {}}   # whole-run waits or traced ones
+    for _r, table in ranks:
+        part = RunData()
+        load_spans(part, table, short_kernel_us)
+        del table
+        for k in _UNIONS:
+            if (x := getattr(part, k)):
+                unions[k] = _joined(unions[k], x)
+        for k in _KEYED_UNIONS:
+            into = keyed[k]
+            for key, x in getattr(part, k).items():
+                into[key] = _joined(into.get(key), x)
+        for k in _PER_RANK:
+            of_rank = per_rank[k]
+            for r, x in getattr(part, k).items():      # (ranks null and 0 both load as 0)
+                if r in of_rank:
+                    both = _joined(_joined(None, of_rank[r]), x)
+                    x = iv.Packed(both) if isinstance(x, iv.Packed) else [(s, e) for s, e in both.tolist()]
+                of_rank[r] = x
+        for r, x in part.input_waits.items():
+            got = waits[part.input_whole_run]
+            got[r] = _joined(got.get(r), x)
+        for k in _COUNTS:
+            setattr(data, k, getattr(data, k) + getattr(part, k))
+        for key, n in part.region_count.items():
+            data.region_count[key] = data.region_count.get(key, 0) + n
+        data.region_kind.update(part.region_kind)
+        for key, ns in part.neuron_cc_ops.items():
+            data.neuron_cc_ops[key] = data.neuron_cc_ops.get(key, 0) + ns
+        for r, samples in part.py_samples.items():
+            data.py_samples[r] = sorted(data.py_samples.get(r, []) + samples)
+    for k, a in unions.items():
+        setattr(data, k, [] if a is None else [(s, e) for s, e in a.tolist()])
+    for k, sets in keyed.items():       # (in the order each key was first met: the regions' order)
+        setattr(data, k, {key: [(s, e) for s, e in a.tolist()] for key, a in sets.items()})
+    for k, sets in per_rank.items():
+        setattr(data, k, sets)
+    data.input_whole_run = bool(waits[True])
+    data.input_waits = {r: [(s, e) for s, e in a.tolist()] for r, a in (waits[True] or waits[False]).items()}
+    _extend_to_spans(data)
 
 
 NEURON_CATEGORIES = ("neuron_inst", "neuron_dma", "neuron_cc", "neuron_runtime")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -156,6 +156,10 @@ class RunQuery:
             return False
         return True
 
+    def run(self, query: Callable[[], T]) -> T:
+        """query() of this connection's views, again without each file it shows damaged."""
+        return self._run(query)
+
     def _run(self, query: Callable[[], T]) -> T:
         """query(), again without each Parquet file that a DuckDB error shows is damaged (its
         footer read by Arrow, not by DuckDB; a page inside did not: "dictionary offset out of
@@ -244,6 +248,38 @@ class RunQuery:
         # usually in time order, so the rows are read as they come and sorted only if they are not
         return self._run(lambda: rank_ordered(self.con.sql("SELECT * FROM spans").to_arrow_reader(1 << 17)))
 
+    def spans_of_each_rank(self) -> Iterator[tuple[int | None, pa.Table]]:
+        """(rank, its spans in time order) for each rank in rank order (null last), read again
+        at each call and let go rank by rank: the memory is one rank's, not the run's. A live
+        run's journal rows may come after the files' in the stream: there, spans(by_rank=True)
+        is read whole and sliced."""
+        import duckdb
+        if "spans" not in self.tables:
+            return
+        last: int | None = None        # the last rank given whole
+        if self._journal.get("spans") is None and not self._rescued.get("spans"):
+            try:
+                # (DuckDB keeps the files' order, listed by rank, without an ORDER BY:
+                # preserve_insertion_order; a rank is given once the next one begins)
+                for r, t in rank_chunks(self.con.sql("SELECT * FROM spans").to_arrow_reader(1 << 17)):
+                    yield r, t
+                    last = r
+                return
+            # a file found damaged on the way (DuckDB's error, through Arrow's reader an OSError):
+            # left out as _run leaves it, the rows it still gives coming last: read whole below
+            except (duckdb.Error, OSError, pa.ArrowException) as exc:
+                if not self._drop_damaged(exc):
+                    raise
+        for r, t in rank_slices(self.spans(by_rank=True)):
+            if last is None or r is None or r > last:
+                yield r, t
+
+    def count(self, table: str) -> int:
+        """The table's rows (0 without one)."""
+        if table not in self.tables:
+            return 0
+        return int(self._run(lambda: self.con.sql(f"SELECT count(*) FROM {table}").fetchall()[0][0]))
+
     def extent(self) -> tuple[int | None, int | None]:
         if "samples" not in self.tables:
             return None, None
@@ -253,6 +289,55 @@ class RunQuery:
 
     def close(self) -> None:
         self.con.close()
+
+
+_NULL_RANK = 2 ** 63 - 1     # a null rank, where ranks are sorted: last
+
+
+def rank_chunks(rows: pa.RecordBatchReader) -> Iterator[tuple[int | None, pa.Table]]:
+    """(rank, its rows in time order) for each run of one rank in the stream, as soon as the
+    next rank begins: the memory is one rank's, plus one batch's. A rank that comes back later
+    in the stream comes out again (rank_ordered puts such rows in place)."""
+    import numpy as np
+    import pyarrow.compute as pc
+    schema = rows.schema
+    pending: list[pa.RecordBatch] = []  # the rank being read
+
+    def finish() -> pa.Table:
+        t = pa.Table.from_batches(pending, schema)
+        pending.clear()
+        start = pc.fill_null(t["start"].cast(pa.int64()), np.iinfo(np.int64).min).to_numpy()
+        # copied even when in order: a batch read holds several ranks, and one rank's slice
+        # kept would keep the whole batch alive beside the other ranks' sorted copies
+        return t.take(pa.array(np.argsort(start, kind="stable")))
+
+    current: int | None = None
+    for batch in rows:
+        if batch.num_rows == 0:
+            continue
+        rank = pc.fill_null(batch["rank"].cast(pa.int64()), _NULL_RANK).to_numpy()
+        cuts = (np.flatnonzero(rank[1:] != rank[:-1]) + 1).tolist()
+        for a, b in zip([0, *cuts], [*cuts, len(rank)]):
+            r = int(rank[a])
+            if r != current:
+                if pending:
+                    yield (None if current == _NULL_RANK else current), finish()
+                current = r
+            pending.append(batch.slice(a, b - a))
+    if pending:
+        yield (None if current == _NULL_RANK else current), finish()
+
+
+def rank_slices(table: pa.Table) -> Iterator[tuple[int | None, pa.Table]]:
+    """(rank, its rows) of a table in rank order (rank_ordered's), as slices."""
+    import numpy as np
+    import pyarrow.compute as pc
+    if not table.num_rows:
+        return
+    rank = pc.fill_null(table["rank"].cast(pa.int64()), _NULL_RANK).to_numpy()
+    cuts = (np.flatnonzero(rank[1:] != rank[:-1]) + 1).tolist()
+    for a, b in zip([0, *cuts], [*cuts, len(rank)]):
+        yield (None if rank[a] == _NULL_RANK else int(rank[a])), table.slice(a, b - a)
 
 
 def rank_ordered(rows: pa.RecordBatchReader | pa.Table) -> pa.Table:
@@ -266,36 +351,12 @@ def rank_ordered(rows: pa.RecordBatchReader | pa.Table) -> pa.Table:
         rows = pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches())
     schema = rows.schema
     done: list[pa.Table] = []           # each rank's rows, in time order
-    pending: list[pa.RecordBatch] = []  # the rank being read
-    seen: set[int] = set()
+    seen: set[int | None] = set()
     contiguous = True
-
-    def finish() -> None:
-        t = pa.Table.from_batches(pending, schema)
-        pending.clear()
-        start = pc.fill_null(t["start"].cast(pa.int64()), np.iinfo(np.int64).min).to_numpy()
-        # copied even when in order: a batch read holds several ranks, and one rank's slice
-        # kept would keep the whole batch alive beside the other ranks' sorted copies
-        done.append(t.take(pa.array(np.argsort(start, kind="stable"))))
-
-    current: int | None = None
-    for batch in rows:
-        if batch.num_rows == 0:
-            continue
-        rank = pc.fill_null(batch["rank"].cast(pa.int64()), np.iinfo(np.int64).max).to_numpy()
-        cuts = (np.flatnonzero(rank[1:] != rank[:-1]) + 1).tolist()
-        for a, b in zip([0, *cuts], [*cuts, len(rank)]):
-            r = int(rank[a])
-            if r != current:
-                if pending:
-                    finish()
-                if r in seen:
-                    contiguous = False
-                seen.add(r)
-                current = r
-            pending.append(batch.slice(a, b - a))
-    if pending:
-        finish()
+    for r, t in rank_chunks(rows):
+        contiguous = contiguous and r not in seen
+        seen.add(r)
+        done.append(t)
     table = pa.concat_tables(done) if done else schema.empty_table()
     if contiguous:
         return table

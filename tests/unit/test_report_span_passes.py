@@ -1,0 +1,178 @@
+"""The report reads its spans a rank at a time (analysis/report.py SpanScan, signals.load_rank_spans,
+RunQuery.spans_of_each_rank): what it makes of them must be what it made of the whole table, and
+every rank's rows must come by once, in rank order, from a run on disk as from a table."""
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from counterprof.analysis import intervals as iv
+from counterprof.analysis.report import build_report, each_rank, inputs_from_samples
+from counterprof.analysis.signals import RunData, load_rank_spans, load_spans
+from counterprof.ground.schema import SAMPLES_SCHEMA, spans_batch
+from counterprof.store import rundir
+from counterprof.store.query import RunQuery, rank_ordered
+
+T0 = 1_796_000_000_000_000_000
+MS = 1_000_000
+
+# (category, names, device?, kernel_class) a rank's spans are drawn from: every kind load_spans sorts
+KINDS = [("step", ["ProfilerStep#1", "ProfilerStep#2"], False, None),
+         ("collective", ["allreduce", "broadcast"], False, None),
+         ("collective", ["ncclAllReduce"], True, "communication"),
+         ("kernel", ["gemm", "elementwise"], True, "compute"),
+         ("memcpy", ["Memcpy HtoD"], True, "memory"),
+         ("region", ["forward", "backward"], False, None),
+         ("annotation", ["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", "Optimizer.step"],
+          False, None),
+         ("input", ["enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"], False, None),
+         ("window", ["trace.pt.trace.json", "t.time.pt.trace.json"], False, None),
+         ("cpu_op", ["aten::mm", "aten::add", "c10d::allreduce_", "enumerate(DataLoader)#it.__next__"], False, None),
+         ("pysample", ["f (a.py:1)", "g (b.py:2)"], False, None),
+         ("dispatch", ["PjitFunction(step)"], False, None)]
+
+
+def _rank_spans(rng: random.Random, rank: int | None, n: int, inputs: bool) -> pa.Table:
+    start, end, name, cat, dev, kclass, tid, coll = [], [], [], [], [], [], [], []
+    for _ in range(n):
+        c, names, on_device, k = rng.choice([x for x in KINDS if inputs or x[0] != "input"])
+        s = T0 + rng.randrange(0, 20_000) * MS // 10
+        start.append(s)
+        end.append(s + rng.choice([0, 1, rng.randrange(1, 400) * MS // 10]))
+        name.append(rng.choice(names))
+        cat.append(c)
+        dev.append(0 if on_device else None)
+        kclass.append(k)
+        tid.append(rng.choice([100, 101]))
+        coll.append(name[-1] if c == "collective" else None)
+    t = pa.Table.from_batches([spans_batch(start, end, name, cat, device=dev, kernel_class=kclass, tid=tid,
+                                           collective=coll)])
+    # (as RunQuery gives them: DuckDB reads the store's dictionaries as strings)
+    t = t.cast(pa.schema([pa.field(f.name, pa.string() if pa.types.is_dictionary(f.type) else f.type)
+                          for f in t.schema]))
+    if rank is not None or rng.random() < 0.5:
+        t = t.append_column("rank", pa.array([rank] * n, pa.int64()))
+    return t
+
+
+def _fields(d: RunData) -> dict:
+    """RunData's span-made fields, as plain values (Packed and lists alike)."""
+    def plain(x):
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, (list, iv.Packed)):
+            return [tuple(p) if isinstance(p, (tuple, list)) else p for p in x]
+        return x
+    keys = ["start_ns", "end_ns", "gpu_busy", "gpu_class", "gpu_kernel_count", "short_kernels", "cpu_collectives",
+            "windows", "step_windows", "regions", "region_kind", "region_count", "input_waits", "input_whole_run",
+            "rank_collectives", "main_ops", "comm_ops", "rank_steps", "py_samples", "xla_busy", "xla_ops",
+            "xla_dispatch"]
+    return {k: plain(getattr(d, k)) for k in keys}
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_rank_at_a_time_makes_what_the_whole_table_made(seed):
+    rng = random.Random(seed)
+    ranks = sorted(rng.sample(range(8), rng.randint(1, 5)))
+    inputs = rng.random() < 0.5          # DataLoader waits timed for the whole run, or only traced
+    parts = [_rank_spans(rng, r, rng.randint(0, 60), inputs and rng.random() < 0.6) for r in ranks]
+    if len(parts) > 1 or "rank" in parts[0].column_names:
+        parts = [p if "rank" in p.column_names else p.append_column("rank", pa.array([r] * p.num_rows, pa.int64()))
+                 for p, r in zip(parts, ranks)]
+    whole = pa.concat_tables(parts)
+    if "rank" in whole.column_names:
+        whole = rank_ordered(whole)
+    old, new = RunData(), RunData()
+    load_spans(old, whole, 10.0)
+    load_rank_spans(new, each_rank(whole), 10.0)
+    assert _fields(new) == _fields(old)
+    # the regions in the same order (the report lists ties in it)
+    assert list(new.regions) == list(old.regions)
+
+
+def _write_run(tmp_path, rng: random.Random, ranks: list[int]) -> tuple:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "meta.json").write_text(json.dumps({"status": "complete", "start_ns": T0 - 10**9,
+                                               "end_ns": T0 + 4 * 10**9}))
+    tables = {}
+    for r in ranks:
+        t = _rank_spans(rng, r, rng.randint(1, 300), True).drop_columns(["rank"])
+        tables[r] = t
+        pq.write_table(t, rundir.dataset_dir(run, "spans", r) / "spans-a.parquet",
+                       row_group_size=rng.choice([16, 1000]))
+    return run, tables
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_run_on_disk_gives_each_rank_once_in_rank_order(tmp_path, seed):
+    rng = random.Random(seed)
+    ranks = sorted(rng.sample(range(40), rng.randint(1, 12)))
+    run, tables = _write_run(tmp_path, rng, ranks)
+    q = RunQuery(run, threads=2)
+    got = [(r, t) for r, t in q.spans_of_each_rank()]
+    assert [r for r, _ in got] == ranks
+    whole = q.spans(by_rank=True)
+    q.close()
+    assert sum(t.num_rows for _, t in got) == whole.num_rows == sum(t.num_rows for t in tables.values())
+    for r, t in got:
+        starts = t["start"].cast(pa.int64()).to_numpy()
+        assert np.all(np.diff(starts) >= 0)                # each rank in time order
+        assert sorted(starts.tolist()) == sorted(tables[r]["start"].cast(pa.int64()).to_pylist())
+
+
+def _damage(run, rank: int) -> None:
+    path = rundir.dataset_dir(run, "spans", rank) / "spans-a.parquet"
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 4, len(data) // 4 + 64):
+        data[i] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def test_a_damaged_file_met_on_the_way_is_left_out_and_the_other_ranks_still_come(tmp_path):
+    """A page damaged inside a file whose footer reads (DuckDB fails on it mid-stream): the ranks
+    already given stay given, the file is left out (its rows Arrow can still read kept), and the
+    ranks after it come, each once."""
+    rng = random.Random(7)
+    ranks = list(range(6))
+    run, tables = _write_run(tmp_path, rng, ranks)
+    _damage(run, 3)
+    q = RunQuery(run, threads=1)
+    got = [r for r, _ in q.spans_of_each_rank()]
+    q.close()
+    assert sorted(set(got)) == got and set(got) >= {0, 1, 2, 4, 5}, got
+
+
+def test_the_report_of_a_run_equals_the_report_of_its_table(tmp_path):
+    """build_report given the run's spans a rank at a time from disk, and given them as one table."""
+    rng = random.Random(3)
+    ranks = [0, 1, 2, 5]
+    run, _ = _write_run(tmp_path, rng, ranks)
+    q = RunQuery(run, threads=2)
+    table = q.spans(by_rank=True)
+    samples = SAMPLES_SCHEMA.empty_table()
+    meta = {"start_ns": T0 - 10**9, "end_ns": T0 + 4 * 10**9, "status": "complete"}
+    a = inputs_from_samples(samples, table, {}, meta, ranks=len(ranks))
+    b = inputs_from_samples(samples, table, {}, meta, ranks=len(ranks))
+    b.spans = q.spans_of_each_rank
+    ra, rb = build_report(a).to_json(), build_report(b).to_json()
+    q.close()
+    assert ra == rb
+    assert ra["regions"]          # (something to compare)
+
+
+def test_report_of_a_run_with_a_page_damaged_mid_file_names_the_file_and_reports(tmp_path):
+    """(The build before failed the whole report with "a file: reading or writing it failed".)"""
+    from helpers import run_cli
+    run, _ = _write_run(tmp_path, random.Random(7), list(range(6)))
+    _damage(run, 3)
+    proc = run_cli("report", str(run), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "roofline left out" not in proc.stderr, proc.stderr
+    assert "rank=3/spans-a.parquet" in proc.stderr and "skipped" in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout)["rank_analysis"] is not None
