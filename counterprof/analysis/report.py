@@ -405,19 +405,14 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData, scan: SpanSc
             "rank" in inputs.rank_buckets.column_names:
         rb = inputs.rank_buckets
         report.rank_notes.extend(metric_set_notes(rb))
-        # each rank's spans read again beside its buckets (both in rank order, null last)
-        stream = iter(each_rank(inputs.spans))
-        ahead = next(stream, None)
-        for r, buckets in rank_tables(rb):
-            if r is None or r < 0:
-                continue
-            while ahead is not None and ahead[0] is not None and ahead[0] < r:
-                ahead = next(stream, None)
+        buckets_of = {r: b for r, b in rank_tables(rb) if r is not None and r >= 0}
+        verdicts: dict[int, Any] = {}
+
+        def judge(r: int, spans: pa.Table | None) -> None:
             data = RunData()
-            load_buckets(data, buckets, inputs.catalog)
-            if ahead is not None and ahead[0] == r:
-                load_spans(data, ahead[1], value("short_kernel_us"))
-                ahead = next(stream, None)
+            load_buckets(data, buckets_of[r], inputs.catalog)
+            if spans is not None:
+                load_spans(data, spans, value("short_kernel_us"))
             lo, hi = whole.start_ns, whole.end_ns
             # judged over its steps as the headline is (start-up apart), else its whole run
             steps = step_scope(data, [(lo, hi)])
@@ -425,10 +420,17 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData, scan: SpanSc
             sig.update(beside_the_rank(whole, steps or [(lo, hi)], sig))
             v = classify(sig, f"rank {r}")
             v.start_ns, v.end_ns = lo, hi
-            report.rank_verdicts.append(v)
-        del ahead
-        if hasattr(stream, "close"):
-            stream.close()           # (a source's read let go)
+            verdicts[r] = v
+
+        # each rank's spans read again, its buckets looked up (in whatever order the ranks come)
+        for r, t in each_rank(inputs.spans):
+            if r in buckets_of and r not in verdicts:
+                judge(r, t)
+            del t
+        for r in buckets_of:
+            if r not in verdicts:          # no spans of its own
+                judge(r, None)
+        report.rank_verdicts.extend(verdicts[r] for r in buckets_of)
     analysis = analyze_ranks(scan.across_ranks(), inputs.hosts, world_size=inputs.world_size)
     scan.across.clear()
     _collective_calls(report, inputs.spans, scan, inputs.hosts)

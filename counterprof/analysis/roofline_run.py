@@ -61,17 +61,16 @@ def roofline_if_ops(run: Run, spans: Any, warn: Callable[[str], None]) -> Roofli
     warn and costs nothing else: the roofline is evidence for report, compare and history."""
     import pyarrow as pa
     import pyarrow.compute as pc
-    if not isinstance(spans, pa.Table):        # a RunQuery: asked, not read
-        if "spans" not in spans.tables or not spans.con.sql(
-                "SELECT 1 FROM spans WHERE category::VARCHAR IN ('cpu_op', 'kernel', 'xla_op') LIMIT 1").fetchall():
-            return None
-    elif not spans.num_rows or not pc.any(pc.is_in(spans.column("category").cast("string"),
-                                                   value_set=pa.array(["cpu_op", "kernel", "xla_op"]))).as_py():
-        return None
     try:
         if isinstance(spans, pa.Table):
+            if not spans.num_rows or not pc.any(pc.is_in(spans.column("category").cast("string"), value_set=pa.array(
+                    ["cpu_op", "kernel", "xla_op"]))).as_py():
+                return None
             return run_roofline(run, spans)
-        # (a file found damaged is left out and the roofline made again without it)
+        # a RunQuery: asked, not read (a file found damaged is left out and the question asked again)
+        if "spans" not in spans.tables or not spans.run(lambda: spans.con.sql(
+                "SELECT 1 FROM spans WHERE category::VARCHAR IN ('cpu_op', 'kernel', 'xla_op') LIMIT 1").fetchall()):
+            return None
         return cast("Roofline", spans.run(lambda: run_roofline(run, spans)))
     except Exception as exc:
         warn(f"roofline left out: {type(exc).__name__}: {exc}")

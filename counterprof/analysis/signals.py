@@ -537,9 +537,10 @@ def load_spans(data: RunData, spans: pa.Table, short_kernel_us: float) -> None:
         cat = shared_values(spans["category"].cast(pa.string()))
         kclass = shared_values(spans["kernel_class"].cast(pa.string()))
         name = shared_values(spans["name"])
+    # (read with the XLA ops only; kept for every rank all the same: a rank's own may have none)
+    data.xla_dispatch = iv.merge(dispatch)
     if xla_rows:
         _load_xla(data, spans, xla_rows, host_coll_rows, start, end, name)
-        data.xla_dispatch = iv.merge(dispatch)
     if neuron_rows:
         _load_neuron(data, spans, neuron_rows, start, end, cat, kclass, name)
     _extend_to_spans(data)
@@ -578,12 +579,15 @@ def load_rank_spans(data: RunData, ranks: Iterable[tuple[int | None, pa.Table]],
     load_spans makes of the whole table, without holding it (a rank is loaded on its own and
     joined in). A rank's main thread and its DataLoader waits are its own; the one choice
     made for the whole run, DataLoader waits timed for the whole run over those only in
-    traces, is made over every rank as before."""
+    traces, is made over every rank as before. Where XLA's collectives are told from gloo's,
+    each rank is judged on its own (a run mixing both on different ranks, rare: the whole
+    table's rule kept an all-XLA rank's collectives as the host's)."""
     data._stacks.clear()
     unions: dict[str, np.ndarray | None] = dict.fromkeys(_UNIONS)
     keyed: dict[str, dict[Any, np.ndarray]] = {k: {} for k in _KEYED_UNIONS}
     per_rank: dict[str, dict[int, Any]] = {k: {} for k in _PER_RANK}
     waits: dict[bool, dict[int, np.ndarray]] = {True: {}, False: {}}   # whole-run waits or traced ones
+    steps = False
     for _r, table in ranks:
         part = RunData()
         load_spans(part, table, short_kernel_us)
@@ -610,18 +614,22 @@ def load_rank_spans(data: RunData, ranks: Iterable[tuple[int | None, pa.Table]],
         for key, n in part.region_count.items():
             data.region_count[key] = data.region_count.get(key, 0) + n
         data.region_kind.update(part.region_kind)
+        steps = steps or bool(part.rank_steps)
         for key, ns in part.neuron_cc_ops.items():
             data.neuron_cc_ops[key] = data.neuron_cc_ops.get(key, 0) + ns
         for r, samples in part.py_samples.items():
             data.py_samples[r] = sorted(data.py_samples.get(r, []) + samples)
+    data.py_samples = dict(sorted(data.py_samples.items()))
     for k, a in unions.items():
         setattr(data, k, [] if a is None else [(s, e) for s, e in a.tolist()])
     for k, sets in keyed.items():       # (in the order each key was first met: the regions' order)
         setattr(data, k, {key: [(s, e) for s, e in a.tolist()] for key, a in sets.items()})
-    for k, sets in per_rank.items():
-        setattr(data, k, sets)
+    if steps:     # every rank's steps are one region, whatever a rank named a region of its own
+        data.region_kind["ProfilerStep"] = "step"
+    for k, sets in per_rank.items():        # (by rank, as load_spans gives them)
+        setattr(data, k, dict(sorted(sets.items())))
     data.input_whole_run = bool(waits[True])
-    data.input_waits = {r: [(s, e) for s, e in a.tolist()] for r, a in (waits[True] or waits[False]).items()}
+    data.input_waits = {r: [(s, e) for s, e in a.tolist()] for r, a in sorted((waits[True] or waits[False]).items())}
     _extend_to_spans(data)
 
 

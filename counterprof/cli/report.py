@@ -64,24 +64,25 @@ def _main(argv: list[str]) -> int:
     q.close()       # (what DuckDB held for the aggregates let go before the spans are read)
     # the spans are read a rank at a time by each pass of the report over them (a 1024-rank hour
     # of them held whole was half the report's memory, and grew with the run's length)
-    sq = RunQuery(run.path)
+    sq = RunQuery(run.path, count_left_out=False)
     from ..analysis.roofline_run import roofline_if_ops
-    inputs = ReportInputs(buckets, totals, devices, sq.spans_of_each_rank,
-                          catalog, meta, ranks=len(ranks),
-                          rank_buckets=rank_buckets if len(ranks) > 1 else None,
-                          hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks},
-                          world_size=world_size(run, ranks), roofline=roofline_if_ops(run, sq, err),
-                          asks=[(a, control.answers(run.path, str(a.get("id")))) for a in control.asks(run.path)])
     try:
+        inputs = ReportInputs(buckets, totals, devices, sq.spans_of_each_rank,
+                              catalog, meta, ranks=len(ranks),
+                              rank_buckets=rank_buckets if len(ranks) > 1 else None,
+                              hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks},
+                              world_size=world_size(run, ranks), roofline=roofline_if_ops(run, sq, err),
+                              asks=[(a, control.answers(run.path, str(a.get("id")))) for a in control.asks(run.path)])
         report = build_report(inputs, args.window)
         span_rows = sq.count("spans") if report.overall.device == "none" and not report.windows else 0
     finally:
         sq.close()
-    skipped = list(dict.fromkeys(q.files.skipped + sq.files.skipped))
-    for problem in skipped:
-        err(f"skipped an unreadable file: {problem}")
-    for problem in dict.fromkeys(q.files.left_out + sq.files.left_out + run.skipped):
-        err(problem)
+        # (said whatever happened: what was left out, and why)
+        skipped = list(dict.fromkeys(q.files.skipped + sq.files.skipped))
+        for problem in skipped:
+            err(f"skipped an unreadable file: {problem}")
+        for problem in dict.fromkeys(q.files.left_out + sq.files.left_out + run.skipped):
+            err(problem)
     if report.overall.device == "none" and not report.windows:
         raise RunDirectoryError(nothing_recorded(run, meta, "judge", span_rows, len(skipped)))
     if args.json:

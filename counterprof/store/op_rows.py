@@ -38,8 +38,10 @@ def _in(values: Iterable[str]) -> str:
 
 
 class OpRows:
-    def __init__(self, con: Any, view: str, owned: bool, rank: int | None = None) -> None:
+    def __init__(self, con: Any, view: str, owned: bool, rank: int | None = None,
+                 memory_limit: str | None = None) -> None:
         self.con, self.owned = con, owned
+        self.memory_limit = memory_limit       # a borrowed connection's own, put back at close
         where = f"WHERE coalesce(rank, -1) = {int(rank)}" if rank is not None else ""
         self.view = f"(SELECT * FROM {view} {where})"
 
@@ -60,6 +62,7 @@ class OpRows:
                 {rank_col}::BIGINT AS rank, roofline_row AS row FROM roofline_in""")
             return cls(con, "roofline_spans", True, rank)
         con = spans.con
+        memory_limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         # the files read again with their row numbers: two ops of one thread with the same start
         # and end nest in the order the trace wrote them (the parent first)
@@ -71,6 +74,10 @@ class OpRows:
                                     rank, file_row_number AS row
                              FROM read_parquet([{paths}], hive_partitioning = true, union_by_name = true,
                                                file_row_number = true)""")
+        # the readable row groups of files found damaged (the view's rows: RunQuery._rescue)
+        parts += [f"""SELECT start, "end", name, category, kernel_class, pid, tid, correlation, attrs,
+                             rank, row_number() OVER () AS row FROM {name}"""
+                  for name in spans.rescued("spans")]
         if "spans_journal" in {r[0] for r in con.execute("SHOW TABLES").fetchall()}:
             parts.append("""SELECT start, "end", name, category, kernel_class, pid, tid, correlation, attrs,
                                    rank, row_number() OVER () AS row FROM spans_journal""")
@@ -84,12 +91,15 @@ class OpRows:
                 epoch_ns(start) AS s, epoch_ns("end") AS e, name, category::VARCHAR AS category,
                 kernel_class::VARCHAR AS kernel_class, pid, tid, correlation,
                 CASE WHEN category::VARCHAR IN ('cpu_op', 'window', 'xla_op') THEN attrs END AS attrs,
-                rank::BIGINT AS rank, row FROM ({" UNION ALL BY NAME ".join(parts)})""")
-        return cls(con, "roofline_spans", False, rank)
+                rank::BIGINT AS rank, row FROM ({" UNION ALL BY NAME ".join(parts)})
+                {f"WHERE {spans.span.sql('spans')}" if spans.span is not None else ""}""")
+        return cls(con, "roofline_spans", False, rank, memory_limit)
 
     def close(self) -> None:
         if self.owned:
             self.con.close()
+        elif self.memory_limit is not None:
+            self.con.execute(f"SET memory_limit = '{self.memory_limit}'")
 
     # -- small answers --------------------------------------------------------------------
 

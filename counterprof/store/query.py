@@ -71,7 +71,8 @@ class RunQuery:
     while a query reads it is left out and the query run again. Both are named in
     files.skipped."""
 
-    def __init__(self, run_path: str | os.PathLike[str], threads: int | None = None) -> None:
+    def __init__(self, run_path: str | os.PathLike[str], threads: int | None = None,
+                 count_left_out: bool = True) -> None:
         import duckdb
         self.files = run_files(run_path)
         self.span = run_span(run_path)
@@ -87,7 +88,8 @@ class RunQuery:
         self._rescued: dict[str, list[str]] = {}    # table -> registered rows of damaged files
         for table in ("samples", "spans"):     # DuckDB reads the footers here: one may fail
             self._run(partial(self._view, table))
-        self._note_out_of_span()
+        if count_left_out:      # (a second connection to a run need not scan for them again)
+            self._note_out_of_span()
 
     def _view(self, table: str) -> None:
         self.con.execute(f"DROP VIEW IF EXISTS {table}")
@@ -274,6 +276,10 @@ class RunQuery:
             if last is None or r is None or r > last:
                 yield r, t
 
+    def rescued(self, table: str) -> list[str]:
+        """The registered tables holding the readable rows of the table's damaged files."""
+        return list(self._rescued.get(table, []))
+
     def count(self, table: str) -> int:
         """The table's rows (0 without one)."""
         if table not in self.tables:
@@ -352,10 +358,13 @@ def rank_ordered(rows: pa.RecordBatchReader | pa.Table) -> pa.Table:
     schema = rows.schema
     done: list[pa.Table] = []           # each rank's rows, in time order
     seen: set[int | None] = set()
-    contiguous = True
+    contiguous = True                   # each rank once, in ascending order (null last)
+    before = -_NULL_RANK - 1
     for r, t in rank_chunks(rows):
-        contiguous = contiguous and r not in seen
+        key = _NULL_RANK if r is None else r
+        contiguous = contiguous and r not in seen and key > before
         seen.add(r)
+        before = key
         done.append(t)
     table = pa.concat_tables(done) if done else schema.empty_table()
     if contiguous:
