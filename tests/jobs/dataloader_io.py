@@ -11,6 +11,7 @@ on it; the loop times its waits inside the DataLoader's `__next__` (as the PyTor
 example does) and writes both to $JOB_TRUTH (truth.py).
 """
 from truth import main_thread, record
+from dataloader_bound import VOCAB, BagOfEmbeddings     # the same model, its examples fetched
 
 import argparse
 import subprocess
@@ -22,7 +23,6 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-VOCAB = 4096
 SEQ = 128
 
 STORE = """
@@ -64,16 +64,6 @@ class RemoteExamples(Dataset):
         item_s = time.perf_counter() - t0
         return ids, torch.tensor(sum(raw) % 4), torch.tensor([fetch_s, item_s, time.process_time() - cpu0],
                                                               dtype=torch.float64)
-
-
-class BagOfEmbeddings(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embed = nn.EmbeddingBag(VOCAB, 64)
-        self.head = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 4))
-
-    def forward(self, ids):
-        return self.head(self.embed(ids))
 
 
 def main() -> None:
