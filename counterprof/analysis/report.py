@@ -18,9 +18,8 @@ from ..store.meta import RunMeta
 from . import intervals as iv
 from .classify import HOST_NEXT_STEPS, NEXT_STEPS, Evidence, Verdict, classify
 from .headline import headline, step_scope, too_short
-from .signals import (BUCKET_NS, MAX_BUCKETS, RunData, beside_the_rank, bucket_table, host_where, load_buckets,
-                      load_rank_spans,
-                      load_spans, signals)
+from .signals import (BUCKET_NS, GPU_KERNEL_CATEGORIES, MAX_BUCKETS, RunData, beside_the_rank, bucket_table,
+                      host_where, load_buckets, load_rank_spans, load_spans, signals)
 from .summary import Summary, summary_from_totals
 from ..ground.thresholds import value
 
@@ -355,7 +354,6 @@ class SpanScan:
     read): the rows the figures across ranks and the GPU breakdown read, in the columns they
     read; the rest is let go with its rank (load_rank_spans keeps its interval sets)."""
 
-    rows: int = 0
     ranked: bool = False                 # a rank column (several ranks)
     ranks: set[int] = field(default_factory=set)      # ranks >= 0 with spans
     collectives: bool = False            # a span with a collective named
@@ -365,7 +363,6 @@ class SpanScan:
     def each(self, spans: pa.Table | SpanSource) -> Iterator[tuple[int | None, pa.Table]]:
         from .breakdown import COLUMNS as GPU_COLUMNS
         for r, t in each_rank(spans):
-            self.rows += t.num_rows
             cat = t["category"].cast(pa.string())
             if "rank" in t.column_names:
                 self.ranked = True
@@ -382,8 +379,8 @@ class SpanScan:
                     del rows, keep
             if "collective" in t.column_names and t["collective"].null_count < t.num_rows:
                 self.collectives = True
-            if pc.any(pc.is_in(cat, pa.array(GPU_CATEGORIES))).as_py():
-                keep = pc.is_in(cat, pa.array(GPU_CATEGORIES + ["runtime", "step", "window"]))
+            if pc.any(pc.is_in(cat, pa.array(GPU_KERNEL_CATEGORIES))).as_py():
+                keep = pc.is_in(cat, pa.array([*GPU_KERNEL_CATEGORIES, "runtime", "step", "window"]))
                 self.gpu[r if "rank" in t.column_names else 0] = \
                     t.select([c for c in GPU_COLUMNS if c in t.column_names]).filter(keep)
             del cat
@@ -393,9 +390,6 @@ class SpanScan:
         if not self.across:
             return pa.table({c: pa.array([], pa.int64()) for c in ACROSS_RANKS})
         return pa.concat_tables(self.across, promote_options="default")
-
-
-GPU_CATEGORIES = ["kernel", "memcpy", "memset", "sync"]
 
 
 def _per_rank(report: Report, inputs: ReportInputs, whole: RunData, scan: SpanScan) -> None:
