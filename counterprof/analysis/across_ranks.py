@@ -99,20 +99,26 @@ class _Spans:
             return
         rank = t["rank"].cast(pa.int64()).to_numpy()
         start = t["start"].cast(pa.int64()).to_numpy()
-        order = np.lexsort((start, rank))                  # stable: ties keep the table's order
-        self.start = start[order]
+        if _in_rank_order(rank, start):     # (a report's rows, read a rank at a time: no copies)
+            order = None
+            self.start = start
+            self.end = t["end"].cast(pa.int64()).to_numpy()
+        else:
+            order = np.lexsort((start, rank))                  # stable: ties keep the table's order
+            self.start = start[order]
+            self.end = t["end"].cast(pa.int64()).to_numpy()[order]
+            rank = rank[order]
         del start
-        self.end = t["end"].cast(pa.int64()).to_numpy()[order]
         if names:
             self.names, codes = _codes(t["name"])
-            self.name = codes[order]
+            self.name = codes if order is None else codes[order]
         del t
-        rank = rank[order]
         cuts = np.flatnonzero(rank[1:] != rank[:-1]) + 1
         los = np.concatenate([[0], cuts]).tolist()
         his = np.concatenate([cuts, [len(rank)]]).tolist()
         at = {int(rank[a]): (a, b) for a, b in zip(los, his)}
-        first = {r: int(order[a:b].min()) for r, (a, b) in at.items()}     # where each rank first appears
+        # where each rank first appears
+        first = {r: (a if order is None else int(order[a:b].min())) for r, (a, b) in at.items()}
         self.ranks = sorted(at, key=first.__getitem__)
         self.at = {r: at[r] for r in self.ranks}
 
@@ -129,6 +135,12 @@ class _Spans:
 
     def by_rank(self) -> dict[int, dict[str, np.ndarray]]:
         return {r: self.of(r) for r in self.ranks}
+
+
+def _in_rank_order(rank: np.ndarray, start: np.ndarray) -> bool:
+    """Are the rows sorted by rank, then start (what a stable lexsort would leave as it is)?"""
+    dr = np.diff(rank)
+    return bool(np.all((dr > 0) | ((dr == 0) & (np.diff(start) >= 0))))
 
 
 def _codes(names: pa.ChunkedArray) -> tuple[list[str], np.ndarray]:

@@ -125,6 +125,16 @@ def regroup(groups: pa.Table) -> tuple[pa.Table, pa.Table, pa.Table]:
     return totals, devices, rank_buckets
 
 
+def extent_of(groups: pa.Table) -> tuple[tuple[int, int] | None, int]:
+    """RunQuery.groups() -> (the samples' (first, last) time, no narrower than theirs, or
+    None; how many metrics): what RunQuery.buckets slices its reads by."""
+    if groups.num_rows == 0 or "start_ns" not in groups.column_names:
+        return None, 1
+    lo, hi = pc.min(groups["start_ns"]).as_py(), pc.max(groups["end_ns"]).as_py()
+    extent = (int(lo), int(hi)) if lo is not None and hi is not None else None
+    return extent, len(pc.unique(groups["metric"]))
+
+
 def inputs_from_samples(samples: pa.Table, spans: pa.Table, catalog: dict[str, dict[str, Any]],
                         meta: RunMeta | dict[str, Any], ranks: int | None = None) -> ReportInputs:
     """ReportInputs from an in-memory samples table (small runs, tests)."""
@@ -167,11 +177,16 @@ def workload_span(meta: RunMeta | dict[str, Any], data: RunData) -> tuple[int, i
     return data.start_ns, data.end_ns
 
 
-def build_report(inputs: ReportInputs, window_s: float = 1.0) -> Report:
+def build_report(inputs: ReportInputs, window_s: float = 1.0, keep_buckets: bool = True) -> Report:
+    """The report of a run's inputs. keep_buckets=False lets inputs.buckets go (an empty table
+    left in its place) once the series are made of it: only the HTML page's timeline reads it
+    again, and it is ~70 bytes a metric's bucket (200 MB at 256 ranks x 4 h)."""
     meta, catalog = RunMeta.of(inputs.meta), inputs.catalog
     data = RunData(ranks=max(1, inputs.ranks or 1), cpus=meta.host.cpus)
     load_buckets(data, inputs.buckets, catalog)
-    scan = SpanScan()
+    if not keep_buckets:
+        inputs.buckets = inputs.buckets.schema.empty_table()
+    scan = SpanScan(rows_per_rank=max(MIN_ROWS_PER_RANK, ACROSS_ROWS // max(1, inputs.ranks or 1)))
     load_rank_spans(data, scan.each(inputs.spans), value("short_kernel_us"))
     summary = summary_from_totals(inputs.totals, catalog, meta, ranks=inputs.ranks)
     bucket = bucket_ns(meta)
@@ -346,6 +361,13 @@ def each_rank(spans: pa.Table | SpanSource) -> Iterator[tuple[int | None, pa.Tab
 
 
 ACROSS_RANKS = ["rank", "start", "end", "name", "category"]       # what analyze_ranks reads
+# the steps, collectives and trace windows the figures across ranks hold at once (~28 bytes
+# each, and about as much again while analyze_ranks works): the whole of 1,024 ranks x 1 h or
+# 256 x 4 h of a step a second with a collective in each; of a longer run, each rank's latest
+# share (SpanScan.rows_per_rank), said in the figures' notes
+ACROSS_ROWS = 8_000_000
+MIN_ROWS_PER_RANK = 1_000
+_ACROSS_CATEGORIES = pa.array(["step", "collective", "window"])
 
 
 @dataclass
@@ -359,6 +381,20 @@ class SpanScan:
     collectives: bool = False            # a span with a collective named
     across: list[pa.Table] = field(default_factory=list)    # steps, collectives, windows (ACROSS_RANKS)
     gpu: dict[Any, pa.Table] = field(default_factory=dict)  # per rank with GPU work: breakdown's rows
+    _codes: dict[str, int] = field(default_factory=dict)    # the across rows' names -> their codes
+    # the most steps, collectives and windows kept of a rank for the figures across ranks (its
+    # latest: ACROSS_ROWS over the ranks); 0: all of them
+    rows_per_rank: int = 0
+    cut: dict[int, int] = field(default_factory=dict)       # rank -> the start of its first kept row
+
+    def cut_note(self) -> str | None:
+        """What the figures across ranks leave out, if anything."""
+        if not self.cut:
+            return None
+        return (f"figures across ranks are of the latest part of the run: {len(self.cut)} of "
+                f"{len(self.ranks)} ranks had more than {self.rows_per_rank:,} steps, collectives and "
+                "trace windows, and only their latest are kept (the earlier ones are let go to bound "
+                "the report's memory); the ranks' verdicts and `counterprof collectives` read them all")
 
     def each(self, spans: pa.Table | SpanSource) -> Iterator[tuple[int | None, pa.Table]]:
         from .breakdown import COLUMNS as GPU_COLUMNS
@@ -369,13 +405,16 @@ class SpanScan:
                 if r is not None:
                     if r >= 0:
                         self.ranks.add(r)
-                    keep = pc.is_in(cat, pa.array(["step", "collective", "window"]))
+                    keep = pc.is_in(cat, _ACROSS_CATEGORIES)
+                    if self.rows_per_rank and pc.sum(keep).as_py() > self.rows_per_rank:
+                        keep = self._latest(t, cat, keep, r)
                     rows = t.select(["rank", "start", "end"]).filter(keep)
-                    # (names and categories as codes: an hour of 1024 ranks' steps is millions of rows)
+                    # (names and categories as codes, the names' one list for every rank: an hour
+                    # of 1024 ranks' steps is millions of rows, their names each rank's own)
                     self.across.append(pa.table({
                         "rank": rows["rank"].cast(pa.int32()), "start": rows["start"], "end": rows["end"],
-                        "name": pc.dictionary_encode(t["name"].filter(keep)),
-                        "category": pc.dictionary_encode(cat.filter(keep))}))
+                        "name": self._name_codes(t["name"].filter(keep)),
+                        "category": pc.index_in(cat.filter(keep), _ACROSS_CATEGORIES).cast(pa.int8())}))
                     del rows, keep
             if "collective" in t.column_names and t["collective"].null_count < t.num_rows:
                 self.collectives = True
@@ -386,10 +425,42 @@ class SpanScan:
             del cat
             yield r, t
 
+    def _latest(self, t: pa.Table, cat: pa.ChunkedArray, keep: pa.ChunkedArray, rank: int) -> pa.ChunkedArray:
+        """keep narrowed to the rank's latest rows_per_rank steps and collectives, from a step's
+        start on (the trace windows that end there or later kept too)."""
+        start = t["start"].cast(pa.int64())
+        starts = pc.drop_null(start.filter(keep)).to_numpy()
+        if len(starts) <= self.rows_per_rank:
+            return keep
+        cut = int(np.sort(starts)[-self.rows_per_rank])
+        steps = pc.drop_null(start.filter(pc.equal(cat, "step"))).to_numpy()
+        later = steps[steps >= cut]
+        cut = int(later.min()) if len(later) else cut      # whole steps: from the first one after
+        self.cut[rank] = cut
+        after = pc.if_else(pc.equal(cat, "window"), pc.greater_equal(t["end"].cast(pa.int64()), cut),
+                           pc.greater_equal(start, cut))
+        return pc.and_(keep, pc.fill_null(after, False))
+
+    def _name_codes(self, names: pa.ChunkedArray) -> pa.Array:
+        """names as int32 codes into the run's list of them (null stays null)."""
+        if pa.types.is_dictionary(names.type):
+            names = names.cast(pa.string())
+        enc = pc.dictionary_encode(names.combine_chunks())       # (nulls stay out of the dictionary)
+        codes = np.array([self._codes.setdefault(n, len(self._codes)) for n in enc.dictionary.to_pylist()]
+                         or [0], np.int32)
+        at = enc.indices
+        out = codes[at.fill_null(0).to_numpy(zero_copy_only=False)]
+        return pa.array(out, pa.int32(), mask=None if at.null_count == 0 else
+                        pc.is_null(at).to_numpy(zero_copy_only=False))
+
     def across_ranks(self) -> pa.Table:
         if not self.across:
             return pa.table({c: pa.array([], pa.int64()) for c in ACROSS_RANKS})
-        return pa.concat_tables(self.across, promote_options="default")
+        whole = pa.concat_tables(self.across, promote_options="default")
+        names = pa.array(list(self._codes), pa.string())
+        return whole.set_column(
+            3, "name", pa.DictionaryArray.from_arrays(whole["name"].combine_chunks(), names)).set_column(
+            4, "category", pa.DictionaryArray.from_arrays(whole["category"].combine_chunks(), _ACROSS_CATEGORIES))
 
 
 def _per_rank(report: Report, inputs: ReportInputs, whole: RunData, scan: SpanScan) -> None:
@@ -427,6 +498,8 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData, scan: SpanSc
         report.rank_verdicts.extend(verdicts[r] for r in buckets_of)
     analysis = analyze_ranks(scan.across_ranks(), inputs.hosts, world_size=inputs.world_size)
     scan.across.clear()
+    if analysis is not None and (note := scan.cut_note()):
+        analysis.notes.append(note)
     _collective_calls(report, inputs.spans, scan, inputs.hosts)
     if analysis is not None:
         report.rank_analysis = analysis.to_json()

@@ -47,7 +47,7 @@ def _main(argv: list[str]) -> int:
         from .common import UsageFailure
         raise UsageFailure("--window must be positive", p.format_usage())
 
-    from ..analysis.report import ReportInputs, bucket_ns, build_report, regroup
+    from ..analysis.report import ReportInputs, bucket_ns, build_report, extent_of, regroup
     from ..store import control
     from ..store.query import RunQuery
     from ..ground.errors import RunDirectoryError
@@ -59,8 +59,10 @@ def _main(argv: list[str]) -> int:
     q = RunQuery(run.path)
     catalog = run.catalog
     ranks = [r for r in run.ranks() if r >= 0]
-    totals, devices, rank_buckets = regroup(q.groups())
-    buckets = q.buckets(bucket_ns(meta))
+    groups = q.groups()
+    totals, devices, rank_buckets = regroup(groups)
+    buckets = q.buckets(bucket_ns(meta), *extent_of(groups))
+    del groups
     q.close()       # (what DuckDB held for the aggregates let go before the spans are read)
     # the spans are read a rank at a time by each pass of the report over them (a 1024-rank hour
     # of them held whole was half the report's memory, and grew with the run's length)
@@ -73,7 +75,8 @@ def _main(argv: list[str]) -> int:
                               hosts={r: (run.rank_meta(r).get("host") or {}).get("hostname") for r in ranks},
                               world_size=world_size(run, ranks), roofline=roofline_if_ops(run, sq, err),
                               asks=[(a, control.answers(run.path, str(a.get("id")))) for a in control.asks(run.path)])
-        report = build_report(inputs, args.window)
+        del buckets         # (held by inputs alone: build_report lets it go unless the HTML needs it)
+        report = build_report(inputs, args.window, keep_buckets=bool(args.html))
         span_rows = sq.count("spans") if report.overall.device == "none" and not report.windows else 0
     finally:
         sq.close()

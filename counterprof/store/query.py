@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from collections.abc import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .journal import read_segment
@@ -24,6 +25,8 @@ from .run_files import RunFile, list_files
 from .span import left_out, run_span
 
 T = TypeVar("T")
+
+GROUPS_PER_SLICE = 250_000     # (metric, bucket) groups one bucket query aggregates (RunQuery.buckets)
 
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
 _TOTALS = """
@@ -60,6 +63,13 @@ def run_files(run_path: str | os.PathLike[str]) -> RunFiles:
     return out
 
 
+def _timestamp(ns: int) -> str:
+    """A TIMESTAMPTZ_NS literal of epoch nanoseconds ns, comparable with the time column as it
+    is stored, so that DuckDB skips the row groups its statistics put outside (epoch_ns(time)
+    compared is not pushed down: every file read whole, measured 3x slower)."""
+    return f"make_timestamp_ns({int(ns)})::TIMESTAMPTZ_NS"
+
+
 def _sql_string(text: str) -> str:
     """A SQL string literal (a run directory may be named "bob's run")."""
     return "'" + text.replace("'", "''") + "'"
@@ -84,6 +94,7 @@ class RunQuery:
         self.con = duckdb.connect(config=config)   # at connect: its threads start here
         self.con.execute("SET enable_progress_bar = false")
         self.tables: set[str] = set()
+        self._sliced: bool | None = None          # _sliceable()
         self._journal: dict[str, pa.Table] = {}     # table -> the journal's rows, registered
         self._rescued: dict[str, list[str]] = {}    # table -> registered rows of damaged files
         for table in ("samples", "spans"):     # DuckDB reads the footers here: one may fail
@@ -224,18 +235,58 @@ class RunQuery:
                                      max(epoch_ns(time)) AS end_ns
                               FROM samples GROUP BY ALL""")
 
-    def buckets(self, bucket_ns: int, by_rank: bool = False) -> pa.Table:
-        """Per metric [and rank] and time bucket: covered span, sum, counts (signals' input)."""
+    def buckets(self, bucket_ns: int, extent: tuple[int, int] | None = None, metrics: int = 1) -> pa.Table:
+        """Per metric and time bucket: covered span, sum, counts (signals' input), ordered by
+        metric and bucket. Aggregated a slice of time at a time, each of at most
+        GROUPS_PER_SLICE (metric, bucket) groups: DuckDB's hash table holds ~500 bytes a group,
+        1.4 GB for 256 ranks x 4 h of 20 metrics at 100 ms in one query, and the row groups of
+        time-ordered files outside a slice are skipped by their statistics. extent: the samples'
+        (first, last) time, at least as wide as theirs (None: asked of DuckDB); metrics: how
+        many there are."""
         if "samples" not in self.tables:
             return pa.table({})
-        keys = "rank, " if by_rank else ""
-        return self.arrow(f"""
-            SELECT {keys}metric::VARCHAR AS metric, any_value(source::VARCHAR) AS source,
-                   epoch_ns(time) // {int(bucket_ns)} AS b,
-                   min(epoch_ns(time) - coalesce(duration_ns, 0)) AS start_ns,
-                   max(epoch_ns(time)) AS end_ns,
-                   sum(value) AS vsum, count(value) AS n, (count(*) - count(value))::BIGINT AS nulls
-            FROM samples GROUP BY ALL ORDER BY metric, b""")
+        lo, hi = extent if extent is not None else self.extent()
+        bn = int(bucket_ns)
+        cuts = []        # slice edges, on bucket edges; the first and last slices are open-ended
+        if lo is not None and hi is not None and self._sliceable():
+            per = max(1, GROUPS_PER_SLICE // max(1, metrics))
+            cuts = [b * bn for b in range(lo // bn + per, hi // bn + 1, per)]
+        edges: list[int | None] = [None, *cuts, None]
+        parts = []
+        for a, b in zip(edges, edges[1:]):
+            where = " AND ".join(([f"time >= {_timestamp(a)}"] if a is not None else [])
+                                 + ([f"time < {_timestamp(b)}"] if b is not None else [])) or "true"
+            parts.append(self.arrow(f"""
+                SELECT metric::VARCHAR AS metric, any_value(source::VARCHAR) AS source,
+                       epoch_ns(time) // {bn} AS b,
+                       min(epoch_ns(time) - coalesce(duration_ns, 0)) AS start_ns,
+                       max(epoch_ns(time)) AS end_ns,
+                       sum(value) AS vsum, count(value) AS n, (count(*) - count(value))::BIGINT AS nulls
+                FROM samples WHERE {where} GROUP BY ALL ORDER BY metric, b"""))
+        if len(parts) == 1:
+            return parts[0]
+        # each slice is in (metric, bucket) order and the slices in time order: a stable sort by
+        # metric orders the whole (Arrow's sort is stable)
+        whole = pa.concat_tables(parts)
+        del parts
+        return whole.take(pc.sort_indices(whole, [("metric", "ascending")]))
+
+    def _sliceable(self) -> bool:
+        """Can the samples be read a slice of time at a time: their time column is stored as
+        TIMESTAMPTZ_NS (a file of another type makes the view's another, which _timestamp's
+        literals do not compare with), and the connection's zone is UTC, so that the literals
+        are the instants they name (DuckDB casts to TIMESTAMPTZ in the session's zone)."""
+        import duckdb
+        if self._sliced is None:
+            try:
+                kind = {r[0]: r[1] for r in self.con.sql("DESCRIBE samples").fetchall()}.get("time")
+                self.con.execute("SET TimeZone = 'UTC'")
+                probe = 1_000_000_000_123_456_789
+                back = self.con.sql(f"SELECT epoch_ns({_timestamp(probe)})").fetchall()[0][0]
+                self._sliced = kind == "TIMESTAMPTZ_NS" and back == probe
+            except duckdb.Error:
+                self._sliced = False        # one query over the whole run, as before
+        return self._sliced
 
     def spans(self, by_rank: bool = False) -> pa.Table:
         """Every span, with its rank (small next to the samples: read whole), in time order; by

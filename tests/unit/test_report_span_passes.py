@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -273,3 +274,60 @@ def test_the_roofline_borrowing_the_reports_connection_gives_back_its_memory_lim
     src.close()
     assert limit_mib() == pytest.approx(before, rel=1e-3)
     q.close()
+
+
+def test_a_long_runs_figures_across_ranks_keep_each_ranks_latest_steps(monkeypatch: pytest.MonkeyPatch):
+    """Past ACROSS_ROWS (over the ranks) a rank's steps, collectives and windows, the figures
+    across ranks keep only its latest, from a step's start on, and say so: they are then those
+    of the table cut there; the per-rank verdicts still read every span."""
+    import counterprof.analysis.report as report_mod
+    from counterprof.analysis.across_ranks import analyze_ranks
+    rows = []
+    for k in range(50):                 # 50 steps of 100 ms, rank 2 slow into the all_reduce in the first 30
+        t0 = T0 + k * 100 * MS
+        for r in range(4):
+            late = 30 if (r == 2 and k < 30) or (r == 1 and k >= 30) else 0
+            rows.append((r, "step", f"ProfilerStep#{k}", t0, t0 + 100 * MS))
+            rows.append((r, "collective", "gloo:all_reduce", t0 + (50 + late) * MS, t0 + 100 * MS))
+    table = pa.Table.from_batches([spans_batch([x[3] for x in rows], [x[4] for x in rows], [x[2] for x in rows],
+                                               [x[1] for x in rows])]).append_column(
+        "rank", pa.array([x[0] for x in rows], pa.int64()))
+    meta = {"start_ns": T0, "end_ns": T0 + 5_000 * MS, "status": "complete"}
+    empty = SAMPLES_SCHEMA.empty_table()
+
+    def rank_analysis() -> dict:
+        inputs = inputs_from_samples(empty, table, {}, meta, ranks=4)
+        inputs.hosts = {r: "h" for r in range(4)}
+        return build_report(inputs).to_json()["rank_analysis"]
+    whole = rank_analysis()
+    assert whole["steps"] == 50 and whole["straggler"] == 2 and not any("latest" in n for n in whole["notes"])
+    monkeypatch.setattr(report_mod, "ACROSS_ROWS", 4 * 40)     # 40 rows a rank: its last 20 steps
+    monkeypatch.setattr(report_mod, "MIN_ROWS_PER_RANK", 1)
+    cut = rank_analysis()
+    assert cut["steps"] == 20 and cut["straggler"] == 1              # the latest steps' straggler
+    assert "4 of 4 ranks had more than 40" in cut["notes"][-1]
+    tail = table.filter(pc.greater_equal(table["start"].cast(pa.int64()), T0 + 30 * 100 * MS))
+    expected = analyze_ranks(tail, {r: "h" for r in range(4)}).to_json()
+    assert {k: v for k, v in cut.items() if k != "notes"} == {k: v for k, v in expected.items() if k != "notes"}
+
+
+def test_the_scans_name_codes_are_one_list_for_every_rank_nulls_kept():
+    """SpanScan numbers the across rows' names once for the run (not a dictionary per rank):
+    decoded, each row's name is its own, a null one null, whether a rank's names come as
+    strings or as a dictionary."""
+    from counterprof.analysis.report import SpanScan
+    parts = []
+    for r, names in enumerate([["a", None, "b", "a"], ["b", "c", None, "c"], ["c", "a", "a", "d"]]):
+        t = pa.Table.from_batches([spans_batch([T0 + k for k in range(4)], [T0 + k + 1 for k in range(4)],
+                                               names, ["step", "collective", "window", "step"])])
+        t = t.set_column(t.schema.get_field_index("name"), "name", pa.array(names, pa.string()))
+        if r == 1:
+            t = t.set_column(t.schema.get_field_index("name"), "name", pc.dictionary_encode(t["name"]))
+        parts.append((r, t.append_column("rank", pa.array([r] * 4, pa.int64()))))
+    scan = SpanScan()
+    assert [r for r, _ in scan.each(lambda: iter(parts))] == [0, 1, 2]
+    across = scan.across_ranks()
+    given = [n for _, t in parts for n in t["name"].cast(pa.string()).to_pylist()]
+    assert across["name"].cast(pa.string()).to_pylist() == given
+    assert across["category"].cast(pa.string()).to_pylist() == ["step", "collective", "window", "step"] * 3
+    assert len(across["name"].chunks[0].dictionary) == 4         # a, b, c, d: once each
