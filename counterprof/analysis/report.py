@@ -361,10 +361,10 @@ def each_rank(spans: pa.Table | SpanSource) -> Iterator[tuple[int | None, pa.Tab
 
 
 ACROSS_RANKS = ["rank", "start", "end", "name", "category"]       # what analyze_ranks reads
-# the steps, collectives and trace windows the figures across ranks hold at once (~28 bytes
-# each, and about as much again while analyze_ranks works): the whole of 1,024 ranks x 1 h or
-# 256 x 4 h of a step a second with a collective in each; of a longer run, each rank's latest
-# share (SpanScan.rows_per_rank), said in the figures' notes
+# the steps, collectives and trace windows the figures across ranks hold at once, shared out
+# among the ranks (~21 bytes each, and about twice as much again while analyze_ranks works): the
+# whole of 1,024 ranks x 1 h or 256 x 4 h of a step a second with a collective in each; of a
+# longer run, the latest part (SpanScan.rows_per_rank, .cut), said in the figures' notes
 ACROSS_ROWS = 8_000_000
 MIN_ROWS_PER_RANK = 1_000
 _ACROSS_CATEGORIES = pa.array(["step", "collective", "window"])
@@ -391,10 +391,13 @@ class SpanScan:
         """What the figures across ranks leave out, if anything."""
         if not self.cut:
             return None
-        return (f"figures across ranks are of the latest part of the run: {len(self.cut)} of "
-                f"{len(self.ranks)} ranks had more than {self.rows_per_rank:,} steps, collectives and "
-                "trace windows, and only their latest are kept (the earlier ones are let go to bound "
-                "the report's memory); the ranks' verdicts and `counterprof collectives` read them all")
+        import datetime
+        when = datetime.datetime.fromtimestamp(max(self.cut.values()) / 1e9, datetime.timezone.utc)
+        return (f"figures across ranks are of the latest part of the run only, from "
+                f"{when.isoformat(timespec='seconds')} on: {len(self.cut)} of {len(self.ranks)} ranks had "
+                f"more than {self.rows_per_rank:,} steps, collectives and trace windows, and the earlier "
+                "ones are let go to bound the report's memory (the ranks' verdicts and `counterprof "
+                "collectives` read them all)")
 
     def each(self, spans: pa.Table | SpanSource) -> Iterator[tuple[int | None, pa.Table]]:
         from .breakdown import COLUMNS as GPU_COLUMNS
@@ -406,7 +409,7 @@ class SpanScan:
                     if r >= 0:
                         self.ranks.add(r)
                     keep = pc.is_in(cat, _ACROSS_CATEGORIES)
-                    if self.rows_per_rank and pc.sum(keep).as_py() > self.rows_per_rank:
+                    if r >= 0 and self.rows_per_rank and (pc.sum(keep).as_py() or 0) > self.rows_per_rank:
                         keep = self._latest(t, cat, keep, r)
                     rows = t.select(["rank", "start", "end"]).filter(keep)
                     # (names and categories as codes, the names' one list for every rank: an hour
@@ -426,8 +429,8 @@ class SpanScan:
             yield r, t
 
     def _latest(self, t: pa.Table, cat: pa.ChunkedArray, keep: pa.ChunkedArray, rank: int) -> pa.ChunkedArray:
-        """keep narrowed to the rank's latest rows_per_rank steps and collectives, from a step's
-        start on (the trace windows that end there or later kept too)."""
+        """keep narrowed to the rank's latest rows_per_rank steps, collectives and windows,
+        from a step's start on (a trace window that ends there or later kept whole)."""
         start = t["start"].cast(pa.int64())
         starts = pc.drop_null(start.filter(keep)).to_numpy()
         if len(starts) <= self.rows_per_rank:
@@ -457,6 +460,12 @@ class SpanScan:
         if not self.across:
             return pa.table({c: pa.array([], pa.int64()) for c in ACROSS_RANKS})
         whole = pa.concat_tables(self.across, promote_options="default")
+        if self.cut:        # every rank from the latest cut on: the figures cover one period
+            cut = max(self.cut.values())
+            start, end = whole["start"].cast(pa.int64()), whole["end"].cast(pa.int64())
+            window = pc.equal(whole["category"], _ACROSS_CATEGORIES.index("window").as_py())
+            whole = whole.filter(pc.fill_null(pc.if_else(window, pc.greater_equal(end, cut),
+                                                         pc.greater_equal(start, cut)), False))
         names = pa.array(list(self._codes), pa.string())
         return whole.set_column(
             3, "name", pa.DictionaryArray.from_arrays(whole["name"].combine_chunks(), names)).set_column(

@@ -27,6 +27,7 @@ from .span import left_out, run_span
 T = TypeVar("T")
 
 GROUPS_PER_SLICE = 250_000     # (metric, bucket) groups one bucket query aggregates (RunQuery.buckets)
+MAX_SLICES = 256               # and the most bucket queries of a run (each reads every file's footer)
 
 # sums and counts every per-metric figure is made of (analysis.summary reads these names)
 _TOTALS = """
@@ -93,6 +94,10 @@ class RunQuery:
         config.setdefault("threads", os.cpu_count() or 1)
         self.con = duckdb.connect(config=config)   # at connect: its threads start here
         self.con.execute("SET enable_progress_bar = false")
+        try:        # (the time literals of buckets' slices name instants in UTC: _sliceable)
+            self.con.execute("SET TimeZone = 'UTC'")
+        except duckdb.Error:
+            pass
         self.tables: set[str] = set()
         self._sliced: bool | None = None          # _sliceable()
         self._journal: dict[str, pa.Table] = {}     # table -> the journal's rows, registered
@@ -235,21 +240,29 @@ class RunQuery:
                                      max(epoch_ns(time)) AS end_ns
                               FROM samples GROUP BY ALL""")
 
-    def buckets(self, bucket_ns: int, extent: tuple[int, int] | None = None, metrics: int = 1) -> pa.Table:
+    def buckets(self, bucket_ns: int, extent: tuple[int, int] | None = None, metrics: int | None = None
+                ) -> pa.Table:
         """Per metric and time bucket: covered span, sum, counts (signals' input), ordered by
         metric and bucket. Aggregated a slice of time at a time, each of at most
         GROUPS_PER_SLICE (metric, bucket) groups: DuckDB's hash table holds ~500 bytes a group,
         1.4 GB for 256 ranks x 4 h of 20 metrics at 100 ms in one query, and the row groups of
         time-ordered files outside a slice are skipped by their statistics. extent: the samples'
         (first, last) time, at least as wide as theirs (None: asked of DuckDB); metrics: how
-        many there are."""
+        many there are (None: counted)."""
         if "samples" not in self.tables:
             return pa.table({})
         lo, hi = extent if extent is not None else self.extent()
         bn = int(bucket_ns)
         cuts = []        # slice edges, on bucket edges; the first and last slices are open-ended
         if lo is not None and hi is not None and self._sliceable():
-            per = max(1, GROUPS_PER_SLICE // max(1, metrics))
+            # (edges inside the run's span, none below 0: DuckDB's // rounds toward zero, and a
+            # damaged time that passed the statistics must not make millions of slices)
+            if self.span is not None:
+                lo, hi = max(lo, self.span.lo), min(hi, self.span.hi)
+            lo = max(lo, 0)
+            if metrics is None:
+                metrics = self._run(partial(self._count, "SELECT count(DISTINCT metric) FROM samples"))
+            per = max(1, GROUPS_PER_SLICE // max(1, metrics), -(-(hi // bn - lo // bn) // MAX_SLICES))
             cuts = [b * bn for b in range(lo // bn + per, hi // bn + 1, per)]
         edges: list[int | None] = [None, *cuts, None]
         parts = []
@@ -274,13 +287,13 @@ class RunQuery:
     def _sliceable(self) -> bool:
         """Can the samples be read a slice of time at a time: their time column is stored as
         TIMESTAMPTZ_NS (a file of another type makes the view's another, which _timestamp's
-        literals do not compare with), and the connection's zone is UTC, so that the literals
-        are the instants they name (DuckDB casts to TIMESTAMPTZ in the session's zone)."""
+        literals do not compare with), and the connection's zone is UTC (set at connect), so
+        that the literals are the instants they name (DuckDB casts to TIMESTAMPTZ in the
+        session's zone)."""
         import duckdb
         if self._sliced is None:
             try:
                 kind = {r[0]: r[1] for r in self.con.sql("DESCRIBE samples").fetchall()}.get("time")
-                self.con.execute("SET TimeZone = 'UTC'")
                 probe = 1_000_000_000_123_456_789
                 back = self.con.sql(f"SELECT epoch_ns({_timestamp(probe)})").fetchall()[0][0]
                 self._sliced = kind == "TIMESTAMPTZ_NS" and back == probe
