@@ -207,19 +207,28 @@ def merge_array(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.stack([starts[groups], reach[last]], axis=1)
 
 
+UNION_BLOCK = 1 << 20     # intervals merged at a time: a thousand ranks' steps are not sorted as one
+
+
 def union(sets: Iterable[IntervalSet]) -> Intervals:
-    """merge() of several sets: Packed ones joined as arrays (no tuple per interval)."""
-    arrays, rest = [], []
+    """merge() of several sets: Packed ones joined as arrays (no tuple per interval), folded
+    into the union a block at a time (sets that overlap, as ranks' steps do, keep it small)."""
+    acc: np.ndarray | None = None
+    parts: list[np.ndarray] = []
+    held = 0
     for x in sets:
-        if isinstance(x, Packed):
-            arrays.append(x.a)
-        elif x:
-            rest.append(np.asarray(x, np.int64).reshape(-1, 2))
-    parts = arrays + rest
-    if not parts:
-        return []
-    a = np.concatenate(parts)
-    return [(s, e) for s, e in merge_array(a[:, 0], a[:, 1]).tolist()]
+        a = x.a if isinstance(x, Packed) else np.asarray(x, np.int64).reshape(-1, 2) if x else None
+        if a is None or not len(a):
+            continue
+        parts.append(a)
+        held += len(a)
+        if held >= max(UNION_BLOCK, 0 if acc is None else len(acc)):   # (sets apart: sorted log n times)
+            a = np.concatenate(parts if acc is None else [acc, *parts])
+            acc, parts, held = merge_array(a[:, 0], a[:, 1]), [], 0
+    if parts:
+        a = np.concatenate(parts if acc is None else [acc, *parts])
+        acc = merge_array(a[:, 0], a[:, 1])
+    return [] if acc is None else [(s, e) for s, e in acc.tolist()]
 
 
 def edges(iv: IntervalSet) -> np.ndarray:

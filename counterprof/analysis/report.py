@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..ground.redact import redact_argv
+from ..store.limits import release_freed
 from ..store.meta import RunMeta
 from . import intervals as iv
 from .classify import HOST_NEXT_STEPS, NEXT_STEPS, Evidence, Verdict, classify
@@ -153,17 +154,18 @@ def window_starts(data: RunData, step: int) -> tuple[int, list[int]]:
     lo, hi = data.start_ns, data.end_ns
     if -(-(hi - lo) // step) <= MAX_WINDOWS:
         return step, list(range(lo, hi, step))
-    import numpy as np
-    times = [s.ends for s in data.series.values()] + [s.starts for s in data.series.values()]
+    from itertools import chain
     sets = [data.gpu_busy, data.neuron_busy, data.cpu_collectives, data.windows, *data.regions.values(),
             *data.input_waits.values(), *data.main_ops.values(), *data.rank_steps.values()]
-    times += [iv.edges(ivs) for ivs in sets if ivs]
-    t = np.clip(np.concatenate(times) if times else np.zeros(0, np.int64), lo, hi - 1)
-    while True:
-        occupied = np.unique((t - lo) // step)
-        if len(occupied) <= MAX_WINDOWS:
-            return step, [int(lo + i * step) for i in occupied]
-        step *= 2
+    # the windows each set's times fall in, joined a set at a time (every rank's steps at once
+    # were 250 MB at 256 ranks x 8 h); a window of twice the length holds index // 2
+    occupied = np.zeros(0, np.int64)
+    for t in chain((x for s in data.series.values() for x in (s.ends, s.starts)),
+                   (iv.edges(ivs) for ivs in sets if ivs)):
+        occupied = np.union1d(occupied, (np.clip(t, lo, hi - 1) - lo) // step)
+    while len(occupied) > MAX_WINDOWS:
+        occupied, step = np.unique(occupied // 2), step * 2
+    return step, [int(lo + i * step) for i in occupied]
 
 
 def workload_span(meta: RunMeta | dict[str, Any], data: RunData) -> tuple[int, int]:
@@ -256,6 +258,8 @@ def build_report(inputs: ReportInputs, window_s: float = 1.0, keep_buckets: bool
         report.regions.append(RegionVerdict(name, data.region_kind.get(name, "region"),
                                             data.region_count.get(name, 0), iv.total(occ) / 1e9, v, marks))
 
+    data.let_go_of_spans()      # (what follows reads its samples only, and holds spans of its own)
+    release_freed()
     _per_rank(report, inputs, data, scan)
     gpu = _gpu_breakdown(scan)
     if gpu is not None and gpu.total is not None:
@@ -386,6 +390,9 @@ class SpanScan:
     # latest: ACROSS_ROWS over the ranks); 0: all of them
     rows_per_rank: int = 0
     cut: dict[int, int] = field(default_factory=dict)       # rank -> the start of its first kept row
+    # where cut: the names of the steps every rank kept (across_ranks), from the first of
+    # which on each rank the collective calls are matched (latest_calls); None: every call
+    common_steps: list[str] | None = None
 
     def cut_note(self) -> str | None:
         """What the figures across ranks leave out, if anything."""
@@ -396,8 +403,11 @@ class SpanScan:
         return (f"figures across ranks are of the latest part of the run only, from "
                 f"{when.isoformat(timespec='seconds')} on: {len(self.cut)} of {len(self.ranks)} ranks had "
                 f"more than {self.rows_per_rank:,} steps, collectives and trace windows, and the earlier "
-                "ones are let go to bound the report's memory (the ranks' verdicts and `counterprof "
-                "collectives` read them all)")
+                "ones are let go to bound the report's memory" + (
+                    "" if self.common_steps is None else
+                    ": the ranks table and the collective calls are of the steps every rank kept") +
+                " (the ranks' verdicts" + (", the collective calls" if self.common_steps is None else "") +
+                " and `counterprof collectives` read them all)")
 
     def each(self, spans: pa.Table | SpanSource) -> Iterator[tuple[int | None, pa.Table]]:
         from .breakdown import COLUMNS as GPU_COLUMNS
@@ -444,6 +454,37 @@ class SpanScan:
                            pc.greater_equal(start, cut))
         return pc.and_(keep, pc.fill_null(after, False))
 
+    def _common_steps(self, t: pa.Table) -> list[str] | None:
+        """The names of the steps (t: the kept rows, names and categories as codes) that every
+        rank holds: a step some rank started before the cut is no one's. None where some rank
+        kept no named step: its calls are matched by their order, and a cut in time could
+        shift that order by a call, so every call is kept."""
+        steps = t.filter(pc.equal(t["category"], _ACROSS_CATEGORIES.index("step").as_py()))
+        named = steps.filter(pc.is_valid(steps["name"]))
+        if len(pc.unique(named["rank"])) < len(pc.unique(t["rank"])) or not named.num_rows:
+            return None
+        pairs = np.unique(np.stack([named["name"].to_numpy(), named["rank"].to_numpy()], axis=1), axis=0)
+        held = np.bincount(pairs[:, 0], minlength=len(self._codes)) == len(pc.unique(named["rank"]))
+        names = list(self._codes)
+        return [names[i] for i in np.flatnonzero(held).tolist()]
+
+    def latest_calls(self, t: pa.Table) -> pa.Table:
+        """A rank's rows for the collective calls: where the ranks table was cut, only its
+        steps every rank kept (common_steps) and the rows from the first of them on (a trace
+        window that ends there or later kept); else all of them."""
+        if self.common_steps is None:
+            return t
+        cat = t["category"].cast(pa.string())
+        step = pc.equal(cat, "step")
+        kept = pc.fill_null(pc.and_(step, pc.is_in(t["name"].cast(pa.string()),
+                                                   pa.array(self.common_steps, pa.string()))), False)
+        first = pc.min(t["start"].cast(pa.int64()).filter(kept)).as_py()
+        if first is None:
+            return t.slice(0, 0)
+        after = pc.if_else(pc.equal(cat, "window"), pc.greater_equal(t["end"].cast(pa.int64()), first),
+                           pc.greater_equal(t["start"].cast(pa.int64()), first))
+        return t.filter(pc.or_(kept, pc.and_(pc.invert(step), pc.fill_null(after, False))))
+
     def _name_codes(self, names: pa.ChunkedArray) -> pa.Array:
         """names as int32 codes into the run's list of them (null stays null)."""
         if pa.types.is_dictionary(names.type):
@@ -457,15 +498,18 @@ class SpanScan:
                         pc.is_null(at).to_numpy(zero_copy_only=False))
 
     def across_ranks(self) -> pa.Table:
+        """The kept rows of every rank as one table, handed over: asked once."""
         if not self.across:
             return pa.table({c: pa.array([], pa.int64()) for c in ACROSS_RANKS})
         whole = pa.concat_tables(self.across, promote_options="default")
+        self.across.clear()     # (the rows are whole's now: the cut below copies them once, not beside)
         if self.cut:        # every rank from the latest cut on: the figures cover one period
             cut = max(self.cut.values())
             start, end = whole["start"].cast(pa.int64()), whole["end"].cast(pa.int64())
             window = pc.equal(whole["category"], _ACROSS_CATEGORIES.index("window").as_py())
             whole = whole.filter(pc.fill_null(pc.if_else(window, pc.greater_equal(end, cut),
                                                          pc.greater_equal(start, cut)), False))
+            self.common_steps = self._common_steps(whole)
         names = pa.array(list(self._codes), pa.string())
         return whole.set_column(
             3, "name", pa.DictionaryArray.from_arrays(whole["name"].combine_chunks(), names)).set_column(
@@ -505,8 +549,9 @@ def _per_rank(report: Report, inputs: ReportInputs, whole: RunData, scan: SpanSc
             if r not in verdicts:          # no spans of its own
                 judge(r, None)
         report.rank_verdicts.extend(verdicts[r] for r in buckets_of)
+        release_freed()     # (each rank's sets, freed: the ranks table is not made on top of them)
     analysis = analyze_ranks(scan.across_ranks(), inputs.hosts, world_size=inputs.world_size)
-    scan.across.clear()
+    release_freed()         # (glibc keeps the table's freed heap; the calls' pass would sit on it)
     if analysis is not None and (note := scan.cut_note()):
         analysis.notes.append(note)
     _collective_calls(report, inputs.spans, scan, inputs.hosts)
@@ -527,7 +572,7 @@ def _collective_calls(report: Report, spans: pa.Table | SpanSource, scan: SpanSc
     from .collectives import COLUMNS, analyze_calls
     if not scan.ranked or not scan.collectives or len(scan.ranks) < 2:
         return
-    calls = analyze_calls(((r, t.select([c for c in COLUMNS if c in t.column_names]))
+    calls = analyze_calls(((r, scan.latest_calls(t.select([c for c in COLUMNS if c in t.column_names])))
                            for r, t in each_rank(spans) if r is not None and r >= 0), hosts)
     if not calls.calls:
         return
@@ -535,13 +580,15 @@ def _collective_calls(report: Report, spans: pa.Table | SpanSource, scan: SpanSc
     by_rank = j["by_rank"]
     report.collective_calls = {"calls": len(calls.calls), "unmatched": j["unmatched"], "by_rank": by_rank,
                                "summary": [{k: v for k, v in x.items() if k != "worst"} for x in j["summary"]],
-                               "notes": j["notes"]}
+                               "notes": j["notes"] + ([note] if scan.common_steps is not None
+                                                      and (note := scan.cut_note()) else [])}
     late = max(by_rank, key=lambda b: b["others_waited_s"])
     if late["others_waited_s"] > 0 and late["last"] > 0:
         skews = [c.skew_ns for c in calls.calls if c.last == late["rank"] and c.skew_ns is not None]
+        part = "" if scan.common_steps is None else " in the run's latest part (see the notes)"
         report.overall.secondary.append(Evidence(
             "late_rank", round(late["others_waited_s"], 6), None, "spans",
-            f"rank {late['rank']} arrived last at {late['last']} of {len(calls.calls)} collective calls; "
+            f"rank {late['rank']} arrived last at {late['last']} of {len(calls.calls)} collective calls{part}; "
             f"the others waited {late['others_waited_s'] * 1e3:.1f} ms in all for it there (median "
             f"skew {float(np.median(skews)) / 1e6:.2f} ms): `counterprof collectives` names each call"))
 

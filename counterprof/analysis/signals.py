@@ -230,6 +230,15 @@ class RunData:
             ix = self._indexed[id(sets)] = iv.Indexed(sets)
         return ix.clip(*sp)
 
+    def let_go_of_spans(self) -> None:
+        """Each rank's span sets, and what was built of them, let go: for once every verdict
+        over the whole run is made (the per-rank verdicts and the ranks table after them read
+        only the samples' series of it, and would hold these beside their own)."""
+        for k in ("input_waits", "rank_collectives", "main_ops", "comm_ops", "rank_steps", "py_samples"):
+            setattr(self, k, {})
+        for held in (self._indexed, self._stacks, self.outside_ops_memo, self.comm_ops_memo):
+            held.clear()
+
     def has(self, metric: str) -> bool:
         return metric in self.series
 

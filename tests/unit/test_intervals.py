@@ -1,6 +1,8 @@
 """Interval-set algebra against a brute-force model over integer time."""
 import random
 
+import numpy as np
+
 import pytest
 
 from counterprof.analysis import intervals as iv
@@ -107,3 +109,22 @@ def test_stacked_sets_far_apart_in_time_keep_exact_totals():
     assert st.keys is not None
     q = [(t0 + 5_000_000, t0 + 205_000_000)]
     assert st.totals(q).tolist() == [iv.total(iv.intersect(s, q)) for s in sets]
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("block", [1, 3, 7, 1 << 20])
+def test_union_folded_a_block_at_a_time_is_the_merge_of_every_set(seed, block, monkeypatch):
+    """union() folds the sets in blocks (a thousand ranks' steps are not sorted as one array):
+    the result is merge() of all of them, whatever the block and whether sets overlap, touch,
+    lie apart, are empty, packed or lists."""
+    monkeypatch.setattr(iv, "UNION_BLOCK", block)
+    rng = random.Random(seed)
+    sets: list = []
+    for _ in range(rng.randint(0, 12)):
+        base = rng.choice([0, 10_000 * rng.randint(0, 5)])       # overlapping ranks, or apart
+        ivs = [(a, a + rng.randint(0, 40)) for a in (base + rng.randint(0, 500) for _ in range(rng.randint(0, 9)))]
+        merged = iv.merge(ivs)
+        sets.append(iv.Packed(iv.merge_array(*map(np.array, zip(*merged))) if merged
+                              else np.zeros((0, 2), np.int64)) if rng.random() < 0.5 else merged)
+    every = [p for s in sets for p in (s.a.tolist() if isinstance(s, iv.Packed) else s)]
+    assert iv.union(sets) == iv.merge([tuple(p) for p in every])

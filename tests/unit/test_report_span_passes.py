@@ -331,3 +331,104 @@ def test_the_scans_name_codes_are_one_list_for_every_rank_nulls_kept():
     assert across["name"].cast(pa.string()).to_pylist() == given
     assert across["category"].cast(pa.string()).to_pylist() == ["step", "collective", "window", "step"] * 3
     assert len(across["name"].chunks[0].dictionary) == 4         # a, b, c, d: once each
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_window_starts_join_each_sets_windows_as_all_times_at_once_did(seed, monkeypatch):
+    """window_starts takes the windows each set's times fall in a set at a time (not every
+    rank's step edges in one array): the same windows and length as from all times at once,
+    however many doublings the window needs."""
+    from counterprof.analysis import report
+    from counterprof.analysis.signals import Series
+    monkeypatch.setattr(report, "MAX_WINDOWS", random.Random(seed).choice([3, 10, 40, 1000]))
+    rng = np.random.default_rng(seed)
+    lo, hi = T0, T0 + int(rng.integers(10**9, 10**12))
+    ends = np.sort(rng.integers(lo - 10**9, hi + 10**9, 50))
+    data = RunData(series={"m": Series("delta", ends - 10**8, ends, np.ones(len(ends)))}, start_ns=lo, end_ns=hi)
+    for r in range(int(rng.integers(0, 6))):
+        a = np.sort(rng.integers(lo, hi, 2 * int(rng.integers(1, 30)))).reshape(-1, 2)
+        data.rank_steps[r] = iv.Packed(iv.merge_array(a[:, 0], a[:, 1]))
+        data.main_ops[r] = [(int(x), int(y)) for x, y in a[::2]]
+    data.windows = [(lo + 5, lo + 10**9)]
+    step0 = 10**8
+    times = np.concatenate([ends, ends - 10**8, *(iv.edges(s) for s in data.rank_steps.values()),
+                            *(iv.edges(s) for s in data.main_ops.values() if s), iv.edges(data.windows)])
+    t, want_step = np.clip(times, lo, hi - 1), step0
+    while len(np.unique((t - lo) // want_step)) > report.MAX_WINDOWS:
+        want_step *= 2
+    want = [int(lo + i * want_step) for i in np.unique((t - lo) // want_step)]
+    step, starts = report.window_starts(data, step0)
+    if -(-(hi - lo) // step0) <= report.MAX_WINDOWS:
+        assert (step, starts) == (step0, list(range(lo, hi, step0)))
+    else:
+        assert (step, starts) == (want_step, want)
+
+
+def test_a_long_runs_collective_calls_are_of_the_steps_every_rank_kept(monkeypatch: pytest.MonkeyPatch):
+    """Past ACROSS_ROWS the report's collective calls are matched over the steps every rank
+    kept, as the ranks table is: a rank whose clock runs early started the cut's first step
+    before the cut, so that step is no one's, and no call is left unmatched at the edge. The
+    figures are those of the calls of the steps kept, and the cut is said in their notes."""
+    import counterprof.analysis.report as report_mod
+    from counterprof.analysis.collectives import analyze_calls
+    rows = []
+    for k in range(50):                 # 50 steps of 100 ms; rank 3's clock 40 ms early
+        for r in range(4):
+            t0 = T0 + k * 100 * MS - (40 * MS if r == 3 else 0)
+            late = 30 if r == 2 else 0
+            rows.append((r, "step", f"ProfilerStep#{k}", t0, t0 + 100 * MS, None))
+            rows.append((r, "collective", "gloo:all_reduce", t0 + (50 + late) * MS, t0 + 100 * MS, "all_reduce"))
+    table = pa.Table.from_batches([spans_batch([x[3] for x in rows], [x[4] for x in rows], [x[2] for x in rows],
+                                               [x[1] for x in rows], collective=[x[5] for x in rows])]).append_column(
+        "rank", pa.array([x[0] for x in rows], pa.int64()))
+    meta = {"start_ns": T0 - 100 * MS, "end_ns": T0 + 5_000 * MS, "status": "complete"}
+
+    def calls() -> dict:
+        inputs = inputs_from_samples(SAMPLES_SCHEMA.empty_table(), table, {}, meta, ranks=4)
+        inputs.hosts = {r: "h" for r in range(4)}
+        rep = build_report(inputs).to_json()
+        late = [e["text"] for e in rep["overall"]["secondary"] if e["metric"] == "late_rank"]
+        return {**rep["collective_calls"], "late": late}
+    whole = calls()
+    assert whole["calls"] == 50 and not whole["unmatched"] and not any("latest" in n for n in whole["notes"])
+    assert whole["late"][0].startswith("rank 2 arrived last at 50 of 50 collective calls; ")
+    monkeypatch.setattr(report_mod, "ACROSS_ROWS", 4 * 40)     # 40 rows a rank: its last 20 steps
+    monkeypatch.setattr(report_mod, "MIN_ROWS_PER_RANK", 1)
+    cut = calls()
+    assert cut["late"][0].startswith("rank 2 arrived last at 19 of 19 collective calls in the run's latest part")
+    # the cut falls at step 30's start on ranks 0-2; rank 3 began it 40 ms before: steps 31-49
+    assert cut["calls"] == 19 and not cut["unmatched"]
+    assert any("collective calls are of the steps every rank kept" in n for n in cut["notes"])
+    names = pc.is_in(table["name"], pa.array([f"ProfilerStep#{k}" for k in range(31, 50)]))
+    first = {r: T0 + 31 * 100 * MS - (40 * MS if r == 3 else 0) for r in range(4)}
+    firsts = pa.array([first[r] for r in table["rank"].to_pylist()])
+    tail = table.filter(pc.or_(names, pc.and_(pc.equal(table["category"], "collective"),
+                                              pc.greater_equal(table["start"].cast(pa.int64()), firsts))))
+    want = analyze_calls({r: tail.filter(pc.equal(tail["rank"], r)) for r in range(4)},
+                         {r: "h" for r in range(4)}).to_json(top=1, calls=False)
+    assert cut["by_rank"] == want["by_rank"]
+    assert cut["summary"] == [{k: v for k, v in x.items() if k != "worst"} for x in want["summary"]]
+
+
+def test_a_long_runs_collective_calls_without_steps_are_all_kept(monkeypatch: pytest.MonkeyPatch):
+    """Calls of ranks without steps are matched by their order over the run: a cut in time
+    could shift one rank's order by a call, so past ACROSS_ROWS every call is still matched,
+    as in the whole run, and the note says the calls were read whole."""
+    import counterprof.analysis.report as report_mod
+    rows = [(r, T0 + k * 100 * MS - (40 * MS if r == 3 else 0)) for k in range(50) for r in range(4)]
+    table = pa.Table.from_batches([spans_batch([t + 50 * MS for _, t in rows], [t + 100 * MS for _, t in rows],
+                                               ["gloo:all_reduce"] * len(rows), ["collective"] * len(rows),
+                                               collective=["all_reduce"] * len(rows))]).append_column(
+        "rank", pa.array([r for r, _ in rows], pa.int64()))
+    meta = {"start_ns": T0 - 100 * MS, "end_ns": T0 + 5_000 * MS, "status": "complete"}
+
+    def report() -> dict:
+        inputs = inputs_from_samples(SAMPLES_SCHEMA.empty_table(), table, {}, meta, ranks=4)
+        inputs.hosts = {r: "h" for r in range(4)}
+        return build_report(inputs).to_json()
+    whole = report()["collective_calls"]
+    monkeypatch.setattr(report_mod, "ACROSS_ROWS", 4 * 20)
+    monkeypatch.setattr(report_mod, "MIN_ROWS_PER_RANK", 1)
+    cut = report()
+    assert cut["collective_calls"] == whole and whole["calls"] == 50
+    assert "the collective calls and `counterprof collectives` read them all" in cut["rank_analysis"]["notes"][-1]
