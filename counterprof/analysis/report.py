@@ -456,34 +456,37 @@ class SpanScan:
 
     def _common_steps(self, t: pa.Table) -> list[str] | None:
         """The names of the steps (t: the kept rows, names and categories as codes) that every
-        rank holds: a step some rank started before the cut is no one's. None where some rank
-        kept no named step: its calls are matched by their order, and a cut in time could
-        shift that order by a call, so every call is kept."""
-        steps = t.filter(pc.equal(t["category"], _ACROSS_CATEGORIES.index("step").as_py()))
+        rank (>= 0, with spans) holds: a step some rank started before the cut is no one's.
+        None where some rank kept no named step, or no name is on every rank: its calls are
+        matched by their order, and a cut in time could shift that order by a call, so every
+        call is kept."""
+        steps = t.filter(pc.and_(pc.equal(t["category"], _ACROSS_CATEGORIES.index("step").as_py()),
+                                 pc.greater_equal(t["rank"], 0)))
         named = steps.filter(pc.is_valid(steps["name"]))
-        if len(pc.unique(named["rank"])) < len(pc.unique(t["rank"])) or not named.num_rows:
+        ranks = pc.unique(named["rank"]).to_pylist()
+        if not named.num_rows or set(ranks) != self.ranks:
             return None
         pairs = np.unique(np.stack([named["name"].to_numpy(), named["rank"].to_numpy()], axis=1), axis=0)
-        held = np.bincount(pairs[:, 0], minlength=len(self._codes)) == len(pc.unique(named["rank"]))
+        held = np.flatnonzero(np.bincount(pairs[:, 0], minlength=len(self._codes)) == len(ranks))
         names = list(self._codes)
-        return [names[i] for i in np.flatnonzero(held).tolist()]
+        return [names[i] for i in held.tolist()] or None
 
     def latest_calls(self, t: pa.Table) -> pa.Table:
-        """A rank's rows for the collective calls: where the ranks table was cut, only its
-        steps every rank kept (common_steps) and the rows from the first of them on (a trace
+        """A rank's rows for the collective calls: where the ranks table was cut, those from
+        the rank's first step after the cut that every rank kept (common_steps) on (a trace
         window that ends there or later kept); else all of them."""
         if self.common_steps is None:
             return t
         cat = t["category"].cast(pa.string())
-        step = pc.equal(cat, "step")
-        kept = pc.fill_null(pc.and_(step, pc.is_in(t["name"].cast(pa.string()),
-                                                   pa.array(self.common_steps, pa.string()))), False)
-        first = pc.min(t["start"].cast(pa.int64()).filter(kept)).as_py()
+        start = t["start"].cast(pa.int64())
+        shared = pc.and_(pc.and_(pc.equal(cat, "step"), pc.greater_equal(start, max(self.cut.values()))),
+                         pc.is_in(t["name"].cast(pa.string()), pa.array(self.common_steps, pa.string())))
+        first = pc.min(start.filter(pc.fill_null(shared, False))).as_py()
         if first is None:
             return t.slice(0, 0)
         after = pc.if_else(pc.equal(cat, "window"), pc.greater_equal(t["end"].cast(pa.int64()), first),
-                           pc.greater_equal(t["start"].cast(pa.int64()), first))
-        return t.filter(pc.or_(kept, pc.and_(pc.invert(step), pc.fill_null(after, False))))
+                           pc.greater_equal(start, first))
+        return t.filter(pc.fill_null(after, False))
 
     def _name_codes(self, names: pa.ChunkedArray) -> pa.Array:
         """names as int32 codes into the run's list of them (null stays null)."""

@@ -432,3 +432,42 @@ def test_a_long_runs_collective_calls_without_steps_are_all_kept(monkeypatch: py
     cut = report()
     assert cut["collective_calls"] == whole and whole["calls"] == 50
     assert "the collective calls and `counterprof collectives` read them all" in cut["rank_analysis"]["notes"][-1]
+
+
+@pytest.mark.parametrize("shape", ["names differ by rank", "a rank without steps", "names recur"])
+def test_a_long_runs_collective_calls_cut_only_where_the_steps_say_where(shape, monkeypatch: pytest.MonkeyPatch):
+    """The calls are cut only over steps every rank (>= 0, with spans) names alike; else every
+    call is matched, as in the whole run. A step name that recurs (a restarted profiler) does
+    not reach back before the cut: the calls kept are the latest part's, not the run's."""
+    import counterprof.analysis.report as report_mod
+    rows = []
+    for k in range(50):
+        for r in range(4):
+            t0 = T0 + k * 100 * MS - (40 * MS if r == 3 else 0)
+            step = {"names differ by rank": f"{'Step' if r == 3 else 'ProfilerStep'}#{k}",
+                    "names recur": f"ProfilerStep#{k % 10}"}.get(shape, f"ProfilerStep#{k}")
+            rows.append((r, "step", step, t0, t0 + 100 * MS, None))
+            rows.append((r, "collective", "gloo:all_reduce", t0 + 50 * MS, t0 + 100 * MS, "all_reduce"))
+    if shape == "a rank without steps":
+        rows += [(4, "cpu_op", "aten::mm", T0 + k * 100 * MS, T0 + k * 100 * MS + MS, None) for k in range(50)]
+    table = pa.Table.from_batches([spans_batch([x[3] for x in rows], [x[4] for x in rows], [x[2] for x in rows],
+                                               [x[1] for x in rows], collective=[x[5] for x in rows])]).append_column(
+        "rank", pa.array([x[0] for x in rows], pa.int64()))
+    meta = {"start_ns": T0 - 100 * MS, "end_ns": T0 + 5_000 * MS, "status": "complete"}
+    n = 5 if shape == "a rank without steps" else 4
+
+    def report() -> dict:
+        inputs = inputs_from_samples(SAMPLES_SCHEMA.empty_table(), table, {}, meta, ranks=n)
+        inputs.hosts = {r: "h" for r in range(n)}
+        return build_report(inputs).to_json()
+    whole = report()["collective_calls"]
+    monkeypatch.setattr(report_mod, "ACROSS_ROWS", n * 40)
+    monkeypatch.setattr(report_mod, "MIN_ROWS_PER_RANK", 1)
+    cut = report()
+    assert any("latest part" in x for x in cut["rank_analysis"]["notes"])
+    if shape == "names recur":
+        assert sum(b["calls"] for b in cut["collective_calls"]["by_rank"]) <= 4 * 20   # steps 30-49 at most
+        assert sum(b["calls"] for b in whole["by_rank"]) == 4 * 50
+    else:
+        assert cut["collective_calls"] == whole
+        assert "the collective calls and `counterprof collectives` read them all" in cut["rank_analysis"]["notes"][-1]
